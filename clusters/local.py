@@ -1,0 +1,232 @@
+"""The local backend: the Topology as processes on 127.0.0.1, each in its own process group.
+
+Phase 1 starts everything that serves (resolver, work bus, pods, proxy) in parallel; each binds port
+0 and reports its bindings on a ready pipe. The launcher then writes the network map and starts
+phase 2, the worker hosts, which need the map to reach the bus. Nothing here sleeps to wait for a
+component: readiness is the line on its pipe, or EOF if it died first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from certs.profiles import stack_profiles
+from certs.store import CertStore
+from sim.errors import BackendError
+from sim.netmap import NetMap
+from sim.topology import CONTROL_CLUSTER, Topology
+
+READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
+STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    kind: str
+    name: str
+    cluster: str
+
+
+def phase_one(topology: Topology) -> list[ProcessSpec]:
+    specs = [ProcessSpec("resolver", "resolver", CONTROL_CLUSTER), ProcessSpec("bus", "work-bus", CONTROL_CLUSTER)]
+    specs += [ProcessSpec("invocation" if p.role == "invocation" else "grpc-proxy", p.name, p.cluster)
+              for p in topology.pods]
+    if topology.proxy_enabled:
+        specs.append(ProcessSpec("proxy", "worker-callback-proxy", CONTROL_CLUSTER))
+    return specs
+
+
+def phase_two(topology: Topology) -> list[ProcessSpec]:
+    return [ProcessSpec("workers", c.name, c.name) for c in topology.clusters if topology.workers_in(c.name)]
+
+
+class Launcher:
+    """Starts and stops one stack's processes; remembers them in <state>/pids."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+        self.pids_dir = state_dir / "pids"
+        self.logs_dir = state_dir / "logs"
+        self.children: dict[str, subprocess.Popen] = {}
+
+    # Start -----------------------------------------------------------------------------------
+    def prepare(self, topology: Topology) -> NetMap:
+        for folder in (self.pids_dir, self.logs_dir, self.state_dir / "events"):
+            folder.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "topology.json").write_text(topology.to_json())
+        store = CertStore(self.state_dir / "certs")
+        store.ensure_cas()
+        for profile in stack_profiles(topology.worker_domain):
+            if not store.secret_dir(profile.secret).joinpath("tls.crt").exists():
+                store.issue(profile)
+        netmap = NetMap(reach={c.name: topology.reachable_ranges(c.name) for c in topology.clusters})
+        netmap.save(self.state_dir / "netmap.json")
+        return netmap
+
+    def start(self, topology: Topology) -> NetMap:
+        netmap = self.prepare(topology)
+        for phase in (phase_one(topology), phase_two(topology)):
+            pipes = {spec.name: self._spawn(spec) for spec in phase}
+            for bindings in self._await_ready(pipes).values():
+                netmap.bindings.update(bindings)
+            netmap.save(self.state_dir / "netmap.json")
+        return netmap
+
+    def _spawn(self, spec: ProcessSpec) -> int:
+        read_fd, write_fd = os.pipe()
+        log = open(self.logs_dir / f"{spec.name}.log", "ab")
+        cmd = [sys.executable, "-m", "sim.run", spec.kind, "--state", str(self.state_dir), "--name", spec.name,
+               "--cluster", spec.cluster, "--ready-fd", str(write_fd)]
+        try:
+            proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state_dir)
+        finally:
+            os.close(write_fd)
+            log.close()
+        self.children[spec.name] = proc
+        (self.pids_dir / f"{spec.name}.pid").write_text(str(proc.pid))
+        return read_fd
+
+    def _await_ready(self, pipes: dict[str, int]) -> dict[str, dict[str, int]]:
+        selector = selectors.DefaultSelector()
+        buffers = {name: b"" for name in pipes}
+        for name, fd in pipes.items():
+            selector.register(fd, selectors.EVENT_READ, name)
+        ready: dict[str, dict[str, int]] = {}
+        deadline = time.monotonic() + READY_TIMEOUT
+        try:
+            while len(ready) < len(pipes):
+                remaining = deadline - time.monotonic()
+                events = selector.select(max(remaining, 0)) if remaining > 0 else []
+                if not events:
+                    late = sorted(set(pipes) - set(ready))
+                    raise BackendError(f"components not ready after {READY_TIMEOUT:.0f}s: {', '.join(late)}; "
+                                       f"see {self.logs_dir}")
+                for key, _ in events:
+                    name = key.data
+                    chunk = os.read(key.fd, 65536)
+                    buffers[name] += chunk
+                    if b"\n" in buffers[name]:
+                        ready[name] = json.loads(buffers[name].split(b"\n", 1)[0])["bindings"]
+                        selector.unregister(key.fd)
+                    elif not chunk:
+                        raise BackendError(f"{name} exited before it was ready:\n{self.log_tail(name)}")
+        finally:
+            selector.close()
+            for fd in pipes.values():
+                os.close(fd)
+        return ready
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        path = self.logs_dir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # Restart one component (faults, redeploys) ----------------------------------------------
+    def restart(self, topology: Topology, spec: ProcessSpec) -> None:
+        self.stop_one(spec.name)
+        netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
+        bindings = self._await_ready({spec.name: self._spawn(spec)})[spec.name]
+        netmap.bindings.update(bindings)
+        netmap.save(self.state_dir / "netmap.json")
+
+    # Stop ------------------------------------------------------------------------------------
+    def running(self) -> dict[str, int]:
+        """Recorded processes that are still alive (pid files whose process is ours and running)."""
+        alive = {}
+        for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
+            pid = int(pidfile.read_text().strip() or 0)
+            if pid and _is_ours(pid, self.state_dir):
+                alive[pidfile.stem] = pid
+        return alive
+
+    def stop_one(self, name: str) -> None:
+        pidfile = self.pids_dir / f"{name}.pid"
+        if pidfile.exists():
+            pid = int(pidfile.read_text().strip() or 0)
+            if pid and _is_ours(pid, self.state_dir):
+                _terminate(pid, self.children.get(name))
+            pidfile.unlink(missing_ok=True)
+        self.children.pop(name, None)
+
+    def stop_all(self) -> list[str]:
+        stopped = []
+        for name in list(self.running()) + [n for n in self.children if n not in self.running()]:
+            self.stop_one(name)
+            stopped.append(name)
+        for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
+            pidfile.unlink(missing_ok=True)
+        return stopped
+
+    def purge(self) -> None:
+        self.stop_all()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _is_ours(pid: int, state_dir: Path) -> bool:
+    """True if `pid` is alive and is one of this stack's components (not a recycled pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            return False
+        if not args or args == [b""]:
+            return False  # a zombie: nothing left to stop
+        return b"sim.run" in args and str(state_dir).encode() in args
+    return True  # no /proc (macOS): trust the pid file
+
+
+def _terminate(pid: int, proc: subprocess.Popen | None) -> None:
+    """SIGTERM the process group, then SIGKILL it if it outlives the grace period."""
+    for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        if _wait_gone(pid, proc, grace):
+            return
+
+
+def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float) -> bool:
+    if proc is not None:
+        try:
+            proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.01)  # not our child: nothing to wait on but the pid itself
+    return not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        try:
+            return stat.read_text().split(")")[-1].split()[0] != "Z"
+        except OSError:
+            return False
+    return True

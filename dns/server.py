@@ -1,0 +1,324 @@
+"""The cluster DNS views served over real UDP and TCP on loopback.
+
+`handle_packet` is the whole DNS server as a function (bytes in, reply bytes out, given a
+`View`); `Resolver` only binds sockets, moves bytes and reports `QueryEvent`s. dnslib is used to
+parse and pack, never its threaded DNSServer, and nothing is ever forwarded upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Self, cast
+
+from dnslib import CLASS, EDNS0, OPCODE, QTYPE, RCODE, RR, A, DNSHeader, DNSQuestion, DNSRecord
+from dnslib.label import DNSBuffer
+
+from dns.rule import View, answer
+
+__all__ = ["QueryEvent", "Resolver", "handle_packet"]
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct("!HHHHHH")
+_QR, _OPCODE_SHIFT, _RD = 0x8000, 11, 0x0100
+_UDP_PLAIN_LIMIT = 512  # RFC 1035 limit for a client that sent no EDNS OPT record
+_UDP_EDNS_LIMIT = 1232  # the DNS flag day 2020 payload size: no IP fragmentation anywhere
+_CLASS_ANY = 255  # dnslib spells it "*", so name it here
+_BIND_ATTEMPTS = 8
+TCP_IDLE_TIMEOUT = 10.0  # seconds a TCP client may sit idle before the connection is closed
+
+
+@dataclass(frozen=True)
+class QueryEvent:
+    view: str
+    qname: str
+    qtype: str
+    rcode: str
+    addresses: tuple[str, ...]
+    transport: str  # "udp" | "tcp"
+
+
+class _Malformed(Exception):
+    """The query cannot be answered as asked; `rcode` is what to send back."""
+
+    def __init__(self, rcode: int, question: DNSQuestion | None = None) -> None:
+        super().__init__(RCODE[rcode])
+        self.rcode = rcode
+        self.question = question
+
+
+def handle_packet(view: View, data: bytes, transport: str = "udp") -> tuple[bytes | None, QueryEvent | None]:
+    """Answer one DNS message for `view`; (None, None) means drop it silently.
+
+    Never raises for any input: a header that can be read gets a reply with its id (FORMERR for
+    garbage, SERVFAIL when the rule itself fails), anything shorter is dropped, and so are
+    responses, so two servers can never bounce packets off each other.
+    """
+    if len(data) < _HEADER.size:
+        return None, None
+    msg_id, flags = _HEADER.unpack_from(data)[:2]
+    if flags & _QR:
+        return None, None
+    try:
+        question, opt = _parse_query(data)
+    except _Malformed as exc:
+        return _error_reply(view, msg_id, flags, exc, transport)
+    except Exception:  # noqa: BLE001 - dnslib raises more than DNSError on hostile input
+        return _error_reply(view, msg_id, flags, _Malformed(RCODE.FORMERR), transport)
+    try:
+        return _answer_reply(view, msg_id, flags, question, opt, transport)
+    except Exception:
+        # Belt and braces: whatever went wrong, the client hears SERVFAIL rather than nothing.
+        log.exception("DNS view %s failed to answer", view.cluster)
+        return _error_reply(view, msg_id, flags, _Malformed(RCODE.SERVFAIL, question), transport)
+
+
+def _parse_query(data: bytes) -> tuple[DNSQuestion, RR | None]:
+    """Parse a standard query strictly: one question, nothing left over, sane name lengths."""
+    buffer = DNSBuffer(data)
+    header = DNSHeader.parse(buffer)
+    if header.opcode != OPCODE.QUERY:
+        raise _Malformed(RCODE.NOTIMP)
+    if header.q != 1:
+        raise _Malformed(RCODE.FORMERR)
+    question = DNSQuestion.parse(buffer)
+    if len(question.qname) > 253 or any(len(label) > 63 for label in question.qname.label):
+        raise _Malformed(RCODE.FORMERR)  # could not be packed back into the reply
+    records = [RR.parse(buffer) for _ in range(header.a + header.auth + header.ar)]
+    if buffer.remaining():
+        raise _Malformed(RCODE.FORMERR, question)  # trailing bytes: the counts lie
+    opts = [rr for rr in records if rr.rtype == QTYPE.OPT]
+    if len(opts) > 1:
+        raise _Malformed(RCODE.FORMERR, question)  # RFC 6891 6.1.1
+    return question, (opts[0] if opts else None)
+
+
+def _reply_header(msg_id: int, flags: int, rcode: int) -> DNSHeader:
+    # AA: each view is the authority for everything it answers. RA stays 0: nothing recurses,
+    # the same flags CoreDNS's kubernetes plugin gives for cluster names.
+    opcode = (flags >> _OPCODE_SHIFT) & 0xF
+    return DNSHeader(id=msg_id, bitmap=0, qr=1, opcode=opcode, aa=1, rd=int(bool(flags & _RD)), rcode=rcode)
+
+
+def _error_reply(view: View, msg_id: int, flags: int, exc: _Malformed, transport: str) -> tuple[bytes, QueryEvent]:
+    reply = DNSRecord(_reply_header(msg_id, flags, exc.rcode))
+    reply.header.aa = 0
+    if exc.question is not None:
+        reply.add_question(exc.question)
+    qname, qtype = _describe(exc.question)
+    event = QueryEvent(view.cluster, qname, qtype, RCODE[exc.rcode], (), transport)
+    return _pack_or_bare(reply), event
+
+
+def _answer_reply(
+    view: View, msg_id: int, flags: int, question: DNSQuestion, opt: RR | None, transport: str
+) -> tuple[bytes, QueryEvent]:
+    qname, qtype = _describe(question)
+    reply = DNSRecord(_reply_header(msg_id, flags, RCODE.NOERROR), q=question)
+    addresses: tuple[str, ...] = ()
+    if question.qclass not in (CLASS.IN, _CLASS_ANY):
+        reply.header.rcode, reply.header.aa = RCODE.REFUSED, 0  # e.g. CH version.bind: not ours
+    else:
+        try:
+            result = answer(view, qname, qtype)
+            rcode = getattr(RCODE, result.rcode)
+            records = [RR(question.qname, QTYPE.A, CLASS.IN, view.ttl, A(ip)) for ip in result.addresses]
+        except Exception:
+            log.exception("DNS rule failed for %s %s in view %s", qname, qtype, view.cluster)
+            reply.header.rcode, reply.header.aa = RCODE.SERVFAIL, 0
+        else:
+            reply.header.rcode, addresses = rcode, result.addresses
+            reply.add_answer(*records)
+    if opt is not None:
+        # RFC 6891: answer an EDNS query with EDNS, advertising what we will send over UDP.
+        reply.add_ar(EDNS0(udp_len=_UDP_EDNS_LIMIT))
+    event = QueryEvent(view.cluster, qname, qtype, RCODE[reply.header.rcode], addresses, transport)
+    return _fit(reply, opt, transport), event
+
+
+def _fit(reply: DNSRecord, opt: RR | None, transport: str) -> bytes:
+    """Pack `reply`; over UDP, answer with TC and no records when it would not fit, so the client
+    retries over TCP (RFC 1035 4.2.1, RFC 7766)."""
+    packed = _pack_or_bare(reply)
+    if transport != "udp":
+        return packed
+    limit = _UDP_PLAIN_LIMIT if opt is None else max(_UDP_PLAIN_LIMIT, min(opt.edns_len, _UDP_EDNS_LIMIT))
+    if len(packed) <= limit:
+        return packed
+    reply.rr = []
+    reply.header.tc = 1
+    return _pack_or_bare(reply)
+
+
+def _pack_or_bare(reply: DNSRecord) -> bytes:
+    try:
+        return reply.pack()
+    except Exception:  # noqa: BLE001 - a reply must go out whatever dnslib thinks of it
+        # Last resort so a reply always goes out: the header alone, with no sections.
+        header = reply.header
+        return _HEADER.pack(header.id, header.bitmap, 0, 0, 0, 0)
+
+
+def _describe(question: DNSQuestion | None) -> tuple[str, str]:
+    """The question as events show it: the name as asked, without the root dot (as in `View`)."""
+    if question is None:
+        return "", ""
+    name = str(question.qname)
+    return (name if name == "." else name.removesuffix(".")), QTYPE[question.qtype]
+
+
+OnQuery = Callable[[QueryEvent], None]
+
+
+class _Udp(asyncio.DatagramProtocol):
+    def __init__(self, resolver: Resolver, name: str) -> None:
+        self._resolver, self._name = resolver, name
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        reply = self._resolver._serve(self._name, data, "udp")
+        if reply is not None and self.transport is not None:
+            self.transport.sendto(reply, addr)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP errors from a client that went away: nothing to answer, nothing to fix.
+        log.debug("DNS view %s: UDP error %s", self._name, exc)
+
+
+@dataclass
+class _Listener:
+    port: int
+    tcp: asyncio.Server
+    udp: asyncio.DatagramTransport
+
+
+class Resolver:
+    """Serves each `View` on its own loopback port, UDP and TCP on the same port number.
+
+    `views` maps a view name (normally the cluster name) to its `View`; `on_query` sees one
+    `QueryEvent` per answered query, with `view` set to that name.
+    """
+
+    def __init__(
+        self, views: Mapping[str, View], host: str = "127.0.0.1", on_query: OnQuery | None = None
+    ) -> None:
+        self._views: dict[str, View] = dict(views)
+        self._host = host
+        self._on_query = on_query
+        self._listeners: dict[str, _Listener] = {}
+        self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
+        self._started = False
+        self._closing = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """View name -> the real port serving it (UDP and TCP); empty before `start`."""
+        return {name: listener.port for name, listener in self._listeners.items()}
+
+    async def start(self) -> None:
+        if self._started:
+            raise RuntimeError("Resolver already started")
+        self._started = True
+        try:
+            for name in self._views:
+                self._listeners[name] = await self._listen(name)
+        except BaseException:
+            await self.close()
+            raise
+
+    def update(self, views: Mapping[str, View]) -> None:
+        """Replace the views' data live; each name keeps its port. Once started the names must not
+        change, because a new name would need a port nobody has been told about."""
+        new = dict(views)
+        if self._listeners and new.keys() != self._views.keys():
+            added, removed = sorted(new.keys() - self._views.keys()), sorted(self._views.keys() - new.keys())
+            raise ValueError(f"update() cannot add views {added} or remove views {removed} once started")
+        self._views = new
+
+    async def close(self) -> None:
+        self._closing = True
+        listeners, self._listeners = list(self._listeners.values()), {}
+        for listener in listeners:
+            listener.udp.close()
+            listener.tcp.close()
+        connections, self._connections = dict(self._connections), {}
+        for writer in connections:
+            writer.close()  # 3.11's Server.close() leaves accepted connections open
+        # Each handler sees its stream closed and returns; waiting for them leaves no task behind.
+        await asyncio.gather(*connections.values(), return_exceptions=True)
+        for listener in listeners:
+            await listener.tcp.wait_closed()
+
+    async def _listen(self, name: str) -> _Listener:
+        """Bind TCP on port 0, then UDP on the same number; another process may hold that UDP
+        port, so try again with a fresh TCP port."""
+        loop = asyncio.get_running_loop()
+        for _ in range(_BIND_ATTEMPTS):
+            tcp = await asyncio.start_server(lambda r, w: self._tcp_client(name, r, w), self._host, 0)
+            port = tcp.sockets[0].getsockname()[1]
+            try:
+                udp, _ = await loop.create_datagram_endpoint(
+                    lambda: _Udp(self, name), local_addr=(self._host, port)
+                )
+            except OSError as exc:
+                tcp.close()
+                await tcp.wait_closed()
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            return _Listener(port, tcp, udp)
+        raise OSError(errno.EADDRINUSE, f"no port free for both UDP and TCP for DNS view {name}")
+
+    def _serve(self, name: str, data: bytes, transport: str) -> bytes | None:
+        view = self._views.get(name)
+        if view is None:
+            return None
+        reply, event = handle_packet(view, data, transport)
+        if event is not None and self._on_query is not None:
+            try:
+                self._on_query(replace(event, view=name))
+            except Exception:
+                # A broken observer must not take cluster DNS down with it.
+                log.exception("on_query callback failed for DNS view %s", name)
+        return reply
+
+    async def _tcp_client(self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is None or self._closing:
+            writer.close()  # accepted while closing: refuse rather than outlive close()
+            return
+        task.set_name(f"dns-tcp-{name}")
+        self._connections[writer] = task
+        try:
+            while True:
+                async with asyncio.timeout(TCP_IDLE_TIMEOUT):
+                    (length,) = struct.unpack("!H", await reader.readexactly(2))
+                    data = await reader.readexactly(length)
+                reply = self._serve(name, data, "tcp")
+                if reply is not None:
+                    writer.write(struct.pack("!H", len(reply)) + reply)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass  # the client left, sent half a frame, or idled out: just close
+        finally:
+            self._connections.pop(writer, None)
+            writer.close()

@@ -1,0 +1,89 @@
+"""What every component process gets: its place in the topology and the network as its cluster sees it."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dns.client import resolve_a
+from sim.bus import BusClient
+from sim.events import EventLog
+from sim.netmap import LiveNetMap
+from sim.topology import BUS_PORT, DNS_PORT, Topology
+
+# A component reports the virtual addresses it serves: {"10.42.0.11:8443/tcp": 40123, ...}
+Ready = Callable[[dict[str, int]], None]
+Runner = Callable[["Context", Ready], Awaitable[None]]
+
+CONNECT_TIMEOUT = 5.0
+
+
+@dataclass
+class Context:
+    state_dir: Path
+    topology: Topology
+    name: str  # component name, e.g. "invocation-service-0", "worker-callback-proxy", "ncpsim-compute-1"
+    cluster: str
+    events: EventLog = field(init=False)
+    netmap: LiveNetMap = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.events = EventLog(self.state_dir, self.name)
+        self.netmap = LiveNetMap(self.state_dir / "netmap.json")
+
+    # Files -----------------------------------------------------------------------------------
+    def secret(self, name: str) -> Path:
+        return self.state_dir / "certs" / "secrets" / name
+
+    def ca_path(self, issuer: str) -> Path:
+        return self.state_dir / "certs" / "ca" / issuer / "ca.crt"
+
+    @property
+    def values(self) -> dict:
+        return self.topology.values
+
+    # Network, as this component's cluster sees it ---------------------------------------------
+    def dns_server(self) -> tuple[str, int]:
+        """The cluster DNS service address, mapped to the resolver's view for this cluster."""
+        dns_ip = self.topology.cluster(self.cluster).dns_ip
+        return self.netmap.lookup(self.cluster, dns_ip, DNS_PORT, "udp")
+
+    async def resolve(self, name: str) -> list[str]:
+        return await resolve_a(name, self.dns_server())
+
+    async def open_tcp(self, ip: str, port: int, *, tls: ssl.SSLContext | None = None,
+                       server_hostname: str | None = None,
+                       timeout: float = CONNECT_TIMEOUT) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        host, real = self.netmap.lookup(self.cluster, ip, port, "tcp")
+        return await asyncio.wait_for(
+            asyncio.open_connection(host, real, ssl=tls, server_hostname=server_hostname if tls else None),
+            timeout)
+
+    def udp_address(self, ip: str, port: int) -> tuple[str, int]:
+        return self.netmap.lookup(self.cluster, ip, port, "udp")
+
+    async def bus(self) -> BusClient:
+        host, port = self.netmap.lookup(self.cluster, self.topology.bus_lb_ip, BUS_PORT, "tcp")
+        return await BusClient.connect(host, port)
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def connection_handler(handler: Handler) -> Handler:
+    """Let a connection handler end quietly when its server shuts down.
+
+    Python 3.11's start_server reports a cancelled handler task as an error in the log; cancellation
+    at shutdown is the normal end of a connection here.
+    """
+
+    async def wrapper(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handler(reader, writer)
+        except asyncio.CancelledError:
+            writer.close()
+
+    return wrapper

@@ -1,0 +1,113 @@
+"""Thin asyncio glue around h11: every HTTP/1.1 party in ncpsim (pods, proxy, worker, client) uses it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import h11
+
+READ_SIZE = 65536
+# Envoy's default max_request_headers_kb is 60: h11 must be able to buffer that much before we judge.
+MAX_HEAD = 64 * 1024
+
+
+class PeerClosed(ConnectionError):
+    """The other side closed the connection before a complete message."""
+
+
+class H11Stream:
+    def __init__(self, role: type[h11.CLIENT] | type[h11.SERVER], reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter):
+        self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
+        self.reader, self.writer = reader, writer
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    async def next_event(self, timeout: float | None = None) -> h11.Event:
+        while True:
+            event = self.conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await asyncio.wait_for(self.reader.read(READ_SIZE), timeout)
+            self.bytes_in += len(data)
+            # b"" is EOF: h11 then answers ConnectionClosed, or RemoteProtocolError mid-message.
+            self.conn.receive_data(data)
+
+    async def send(self, *events: h11.Event) -> None:
+        for event in events:
+            data = self.conn.send(event)
+            if data:
+                self.bytes_out += len(data)
+                self.writer.write(data)
+        await self.writer.drain()
+
+    def reusable(self) -> bool:
+        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
+
+    def next_cycle(self) -> None:
+        self.conn.start_next_cycle()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@dataclass
+class Response:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        return next((v for k, v in self.headers if k == name), None)
+
+
+def decode_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+
+
+async def read_body(stream: H11Stream, timeout: float | None = None) -> bytes:
+    chunks = []
+    while True:
+        event = await stream.next_event(timeout)
+        if isinstance(event, h11.Data):
+            chunks.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            return b"".join(chunks)
+        elif isinstance(event, h11.ConnectionClosed):
+            raise PeerClosed("connection closed mid-body")
+
+
+async def exchange(stream: H11Stream, method: str, target: str, headers: list[tuple[str, str]],
+                   body: bytes = b"", timeout: float | None = None) -> Response:
+    """Send one request and read the whole response (client role)."""
+    if stream.reusable():
+        stream.next_cycle()
+    if body or method in ("POST", "PUT"):
+        headers = [*headers, ("content-length", str(len(body)))]
+    await stream.send(h11.Request(method=method, target=target, headers=headers))
+    if body:
+        await stream.send(h11.Data(data=body))
+    await stream.send(h11.EndOfMessage())
+    while True:
+        event = await stream.next_event(timeout)
+        if isinstance(event, h11.Response):
+            break
+        if isinstance(event, h11.ConnectionClosed):
+            raise PeerClosed("connection closed before a response")
+    payload = await read_body(stream, timeout)
+    return Response(event.status_code, decode_headers(event.headers), payload)
+
+
+async def respond(stream: H11Stream, status: int, body: bytes = b"",
+                  headers: list[tuple[str, str]] | None = None, close: bool = False) -> None:
+    """Send one complete response (server role)."""
+    hdrs = list(headers or [])
+    hdrs.append(("content-length", str(len(body))))
+    if close:
+        hdrs.append(("connection", "close"))
+    await stream.send(h11.Response(status_code=status, headers=hdrs))
+    if body:
+        await stream.send(h11.Data(data=body))
+    await stream.send(h11.EndOfMessage())

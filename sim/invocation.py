@@ -1,0 +1,204 @@
+"""invocation-service stand-in: one pod's client API and worker API (request-attach).
+
+A client's POST /v2/nvcf/pexec/functions/{id} becomes a pending request with two single-use tokens;
+the work message goes out on the bus with this pod's target and the proxy address; the worker GETs
+the request and POSTs the response to this pod (and only this pod knows its tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from dataclasses import dataclass, field
+
+import h11
+
+from certs.profiles import INVOCATION_SECRET
+from dns.rule import dashed_ip
+from sim.bus import BusClient
+from sim.component import Context, Ready, connection_handler
+from sim.http1 import H11Stream, decode_headers, read_body, respond
+from sim.invocation_core import H1_TYPE, INCOMPLETE, InnerResponse, TokenBook, parse_inner_response, request_h1
+from sim.tls import ReloadingContext, server_context
+from sim.topology import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, INVOCATION_SUFFIX, Pod
+from sim.values import proxy_settings
+
+ATTACH_PATH = "/v2/nvcf/worker/request-attach"
+PEXEC_PREFIX = "/v2/nvcf/pexec/functions/"
+STATUS_PREFIX = "/v2/nvcf/pexec/status/"
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
+
+
+@dataclass
+class Pending:
+    request_id: str
+    function: str
+    request: bytes  # the client's request as an HTTP/1.1 message
+    body: bytes
+    response: asyncio.Future[InnerResponse] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    delivered: asyncio.Event = field(default_factory=asyncio.Event)  # the client has read the body
+
+
+class InvocationPod:
+    def __init__(self, ctx: Context, pod: Pod):
+        self.ctx, self.pod = ctx, pod
+        rng = random.Random(f"{ctx.topology.seed}:{pod.name}")
+        self.rng = rng
+        self.tokens = TokenBook(rng)
+        self.pending: dict[str, Pending] = {}
+        self.settings = proxy_settings(ctx.values)
+        self._bus: BusClient | None = None
+
+    # Work handed to workers ------------------------------------------------------------------
+    def work_message(self, pending: Pending) -> dict:
+        port = INVOCATION_TLS_PORT if self.settings.upstream_tls else INVOCATION_HTTP_PORT
+        if not self.settings.enabled:
+            port = INVOCATION_HTTP_PORT  # no proxy: workers in this cluster call the pod's own port
+        override = self.ctx.values.get("global", {}).get("workerEndpoints", {}).get("invocationServiceURL")
+        target = override or f"http://{dashed_ip(self.pod.ip)}.{INVOCATION_SUFFIX}:{port}"
+        return {
+            "requestId": pending.request_id, "functionId": pending.function, "kind": "http",
+            "targetURI": target,
+            "proxyURI": self.settings.invocation_proxy_url if self.settings.enabled else "",
+            "requestToken": self.tokens.mint(pending.request_id, "request"),
+            "responseToken": self.tokens.mint(pending.request_id, "response"),
+            "pod": self.pod.name,
+        }
+
+    async def publish(self, pending: Pending) -> None:
+        if self._bus is None:
+            self._bus = await self.ctx.bus()
+        work = self.work_message(pending)
+        self.ctx.events.emit("token.minted", requestId=pending.request_id, pod=self.pod.name,
+                             target=work["targetURI"], proxy=work["proxyURI"])
+        sid = await self._bus.publish(pending.function, work)
+        self.ctx.events.emit("work.published", requestId=pending.request_id, pod=self.pod.name, worker=sid)
+
+    # HTTP ------------------------------------------------------------------------------------
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = H11Stream(h11.SERVER, reader, writer)
+        port = writer.get_extra_info("sockname")[1]
+        try:
+            while True:
+                event = await stream.next_event()
+                if not isinstance(event, h11.Request):
+                    break
+                await self.route(stream, event, port)
+                if not stream.reusable():
+                    break
+                stream.next_cycle()
+        except (ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    async def route(self, stream: H11Stream, req: h11.Request, port: int) -> None:
+        path = req.target.decode("latin-1").split("?", 1)[0]
+        headers = decode_headers(req.headers)
+        body = await read_body(stream)
+        method = req.method.decode()
+        if path == ATTACH_PATH and method == "GET":
+            await self.attach_get(stream, dict(headers))
+        elif path == ATTACH_PATH and method == "POST":
+            await self.attach_post(stream, dict(headers), body)
+        elif path.startswith(PEXEC_PREFIX) and method == "POST":
+            await self.invoke(stream, path[len(PEXEC_PREFIX):], headers, body)
+        elif path.startswith(STATUS_PREFIX) and method == "GET":
+            await self.poll(stream, path[len(STATUS_PREFIX):], dict(headers))
+        else:
+            await _problem(stream, 404, "Not Found")
+
+    async def invoke(self, stream: H11Stream, function: str, headers: list[tuple[str, str]],
+                     body: bytes) -> None:
+        request_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        inner = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not k.startswith("nvcf-")]
+        pending = Pending(request_id, function, request_h1("POST", "/", inner, body), body)
+        self.pending[request_id] = pending
+        self.ctx.events.emit("invoke.accepted", requestId=request_id, pod=self.pod.name, function=function)
+        await self.publish(pending)
+        await self.answer_client(stream, pending, dict(headers))
+
+    async def poll(self, stream: H11Stream, request_id: str, headers: dict[str, str]) -> None:
+        pending = self.pending.get(request_id)
+        if pending is None:
+            await _problem(stream, 404, f"Request {request_id} not found")
+            return
+        await self.answer_client(stream, pending, headers)
+
+    async def answer_client(self, stream: H11Stream, pending: Pending, headers: dict[str, str]) -> None:
+        poll = float(headers.get("nvcf-poll-seconds", "60"))
+        try:
+            inner = await asyncio.wait_for(asyncio.shield(pending.response), poll)
+        except TimeoutError:
+            await respond(stream, 202, b"", [("nvcf-reqid", pending.request_id),
+                                             ("nvcf-status", "pending-evaluation")])
+            return
+        out = [(k, v) for k, v in inner.headers if k not in HOP_BY_HOP]
+        out += [("nvcf-reqid", pending.request_id), ("nvcf-status", "fulfilled")]
+        await respond(stream, inner.status, inner.body, out)
+        pending.delivered.set()
+        self.pending.pop(pending.request_id, None)
+        self.ctx.events.emit("invoke.completed", requestId=pending.request_id, pod=self.pod.name,
+                             status=inner.status)
+
+    async def attach_get(self, stream: H11Stream, headers: dict[str, str]) -> None:
+        status, message, request_id = self.tokens.redeem(headers.get("authorization"), "request")
+        pending = self.pending.get(request_id or "")
+        if status == 200 and pending is None:
+            status, message = 404, "Request is no longer pending"
+        self.ctx.events.emit("attach.get", requestId=request_id or headers.get("x-request-id"),
+                             pod=self.pod.name, status=status, reason=message)
+        if status != 200 or pending is None:
+            await _problem(stream, status, message)
+        elif H1_TYPE in headers.get("accept", ""):
+            await respond(stream, 200, pending.request, [("content-type", H1_TYPE)])
+        else:
+            await respond(stream, 200, pending.body, [("content-type", "application/octet-stream")])
+
+    async def attach_post(self, stream: H11Stream, headers: dict[str, str], body: bytes) -> None:
+        status, message, request_id = self.tokens.redeem(headers.get("authorization"), "response")
+        pending = self.pending.get(request_id or "")
+        if status == 200 and pending is None:
+            status, message = 404, "Request is no longer pending"
+        inner = parse_inner_response(body) if status == 200 else message
+        if isinstance(inner, str) and status == 200:
+            status, message = 400, inner
+        self.ctx.events.emit("attach.post", requestId=request_id or headers.get("x-request-id"),
+                             pod=self.pod.name, status=status, reason=message)
+        if status != 200 or pending is None or not isinstance(inner, InnerResponse):
+            await _problem(stream, status, message or INCOMPLETE)
+            return
+        pending.response.set_result(inner)
+        # The pod answers only once the client has read the body: the POST is long-lived.
+        await pending.delivered.wait()
+        await respond(stream, 200)
+
+
+async def _problem(stream: H11Stream, status: int, detail: str) -> None:
+    body = ('{"status": %d, "detail": "%s"}' % (status, detail.replace('"', "'"))).encode()
+    await respond(stream, status, body, [("content-type", "application/problem+json")])
+
+
+async def run(ctx: Context, ready: Ready) -> None:
+    pod = next(p for p in ctx.topology.pods if p.name == ctx.name)
+    server = InvocationPod(ctx, pod)
+    plain = await asyncio.start_server(connection_handler(server.serve), "127.0.0.1", 0)
+    servers = [plain]
+    bindings = {f"{pod.ip}:{INVOCATION_HTTP_PORT}/tcp": plain.sockets[0].getsockname()[1]}
+    if server.settings.upstream_tls:
+        tls = ReloadingContext(ctx.secret(INVOCATION_SECRET), server_context,
+                               lambda msg: ctx.events.emit("pod.tls.reload_failed", error=msg))
+        secure = await asyncio.start_server(connection_handler(server.serve), "127.0.0.1", 0, ssl=tls.sni_switcher())
+        servers.append(secure)
+        bindings[f"{pod.ip}:{INVOCATION_TLS_PORT}/tcp"] = secure.sockets[0].getsockname()[1]
+    ready(bindings)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for srv in servers:
+            srv.close()
+        if server._bus:
+            with contextlib.suppress(Exception):
+                await server._bus.close()

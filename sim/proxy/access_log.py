@@ -1,0 +1,83 @@
+"""Envoy's default access-log format, so ncpsim's log reads like `kubectl logs deploy/worker-callback-proxy`.
+
+[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE%
+%RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%
+"%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%" "%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%"
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+@dataclass
+class AccessRecord:
+    start: float  # epoch seconds
+    method: str = "-"
+    path: str = "-"
+    protocol: str = "HTTP/1.1"
+    status: int = 0
+    flags: str = "-"
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    duration_ms: int = 0
+    upstream_service_time: str = "-"
+    forwarded_for: str = "-"
+    user_agent: str = "-"
+    request_id: str = "-"
+    authority: str = "-"
+    upstream_host: str = "-"
+
+    def finish(self, now: float | None = None) -> None:
+        self.duration_ms = int(((now or time.time()) - self.start) * 1000)
+
+
+def _q(value: str) -> str:
+    return f'"{value or "-"}"'
+
+
+def format_record(r: AccessRecord) -> str:
+    started = datetime.fromtimestamp(r.start, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
+        f"{int(r.start * 1000) % 1000:03d}Z"
+    return (f'[{started}] "{r.method} {r.path} {r.protocol}" {r.status} {r.flags} '
+            f"{r.bytes_received} {r.bytes_sent} {r.duration_ms} {r.upstream_service_time} "
+            f"{_q(r.forwarded_for)} {_q(r.user_agent)} {_q(r.request_id)} {_q(r.authority)} "
+            f"{_q(r.upstream_host)}")
+
+
+LINE = re.compile(
+    r'^\[(?P<start>[^\]]+)\] "(?P<method>\S+) (?P<path>\S+) (?P<protocol>\S+)" (?P<status>\d+) '
+    r"(?P<flags>\S+) (?P<rx>\d+) (?P<tx>\d+) (?P<duration>\d+) (?P<ust>\S+) "
+    r'"(?P<xff>[^"]*)" "(?P<ua>[^"]*)" "(?P<request_id>[^"]*)" "(?P<authority>[^"]*)" '
+    r'"(?P<upstream_host>[^"]*)"$')
+
+
+def parse_line(line: str) -> dict[str, str] | None:
+    """Read one access-log line back (for expectations and traces)."""
+    m = LINE.match(line.strip())
+    return m.groupdict() if m else None
+
+
+class AccessLog:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "a", buffering=1)
+
+    def write(self, record: AccessRecord) -> str:
+        line = format_record(record)
+        self._file.write(line + "\n")
+        return line
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_access_log(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    return [rec for line in path.read_text().splitlines() if (rec := parse_line(line))]

@@ -1,0 +1,55 @@
+"""The worker callback proxy process: the HTTP/1.1 front on TCP 10084 and the HTTP/3 front on UDP 443."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from certs.profiles import FRONTEND_SECRET, INVOCATION_SECRET, PUBLIC_FRONTEND_SECRET
+from sim.component import Context, Ready
+from sim.proxy.access_log import AccessLog
+try:  # TEMP-H3
+    from sim.proxy.h3_front import H3Front
+except ModuleNotFoundError:  # TEMP-H3
+    H3Front = None  # TEMP-H3
+from sim.proxy.http_front import HttpFront
+from sim.proxy.policy import ProxyPolicy
+from sim.tls import ReloadingContext, client_context, server_context
+from sim.topology import PROXY_H3_PORT, PROXY_HTTP_PORT
+from sim.values import proxy_settings
+
+ACCESS_LOG = "worker-callback-proxy.access.log"
+
+
+def policy_from_values(values: dict) -> ProxyPolicy:
+    settings = proxy_settings(values)
+    return ProxyPolicy(upstream_tls=settings.upstream_tls, connect_enabled=settings.connect_enabled)
+
+
+async def run(ctx: Context, ready: Ready) -> None:
+    settings = proxy_settings(ctx.values)
+    frontend_secret = PUBLIC_FRONTEND_SECRET if settings.frontend_issuer == "public" else FRONTEND_SECRET
+
+    def tls_error(message: str) -> None:
+        ctx.events.emit("proxy.tls.reload_failed", error=message)
+
+    frontend = ReloadingContext(ctx.secret(frontend_secret), server_context, tls_error)
+    upstream = ReloadingContext(ctx.secret(INVOCATION_SECRET),
+                                lambda d: client_context([d / "ca.crt"]), tls_error)
+    access_log = AccessLog(ctx.state_dir / "logs" / ACCESS_LOG)
+    # NCPSIM_PROXY_STREAM_IDLE lets tests exercise Envoy's idle stream timeout (300 s) in milliseconds.
+    idle = float(os.environ.get("NCPSIM_PROXY_STREAM_IDLE", "300"))
+    http = HttpFront(ctx, policy_from_values(ctx.values), access_log, frontend, upstream, idle)
+    h3 = H3Front(ctx, access_log) if H3Front else None  # TEMP-H3
+    lb = ctx.topology.proxy_lb_ip
+    try:
+        bindings = {f"{lb}:{PROXY_HTTP_PORT}/tcp": await http.start()}
+        if h3:  # TEMP-H3
+            bindings[f"{lb}:{PROXY_H3_PORT}/udp"] = await h3.start()
+        ready(bindings)
+        await asyncio.Event().wait()
+    finally:
+        await http.close()
+        if h3:  # TEMP-H3
+            await h3.close()
+        access_log.close()

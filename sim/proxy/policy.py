@@ -1,0 +1,135 @@
+"""The worker callback proxy's routing decision, as Envoy's listener, HCM and route table would make it.
+
+Pure: a parsed request head and the policy in, a decision out. The asyncio front only moves bytes.
+The order of checks follows Envoy: codec-level protocol errors first (400/426/431/501, flag DPE),
+then the route table (404 NR when nothing matches), then the upstream (UF/DF, decided at dial time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from dns.rule import undash
+
+CALLBACK_PATH = "/v2/nvcf/worker/request-attach"
+POD_SUFFIX = ".invocation.nvcf.svc.cluster.local"
+MAX_HEADERS_BYTES = 60 * 1024  # Envoy max_request_headers_kb default
+MAX_HEADERS_COUNT = 100  # Envoy max_headers_count default
+
+
+@dataclass(frozen=True)
+class ProxyPolicy:
+    upstream_tls: bool = True
+    connect_enabled: bool = False
+
+    @property
+    def upstream_port(self) -> int:
+        return 8443 if self.upstream_tls else 8080
+
+
+@dataclass(frozen=True)
+class RequestHead:
+    method: str
+    target: str
+    http_version: str = "1.1"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+    def all(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name]
+
+
+@dataclass(frozen=True)
+class Forward:
+    host: str  # pod name, e.g. 10-42-0-11.invocation.nvcf.svc.cluster.local
+    port: int
+    path: str  # origin-form, query kept
+    tls: bool  # re-encrypt to the pod (SNI and SAN check = host)
+
+    @property
+    def authority(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    status: int
+    flag: str  # Envoy response flag: NR, DPE, ...
+    reason: str
+    close: bool = False  # protocol errors end the connection, as Envoy's codec does
+
+
+Decision = Forward | Tunnel | Reject
+
+
+def pod_host(authority: str, port: int) -> str | None:
+    """The pod name if `authority` is exactly <dashed-ip>.invocation.nvcf.svc.cluster.local:<port>."""
+    host, sep, port_text = authority.rpartition(":")
+    if not sep or port_text != str(port):
+        return None
+    if host != host.lower() or not host.endswith(POD_SUFFIX):
+        return None
+    label = host[: -len(POD_SUFFIX)]
+    return host if undash(label) is not None else None
+
+
+def protocol_error(head: RequestHead) -> Reject | None:
+    """Codec checks Envoy makes before routing."""
+    if head.http_version == "1.0":
+        return Reject(426, "-", "HTTP/1.0 is not allowed", close=True)
+    transfer = [v.strip().lower() for v in head.all("transfer-encoding")]
+    if transfer and head.all("content-length"):
+        return Reject(400, "DPE", "Content-Length with Transfer-Encoding", close=True)
+    if transfer and transfer != ["chunked"]:
+        return Reject(501, "DPE", "unsupported Transfer-Encoding", close=True)
+    if len(head.headers) > MAX_HEADERS_COUNT:
+        return Reject(431, "DPE", "too many headers", close=True)
+    size = sum(len(k) + len(v) + 4 for k, v in head.headers)
+    if size > MAX_HEADERS_BYTES:
+        return Reject(431, "DPE", "headers too large", close=True)
+    if "#" in head.target:
+        return Reject(400, "DPE", "fragment in request target", close=True)
+    return None
+
+
+def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
+    """Absolute-form http:// request to a pod name on the worker port, callback path only."""
+    if not head.target.startswith("http://"):
+        return Reject(404, "NR", "not an absolute http:// target")
+    parts = urlsplit(head.target)
+    if parts.username is not None or parts.password is not None:
+        return Reject(400, "DPE", "user-info in request target", close=True)
+    host = pod_host(parts.netloc, policy.upstream_port)
+    if host is None:
+        return Reject(404, "NR", f"no route for authority {parts.netloc}")
+    if parts.path != CALLBACK_PATH:
+        return Reject(404, "NR", f"no route for path {parts.path or '/'}")
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    return Forward(host=host, port=policy.upstream_port, path=path, tls=policy.upstream_tls)
+
+
+def route_connect(head: RequestHead, policy: ProxyPolicy) -> Decision:
+    if not policy.connect_enabled:
+        return Reject(404, "NR", "CONNECT is disabled")
+    host = pod_host(head.target, 8443)
+    if host is None:
+        return Reject(404, "NR", f"no route for CONNECT {head.target}")
+    return Tunnel(host=host, port=8443)
+
+
+def decide(head: RequestHead, policy: ProxyPolicy) -> Decision:
+    error = protocol_error(head)
+    if error is not None:
+        return error
+    if head.method == "CONNECT":
+        return route_connect(head, policy)
+    return route_forward(head, policy)

@@ -1,0 +1,76 @@
+"""Entry point of every component process: `python -m sim.run KIND --state DIR --name NAME --cluster C`.
+
+The launcher starts one process per pod, per compute cluster (hosting its workers), for the proxy,
+the resolver and the work bus. Each binds port 0, reports its virtual-to-real bindings as one JSON
+line on the ready pipe (fd given by --ready-fd), closes it, and runs until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from sim.component import Context, Runner
+from sim.topology import Topology
+
+RUNNERS = {
+    "resolver": "sim.resolver_component:run",
+    "bus": "sim.bus_component:run",
+    "invocation": "sim.invocation:run",
+    "grpc-proxy": "sim.grpcproxy:run",
+    "proxy": "sim.proxy.component:run",
+    "workers": "sim.worker:run",
+}
+
+
+def load_runner(kind: str) -> Runner:
+    module, func = RUNNERS[kind].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+async def main_async(kind: str, ctx: Context, ready_fd: int | None) -> None:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+
+    def ready(bindings: dict[str, int]) -> None:
+        ctx.events.emit("component.ready", bindings=bindings, pid=os.getpid())
+        if ready_fd is not None:
+            os.write(ready_fd, (json.dumps({"pid": os.getpid(), "bindings": bindings}) + "\n").encode())
+            os.close(ready_fd)
+
+    try:
+        await load_runner(kind)(ctx, ready)
+    except asyncio.CancelledError:
+        ctx.events.emit("component.stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.run", description=__doc__)
+    parser.add_argument("kind", choices=sorted(RUNNERS))
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--cluster", required=True)
+    parser.add_argument("--ready-fd", type=int)
+    args = parser.parse_args(argv)
+    topology = Topology.load(args.state)
+    ctx = Context(args.state, topology, args.name, args.cluster)
+    try:
+        asyncio.run(main_async(args.kind, ctx, args.ready_fd))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ctx.events.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

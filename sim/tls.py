@@ -1,0 +1,87 @@
+"""SSL contexts from Secret-shaped folders, reloaded when the Secret is swapped.
+
+Kubernetes swaps a Secret volume by re-pointing its `..data` symlink; Envoy's file-based SDS notices
+and uses the new material for new handshakes. ReloadingContext does the same: it checks the folder's
+`..data` target (or the files' mtimes) on each use, builds a fresh context on change, and keeps the
+old one, logging the error, when the new files are broken.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+
+def server_context(secret_dir: Path, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(secret_dir / "tls.crt", secret_dir / "tls.key")
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
+def client_context(cafiles: list[Path], extra_pem: str = "", alpn: tuple[str, ...] = ("http/1.1",),
+                   check_hostname: bool = True) -> ssl.SSLContext:
+    """A client that trusts exactly `cafiles` (and an extra PEM, as NVCF_PROXY_CA_PEM) and nothing else."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = check_hostname
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    # No cafiles and no PEM is a worker that trusts nothing: every handshake fails verification.
+    for path in cafiles:
+        ctx.load_verify_locations(cafile=str(path))
+    if extra_pem.strip():
+        ctx.load_verify_locations(cadata=extra_pem)
+    if alpn:
+        ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
+def secret_stamp(secret_dir: Path) -> tuple:
+    """What changes when a Secret is swapped: the ..data target, else the files' mtimes."""
+    data = secret_dir / "..data"
+    if data.is_symlink():
+        return ("link", os.readlink(data))
+    return tuple((name, (secret_dir / name).stat().st_mtime_ns)
+                 for name in ("tls.crt", "tls.key", "ca.crt") if (secret_dir / name).exists())
+
+
+class ReloadingContext:
+    """An SSLContext rebuilt by `factory(secret_dir)` whenever the Secret changes."""
+
+    def __init__(self, secret_dir: Path, factory: Callable[[Path], ssl.SSLContext],
+                 on_error: Callable[[str], None] = lambda msg: None):
+        self.secret_dir = secret_dir
+        self.factory = factory
+        self.on_error = on_error
+        self._stamp = secret_stamp(secret_dir)
+        self._ctx = factory(secret_dir)  # broken material at start-up is a hard error
+        self.generation = 1
+
+    def current(self) -> ssl.SSLContext:
+        try:
+            stamp = secret_stamp(self.secret_dir)
+        except OSError as exc:
+            self.on_error(f"cannot read {self.secret_dir}: {exc}; keeping the previous certificate")
+            return self._ctx
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._ctx = self.factory(self.secret_dir)
+                self.generation += 1
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                self.on_error(f"cannot load {self.secret_dir}: {exc}; keeping the previous certificate")
+        return self._ctx
+
+    def sni_switcher(self) -> ssl.SSLContext:
+        """A listener context whose handshakes switch to the current material (via the SNI callback)."""
+        base = self.factory(self.secret_dir)
+
+        def pick(sock: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+            sock.context = self.current()
+
+        base.sni_callback = pick
+        return base

@@ -1,0 +1,452 @@
+"""The stack's environment file: defaults, overrides, validation and the proxy's effective settings.
+
+Same shape as NVCF's ``environments/<env>.yaml``, so a customer's file can be replayed. Everything here
+is pure except ``load_values_file``. Validation reports what a render of the real stack would refuse,
+each problem with its key path and, when known, the file and line that set it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from certs.inspect import covers
+from certs.profiles import FRONTEND_SECRET, PUBLIC, STACK
+from sim.errors import ConfigError
+
+KeyPath = tuple[str | int, ...]  # str: mapping key, int: sequence index
+Origin = Mapping[str, tuple[str, int]]
+
+# The seed's default: the auth callout sends worker tokens to the NVCF API's in-cluster Service.
+DEFAULT_WEBHOOK_URL = "http://api.nvcf.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
+INVOCATION_PROXY_PORT = 10084
+
+
+def _annotated(**extra: Any) -> dict[str, Any]:
+    return {"podAnnotations": {}, **extra}
+
+
+DEFAULTS: dict[str, Any] = {
+    "workerCallbackProxy": {
+        "enabled": True,
+        "workerDomain": "grpc-worker.example.com",
+        "service": {"type": "LoadBalancer"},
+        "tls": {"frontend": {"certificate": {"issuerRef": None}, "existingSecret": None}},
+        "invocation": {"upstreamTls": {"enabled": True}, "connect": {"enabled": False}},
+        "image": {"registry": "docker.io", "repository": "envoyproxy/envoy", "tag": "v1.31-latest"},
+    },
+    "global": {
+        "workerEndpoints": dict.fromkeys(
+            ("invocationServiceURL", "grpcProxyWorkerConnectURL", "invocationProxyURL"), ""),
+        "nvcaOperator": {"agent": {"workerCallbackCaPem": ""}},
+    },
+    "grpcproxy": _annotated(workerConnectBaseURL=""),
+    "invocation": _annotated(env={"WORKER_STREAM_PROPERTIES__SELF_ADDRESS": ""}),
+    "nats": _annotated(
+        workerAuth="nkey", authCallout={"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}),
+    "api": _annotated(),
+    "nvctApi": _annotated(),
+    "apikeys": _annotated(),
+    "ess": _annotated(),
+    "natsAuthCalloutService": _annotated(),
+    "openbao": {"server": {"annotations": {}}},
+    "adminIssuerProxy": {"enabled": True, "gateway": {"enabled": True}},
+}
+
+WCP = "workerCallbackProxy"
+ENABLED: KeyPath = (WCP, "enabled")
+WORKER_DOMAIN: KeyPath = (WCP, "workerDomain")
+FRONTEND: KeyPath = (WCP, "tls", "frontend")
+ISSUER_REF: KeyPath = (*FRONTEND, "certificate", "issuerRef")
+EXISTING_SECRET: KeyPath = (*FRONTEND, "existingSecret")
+PROXY_URL: KeyPath = ("global", "workerEndpoints", "invocationProxyURL")
+CA_PEM: KeyPath = ("global", "nvcaOperator", "agent", "workerCallbackCaPem")
+WORKER_AUTH: KeyPath = ("nats", "workerAuth")
+WEBHOOK_URL: KeyPath = ("nats", "authCallout", "workerTokenAuth", "webhookUrl")
+SPLIT_PLANE_URLS: tuple[KeyPath, ...] = (
+    ("global", "workerEndpoints", "invocationServiceURL"),
+    ("global", "workerEndpoints", "grpcProxyWorkerConnectURL"),
+    ("grpcproxy", "workerConnectBaseURL"),
+    ("invocation", "env", "WORKER_STREAM_PROPERTIES__SELF_ADDRESS"),
+)
+BOOLEANS: tuple[KeyPath, ...] = (
+    ENABLED,
+    (WCP, "invocation", "upstreamTls", "enabled"),
+    (WCP, "invocation", "connect", "enabled"),
+    ("adminIssuerProxy", "enabled"),
+    ("adminIssuerProxy", "gateway", "enabled"),
+)
+ANNOTATION_MAPS: tuple[KeyPath, ...] = (
+    *((svc, "podAnnotations") for svc in (
+        "api", "nvctApi", "invocation", "grpcproxy", "apikeys", "ess", "natsAuthCalloutService", "nats")),
+    ("openbao", "server", "annotations"),
+)
+SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
+RESERVED_ANNOTATION_PREFIX = "nvcf.nvidia.com/nats-worker-auth"
+CHART_MANAGED_ANNOTATION_PREFIXES = ("checksum/",)  # the charts roll pods by these; a user value breaks that
+
+_PLAIN_KEY = re.compile(r"[^.\[\]\"\s]+")
+_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+
+
+def key_path(parts: KeyPath) -> str:
+    """Dotted path; keys that contain dots are bracketed (``api.podAnnotations["a.b/c"]``) as yq does."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            out += f'["{part}"]'
+    return out
+
+
+# -- merging and lookup ------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return copy.deepcopy(value)
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """Helm's rule for values files: mappings merge key by key, anything else replaces. Inputs untouched."""
+    merged = {key: _plain(value) for key, value in base.items()}
+    for key, value in override.items():
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = deep_merge(current, value)
+        else:
+            merged[key] = _plain(value)
+    return merged
+
+
+def _lookup(values: Any, parts: KeyPath, default: Any = None) -> Any:
+    node = values
+    for part in parts:
+        if not isinstance(node, Mapping) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return f'the string "{value}"'
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", list: "a list"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _set(value: Any) -> bool:
+    return value is not None and value != ""
+
+
+# -- issues ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ValuesIssue:
+    """One problem, located like a render failure: ``FILE:LINE: key.path: message``."""
+
+    path: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file or ""
+        if self.line is not None:
+            where = f"{where}:{self.line}" if where else f"line {self.line}"
+        # Some messages are fixed strings that already start with the key (nats.workerAuth ...).
+        text = self.message
+        if self.path and not self.message.startswith(self.path):
+            text = f"{self.path}: {text}"
+        return f"{where}: {text}" if where else text
+
+
+Add = Callable[[KeyPath, str], None]
+
+
+def _check_shapes(defaults: Mapping, values: dict, parts: KeyPath, add: Add) -> None:
+    """Where the defaults hold a mapping the values must too. A wrong node is reported once and then
+    replaced by its default, so the rules below do not report follow-on errors under it."""
+    for key, default in defaults.items():
+        if not isinstance(default, Mapping):
+            continue
+        here = (*parts, key)
+        value = values.get(key)
+        if value is None and not default:
+            values[key] = {}  # "podAnnotations:" with nothing under it renders nothing, like {}
+        elif not isinstance(value, Mapping):
+            add(here, f"must be a mapping (indented key: value lines), found {_kind(value)}")
+            values[key] = _plain(default)
+        else:
+            _check_shapes(default, values[key], here, add)
+
+
+def _dns_problem(name: str) -> str | None:
+    if name.endswith("."):
+        return "drop the trailing dot"
+    if "*" in name:
+        return "leave out the '*': the certificate adds the wildcard"
+    labels = name.split(".")
+    if len(labels) < 2:
+        return "needs at least two labels, e.g. grpc-worker.example.com"
+    if len(name) > 253:
+        return "is longer than 253 characters"
+    for label in labels:
+        if len(label) > 63 or not _DNS_LABEL.fullmatch(label):
+            if label and _DNS_LABEL.fullmatch(label.lower()):
+                return "must be lower case"
+            return f'label "{label}" must be 1-63 of a-z, 0-9 and "-", not starting or ending with "-"'
+    return None
+
+
+def _rule_booleans(values: Mapping, add: Add) -> None:
+    for parts in BOOLEANS:
+        value = _lookup(values, parts)
+        if not isinstance(value, bool):
+            add(parts, f"must be true or false (unquoted), found {_kind(value)}")
+
+
+def _rule_proxy_enabled(values: Mapping, add: Add) -> None:
+    if _lookup(values, ENABLED) is not True:
+        return
+    domain = _lookup(values, WORKER_DOMAIN)
+    if not isinstance(domain, str) or not domain:
+        add(WORKER_DOMAIN, "must be set to the DNS name workers reach the proxy under, "
+            "e.g. grpc-worker.example.com")
+    elif problem := _dns_problem(domain):
+        add(WORKER_DOMAIN, f'"{domain}" is not a valid DNS name: {problem}')
+    for parts in SPLIT_PLANE_URLS:
+        if _set(_lookup(values, parts)):
+            add(parts, "must be empty when workerCallbackProxy.enabled is true "
+                "(the proxy replaces split-plane URLs)")
+
+
+def _rule_proxy_url(values: Mapping, add: Add) -> None:
+    url = _lookup(values, PROXY_URL)
+    if not _set(url):
+        return
+    if not isinstance(url, str):
+        add(PROXY_URL, f"must be an https URL string, found {_kind(url)}")
+        return
+    try:
+        split = urlsplit(url)
+        host, _port = split.hostname, split.port
+    except ValueError as exc:
+        add(PROXY_URL, f"is not a URL ({exc}); use https://invocation.<workerDomain>:{INVOCATION_PROXY_PORT}")
+        return
+    if split.scheme != "https":
+        add(PROXY_URL, f"must use https (workers open TLS to the proxy), found {split.scheme or 'no scheme'}")
+    elif not host:
+        add(PROXY_URL, f"has no host; use https://invocation.<workerDomain>:{INVOCATION_PROXY_PORT}")
+    else:
+        domain = _lookup(values, WORKER_DOMAIN)
+        if isinstance(domain, str) and domain and not covers(f"*.{domain}", host):
+            add(PROXY_URL, f"host {host} is not covered by the *.{domain} certificate; "
+                "use exactly one label under workerCallbackProxy.workerDomain")
+
+
+def _rule_frontend_tls(values: Mapping, add: Add) -> None:
+    ref, secret = _lookup(values, ISSUER_REF), _lookup(values, EXISTING_SECRET)
+    if ref is not None and _set(secret):
+        add(EXISTING_SECRET, "cannot be combined with workerCallbackProxy.tls.frontend.certificate."
+            "issuerRef; set only one")
+    if ref is not None:
+        if not isinstance(ref, Mapping):
+            add(ISSUER_REF, f"must be a mapping with kind and name, found {_kind(ref)}")
+        else:
+            for field, example in (("kind", "ClusterIssuer"), ("name", "letsencrypt")):
+                if not isinstance(ref.get(field), str) or not ref.get(field):
+                    add((*ISSUER_REF, field), f"must be set, e.g. {field}: {example}")
+    if _set(secret) and not isinstance(secret, str):
+        add(EXISTING_SECRET, f"must be the name of a kubernetes.io/tls Secret, found {_kind(secret)}")
+
+
+def _rule_service_type(values: Mapping, add: Add) -> None:
+    kind = _lookup(values, (WCP, "service", "type"))
+    if kind not in SERVICE_TYPES:
+        add((WCP, "service", "type"), f"must be one of {', '.join(SERVICE_TYPES)}, found {_kind(kind)}")
+
+
+def _rule_nats(values: Mapping, add: Add) -> None:
+    mode = _lookup(values, WORKER_AUTH)
+    if not isinstance(mode, str) or mode not in ("nkey", "token"):
+        add(WORKER_AUTH, "nats.workerAuth must be nkey or token")  # the stack's own wording
+    elif mode == "token":
+        url = _lookup(values, WEBHOOK_URL)
+        if not isinstance(url, str) or not url.strip():
+            add(WEBHOOK_URL, "must be set when nats.workerAuth is token (the auth callout sends worker "
+                f"tokens there), e.g. {DEFAULT_WEBHOOK_URL}")
+
+
+def _annotation_key_problem(key: str) -> str | None:
+    if key.startswith(RESERVED_ANNOTATION_PREFIX):
+        return "is reserved for the auth callout's restart on a worker auth change; remove it"
+    if key.startswith(CHART_MANAGED_ANNOTATION_PREFIXES):
+        return "is managed by the chart itself; remove it"
+    return None
+
+
+def _rule_annotations(values: Mapping, add: Add) -> None:
+    for parts in ANNOTATION_MAPS:
+        for key, value in (_lookup(values, parts) or {}).items():
+            here = (*parts, str(key))
+            problem = _annotation_key_problem(key) if isinstance(key, str) else "key must be a string"
+            if problem:
+                add(here, problem)
+            if not isinstance(value, str):
+                # json.dumps spells the value the way YAML would (true, 8080), ready to be quoted.
+                add(here, f"value must be a string, found {_kind(value)}; quote it: \"{json.dumps(value)}\"")
+
+
+RULES: tuple[Callable[[Mapping, Add], None], ...] = (
+    _rule_booleans, _rule_proxy_enabled, _rule_proxy_url, _rule_frontend_tls,
+    _rule_service_type, _rule_nats, _rule_annotations,
+)
+
+
+def _locate(parts: KeyPath, message: str, origin: Origin) -> ValuesIssue:
+    """Attach the file and line of the key, or of its nearest ancestor the file set."""
+    for depth in range(len(parts), 0, -1):
+        found = origin.get(key_path(parts[:depth]))
+        if found:
+            return ValuesIssue(key_path(parts), message, found[0], found[1])
+    return ValuesIssue(key_path(parts), message)
+
+
+def validate(values: Mapping, origin: Origin | None = None) -> list[ValuesIssue]:
+    """Every problem in ``values`` (user overrides or an already merged tree), in rule order."""
+    if not isinstance(values, Mapping):
+        return [ValuesIssue("", f"top level must be a mapping of keys, found {_kind(values)}")]
+    found: list[tuple[KeyPath, str]] = []
+
+    def add(parts: KeyPath, message: str) -> None:
+        found.append((parts, message))
+
+    merged = deep_merge(DEFAULTS, values)
+    _check_shapes(DEFAULTS, merged, (), add)
+    for rule in RULES:
+        rule(merged, add)
+    return [_locate(parts, message, origin or {}) for parts, message in found]
+
+
+def check(values: Mapping, origin: Origin | None = None) -> None:
+    """Raise ``ConfigError`` naming the first problem; all of them are on ``.issues``."""
+    issues = validate(values, origin)
+    if issues:
+        error = ConfigError(str(issues[0]))
+        error.issues = tuple(issues)
+        raise error
+
+
+# -- effective proxy settings ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProxySettings:
+    enabled: bool
+    worker_domain: str
+    frontend_issuer: str  # STACK or PUBLIC
+    frontend_secret: str
+    upstream_tls: bool
+    connect_enabled: bool
+    invocation_proxy_url: str  # the https URL workers are handed
+    worker_ca_pem_set: bool
+
+
+def proxy_settings(values: Mapping) -> ProxySettings:
+    """What the stack would deploy for these values (expects values that pass ``validate``)."""
+    merged = deep_merge(DEFAULTS, values)
+
+    def get(parts: KeyPath) -> Any:
+        return _lookup(merged, parts, _lookup(DEFAULTS, parts))
+
+    domain = str(get(WORKER_DOMAIN))
+    ref, secret = get(ISSUER_REF), get(EXISTING_SECRET)
+    # Any frontend certificate the user brings is assumed public (the seed's reason to bring one).
+    # With issuerRef the chart's own Certificate still writes the frontend Secret.
+    issuer = PUBLIC if ref is not None or _set(secret) else STACK
+    url = get(PROXY_URL)
+    pem = get(CA_PEM)
+    return ProxySettings(
+        enabled=get(ENABLED) is True,
+        worker_domain=domain,
+        frontend_issuer=issuer,
+        frontend_secret=str(secret) if _set(secret) else FRONTEND_SECRET,
+        upstream_tls=get((WCP, "invocation", "upstreamTls", "enabled")) is True,
+        connect_enabled=get((WCP, "invocation", "connect", "enabled")) is True,
+        invocation_proxy_url=url if _set(url) else f"https://invocation.{domain}:{INVOCATION_PROXY_PORT}",
+        worker_ca_pem_set=isinstance(pem, str) and bool(pem.strip()),
+    )
+
+
+# -- reading a file ----------------------------------------------------------------------------------
+def _yaml_message(name: str, exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    problem = exc.problem or "malformed YAML"
+    if problem == "found unexpected end of stream" and exc.context_mark is not None:
+        mark = exc.context_mark  # an unclosed quote or bracket: point where it was opened
+    where = f"{name}:{mark.line + 1}" if mark is not None else name
+    text = f"{exc.context}: {problem}" if exc.context else problem
+    if "'\\t'" in problem:
+        hint = "indent with spaces, not tabs"
+    elif "quoted scalar" in (exc.context or ""):
+        hint = "close the quote"
+    elif "block end" in problem or "mapping values are not allowed" in problem:
+        hint = "check the indentation and that each key has one colon"
+    else:
+        hint = "fix the YAML syntax"
+    return " ".join(f"{where}: {text}; {hint}".split())
+
+
+def _collect_origin(node: yaml.Node, parts: KeyPath, name: str, origin: dict, active: set[int]) -> None:
+    if id(node) in active:  # a recursive alias; its keys are already recorded
+        return
+    active.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            here = (*parts, key_node.value)
+            origin[key_path(here)] = (name, key_node.start_mark.line + 1)
+            _collect_origin(value_node, here, name, origin, active)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            origin[key_path((*parts, index))] = (name, item.start_mark.line + 1)
+            _collect_origin(item, (*parts, index), name, origin, active)
+    active.discard(id(node))
+
+
+def load_values_file(path: Path) -> tuple[dict, dict[str, tuple[str, int]]]:
+    """Parse a values file into ``(values, origin)``; origin maps key paths to ``(file, 1-based line)``."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name}: not UTF-8 text; save the values file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read the values file ({exc.strerror}); check the path") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()  # one parse gives both the marks and the data
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(_yaml_message(name, exc)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(" ".join(f"{name}: {exc}; fix the YAML syntax".split())) from None
+    finally:
+        loader.dispose()
+    if data is None:
+        return {}, {}  # an empty file overrides nothing
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}:{node.start_mark.line + 1}: top level must be a mapping of keys "
+                          f"(e.g. workerCallbackProxy:), found {_kind(data)}")
+    origin: dict[str, tuple[str, int]] = {}
+    _collect_origin(node, (), name, origin, set())
+    return data, origin

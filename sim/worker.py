@@ -1,0 +1,100 @@
+"""Function workers of one cluster (one process per compute cluster), as worker-utils behaves.
+
+Each worker subscribes to the functions' work queues; for each work message it calls back to the pod
+that holds the request: through the proxy when the message carries a proxy address, else directly.
+Workers ignore HTTP(S)_PROXY: only the proxy address in the work message counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.component import Context, Ready
+from sim.topology import WorkerSpec
+from sim.worker_http import handle_http_work
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+def stack_ca_marker(value: str, ctx: Context) -> str:
+    """`@stack-ca` in values stands for the stack CA's PEM (a scenario cannot know it in advance)."""
+    if value.strip() == "@stack-ca":
+        return ctx.ca_path("stack").read_text()
+    return value
+
+
+@dataclass
+class WorkerRuntime:
+    spec: WorkerSpec
+    ctx: Context
+    proxy_ca_pem: str  # NVCF_PROXY_CA_PEM as it was when this worker's pod was created
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def sends_connect(self) -> bool:
+        """worker-utils before 1.3.2 tunnels with CONNECT instead of forward-proxy requests."""
+        return version_tuple(self.spec.worker_utils) < (1, 3, 2)
+
+    def cafiles(self) -> list[Path]:
+        if self.spec.trust == "none":
+            return []
+        roots = [self.ctx.ca_path("public")]  # the simulated system roots
+        if self.spec.trust == "stack":
+            roots.append(self.ctx.ca_path("stack"))  # an image with the stack CA baked in
+        return roots
+
+    def client_context(self, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
+        from sim.tls import client_context
+
+        return client_context(self.cafiles(), self.proxy_ca_pem, alpn)
+
+
+def make_workers(ctx: Context) -> dict[str, WorkerRuntime]:
+    agent = ctx.values.get("global", {}).get("nvcaOperator", {}).get("agent", {})
+    pem = stack_ca_marker(agent.get("workerCallbackCaPem") or "", ctx)
+    return {w.name: WorkerRuntime(w, ctx, pem) for w in ctx.topology.workers_in(ctx.cluster)}
+
+
+async def handle_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
+    if work.get("kind") == "grpc":
+        from sim.worker_grpc import handle_work as handle_grpc
+
+        await handle_grpc(worker, work)
+    else:
+        await handle_http_work(worker, work)
+
+
+async def run(ctx: Context, ready: Ready) -> None:
+    workers = make_workers(ctx)
+    bus = await ctx.bus()
+    for name in workers:
+        for function in ctx.topology.functions:
+            await bus.subscribe(function, name)
+    ready({})
+    tasks: set[asyncio.Task] = set()
+    try:
+        async for frame in bus.messages():
+            worker = workers.get(frame["sid"])
+            if worker is None:
+                continue
+            task = asyncio.create_task(handle_work(worker, frame["msg"]),
+                                       name=f"{frame['sid']}:{frame['msg'].get('requestId')}")
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        await asyncio.Event().wait()  # the bus went away: stay up (as a pod would) until stopped
+    finally:
+        for task in list(tasks):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await bus.close()

@@ -1,0 +1,118 @@
+"""The compute cluster's CoreDNS rewrite (dns.coredns): what is rendered, and that the rendered
+text means the same as the local wildcard rule."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from dns.coredns import CONFIGMAP_KEY, evaluate_rewrite, render_coredns_custom
+from dns.rule import WildcardRule
+
+try:  # the shared name table; works whether or not tests/ is a package
+    from tests.test_dns_rule import RULE, WORKER_DOMAIN_NAMES
+except ImportError:
+    from test_dns_rule import RULE, WORKER_DOMAIN_NAMES
+
+PROXY_SERVICE = "worker-callback-proxy.nvcf.svc.cluster.local"
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict:
+    return render_coredns_custom(RULE, PROXY_SERVICE)
+
+
+def test_configmap_is_the_one_k3s_imports(rendered: dict) -> None:
+    assert rendered["apiVersion"] == "v1"
+    assert rendered["kind"] == "ConfigMap"
+    assert rendered["metadata"]["name"] == "coredns-custom"
+    assert rendered["metadata"]["namespace"] == "kube-system"
+    # k3s imports /etc/coredns/custom/*.override into the .:53 block; other suffixes are ignored
+    assert list(rendered["data"]) == [CONFIGMAP_KEY]
+    assert CONFIGMAP_KEY.endswith(".override")
+
+
+def test_configmap_survives_yaml_and_kubernetes_schema(rendered: dict) -> None:
+    text = yaml.safe_dump(rendered, sort_keys=False)
+    assert yaml.safe_load(text) == rendered
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    kubernetes_validate.validate(yaml.safe_load(text), "1.30", strict=True)
+
+
+def test_stanza_is_a_regex_name_rewrite_with_answer_auto(rendered: dict) -> None:
+    stanza = rendered["data"][CONFIGMAP_KEY]
+    lines = [line.strip() for line in stanza.splitlines() if line.strip() and not line.startswith("#")]
+    assert lines == [
+        "rewrite stop {",
+        r"name regex ^(.+)\.grpc-worker\.example\.com\.$ worker-callback-proxy.nvcf.svc.cluster.local.",
+        "answer auto",
+        "}",
+    ]
+    pattern = lines[1].split()[2]
+    assert "(?" not in pattern and "\\d" not in pattern  # plain RE2: Go and Python agree on it
+
+
+@pytest.mark.parametrize(("qname", "covered"), WORKER_DOMAIN_NAMES)
+def test_rendered_rewrite_agrees_with_the_rule(rendered: dict, qname: str, covered: bool) -> None:
+    assert RULE.matches(qname) is covered
+    assert evaluate_rewrite(rendered, qname) == (PROXY_SERVICE if covered else None)
+
+
+def test_other_domains_are_escaped_too() -> None:
+    rule = WildcardRule("Workers.NVCF.example.net", "10.100.0.10")
+    rendered = render_coredns_custom(rule, "proxy.nvcf.svc.cluster.local.")
+    assert r"\.workers\.nvcf\.example\.net\.$" in rendered["data"][CONFIGMAP_KEY]
+    assert evaluate_rewrite(rendered, "10-42-0-17.workers.nvcf.example.net") == "proxy.nvcf.svc.cluster.local"
+    assert evaluate_rewrite(rendered, "10-42-0-17.workersxnvcf.example.net") is None
+
+
+@pytest.mark.parametrize("service", ["", "worker callback proxy", "proxy..nvcf", "http://proxy.nvcf"])
+def test_bad_proxy_service_name_is_refused(service: str) -> None:
+    with pytest.raises(ValueError, match="proxy Service name"):
+        render_coredns_custom(RULE, service)
+
+
+def _configmap(*stanzas: str, key: str = CONFIGMAP_KEY) -> dict:
+    return {"data": {f"{i}-{key}": text for i, text in enumerate(stanzas)}}
+
+
+# The evaluator reads text, so it is checked on hand-written Corefile snippets as well.
+EVALUATOR_CASES = [
+    # snippet(s), qname, expected
+    (["rewrite name regex ^(.+)\\.a\\.test\\.$ svc.ns.svc.cluster.local answer auto"], "x.a.test", "svc.ns.svc.cluster.local"),
+    (["rewrite stop name exact old.test new.test"], "OLD.test.", "new.test"),
+    (["rewrite name old.test new.test"], "old.test", "new.test"),
+    (["rewrite stop name exact old.test new.test"], "x.old.test", None),
+    (["rewrite name suffix .a.test .b.test"], "x.y.a.test", "x.y.b.test"),
+    (["rewrite name regex ^([^.]+)\\.a\\.test\\.$ {1}.b.test"], "Pod.a.test", "pod.b.test"),
+    (["rewrite name regex ^([^.]+)\\.a\\.test\\.$ {1}.b.test"], "x.y.a.test", None),
+    (["rewrite continue name exact a.test b.test", "rewrite name exact b.test c.test"], "a.test", "c.test"),
+    (["rewrite stop name exact a.test b.test", "rewrite name exact b.test c.test"], "a.test", "b.test"),
+    (["# a comment\nlog\nrewrite stop {\n  name exact a.test b.test # trailing\n}\n"], "a.test", "b.test"),
+    ([], "a.test", None),
+]
+
+
+@pytest.mark.parametrize(("stanzas", "qname", "expected"), EVALUATOR_CASES)
+def test_evaluator_reads_corefile_text(stanzas: list[str], qname: str, expected: str | None) -> None:
+    assert evaluate_rewrite(_configmap(*stanzas), qname) == expected
+
+
+def test_evaluator_ignores_keys_k3s_does_not_import() -> None:
+    assert evaluate_rewrite(_configmap("rewrite name exact a.test b.test", key="x.server"), "a.test") is None
+
+
+@pytest.mark.parametrize(
+    "stanza",
+    [
+        "rewrite type ANY HINFO",
+        "rewrite name prefix a. b.",
+        "rewrite name regex ^a\\.test\\.$ b.test answer name ^b\\.test\\.$ a.test",
+        'rewrite name exact "a.test" b.test',
+        "rewrite stop {\n  name exact a.test b.test\n",
+    ],
+)
+def test_evaluator_refuses_what_it_does_not_understand(stanza: str) -> None:
+    with pytest.raises(ValueError):
+        evaluate_rewrite(_configmap(stanza), "a.test")
+

@@ -1,0 +1,345 @@
+"""Values: merging, every validation rule (pass and fail), file origins, YAML errors, proxy settings."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from certs.profiles import FRONTEND_SECRET, PUBLIC, STACK, frontend_profile
+from sim.errors import ConfigError, NcpsimError
+from sim.values import (
+    DEFAULTS,
+    ProxySettings,
+    ValuesIssue,
+    check,
+    deep_merge,
+    load_values_file,
+    proxy_settings,
+    validate,
+)
+
+WD = "grpc-worker.example.com"
+
+
+def nested(path: str, value: Any) -> dict:
+    """``nested("a.b", 1) == {"a": {"b": 1}}``, for table rows."""
+    out: Any = value
+    for key in reversed(path.split(".")):
+        out = {key: out}
+    return out
+
+
+def paths(values: dict) -> list[str]:
+    return [issue.path for issue in validate(values)]
+
+
+# -- deep_merge -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("base", "override", "expected"),
+    [
+        ({"a": 1}, {"b": 2}, {"a": 1, "b": 2}),
+        ({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}, {"a": {"b": 1, "c": 3}}),
+        ({"a": {"b": {"c": 1}}}, {"a": {"b": {"d": 2}}}, {"a": {"b": {"c": 1, "d": 2}}}),
+        ({"a": [1, 2]}, {"a": [3]}, {"a": [3]}),
+        ({"a": {"b": 1}}, {"a": None}, {"a": None}),
+        ({"a": {"b": 1}}, {"a": "x"}, {"a": "x"}),
+        ({"a": "x"}, {"a": {"b": 1}}, {"a": {"b": 1}}),
+        ({"a": {"b": 1}}, {"a": {}}, {"a": {"b": 1}}),
+        ({"a": 1}, {}, {"a": 1}),
+        ({}, {"a": {"b": [1]}}, {"a": {"b": [1]}}),
+    ],
+)
+def test_deep_merge(base: dict, override: dict, expected: dict) -> None:
+    before = (copy.deepcopy(base), copy.deepcopy(override))
+    assert deep_merge(base, override) == expected
+    assert (base, override) == before
+
+
+def test_deep_merge_copies() -> None:
+    override = {"a": {"b": [1]}}
+    merged = deep_merge(DEFAULTS, override)
+    merged["a"]["b"].append(2)
+    merged["workerCallbackProxy"]["service"]["type"] = "NodePort"
+    assert override == {"a": {"b": [1]}}
+    assert DEFAULTS["workerCallbackProxy"]["service"]["type"] == "LoadBalancer"
+
+
+_trees = st.recursive(st.integers() | st.text(max_size=3) | st.none(),
+                      lambda inner: st.dictionaries(st.sampled_from("abc"), inner, max_size=3), max_leaves=8)
+
+
+@given(st.dictionaries(st.sampled_from("abc"), _trees), st.dictionaries(st.sampled_from("abc"), _trees))
+def test_deep_merge_properties(base: dict, override: dict) -> None:
+    merged = deep_merge(base, override)
+    assert deep_merge(merged, override) == merged  # applying the same override twice changes nothing
+    assert deep_merge(base, {}) == base and deep_merge({}, override) == override
+    for key, value in override.items():
+        if not isinstance(value, dict):
+            assert merged[key] == value
+
+
+# -- validation: one row per rule, failing and passing ------------------------------------------------------
+ON = {"workerCallbackProxy": {"enabled": True}}
+OFF = {"workerCallbackProxy": {"enabled": False}}
+SPLIT = [
+    "global.workerEndpoints.invocationServiceURL",
+    "global.workerEndpoints.grpcProxyWorkerConnectURL",
+    "grpcproxy.workerConnectBaseURL",
+    "invocation.env.WORKER_STREAM_PROPERTIES__SELF_ADDRESS",
+]
+BOOLS = [
+    "workerCallbackProxy.enabled",
+    "workerCallbackProxy.invocation.upstreamTls.enabled",
+    "workerCallbackProxy.invocation.connect.enabled",
+    "adminIssuerProxy.enabled",
+    "adminIssuerProxy.gateway.enabled",
+]
+ANNOTATIONS = [f"{svc}.podAnnotations" for svc in (
+    "api", "nvctApi", "invocation", "grpcproxy", "apikeys", "ess", "natsAuthCalloutService", "nats")]
+ANNOTATIONS.append("openbao.server.annotations")
+URL = "global.workerEndpoints.invocationProxyURL"
+REF = "workerCallbackProxy.tls.frontend.certificate.issuerRef"
+SECRET = "workerCallbackProxy.tls.frontend.existingSecret"
+WEBHOOK = "nats.authCallout.workerTokenAuth.webhookUrl"
+WDP = "workerCallbackProxy.workerDomain"
+CLUSTER_ISSUER = {"kind": "ClusterIssuer", "name": "letsencrypt"}
+
+FAILING: list[tuple[str, dict, str, str]] = [
+    ("domain underscore", nested(WDP, "grpc_worker.example.com"), WDP, "grpc_worker"),
+    ("domain one label", nested(WDP, "localhost"), WDP, "two labels"),
+    ("domain dash", nested(WDP, "-grpc.example.com"), WDP, '"-grpc"'),
+    ("domain upper", nested(WDP, "Grpc.example.com"), WDP, "lower case"),
+    ("domain dot", nested(WDP, "grpc.example.com."), WDP, "trailing dot"),
+    ("domain wildcard", nested(WDP, "*.example.com"), WDP, "'*'"),
+    ("domain empty", nested(WDP, ""), WDP, "must be set"),
+    ("domain number", nested(WDP, 42), WDP, "must be set"),
+    *[(f"split {p}", deep_merge(ON, nested(p, "http://x:1")), p, "must be empty when") for p in SPLIT],
+    ("url http", nested(URL, f"http://invocation.{WD}:10084"), URL, "https"),
+    ("url two labels", nested(URL, f"https://a.b.{WD}:10084"), URL, "not covered"),
+    ("url bare domain", nested(URL, f"https://{WD}"), URL, "not covered"),
+    ("url other domain", nested(URL, "https://invocation.example.org"), URL, "not covered"),
+    ("url not text", nested(URL, 10084), URL, "https URL"),
+    ("url bad port", nested(URL, f"https://invocation.{WD}:99999"), URL, "not a URL"),
+    ("issuer and secret", deep_merge(nested(REF, CLUSTER_ISSUER), nested(SECRET, "x")), SECRET, "only one"),
+    ("issuerRef no name", nested(REF, {"kind": "ClusterIssuer"}), f"{REF}.name", "must be set"),
+    ("issuerRef no kind", nested(REF, {"name": "le"}), f"{REF}.kind", "must be set"),
+    ("issuerRef string", nested(REF, "letsencrypt"), REF, "kind and name"),
+    ("existingSecret list", nested(SECRET, ["a"]), SECRET, "Secret"),
+    ("service type", nested("workerCallbackProxy.service.type", "Ingress"), "workerCallbackProxy.service.type",
+     "ClusterIP, NodePort, LoadBalancer"),
+    *[(f"bool {p}", nested(p, "true"), p, "true or false") for p in BOOLS],
+    *[(f"bool null {p}", nested(p, None), p, "found null") for p in BOOLS],
+    ("nats mode", nested("nats.workerAuth", "jwt"), "nats.workerAuth", "nats.workerAuth must be nkey or token"),
+    ("nats token no url", deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "")), WEBHOOK,
+     "must be set when nats.workerAuth is token"),
+    *[(f"annotation int {p}", nested(p, {"a": 8080}), f"{p}.a", '"8080"') for p in ANNOTATIONS],
+    *[(f"annotation bool {p}", nested(p, {"a": True}), f"{p}.a", '"true"') for p in ANNOTATIONS],
+    *[(f"reserved {p}", nested(p, {"nvcf.nvidia.com/nats-worker-auth-hash": "x"}),
+       f'{p}["nvcf.nvidia.com/nats-worker-auth-hash"]', "reserved") for p in ANNOTATIONS],
+    ("reserved exact", nested("api.podAnnotations", {"nvcf.nvidia.com/nats-worker-auth": "x"}),
+     'api.podAnnotations["nvcf.nvidia.com/nats-worker-auth"]', "reserved"),
+    ("checksum", nested("nats.podAnnotations", {"checksum/config": "abc"}), "nats.podAnnotations.checksum/config",
+     "managed by the chart"),
+    ("mapping expected", {"workerCallbackProxy": "yes"}, "workerCallbackProxy", "must be a mapping"),
+    ("nested mapping expected", nested("global.workerEndpoints", []), "global.workerEndpoints", "found a list"),
+    ("annotations list", nested("api.podAnnotations", ["a"]), "api.podAnnotations", "must be a mapping"),
+]
+
+
+@pytest.mark.parametrize(("values", "path", "fragment"), [row[1:] for row in FAILING], ids=[r[0] for r in FAILING])
+def test_rule_fails(values: dict, path: str, fragment: str) -> None:
+    issues = validate(values)
+    assert [issue.path for issue in issues] == [path]  # exactly one issue: no follow-on noise
+    assert fragment in issues[0].message
+
+
+PASSING: list[tuple[str, dict]] = [
+    ("defaults", {}),
+    ("empty domain with proxy off", deep_merge(OFF, nested(WDP, ""))),
+    ("bad domain with proxy off", deep_merge(OFF, nested(WDP, "not a domain"))),
+    *[(f"split {p} with proxy off", deep_merge(OFF, nested(p, "http://x:1"))) for p in SPLIT],
+    *[(f"split {p} empty", nested(p, "")) for p in SPLIT],
+    ("url default name", nested(URL, f"https://invocation.{WD}:10084")),
+    ("url other label and port", nested(URL, f"https://callbacks.{WD}:443/")),
+    ("url other domain", deep_merge(nested(WDP, "w.example.org"), nested(URL, "https://x.w.example.org"))),
+    ("issuerRef", nested(REF, CLUSTER_ISSUER)),
+    ("existingSecret", nested(SECRET, "worker-public-tls")),
+    ("existingSecret empty with issuerRef", deep_merge(nested(REF, CLUSTER_ISSUER), nested(SECRET, ""))),
+    *[(f"service {t}", nested("workerCallbackProxy.service.type", t)) for t in ("ClusterIP", "NodePort")],
+    *[(f"bool {p}", nested(p, False)) for p in BOOLS],
+    ("nats token default url", nested("nats.workerAuth", "token")),
+    ("nats token url", deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "http://api.x:8080/h"))),
+    ("nats nkey empty url", nested(WEBHOOK, "")),
+    *[(f"annotation {p}", nested(p, {"example.com/scrape": "true", "port": "8080"})) for p in ANNOTATIONS],
+    *[(f"annotation null {p}", nested(p, None)) for p in ANNOTATIONS],
+    ("similar to reserved", nested("api.podAnnotations", {"nvcf.nvidia.com/other": "x"})),
+    ("unknown keys", {"cassandra": {"replicas": 3}, "foo": 1, "workerCallbackProxy": {"replicas": 2}}),
+    ("admin proxy off", {"adminIssuerProxy": {"enabled": False, "gateway": {"enabled": False}}}),
+]
+
+
+@pytest.mark.parametrize("values", [row[1] for row in PASSING], ids=[row[0] for row in PASSING])
+def test_rule_passes(values: dict) -> None:
+    assert validate(values) == []
+    check(values)  # does not raise
+
+
+def test_validate_accepts_merged_values_and_top_level_garbage() -> None:
+    assert validate(DEFAULTS) == []
+    assert [str(i) for i in validate(["a"])] == ["top level must be a mapping of keys, found a list"]
+
+
+def test_several_issues_in_rule_order() -> None:
+    values = deep_merge(nested("nats.workerAuth", "jwt"), nested(WDP, "bad_domain.example"))
+    assert paths(values) == [WDP, "nats.workerAuth"]
+
+
+# -- issue text and check() --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("issue", "text"),
+    [
+        (ValuesIssue("a.b", "must be x", "env.yaml", 3), "env.yaml:3: a.b: must be x"),
+        (ValuesIssue("a.b", "must be x", "env.yaml"), "env.yaml: a.b: must be x"),
+        (ValuesIssue("a.b", "must be x"), "a.b: must be x"),
+        (ValuesIssue("a.b", "must be x", None, 3), "line 3: a.b: must be x"),
+        (ValuesIssue("nats.workerAuth", "nats.workerAuth must be nkey or token", "e.yaml", 2),
+         "e.yaml:2: nats.workerAuth must be nkey or token"),
+    ],
+)
+def test_issue_text(issue: ValuesIssue, text: str) -> None:
+    assert str(issue) == text
+
+
+def test_check_raises_first_issue_with_all_attached() -> None:
+    values = deep_merge(nested("nats.workerAuth", "jwt"), nested(WDP, "bad_domain.example"))
+    with pytest.raises(ConfigError) as caught:
+        check(values)
+    assert isinstance(caught.value, NcpsimError)
+    assert str(caught.value) == str(caught.value.issues[0])
+    assert [issue.path for issue in caught.value.issues] == [WDP, "nats.workerAuth"]
+    assert "\n" not in str(caught.value)
+
+
+# -- files and origins ---------------------------------------------------------------------------------
+ENV = """\
+# environments/laptop.yaml
+workerCallbackProxy:
+  enabled: true
+  workerDomain: Bad_Domain.example.com
+  tls:
+    frontend:
+      certificate:
+        issuerRef:
+          kind: ClusterIssuer
+nats:
+  workerAuth: jwt
+api:
+  podAnnotations:
+    example.com/scrape: "true"
+    nvcf.nvidia.com/nats-worker-auth-hash: "x"
+list:
+  - a
+  - b: 1
+"""
+
+
+def test_origin_lines(tmp_path: Path) -> None:
+    path = tmp_path / "laptop.yaml"
+    path.write_text(ENV)
+    values, origin = load_values_file(path)
+    name = str(path)
+    assert values["workerCallbackProxy"]["workerDomain"] == "Bad_Domain.example.com"
+    assert origin["workerCallbackProxy"] == (name, 2)
+    assert origin[WDP] == (name, 4)
+    assert "api.podAnnotations.example.com/scrape" not in origin  # dotted keys are bracketed
+    assert origin['api.podAnnotations["example.com/scrape"]'] == (name, 14)
+    assert origin["list[1].b"] == (name, 18)
+    issues = validate(values, origin)
+    assert [str(i) for i in issues] == [
+        f'{name}:4: {WDP}: "Bad_Domain.example.com" is not a valid DNS name: must be lower case',
+        f"{name}:8: {REF}.name: must be set, e.g. name: letsencrypt",  # the nearest line the file set
+        f"{name}:11: nats.workerAuth must be nkey or token",
+        f'{name}:15: api.podAnnotations["nvcf.nvidia.com/nats-worker-auth-hash"]: is reserved for the auth '
+        "callout's restart on a worker auth change; remove it",
+    ]
+    with pytest.raises(ConfigError, match=rf"^{name}:4: {WDP}: "):
+        check(values, origin)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("a:\n  b: 1\n c: 2\n", 3, "indentation"),
+        ("a:\n  b: 1\n   c: 2\n", 3, "mapping values are not allowed"),
+        ("a:\n\tb: 1\n", 2, "spaces, not tabs"),
+        ('a: 1\nb: "abc\nc: 2\n', 2, "close the quote"),
+        ("a: [1, 2\nb: 3\n", 2, "expected ',' or ']'"),
+        ("a: 1\n---\nb: 2\n", 2, "single document"),
+        ("- a\n- b\n", 1, "top level must be a mapping"),
+        ("\n\njust text\n", 3, "found the string"),
+    ],
+    ids=["dedent", "over-indent", "tab", "unclosed quote", "unclosed list", "two documents", "list", "scalar"],
+)
+def test_malformed_yaml(tmp_path: Path, text: str, line: int, fragment: str) -> None:
+    path = tmp_path / "env.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_values_file(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:{line}: ")
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_unreadable_and_empty_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the values file"):
+        load_values_file(tmp_path / "missing.yaml")
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    assert load_values_file(tmp_path / "empty.yaml") == ({}, {})
+    (tmp_path / "latin1.yaml").write_bytes(b"a: \xe9\n")
+    with pytest.raises(ConfigError, match="UTF-8"):
+        load_values_file(tmp_path / "latin1.yaml")
+
+
+def test_recursive_alias_does_not_hang(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("a: &x\n  b: *x\n")
+    values, origin = load_values_file(tmp_path / "a.yaml")
+    assert values["a"]["b"] is values["a"] and origin["a"][1] == 1
+
+
+# -- proxy settings ------------------------------------------------------------------------------------
+DEFAULT_URL = f"https://invocation.{WD}:10084"
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({}, ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)),
+        (OFF, ProxySettings(False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)),
+        (nested(SECRET, "worker-public-tls"),
+         ProxySettings(True, WD, PUBLIC, "worker-public-tls", True, False, DEFAULT_URL, False)),
+        (nested(REF, CLUSTER_ISSUER), ProxySettings(True, WD, PUBLIC, FRONTEND_SECRET, True, False, DEFAULT_URL, False)),
+        (nested("workerCallbackProxy.invocation.upstreamTls.enabled", False),
+         ProxySettings(True, WD, STACK, FRONTEND_SECRET, False, False, DEFAULT_URL, False)),
+        (nested("workerCallbackProxy.invocation.connect.enabled", True),
+         ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, True, DEFAULT_URL, False)),
+        (nested(URL, f"https://callbacks.{WD}:443"),
+         ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, f"https://callbacks.{WD}:443", False)),
+        (nested(WDP, "w.example.org"), ProxySettings(
+            True, "w.example.org", STACK, FRONTEND_SECRET, True, False, "https://invocation.w.example.org:10084", False)),
+        (nested("global.nvcaOperator.agent.workerCallbackCaPem", "-----BEGIN CERTIFICATE-----\n"),
+         ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, True)),
+    ],
+    ids=["defaults", "disabled", "existingSecret", "issuerRef", "plain upstream", "connect", "url override",
+         "other domain", "worker CA"],
+)
+def test_proxy_settings(values: dict, expected: ProxySettings) -> None:
+    settings = proxy_settings(values)
+    assert settings == expected
+    profile = frontend_profile(settings.worker_domain, settings.frontend_issuer, secret=settings.frontend_secret)
+    assert (profile.secret, profile.issuer) == (settings.frontend_secret, settings.frontend_issuer)
