@@ -2,6 +2,7 @@
 
 from certs.profiles import (
     FRONTEND_SECRET,
+    FRONTEND_SECRETS,
     GRPC_SECRET,
     INVOCATION_SECRET,
     PUBLIC,
@@ -14,10 +15,11 @@ from certs.profiles import (
     stack_profiles,
 )
 from certs.store import CaInfo, CertStore, describe_text
-from certs.volume import load_secret, write_secret
+from certs.volume import load_secret, payload_dir, write_secret
 
 __all__ = [
     "FRONTEND_SECRET",
+    "FRONTEND_SECRETS",
     "GRPC_SECRET",
     "INVOCATION_SECRET",
     "PUBLIC",
@@ -31,6 +33,7 @@ __all__ = [
     "grpc_profile",
     "invocation_profile",
     "load_secret",
+    "payload_dir",
     "stack_profiles",
     "write_secret",
 ]

@@ -16,6 +16,8 @@ FRONTEND_SECRET = "worker-callback-proxy-frontend-tls"
 PUBLIC_FRONTEND_SECRET = "worker-public-tls"
 INVOCATION_SECRET = "invocation-service-worker-tls"
 GRPC_SECRET = "grpc-proxy-worker-tls"
+# Where the simulation keeps each issuer's frontend certificate, so both can exist side by side.
+FRONTEND_SECRETS = {STACK: FRONTEND_SECRET, PUBLIC: PUBLIC_FRONTEND_SECRET}
 
 # Pod certificates are wildcards because each pod is addressed by its dashed IP under the service name.
 INVOCATION_WILDCARD = "*.invocation.nvcf.svc.cluster.local"
@@ -47,9 +49,9 @@ def frontend_profile(worker_domain: str, issuer: str = STACK, *, secret: str | N
     domain = worker_domain.strip().rstrip(".").lower()
     if not domain:
         raise ValueError("worker_domain must not be empty")
-    if secret is None:
-        secret = FRONTEND_SECRET if issuer == STACK else PUBLIC_FRONTEND_SECRET
-    return Profile(secret=secret, identities=(f"*.{domain}",), issuer=issuer)
+    if issuer not in FRONTEND_SECRETS:
+        raise ValueError(f"issuer must be one of {ISSUERS}, got {issuer!r}")
+    return Profile(secret=secret or FRONTEND_SECRETS[issuer], identities=(f"*.{domain}",), issuer=issuer)
 
 
 def invocation_profile() -> Profile:

@@ -7,8 +7,10 @@ Layout of ``<dir>`` (as in a mounted ``kubernetes.io/tls`` Secret)::
     tls.crt -> ..data/tls.crt        (likewise tls.key, ca.crt)
 
 A new payload goes into a fresh hidden directory and becomes visible in one step, when a temporary
-symlink is renamed over ``..data``. A reader therefore sees the old or the new folder, never a mix or a
-half-written file, which is what lets the proxy hot-reload certificates the way Envoy does with SDS.
+symlink is renamed over ``..data``. A reader therefore sees the old or the new folder, never a half-written
+file, which is what lets the proxy hot-reload certificates the way Envoy does with SDS. As with the
+kubelet, the old payload is removed right after the swap, so a path-based read racing it can get ENOENT;
+``load_secret`` and ``payload_dir`` give readers a consistent view.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def _current_payload(directory: Path) -> str | None:
         return os.readlink(directory / DATA_LINK)
     except OSError:  # missing, or not a symlink
         return None
+
+
+def payload_dir(directory: Path) -> Path | None:
+    """The payload ``..data`` points at now, for readers that load files by path (ssl contexts).
+
+    Reading ``tls.crt`` and ``tls.key`` through the top-level links can straddle a swap (or, as with a
+    real Secret volume, find the old payload gone for an instant); reading both from this directory
+    cannot mix two updates, and a FileNotFoundError means "resolve again".
+    """
+    payload = _current_payload(Path(directory))
+    return Path(directory) / payload if payload else None
 
 
 def write_secret(directory: Path, crt: bytes, key: bytes, ca: bytes) -> Path:

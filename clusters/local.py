@@ -139,6 +139,11 @@ class Launcher:
         netmap.bindings.update(bindings)
         netmap.save(self.state_dir / "netmap.json")
 
+    def redeploy(self, topology: Topology, what: str) -> None:
+        """Replace processes as a rollout would: new pods read the current topology.json (and values)."""
+        for spec in redeploy_specs(topology, what):
+            self.restart(topology, spec)
+
     # Stop ------------------------------------------------------------------------------------
     def running(self) -> dict[str, int]:
         """Recorded processes that are still alive (pid files whose process is ours and running)."""
@@ -230,3 +235,16 @@ def _alive(pid: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def redeploy_specs(topology: Topology, what: str) -> list[ProcessSpec]:
+    """The processes a redeploy replaces: function workers, the proxy, the control-plane pods, or all."""
+    first = phase_one(topology)
+    groups = {
+        "workers": phase_two(topology),
+        "proxy": [s for s in first if s.kind == "proxy"],
+        "pods": [s for s in first if s.kind in ("invocation", "grpc-proxy")],
+    }
+    if what == "all":
+        return groups["pods"] + groups["proxy"] + groups["workers"]
+    return groups[what]

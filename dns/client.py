@@ -8,10 +8,11 @@ asked; anything else on the socket is ignored, as a real stub ignores spoofed da
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import struct
 
-from dnslib import QTYPE, RCODE, DNSError, DNSRecord
+from dnslib import CLASS, QTYPE, RCODE, DNSError, DNSHeader, DNSQuestion, DNSRecord
 from dnslib.label import DNSLabelError
 
 __all__ = ["NameNotResolved", "resolve_a"]
@@ -83,21 +84,26 @@ async def resolve_a(
 
 
 def _build_query(name: str, rng: random.Random) -> DNSRecord:
+    # The id is set here, not left to dnslib, which would draw it from the global `random`.
+    header = DNSHeader(id=rng.randrange(0x10000), bitmap=0, rd=1)
     try:
-        query = DNSRecord.question(name, "A")
+        query = DNSRecord(header, q=DNSQuestion(name, QTYPE.A, CLASS.IN))
         query.pack()
     except (DNSError, DNSLabelError, UnicodeError, ValueError) as exc:  # empty or overlong labels
         raise ValueError(f"{name!r} is not a DNS name: {exc}") from None
-    query.header.id = rng.randrange(0x10000)
     return query
 
 
-async def _ask_udp(name: str, query: DNSRecord, server: tuple[str, int], timeout: float, attempts: int) -> DNSRecord:
+async def _ask_udp(
+    name: str, query: DNSRecord, server: tuple[str, int], timeout: float, attempts: int
+) -> DNSRecord:
     loop = asyncio.get_running_loop()
     packet = query.pack()
     last_error = "no answer"
     for _ in range(max(1, attempts)):
-        transport, exchange = await loop.create_datagram_endpoint(lambda: _Exchange(query), remote_addr=server)
+        transport, exchange = await loop.create_datagram_endpoint(
+            lambda: _Exchange(query), remote_addr=server
+        )
         try:
             transport.sendto(packet)
             async with asyncio.timeout(timeout):
@@ -108,7 +114,9 @@ async def _ask_udp(name: str, query: DNSRecord, server: tuple[str, int], timeout
             last_error = f"{exc.strerror or exc}"
         finally:
             transport.close()
-    raise NameNotResolved(name, "TIMEOUT", f"{last_error} from {server[0]}:{server[1]} after {attempts} attempts")
+    raise NameNotResolved(
+        name, "TIMEOUT", f"{last_error} from {server[0]}:{server[1]} after {attempts} attempts"
+    )
 
 
 async def _ask_tcp(name: str, query: DNSRecord, server: tuple[str, int], timeout: float) -> DNSRecord:
@@ -127,6 +135,8 @@ async def _ask_tcp(name: str, query: DNSRecord, server: tuple[str, int], timeout
     finally:
         if writer is not None:
             writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
     if reply is None:
         raise NameNotResolved(name, "TIMEOUT", "TCP reply did not match the question")
     return reply
@@ -136,7 +146,7 @@ def _addresses(name: str, query: DNSRecord, reply: DNSRecord) -> list[str]:
     rcode = RCODE[reply.header.rcode]
     if rcode != "NOERROR":
         raise NameNotResolved(name, rcode)
-    # Follow a CNAME chain inside the answer: a real CoreDNS may answer a rewritten name with one.
+    # Follow a CNAME chain inside the answer, in case a real DNS server is asked.
     wanted = {query.q.qname}
     addresses = []
     for rr in reply.rr:

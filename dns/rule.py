@@ -123,13 +123,13 @@ def answer(view: View, qname: str, qtype: str) -> Answer:
 
 
 def dashed_ip(ip: str) -> str:
-    """"10.42.0.17" -> "10-42-0-17", the first label of a pod's DNS name."""
+    """ "10.42.0.17" -> "10-42-0-17", the first label of a pod's DNS name."""
     _require_ipv4("pod IP", ip)
     return ip.replace(".", "-")
 
 
 def undash(label: str) -> str | None:
-    """"10-42-0-17" -> "10.42.0.17"; None when `label` is not a dashed IPv4 address."""
+    """ "10-42-0-17" -> "10.42.0.17"; None when `label` is not a dashed IPv4 address."""
     if not _DASHED.fullmatch(label):
         return None
     dotted = label.replace("-", ".")

@@ -105,7 +105,9 @@ def _reply_header(msg_id: int, flags: int, rcode: int) -> DNSHeader:
     return DNSHeader(id=msg_id, bitmap=0, qr=1, opcode=opcode, aa=1, rd=int(bool(flags & _RD)), rcode=rcode)
 
 
-def _error_reply(view: View, msg_id: int, flags: int, exc: _Malformed, transport: str) -> tuple[bytes, QueryEvent]:
+def _error_reply(
+    view: View, msg_id: int, flags: int, exc: _Malformed, transport: str
+) -> tuple[bytes, QueryEvent]:
     reply = DNSRecord(_reply_header(msg_id, flags, exc.rcode))
     reply.header.aa = 0
     if exc.question is not None:
@@ -142,12 +144,15 @@ def _answer_reply(
 
 
 def _fit(reply: DNSRecord, opt: RR | None, transport: str) -> bytes:
-    """Pack `reply`; over UDP, answer with TC and no records when it would not fit, so the client
-    retries over TCP (RFC 1035 4.2.1, RFC 7766)."""
+    """Pack `reply`; when it does not fit, answer with TC and no records, so a UDP client retries
+    over TCP (RFC 1035 4.2.1, RFC 7766)."""
     packed = _pack_or_bare(reply)
     if transport != "udp":
-        return packed
-    limit = _UDP_PLAIN_LIMIT if opt is None else max(_UDP_PLAIN_LIMIT, min(opt.edns_len, _UDP_EDNS_LIMIT))
+        limit = 0xFFFF  # the TCP length prefix is 16 bits
+    elif opt is None:
+        limit = _UDP_PLAIN_LIMIT
+    else:
+        limit = max(_UDP_PLAIN_LIMIT, min(opt.edns_len, _UDP_EDNS_LIMIT))
     if len(packed) <= limit:
         return packed
     reply.rr = []
@@ -301,7 +306,9 @@ class Resolver:
                 log.exception("on_query callback failed for DNS view %s", name)
         return reply
 
-    async def _tcp_client(self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _tcp_client(
+        self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         if task is None or self._closing:
             writer.close()  # accepted while closing: refuse rather than outlive close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import h11
@@ -26,8 +27,12 @@ class Invocation:
 
 
 async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_seconds: int = 60,
-                      timeout: float = 30.0) -> Invocation:
-    """POST pexec to `pod`; follow 202s with status polls until the response or `timeout`."""
+                      timeout: float = 30.0, give_up: Callable[[str], str | None] | None = None) -> Invocation:
+    """POST pexec to `pod`; follow 202s with status polls until the response or `timeout`.
+
+    `give_up(request_id)` is asked between polls; a non-empty answer (why) ends the wait early, as a
+    person would stop polling once the worker's logs show the callback failed.
+    """
     started = time.monotonic()
     try:
         reader, writer = await ctx.open_tcp(pod.ip, INVOCATION_HTTP_PORT)
@@ -39,7 +44,10 @@ async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_s
     try:
         response = await exchange(stream, "POST", PEXEC + function, headers, body, timeout=timeout)
         while response.status == 202 and time.monotonic() - started < timeout:
-            reqid = response.header("nvcf-reqid")
+            reqid = response.header("nvcf-reqid") or ""
+            why = give_up(reqid) if give_up else None
+            if why:
+                return Invocation(function, pod.name, 202, b"", reqid, _ms(started), why)
             response = await exchange(stream, "GET", f"/v2/nvcf/pexec/status/{reqid}", headers[:1] + headers[2:],
                                       timeout=timeout)
     except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from certs.inspect import covers
-from certs.profiles import FRONTEND_SECRET, PUBLIC, STACK
+from certs.profiles import FRONTEND_SECRETS, PUBLIC, STACK
 from sim.errors import ConfigError
 
 KeyPath = tuple[str | int, ...]  # str: mapping key, int: sequence index
@@ -369,8 +369,8 @@ def proxy_settings(values: Mapping) -> ProxySettings:
 
     domain = str(get(WORKER_DOMAIN))
     ref, secret = get(ISSUER_REF), get(EXISTING_SECRET)
-    # Any frontend certificate the user brings is assumed public (the seed's reason to bring one).
-    # With issuerRef the chart's own Certificate still writes the frontend Secret.
+    # Any frontend certificate the user brings is assumed public (the seed's reason to bring one). The
+    # simulation issues the issuerRef case into the same folder as the public profile (certs.profiles).
     issuer = PUBLIC if ref is not None or _set(secret) else STACK
     url = get(PROXY_URL)
     pem = get(CA_PEM)
@@ -378,7 +378,7 @@ def proxy_settings(values: Mapping) -> ProxySettings:
         enabled=get(ENABLED) is True,
         worker_domain=domain,
         frontend_issuer=issuer,
-        frontend_secret=str(secret) if _set(secret) else FRONTEND_SECRET,
+        frontend_secret=str(secret) if _set(secret) else FRONTEND_SECRETS[issuer],
         upstream_tls=get((WCP, "invocation", "upstreamTls", "enabled")) is True,
         connect_enabled=get((WCP, "invocation", "connect", "enabled")) is True,
         invocation_proxy_url=url if _set(url) else f"https://invocation.{domain}:{INVOCATION_PROXY_PORT}",

@@ -79,7 +79,11 @@ def _configmap(*stanzas: str, key: str = CONFIGMAP_KEY) -> dict:
 # The evaluator reads text, so it is checked on hand-written Corefile snippets as well.
 EVALUATOR_CASES = [
     # snippet(s), qname, expected
-    (["rewrite name regex ^(.+)\\.a\\.test\\.$ svc.ns.svc.cluster.local answer auto"], "x.a.test", "svc.ns.svc.cluster.local"),
+    (
+        ["rewrite name regex ^(.+)\\.a\\.test\\.$ svc.ns.svc.cluster.local answer auto"],
+        "x.a.test",
+        "svc.ns.svc.cluster.local",
+    ),
     (["rewrite stop name exact old.test new.test"], "OLD.test.", "new.test"),
     (["rewrite name old.test new.test"], "old.test", "new.test"),
     (["rewrite stop name exact old.test new.test"], "x.old.test", None),
@@ -115,4 +119,3 @@ def test_evaluator_ignores_keys_k3s_does_not_import() -> None:
 def test_evaluator_refuses_what_it_does_not_understand(stanza: str) -> None:
     with pytest.raises(ValueError):
         evaluate_rewrite(_configmap(stanza), "a.test")
-

@@ -74,9 +74,24 @@ ANSWER_CASES = [
     (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}.evil.test", "A", Answer("NXDOMAIN", (), "none")),
     # the compute cluster cannot resolve control-plane pod names: it has no such records
     (COMPUTE, "10-42-0-11.invocation.nvcf.svc.cluster.local", "A", Answer("NXDOMAIN", (), "none")),
-    (CONTROL, "10-42-0-11.invocation.nvcf.svc.cluster.local", "A", Answer("NOERROR", ("10.42.0.11",), "host")),
-    (CONTROL, "10-42-0-21.grpc-headless.nvcf.svc.cluster.local", "A", Answer("NOERROR", ("10.42.0.21",), "host")),
-    (CONTROL, "10-42-0-11.INVOCATION.nvcf.svc.cluster.local.", "A", Answer("NOERROR", ("10.42.0.11",), "host")),
+    (
+        CONTROL,
+        "10-42-0-11.invocation.nvcf.svc.cluster.local",
+        "A",
+        Answer("NOERROR", ("10.42.0.11",), "host"),
+    ),
+    (
+        CONTROL,
+        "10-42-0-21.grpc-headless.nvcf.svc.cluster.local",
+        "A",
+        Answer("NOERROR", ("10.42.0.21",), "host"),
+    ),
+    (
+        CONTROL,
+        "10-42-0-11.INVOCATION.nvcf.svc.cluster.local.",
+        "A",
+        Answer("NOERROR", ("10.42.0.11",), "host"),
+    ),
     (CONTROL, "10-42-0-11.invocation.nvcf.svc.cluster.local", "AAAA", Answer("NOERROR", (), "host")),
     (CONTROL, "10-42-0-99.invocation.nvcf.svc.cluster.local", "A", Answer("NXDOMAIN", (), "none")),  # no pod
     (CONTROL, "10-42-0-21.invocation.nvcf.svc.cluster.local", "A", Answer("NXDOMAIN", (), "none")),
@@ -114,7 +129,9 @@ def test_rule_domain_in_any_case_or_with_dot() -> None:
 
 
 def test_every_record_of_a_name_is_answered_in_order() -> None:
-    view = View("cp", hosts=(("svc.nvcf", "10.42.0.1"), ("other.nvcf", "10.42.0.9"), ("SVC.nvcf.", "10.42.0.2")))
+    view = View(
+        "cp", hosts=(("svc.nvcf", "10.42.0.1"), ("other.nvcf", "10.42.0.9"), ("SVC.nvcf.", "10.42.0.2"))
+    )
     assert answer(view, "svc.nvcf", "A").addresses == ("10.42.0.1", "10.42.0.2")
 
 
@@ -152,7 +169,9 @@ def test_dashed_ip_and_back(ip: str, label: str) -> None:
     assert undash(label) == ip
 
 
-@pytest.mark.parametrize("ip", ["", "10.42.0", "10.42.0.17.1", "256.0.0.1", "10.042.0.1", "::1", "10-42-0-17", " 10.42.0.1"])
+@pytest.mark.parametrize(
+    "ip", ["", "10.42.0", "10.42.0.17.1", "256.0.0.1", "10.042.0.1", "::1", "10-42-0-17", " 10.42.0.1"]
+)
 def test_dashed_ip_refuses_what_is_not_ipv4(ip: str) -> None:
     with pytest.raises(ValueError, match="pod IP"):
         dashed_ip(ip)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from certs.profiles import FRONTEND_SECRET, PUBLIC, STACK, frontend_profile
+from certs.profiles import FRONTEND_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET, STACK, frontend_profile
 from sim.errors import ConfigError, NcpsimError
 from sim.values import (
     DEFAULTS,
@@ -69,11 +70,13 @@ def test_deep_merge_copies() -> None:
     assert DEFAULTS["workerCallbackProxy"]["service"]["type"] == "LoadBalancer"
 
 
-_trees = st.recursive(st.integers() | st.text(max_size=3) | st.none(),
-                      lambda inner: st.dictionaries(st.sampled_from("abc"), inner, max_size=3), max_leaves=8)
+_KEYS = st.sampled_from("abc")
+_trees = st.recursive(st.integers(0, 3) | st.none() | st.lists(st.integers(0, 3), max_size=2),
+                      lambda inner: st.dictionaries(_KEYS, inner, max_size=3), max_leaves=6)
 
 
-@given(st.dictionaries(st.sampled_from("abc"), _trees), st.dictionaries(st.sampled_from("abc"), _trees))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_KEYS, _trees, max_size=3), st.dictionaries(_KEYS, _trees, max_size=3))
 def test_deep_merge_properties(base: dict, override: dict) -> None:
     merged = deep_merge(base, override)
     assert deep_merge(merged, override) == merged  # applying the same override twice changes nothing
@@ -107,6 +110,8 @@ REF = "workerCallbackProxy.tls.frontend.certificate.issuerRef"
 SECRET = "workerCallbackProxy.tls.frontend.existingSecret"
 WEBHOOK = "nats.authCallout.workerTokenAuth.webhookUrl"
 WDP = "workerCallbackProxy.workerDomain"
+TYPE = "workerCallbackProxy.service.type"
+AUTH = "nats.workerAuth"
 CLUSTER_ISSUER = {"kind": "ClusterIssuer", "name": "letsencrypt"}
 
 FAILING: list[tuple[str, dict, str, str]] = [
@@ -130,11 +135,10 @@ FAILING: list[tuple[str, dict, str, str]] = [
     ("issuerRef no kind", nested(REF, {"name": "le"}), f"{REF}.kind", "must be set"),
     ("issuerRef string", nested(REF, "letsencrypt"), REF, "kind and name"),
     ("existingSecret list", nested(SECRET, ["a"]), SECRET, "Secret"),
-    ("service type", nested("workerCallbackProxy.service.type", "Ingress"), "workerCallbackProxy.service.type",
-     "ClusterIP, NodePort, LoadBalancer"),
+    ("service type", nested(TYPE, "Ingress"), TYPE, "ClusterIP, NodePort, LoadBalancer"),
     *[(f"bool {p}", nested(p, "true"), p, "true or false") for p in BOOLS],
     *[(f"bool null {p}", nested(p, None), p, "found null") for p in BOOLS],
-    ("nats mode", nested("nats.workerAuth", "jwt"), "nats.workerAuth", "nats.workerAuth must be nkey or token"),
+    ("nats mode", nested(AUTH, "jwt"), AUTH, "nats.workerAuth must be nkey or token"),
     ("nats token no url", deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "")), WEBHOOK,
      "must be set when nats.workerAuth is token"),
     *[(f"annotation int {p}", nested(p, {"a": 8080}), f"{p}.a", '"8080"') for p in ANNOTATIONS],
@@ -143,15 +147,16 @@ FAILING: list[tuple[str, dict, str, str]] = [
        f'{p}["nvcf.nvidia.com/nats-worker-auth-hash"]', "reserved") for p in ANNOTATIONS],
     ("reserved exact", nested("api.podAnnotations", {"nvcf.nvidia.com/nats-worker-auth": "x"}),
      'api.podAnnotations["nvcf.nvidia.com/nats-worker-auth"]', "reserved"),
-    ("checksum", nested("nats.podAnnotations", {"checksum/config": "abc"}), "nats.podAnnotations.checksum/config",
-     "managed by the chart"),
+    ("checksum", nested("nats.podAnnotations", {"checksum/config": "abc"}),
+     "nats.podAnnotations.checksum/config", "managed by the chart"),
     ("mapping expected", {"workerCallbackProxy": "yes"}, "workerCallbackProxy", "must be a mapping"),
-    ("nested mapping expected", nested("global.workerEndpoints", []), "global.workerEndpoints", "found a list"),
+    ("nested mapping", nested("global.workerEndpoints", []), "global.workerEndpoints", "found a list"),
     ("annotations list", nested("api.podAnnotations", ["a"]), "api.podAnnotations", "must be a mapping"),
 ]
 
 
-@pytest.mark.parametrize(("values", "path", "fragment"), [row[1:] for row in FAILING], ids=[r[0] for r in FAILING])
+@pytest.mark.parametrize(("values", "path", "fragment"),
+                         [r[1:] for r in FAILING], ids=[r[0] for r in FAILING])
 def test_rule_fails(values: dict, path: str, fragment: str) -> None:
     issues = validate(values)
     assert [issue.path for issue in issues] == [path]  # exactly one issue: no follow-on noise
@@ -230,7 +235,7 @@ ENV = """\
 # environments/laptop.yaml
 workerCallbackProxy:
   enabled: true
-  workerDomain: Bad_Domain.example.com
+  workerDomain: Bad-Domain.example.com
   tls:
     frontend:
       certificate:
@@ -253,7 +258,7 @@ def test_origin_lines(tmp_path: Path) -> None:
     path.write_text(ENV)
     values, origin = load_values_file(path)
     name = str(path)
-    assert values["workerCallbackProxy"]["workerDomain"] == "Bad_Domain.example.com"
+    assert values["workerCallbackProxy"]["workerDomain"] == "Bad-Domain.example.com"
     assert origin["workerCallbackProxy"] == (name, 2)
     assert origin[WDP] == (name, 4)
     assert "api.podAnnotations.example.com/scrape" not in origin  # dotted keys are bracketed
@@ -261,11 +266,11 @@ def test_origin_lines(tmp_path: Path) -> None:
     assert origin["list[1].b"] == (name, 18)
     issues = validate(values, origin)
     assert [str(i) for i in issues] == [
-        f'{name}:4: {WDP}: "Bad_Domain.example.com" is not a valid DNS name: must be lower case',
+        f'{name}:4: {WDP}: "Bad-Domain.example.com" is not a valid DNS name: must be lower case',
         f"{name}:8: {REF}.name: must be set, e.g. name: letsencrypt",  # the nearest line the file set
         f"{name}:11: nats.workerAuth must be nkey or token",
-        f'{name}:15: api.podAnnotations["nvcf.nvidia.com/nats-worker-auth-hash"]: is reserved for the auth '
-        "callout's restart on a worker auth change; remove it",
+        (f'{name}:15: api.podAnnotations["nvcf.nvidia.com/nats-worker-auth-hash"]: is reserved for the auth '
+         "callout's restart on a worker auth change; remove it"),
     ]
     with pytest.raises(ConfigError, match=rf"^{name}:4: {WDP}: "):
         check(values, origin)
@@ -283,7 +288,7 @@ def test_origin_lines(tmp_path: Path) -> None:
         ("- a\n- b\n", 1, "top level must be a mapping"),
         ("\n\njust text\n", 3, "found the string"),
     ],
-    ids=["dedent", "over-indent", "tab", "unclosed quote", "unclosed list", "two documents", "list", "scalar"],
+    ids=["dedent", "over-indent", "tab", "unclosed quote", "unclosed list", "two docs", "list", "scalar"],
 )
 def test_malformed_yaml(tmp_path: Path, text: str, line: int, fragment: str) -> None:
     path = tmp_path / "env.yaml"
@@ -314,32 +319,31 @@ def test_recursive_alias_does_not_hang(tmp_path: Path) -> None:
 
 # -- proxy settings ------------------------------------------------------------------------------------
 DEFAULT_URL = f"https://invocation.{WD}:10084"
+BASE = ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)
 
 
 @pytest.mark.parametrize(
-    ("values", "expected"),
+    ("values", "changes"),
     [
-        ({}, ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)),
-        (OFF, ProxySettings(False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)),
-        (nested(SECRET, "worker-public-tls"),
-         ProxySettings(True, WD, PUBLIC, "worker-public-tls", True, False, DEFAULT_URL, False)),
-        (nested(REF, CLUSTER_ISSUER), ProxySettings(True, WD, PUBLIC, FRONTEND_SECRET, True, False, DEFAULT_URL, False)),
-        (nested("workerCallbackProxy.invocation.upstreamTls.enabled", False),
-         ProxySettings(True, WD, STACK, FRONTEND_SECRET, False, False, DEFAULT_URL, False)),
-        (nested("workerCallbackProxy.invocation.connect.enabled", True),
-         ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, True, DEFAULT_URL, False)),
-        (nested(URL, f"https://callbacks.{WD}:443"),
-         ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, f"https://callbacks.{WD}:443", False)),
-        (nested(WDP, "w.example.org"), ProxySettings(
-            True, "w.example.org", STACK, FRONTEND_SECRET, True, False, "https://invocation.w.example.org:10084", False)),
+        ({}, {}),
+        (OFF, {"enabled": False}),
+        (nested(SECRET, "my-tls"), {"frontend_issuer": PUBLIC, "frontend_secret": "my-tls"}),
+        (nested(REF, CLUSTER_ISSUER), {"frontend_issuer": PUBLIC, "frontend_secret": PUBLIC_FRONTEND_SECRET}),
+        (nested("workerCallbackProxy.invocation.upstreamTls.enabled", False), {"upstream_tls": False}),
+        (nested("workerCallbackProxy.invocation.connect.enabled", True), {"connect_enabled": True}),
+        (nested(URL, f"https://callbacks.{WD}:443"), {"invocation_proxy_url": f"https://callbacks.{WD}:443"}),
+        (nested(WDP, "w.example.org"),
+         {"worker_domain": "w.example.org", "invocation_proxy_url": "https://invocation.w.example.org:10084"}),
         (nested("global.nvcaOperator.agent.workerCallbackCaPem", "-----BEGIN CERTIFICATE-----\n"),
-         ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, True)),
+         {"worker_ca_pem_set": True}),
+        (nested("global.nvcaOperator.agent.workerCallbackCaPem", "  \n"), {}),
     ],
     ids=["defaults", "disabled", "existingSecret", "issuerRef", "plain upstream", "connect", "url override",
-         "other domain", "worker CA"],
+         "other domain", "worker CA", "blank worker CA"],
 )
-def test_proxy_settings(values: dict, expected: ProxySettings) -> None:
+def test_proxy_settings(values: dict, changes: dict) -> None:
     settings = proxy_settings(values)
-    assert settings == expected
-    profile = frontend_profile(settings.worker_domain, settings.frontend_issuer, secret=settings.frontend_secret)
+    assert settings == dataclasses.replace(BASE, **changes)
+    # The frontend profile for these settings names the Secret the proxy will read.
+    profile = frontend_profile(WD, settings.frontend_issuer, secret=settings.frontend_secret)
     assert (profile.secret, profile.issuer) == (settings.frontend_secret, settings.frontend_issuer)

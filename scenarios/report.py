@@ -1,0 +1,86 @@
+"""Replay reports for people: a pass/fail headline, each step, and a trace line per callback."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from scenarios.engine import ScenarioResult
+from scenarios.trace import CallTrace
+
+
+def call_row(t: CallTrace) -> list[str]:
+    dns = t.dns.get("answer") or t.dns.get("rcode") or "-"
+    proxy = ", ".join(f"{r['method']} {r['status']} {r['flags']} -> {r['upstream_host']}" for r in t.proxy) or "-"
+    legs = ", ".join(f"{leg['kind'].split('.')[-1]} {leg['status']}@{leg['pod']}" for leg in t.pod_legs) or "-"
+    outcome = "ok" if t.outcome == "success" else f"FAILED: {t.error}"
+    return [str(t.index), t.pod, t.worker or "-", f"{t.dns.get('name', '-')} -> {dns}", proxy, legs, outcome]
+
+
+def render_text(result: ScenarioResult, console: Console | None = None, traces: bool = True) -> str:
+    """Rich text on a terminal, plain text otherwise (rich decides from the console it writes to)."""
+    buffer = io.StringIO()
+    console = console or Console(file=buffer, force_terminal=False, width=160)
+    head = "PASS" if result.ok else "FAIL"
+    style = "bold green" if result.ok else "bold red"
+    console.print(f"[{style}]{head}[/] {result.scenario.name}: {result.scenario.summary}")
+    console.print(f"  stack up in {result.up_seconds:.2f}s, scenario {result.elapsed:.2f}s"
+                  + (f", first callback {result.first_callback_seconds:.2f}s after `up` started"
+                     if result.first_callback_seconds is not None else ""))
+    if result.error:
+        console.print(f"  [red]error:[/] {result.error}")
+    for step in result.steps:
+        mark = "[green]✓[/]" if step.ok else "[red]✗[/]"
+        ok = sum(1 for t in step.traces if t.outcome == "success")
+        calls = f" — {ok}/{len(step.traces)} calls succeeded" if step.traces else ""
+        console.print(f"  {mark} {step.step.label}{calls}" + (f" ({step.note})" if step.note else ""))
+        for failure in step.failures:
+            console.print(f"      [red]{failure}[/]")
+        if traces and step.traces:
+            console.print(_trace_table(step.traces))
+    return buffer.getvalue()
+
+
+def _trace_table(traces: list[CallTrace]) -> Table:
+    table = Table(box=None, padding=(0, 1), show_edge=False)
+    for column in ("#", "pod holding it", "worker", "DNS", "proxy (access log)", "pod legs", "outcome"):
+        table.add_column(column, overflow="fold")
+    for trace in traces:
+        table.add_row(*call_row(trace))
+    return table
+
+
+def endpoints_text(status: dict[str, Any]) -> str:
+    """Ready-to-paste commands against the running stack."""
+    http = status["proxy"]["http"]
+    wd = status["workerDomain"]
+    ca = status["ca"]["stack"]
+    pod = next((p for p in status["pods"] if p["role"] == "invocation"), None)
+    dns = next(iter(v for k, v in status["dns"].items() if k != "ncpsim-cp"), status["dns"].get("ncpsim-cp"))
+    lines = [
+        f"Stack {status['stack']} ({status['backend']}), state in {status['stateDir']}",
+        f"  proxy HTTP front  {http['url']}  ->  {http['host']}:{http['port']}",
+    ]
+    h3 = status["proxy"].get("h3") or {}
+    if h3.get("port"):
+        lines.append(f"  proxy HTTP/3 front {h3['url']} (UDP)  ->  {h3['host']}:{h3['port']}")
+    for cluster, addr in status["dns"].items():
+        lines.append(f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)")
+    lines.append(f"  stack CA {ca}\n  public-style CA {status['ca']['public']}")
+    if pod:
+        target = f"{pod['target']}/v2/nvcf/worker/request-attach"
+        lines += [
+            "",
+            "Try it:",
+            f"  curl -sv --proxy https://invocation.{wd}:{http['port']} --proxy-cacert {ca} \\\n"
+            f"       --resolve invocation.{wd}:{http['port']}:127.0.0.1 {target}",
+            f"  openssl s_client -connect {http['host']}:{http['port']} -servername invocation.{wd} "
+            f"-CAfile {ca} -verify_return_error </dev/null",
+        ]
+    if dns and dns.get("port"):
+        lines.append(f"  dig @{dns['host']} -p {dns['port']} +short 10-42-0-11.{wd}")
+    lines.append("  invoke logs worker-callback-proxy.access   |   invoke status --json   |   invoke down")
+    return "\n".join(lines)

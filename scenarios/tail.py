@@ -1,0 +1,71 @@
+"""Follow a running stack's events and access log incrementally (readers of files other processes append to)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sim.proxy.access_log import parse_line
+from sim.proxy.component import ACCESS_LOG
+
+POLL_INTERVAL = 0.02  # how often a waiting caller re-reads the files it is waiting on
+
+
+class _FileTail:
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def new_lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")  # keep a half-written last line for next time
+        return [line.decode(errors="replace") for line in lines if line]
+
+
+class StackTail:
+    """Everything the stack has recorded so far, refreshed on demand."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+        self.events: list[dict[str, Any]] = []
+        self.access: list[dict[str, str]] = []
+        self._tails: dict[Path, _FileTail] = {}
+        self._access_tail = _FileTail(state_dir / "logs" / ACCESS_LOG)
+        self._results: dict[str, dict[str, Any]] = {}
+
+    def refresh(self) -> None:
+        for path in sorted((self.state_dir / "events").glob("*.jsonl")):
+            tail = self._tails.setdefault(path, _FileTail(path))
+            for line in tail.new_lines():
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                self.events.append(event)
+                if event.get("kind") == "worker.callback.result":
+                    self._results[event.get("requestId")] = event
+        self.access += [rec for line in self._access_tail.new_lines() if (rec := parse_line(line))]
+
+    def worker_result(self, request_id: str) -> dict[str, Any] | None:
+        return self._results.get(request_id)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Re-read until `predicate` holds or `timeout` passes: waiting on what components record."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.refresh()
+            if predicate():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(POLL_INTERVAL)

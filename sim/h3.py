@@ -1,0 +1,524 @@
+"""Thin asyncio glue around aioquic's HTTP/3: every QUIC party in ncpsim (grpc-proxy pods, the proxy's
+HTTP/3 front, workers) speaks through H3Endpoint and H3Stream.
+
+Three things aioquic's own asyncio helpers do not give us, and why we need them:
+- `connect` keeps the protocol when the handshake fails, so a caller can report *why* (a certificate
+  the worker does not trust is the answer the simulator exists to show).
+- Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
+  application has read it. `_install_credit` replaces that policy, for streams an endpoint serves, by
+  "what the application has read plus WINDOW", so a relay that stops reading stops its peer; and
+  `H3Stream.drain` waits while too much written data is still unacknowledged.
+- The server name of a ClientHello. aioquic parses it on the server side but does not keep it;
+  `peek_server_name` looks at the ClientHello just before aioquic handles it (and may refuse it).
+The last two reach into aioquic internals (pinned to aioquic 1.x; tests/test_h3_flow.py guards them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import Any
+
+from aioquic import tls
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.asyncio.server import QuicServer
+from aioquic.buffer import Buffer
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import (
+    ConnectionTerminated,
+    HandshakeCompleted,
+    ProtocolNegotiated,
+    QuicEvent,
+    StreamDataReceived,
+)
+from aioquic.quic.events import StreamReset as QuicStreamReset
+from aioquic.quic.packet import QuicErrorCode, QuicFrameType
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from sim.tls import secret_stamp
+
+Headers = list[tuple[bytes, bytes]]
+
+WINDOW = 256 * 1024  # stream credit granted beyond what the application has read
+HIGH_WATER = 256 * 1024  # unacknowledged bytes a writer may leave queued before drain() waits
+H3_REQUEST_CANCELLED = 0x10C
+H3_CONNECT_ERROR = 0x10F
+_MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
+# TLS alerts that mean "I do not accept your certificate" (CRYPTO_ERROR + alert, RFC 9001 4.8).
+_CERT_ALERTS = {tls.AlertDescription.bad_certificate, tls.AlertDescription.unsupported_certificate,
+                tls.AlertDescription.certificate_expired, tls.AlertDescription.unknown_ca,
+                tls.AlertDescription.certificate_unknown}
+
+
+class HandshakeFailed(ConnectionError):
+    """The QUIC handshake did not complete; `error_code` is the QUIC close code (None: timed out)."""
+
+    def __init__(self, reason: str, error_code: int | None):
+        super().__init__(reason)
+        self.reason, self.error_code = reason, error_code
+
+    @property
+    def certificate_rejected(self) -> bool:
+        code = self.error_code
+        return code is not None and code - QuicErrorCode.CRYPTO_ERROR in _CERT_ALERTS
+
+
+class StreamError(ConnectionError):
+    """The stream was reset by the peer, or its connection closed before the stream finished."""
+
+
+class AlertUnrecognizedName(tls.Alert):
+    """Refuse a ClientHello whose server name we do not serve (RFC 6066 unrecognized_name)."""
+
+    description = tls.AlertDescription.unrecognized_name
+
+
+# -- configurations ------------------------------------------------------------------------------
+def trust_pem(cafiles: Iterable[Path], extra_pem: str = "") -> bytes:
+    """CA certificates as the strict PEM aioquic splits on END lines; b"" trusts nothing.
+
+    aioquic falls back to certifi's roots when given no CA at all, so "trust nothing" must be an
+    explicit empty bundle, never None.
+    """
+    certs: list[x509.Certificate] = []
+    for path in cafiles:
+        certs += x509.load_pem_x509_certificates(Path(path).read_bytes())
+    if extra_pem.strip():
+        certs += x509.load_pem_x509_certificates(extra_pem.encode())
+    return b"".join(cert.public_bytes(Encoding.PEM) for cert in certs)
+
+
+def client_configuration(server_name: str, trust: bytes) -> QuicConfiguration:
+    config = QuicConfiguration(is_client=True, alpn_protocols=list(H3_ALPN), server_name=server_name,
+                               max_stream_data=WINDOW)
+    config.load_verify_locations(cadata=trust)
+    return config
+
+
+def server_configuration(secret_dir: Path) -> QuicConfiguration:
+    config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN), max_stream_data=WINDOW)
+    config.load_cert_chain(secret_dir / "tls.crt", secret_dir / "tls.key")
+    return config
+
+
+class ReloadingServerConfig:
+    """A server configuration that follows its Secret, as sim.tls.ReloadingContext does for TCP.
+
+    aioquic copies the certificate into each connection when it is created, so swapping the fields of
+    the one shared configuration gives new connections the new material and leaves old ones alone.
+    """
+
+    def __init__(self, secret_dir: Path, on_error: Callable[[str], None] = lambda msg: None):
+        self.secret_dir, self.on_error = secret_dir, on_error
+        self._stamp = secret_stamp(secret_dir)
+        self.config = server_configuration(secret_dir)  # broken material at start-up is a hard error
+        self.generation = 1
+
+    def refresh(self) -> QuicConfiguration:
+        try:
+            stamp = secret_stamp(self.secret_dir)
+            if stamp != self._stamp:
+                self._stamp = stamp
+                fresh = server_configuration(self.secret_dir)
+                self.config.certificate = fresh.certificate
+                self.config.certificate_chain = fresh.certificate_chain
+                self.config.private_key = fresh.private_key
+                self.generation += 1
+        except (OSError, ValueError) as exc:
+            self.on_error(f"cannot load {self.secret_dir}: {exc}; keeping the previous certificate")
+        return self.config
+
+
+# -- aioquic hooks -------------------------------------------------------------------------------
+def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -> None:
+    """Grant stream credit from `credit(stream_id)` (None: aioquic's own policy for that stream)."""
+    default = quic._write_stream_limits
+
+    def write_stream_limits(builder: Any, space: Any, stream: Any) -> None:
+        limit = credit(stream.stream_id)
+        if limit is None or not stream.max_stream_data_local:
+            default(builder=builder, space=space, stream=stream)
+            return
+        stream.max_stream_data_local = max(stream.max_stream_data_local, limit)
+        if stream.max_stream_data_local_sent != stream.max_stream_data_local:
+            buf = builder.start_frame(QuicFrameType.MAX_STREAM_DATA, capacity=_MAX_STREAM_DATA_FRAME_CAPACITY,
+                                      handler=quic._on_max_stream_data_delivery, handler_args=(stream,))
+            buf.push_uint_var(stream.stream_id)
+            buf.push_uint_var(stream.max_stream_data_local)
+            stream.max_stream_data_local_sent = stream.max_stream_data_local
+
+    quic._write_stream_limits = write_stream_limits
+
+
+def peek_server_name(quic: QuicConnection, on_hello: Callable[[str | None], None]) -> None:
+    """Call `on_hello(server_name)` with each ClientHello before aioquic handles it.
+
+    `on_hello` may raise a tls.Alert (e.g. AlertUnrecognizedName) to refuse the handshake; aioquic
+    then closes the connection with CRYPTO_ERROR + that alert, as a TLS stack refusing the SNI would.
+    """
+    initialize = quic._initialize
+
+    def initialize_and_hook(peer_cid: bytes) -> None:
+        initialize(peer_cid)
+        handle_hello = quic.tls._server_handle_hello
+
+        def peek(input_buf: Buffer, initial_buf: Buffer, handshake_buf: Buffer) -> None:
+            start = input_buf.tell()
+            hello = tls.pull_client_hello(input_buf)
+            input_buf.seek(start)
+            on_hello(hello.server_name)
+            handle_hello(input_buf, initial_buf, handshake_buf)
+
+        quic.tls._server_handle_hello = peek
+
+    quic._initialize = initialize_and_hook
+
+
+# -- streams and endpoints -----------------------------------------------------------------------
+class H3Stream:
+    """One HTTP/3 request stream as a byte pipe: headers, then data both ways, with backpressure."""
+
+    def __init__(self, endpoint: H3Endpoint, stream_id: int):
+        self.endpoint, self.stream_id = endpoint, stream_id
+        self.headers: asyncio.Future[Headers] = asyncio.get_running_loop().create_future()
+        self.trailers: Headers = []
+        self.bytes_received = 0  # DATA payload in each direction (what an access log counts)
+        self.bytes_sent = 0
+        self.pending = 0  # received payload the application has not read yet
+        self.local_ended = False
+        self.remote_ended = False
+        self._chunks: deque[bytes] = deque()
+        self._error: StreamError | None = None
+        self._readable = asyncio.Event()
+
+    # Inbound, from the endpoint --------------------------------------------------------------
+    def _on_headers(self, headers: Headers, ended: bool) -> None:
+        if not self.headers.done():
+            self.headers.set_result(headers)
+        else:
+            self.trailers = headers
+        if ended:
+            self._on_end()
+
+    def _on_data(self, data: bytes, ended: bool) -> None:
+        if data:
+            self._chunks.append(data)
+            self.pending += len(data)
+            self.bytes_received += len(data)
+        if ended:
+            self._on_end()
+        self._readable.set()
+
+    def _on_end(self) -> None:
+        self.remote_ended = True
+        self._readable.set()
+        self.endpoint._maybe_forget(self)
+
+    def _on_error(self, error: StreamError) -> None:
+        if self._error is None and not (self.remote_ended and self.local_ended):
+            self._error = error
+        if not self.headers.done():
+            self.headers.set_exception(error)
+            self.headers.exception()  # mark retrieved: not every caller awaits the headers
+        self._readable.set()
+
+    # Application side ------------------------------------------------------------------------
+    @property
+    def status(self) -> int:
+        """The response status (client streams, once the headers have arrived)."""
+        return int(dict(self.headers.result()).get(b":status", b"0"))
+
+    async def read(self) -> bytes:
+        """The next chunk of DATA payload; b"" once the peer has ended the stream."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self.remote_ended:
+                return b""
+            self._readable.clear()
+            await self._readable.wait()
+        chunk = self._chunks.popleft()
+        self.pending -= len(chunk)
+        self.endpoint._consumed(self.stream_id)
+        return chunk
+
+    def send_headers(self, headers: Headers, end: bool = False) -> None:
+        self._check_writable()
+        self.endpoint.h3.send_headers(self.stream_id, headers, end_stream=end)
+        self._sent(end)
+
+    def write(self, data: bytes, end: bool = False) -> None:
+        self._check_writable()
+        self.endpoint.h3.send_data(self.stream_id, data, end_stream=end)
+        self.bytes_sent += len(data)
+        self._sent(end)
+
+    def end(self) -> None:
+        if not self.local_ended and self._error is None:
+            self.write(b"", end=True)
+
+    def reset(self, error_code: int = H3_REQUEST_CANCELLED) -> None:
+        """Abandon the stream both ways (RESET_STREAM and STOP_SENDING)."""
+        quic = self.endpoint.quic
+        self._on_error(StreamError(f"stream {self.stream_id} reset locally"))
+        with contextlib.suppress(Exception):  # a stream that already finished cannot be reset
+            if not self.local_ended:
+                quic.reset_stream(self.stream_id, error_code)
+            if not self.remote_ended:
+                quic.stop_stream(self.stream_id, error_code)
+        self.local_ended = self.remote_ended = True
+        self.endpoint._maybe_forget(self)
+        self.endpoint.flush_soon()
+
+    async def drain(self) -> None:
+        """Wait until the peer has acknowledged enough of what was written (or raise if it went away)."""
+        while self.endpoint.unacked(self.stream_id) > HIGH_WATER:
+            if self._error is not None:
+                raise self._error
+            if self.endpoint.closed:
+                raise StreamError("connection closed")
+            await self.endpoint.progress()
+
+    def _check_writable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self.local_ended:
+            raise StreamError(f"stream {self.stream_id} already ended")
+
+    def _sent(self, end: bool) -> None:
+        if end:
+            self.local_ended = True
+            self.endpoint._maybe_forget(self)
+        self.endpoint.flush_soon()
+
+
+class H3Endpoint(QuicConnectionProtocol):
+    """One QUIC connection speaking HTTP/3, client or server side."""
+
+    def __init__(self, quic: QuicConnection, stream_handler: Any = None, *,
+                 on_request: Callable[[H3Stream], None] | None = None):
+        super().__init__(quic, stream_handler)
+        self.quic = quic
+        self.h3: H3Connection | None = None
+        self.on_request = on_request  # server side: called with each new request stream
+        self.on_closed: Callable[[], None] = lambda: None
+        self.streams: dict[int, H3Stream] = {}
+        self.close_info: tuple[int, str] | None = None  # (QUIC error code, reason) once terminated
+        self.closed = False
+        self.server_name: str | None = None  # the ClientHello's SNI (server side, via peek_server_name)
+        self.handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._raw_received: dict[int, int] = {}
+        self._progress = asyncio.Event()
+        self._flush_handle: asyncio.Handle | None = None
+        _install_credit(quic, self._credit)
+
+    # Credit and acknowledgements --------------------------------------------------------------
+    def _credit(self, stream_id: int) -> int | None:
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return None
+        return self._raw_received.get(stream_id, 0) - stream.pending + WINDOW
+
+    def _consumed(self, stream_id: int) -> None:
+        limit = self._credit(stream_id)
+        granted = self.quic._streams[stream_id].max_stream_data_local if stream_id in self.quic._streams else 0
+        if limit is not None and limit - granted >= WINDOW // 2:  # batch updates: one per half window
+            self.flush_soon()
+
+    def unacked(self, stream_id: int) -> int:
+        stream = self.quic._streams.get(stream_id)
+        return len(stream.sender._buffer) if stream is not None else 0
+
+    async def progress(self) -> None:
+        """Wait for the next datagram (which may carry acknowledgements) or the end of the connection."""
+        await self._progress.wait()
+
+    def _wake(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    # Sending ---------------------------------------------------------------------------------
+    def flush_soon(self) -> None:
+        if self._flush_handle is None and not self.closed:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if not self.closed:
+            self.transmit()
+
+    def open_request(self, headers: Headers, end: bool = False) -> H3Stream:
+        """Client side: start a request stream with `headers`."""
+        assert self.h3 is not None, "HTTP/3 is not negotiated yet"
+        stream = H3Stream(self, self.quic.get_next_available_stream_id())
+        self.streams[stream.stream_id] = stream
+        stream.send_headers(headers, end)
+        return stream
+
+    # Receiving -------------------------------------------------------------------------------
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        super().datagram_received(data, addr)
+        # aioquic reports the close only after the draining period (3 PTO); nothing more can flow
+        # once either side has closed, so say so now (a refused handshake is then seen at once).
+        close = self.quic._close_event
+        if close is not None:
+            self._terminated(close.error_code, close.reason_phrase)
+        self._wake()
+
+    def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
+            self.h3 = H3Connection(self.quic)
+        elif isinstance(event, HandshakeCompleted) and not self.handshake.done():
+            self.handshake.set_result(None)
+        elif isinstance(event, StreamDataReceived):
+            self._raw_received[event.stream_id] = self._raw_received.get(event.stream_id, 0) + len(event.data)
+        elif isinstance(event, QuicStreamReset) and event.stream_id in self.streams:
+            self.streams[event.stream_id]._on_error(StreamError(f"stream reset by peer ({event.error_code:#x})"))
+        elif isinstance(event, ConnectionTerminated):
+            self._terminated(event.error_code, event.reason_phrase)
+        if self.h3 is not None:
+            for h3_event in self.h3.handle_event(event):
+                self._h3_event(h3_event)
+
+    def _h3_event(self, event: H3Event) -> None:
+        if not isinstance(event, HeadersReceived | DataReceived):
+            return
+        stream = self.streams.get(event.stream_id)
+        if isinstance(event, HeadersReceived):
+            if stream is None and self.on_request is not None and not self.quic.configuration.is_client:
+                stream = self.streams[event.stream_id] = H3Stream(self, event.stream_id)
+                stream._on_headers(event.headers, event.stream_ended)
+                self.on_request(stream)
+            elif stream is not None:
+                stream._on_headers(event.headers, event.stream_ended)
+        elif stream is not None:
+            stream._on_data(event.data, event.stream_ended)
+
+    def _maybe_forget(self, stream: H3Stream) -> None:
+        if stream.local_ended and stream.remote_ended:
+            self.streams.pop(stream.stream_id, None)
+
+    def _terminated(self, error_code: int, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.close_info = (error_code, reason)
+        for stream in list(self.streams.values()):
+            stream._on_error(StreamError(f"connection closed: {reason or error_code}"))
+        if not self.handshake.done():
+            self.handshake.set_exception(ConnectionError(reason))
+            self.handshake.exception()  # mark retrieved: servers never await it
+        self._wake()
+        self.on_closed()
+
+    # Closing ---------------------------------------------------------------------------------
+    def abandon(self, error_code: int = QuicErrorCode.NO_ERROR, reason: str = "") -> None:
+        """Send CONNECTION_CLOSE now and stop all timers, without waiting out the draining period."""
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                self.close(error_code=error_code, reason_phrase=reason)
+        self._terminated(error_code, reason or "closed locally")
+        if self._timer is not None:  # aioquic would otherwise keep waking to send on a dead socket
+            self._timer.cancel()
+            self._timer = None
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.abandon()
+
+
+async def connect(addr: tuple[str, int], config: QuicConfiguration, *, timeout: float) -> H3Endpoint:
+    """Open a QUIC connection from 127.0.0.1 to `addr` and wait for the handshake.
+
+    Raises HandshakeFailed with the peer's (or our own TLS stack's) reason. Close with `close_client`.
+    """
+    loop = asyncio.get_running_loop()
+    quic = QuicConnection(configuration=config)
+    _, endpoint = await loop.create_datagram_endpoint(lambda: H3Endpoint(quic),
+                                                      local_addr=("127.0.0.1", 0))
+    endpoint.connect(addr)
+    try:
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(endpoint.handshake)
+    except (ConnectionError, TimeoutError) as exc:
+        code, reason = endpoint.close_info or (None, "handshake timed out")
+        close_client(endpoint)
+        raise HandshakeFailed(reason, code) from exc
+    return endpoint
+
+
+def close_client(endpoint: H3Endpoint) -> None:
+    """Close a client endpoint and its socket (CONNECTION_CLOSE is sent before the socket goes)."""
+    transport = endpoint._transport
+    endpoint.abandon()
+    if transport is not None:
+        transport.close()
+
+
+class H3Server:
+    """An HTTP/3 listener on 127.0.0.1: each new connection gets an H3Endpoint from `make_endpoint`."""
+
+    def __init__(self, config: ReloadingServerConfig,
+                 make_endpoint: Callable[[QuicConnection], H3Endpoint]):
+        self.config, self.make_endpoint = config, make_endpoint
+        self.endpoints: set[H3Endpoint] = set()
+        self._server: QuicServer | None = None
+        self._transport: asyncio.DatagramTransport | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        loop = asyncio.get_running_loop()
+        self._transport, self._server = await loop.create_datagram_endpoint(
+            lambda: QuicServer(configuration=self.config.config, create_protocol=self._create),
+            local_addr=(host, port))
+        return self._transport.get_extra_info("sockname")[1]
+
+    def _create(self, quic: QuicConnection, stream_handler: Any = None) -> H3Endpoint:
+        self.config.refresh()  # before aioquic copies the certificate into this connection
+        endpoint = self.make_endpoint(quic)
+        self.endpoints.add(endpoint)
+        closed = endpoint.on_closed
+
+        def forget() -> None:
+            self.endpoints.discard(endpoint)
+            closed()
+
+        endpoint.on_closed = forget
+        return endpoint
+
+    def close(self) -> None:
+        # Not QuicServer.close(): it would close each connection again and re-arm its timers.
+        for endpoint in list(self.endpoints):
+            endpoint.abandon()
+        if self._transport is not None:
+            self._transport.close()
+
+
+class Tasks:
+    """Named tasks owned by a component: spawned, tracked, and cancelled together on close."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def cancel_all(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
