@@ -63,7 +63,7 @@ def _check_backend(backend: str) -> None:
         raise ConfigError(f"--backend {backend!r}: choose local or k3d")
 
 
-@task(positional=["scenario"], optional=["scenario"],
+@task(positional=["scenario"],
       help={"scenario": "catalogue name or path to a scenario YAML (also as scenario=NAME)",
             "file": "a customer's values file, layered under the scenario's values",
             "backend": "local (default: processes on 127.0.0.1) or k3d",
@@ -128,9 +128,9 @@ def status(c, json_=False, stack="default"):
         print(f"  running: {', '.join(current['running']) or 'nothing'}")
 
 
-@task(positional=["component"], optional=["component"],
+@task(positional=["component"],
       help={"component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
-                         "invocation-service-0); all when omitted", "lines": "lines from the end",
+                         "invocation-service-0), or `all`", "lines": "lines from the end",
             "stack": "stack name"})
 @user_errors
 def logs(c, component=None, lines=40, stack="default"):
@@ -139,7 +139,7 @@ def logs(c, component=None, lines=40, stack="default"):
 
     folder = _stack(stack).state_dir / "logs"
     paths = sorted(folder.glob("*.log")) if folder.exists() else []
-    if component:
+    if component and component != "all":
         paths = [p for p in paths if p.stem == component]
         if not paths:
             known = ", ".join(p.stem for p in sorted(folder.glob("*.log"))) if folder.exists() else "none"
@@ -171,7 +171,7 @@ def scenarios(c):
         print(f"{name:<36} {summary}")
 
 
-@task(positional=["scenario"], optional=["scenario"],
+@task(positional=["scenario"],
       help={"scenario": "catalogue name or YAML path (also as scenario=NAME)", "all": "replay the whole catalogue",
             "junit": "write a JUnit XML report to this file", "keep": "leave a failed scenario's stack running",
             "file": "a customer's values file, layered under each scenario", "json": "print JSON reports"})

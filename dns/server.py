@@ -99,8 +99,8 @@ def _parse_query(data: bytes) -> tuple[DNSQuestion, RR | None]:
 
 
 def _reply_header(msg_id: int, flags: int, rcode: int) -> DNSHeader:
-    # AA: each view is the authority for everything it answers. RA stays 0: nothing recurses,
-    # the same flags CoreDNS's kubernetes plugin gives for cluster names.
+    # AA: each view is the authority for everything it answers. RA stays 0 because nothing here
+    # recurses; dig says so in a warning, which is the truth about this server.
     opcode = (flags >> _OPCODE_SHIFT) & 0xF
     return DNSHeader(id=msg_id, bitmap=0, qr=1, opcode=opcode, aa=1, rd=int(bool(flags & _RD)), rcode=rcode)
 

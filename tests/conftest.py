@@ -1,0 +1,38 @@
+"""Shared fixtures: a stack on the local backend in a temporary state root, always torn down."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusters.stack import LocalStack
+from scenarios.engine import ScenarioResult, run_scenario
+from scenarios.model import load_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def stack_processes_alive(stack: LocalStack) -> dict[str, int]:
+    return stack.launcher.running()
+
+
+@pytest.fixture(scope="module")
+def http_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, ScenarioResult]]:
+    """The http-callback scenario, up for the whole module; the teardown fails if anything survives."""
+    root = tmp_path_factory.mktemp("ncpsim")
+    stack = LocalStack("e2e-http", root=root)
+    try:
+        result = run_scenario(load_scenario("http-callback"), stack, keep=True)
+        yield stack, result
+    finally:
+        stack.down()
+        assert not stack_processes_alive(stack), "components still running after down"
+
+
+@pytest.fixture
+def invoke_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for running `invoke` as a user would, with state under tmp_path."""
+    return {**os.environ, "NCPSIM_HOME": str(tmp_path / "state")}

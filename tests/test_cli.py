@@ -1,0 +1,87 @@
+"""The command line as a user runs it: `invoke up scenario=...`, status, logs, certs, down."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def invoke(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def ports_listening(ports: list[int]) -> list[int]:
+    open_ports = []
+    for port in ports:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                open_ports.append(port)
+    return open_ports
+
+
+def alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        stat = Path(f"/proc/{pid}/stat")
+        if not stat.exists() or stat.read_text().split(")")[-1].split()[0] != "Z":
+            out.append(pid)
+    return out
+
+
+def test_up_literal_form_then_down_leaves_nothing(invoke_env: dict[str, str]) -> None:
+    state = Path(invoke_env["NCPSIM_HOME"]) / "cli"
+    try:
+        up = invoke("up", "scenario=http-callback", "--stack", "cli", env=invoke_env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "PASS http-callback" in up.stdout
+        assert "curl -sv --proxy https://invocation.grpc-worker.example.com:" in up.stdout
+        assert "openssl s_client" in up.stdout and "dig @127.0.0.1" in up.stdout
+        status = json.loads(invoke("status", "--json", "--stack", "cli", env=invoke_env).stdout)
+        netmap = json.loads((state / "netmap.json").read_text())
+        tcp_ports = [port for key, port in netmap["bindings"].items() if key.endswith("/tcp")]
+        pids = [int(p.read_text()) for p in (state / "pids").glob("*.pid")]
+        assert len(pids) >= 6 and len(alive(pids)) == len(pids)
+        assert ports_listening(tcp_ports) == tcp_ports
+        assert status["scenario"] == "http-callback" and status["backend"] == "local"
+        logs = invoke("logs", "worker-callback-proxy.access", "--stack", "cli", env=invoke_env)
+        assert '"POST /v2/nvcf/worker/request-attach HTTP/1.1" 200 -' in logs.stdout
+    finally:
+        down = invoke("down", "--stack", "cli", env=invoke_env)
+    assert down.returncode == 0, down.stderr
+    assert alive(pids) == []
+    assert ports_listening(tcp_ports) == []
+    assert invoke("status", "--stack", "cli", env=invoke_env).returncode == 1
+
+
+def test_scenario_flag_form_and_unknown_scenario(invoke_env: dict[str, str]) -> None:
+    bad = invoke("up", "--scenario", "no-such-scenario", "--stack", "cli2", env=invoke_env)
+    assert bad.returncode == 2
+    assert "unknown scenario 'no-such-scenario'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_certs_prints_fingerprints_and_expiry(invoke_env: dict[str, str]) -> None:
+    out = invoke("certs", "--stack", "certs", env=invoke_env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("SHA-256") >= 2 or out.stdout.count(":") > 60
+    assert "stack" in out.stdout and "public" in out.stdout
+
+
+@pytest.mark.parametrize("task", ["up", "down", "status", "logs", "certs", "scenarios", "replay", "test"])
+def test_every_task_has_help(task: str, invoke_env: dict[str, str]) -> None:
+    out = invoke("--help", task, env=invoke_env)
+    assert out.returncode == 0
+    docstring = out.stdout.split("Docstring:")[1].strip().splitlines()[0]
+    assert docstring and docstring != "none"
