@@ -231,6 +231,11 @@ class H3Stream:
 
     # Application side ------------------------------------------------------------------------
     @property
+    def error(self) -> StreamError | None:
+        """Why the stream failed (reset by either side, or its connection closed), if it did."""
+        return self._error
+
+    @property
     def status(self) -> int:
         """The response status (client streams, once the headers have arrived)."""
         return int(dict(self.headers.result()).get(b":status", b"0"))

@@ -166,8 +166,9 @@ class H3Front:
         except UpstreamFailure as failure:
             detail = failure.detail
             self._local_reply(down, record, 503, failure.flag, failure.body)
-        except StreamError as exc:  # the worker went away mid-stream
-            detail, record.flags = str(exc), "DC"
+        except StreamError as exc:  # one side went away mid-stream (flag set by _forward, else DC)
+            detail = str(exc)
+            record.flags = record.flags if record.flags != "-" else "DC"
         finally:
             record.bytes_received, record.bytes_sent = down.bytes_received, down.bytes_sent
             record.upstream_host = conn.upstream_host
@@ -196,15 +197,17 @@ class H3Front:
             kept = [(k, v) for k, v in response if k not in (b"server", b"x-envoy-upstream-service-time")]
             down.send_headers([*kept, (b"server", b"envoy"),
                                (b"x-envoy-upstream-service-time", record.upstream_service_time.encode())])
-            try:
-                await _pump(up, down)
-            except StreamError:
-                record.flags = "UR" if up.remote_ended is False else "DC"
-                down.reset()
+            await _pump(up, down)
             await request_body
+        except StreamError:
+            # After the response started, a failure is a reset of the other side, flagged as Envoy does.
+            record.flags = "UR" if up.error is not None and down.error is None else "DC"
+            up.reset()
+            down.reset()
+            raise
         finally:
             request_body.cancel()
-            if not up.local_ended:
+            if not up.local_ended:  # e.g. a failed upstream: the worker gets a local reply instead
                 up.reset()
 
     async def _upstream(self, conn: _Connection, route: PodRoute) -> H3Endpoint:
