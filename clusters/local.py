@@ -60,6 +60,9 @@ class Launcher:
 
     # Start -----------------------------------------------------------------------------------
     def prepare(self, topology: Topology) -> NetMap:
+        # Each `up` starts with fresh logs and events (the certificates are kept: same CAs across runs).
+        for folder in (self.logs_dir, self.state_dir / "events"):
+            shutil.rmtree(folder, ignore_errors=True)
         for folder in (self.pids_dir, self.logs_dir, self.state_dir / "events"):
             folder.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "topology.json").write_text(topology.to_json())

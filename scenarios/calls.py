@@ -5,30 +5,38 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scenarios.model import Step
+from scenarios.spec import Step
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace
 from sim.client import invoke_http
 from sim.component import Context
+from sim.errors import ScenarioError
 from sim.topology import Pod
 
 CALL_TIMEOUT = 10.0
-POLL_SECONDS = 1  # short NVCF-POLL-SECONDS: a failed callback shows as 202s while the worker reports why
+POLL_SECONDS = 1  # NVCF-POLL-SECONDS of each status poll
+FIRST_POLL_SECONDS = 0  # the pexec POST answers 202 at once, so the client knows the request id to watch
 
 
 async def http_call(client: Context, tail: StackTail, step: Step, index: int, pod: Pod,
                     spec: dict[str, Any]) -> CallTrace:
     body = json.dumps({"step": step.index, "invocation": index}).encode()
 
-    def give_up(request_id: str) -> str | None:
-        tail.refresh()
+    def failed(request_id: str) -> str | None:
         result = tail.worker_result(request_id)
         if result and not result.get("ok"):
             return str(result.get("error") or "callback failed")
         return None
 
+    async def watch(request_id: str) -> str:
+        """Ends as soon as the worker reports this callback failed: no poll needs to run out first."""
+        while not await tail.wait_for(lambda: failed(request_id) is not None, CALL_TIMEOUT):
+            pass
+        return failed(request_id) or "callback failed"
+
     inv = await invoke_http(client, pod, spec["function"], body, poll_seconds=POLL_SECONDS,
-                            timeout=spec.get("timeout", CALL_TIMEOUT), give_up=give_up)
+                            timeout=spec.get("timeout", CALL_TIMEOUT), first_poll_seconds=FIRST_POLL_SECONDS,
+                            watch=watch)
     trace = CallTrace(step=step.index, index=index, function=spec["function"], pod=pod.name,
                       request_id=inv.request_id, client_status=inv.status, elapsed_ms=inv.elapsed_ms)
     trace.body_ok = inv.status == 200 and inv.body == body
@@ -40,26 +48,42 @@ async def http_call(client: Context, tail: StackTail, step: Step, index: int, po
 
 async def grpc_call(client: Context, tail: StackTail, step: Step, index: int, pod: Pod,
                     spec: dict[str, Any]) -> CallTrace:
-    from scenarios.grpc_calls import grpc_call as call
-
+    try:
+        from scenarios.grpc_calls import grpc_call as call
+    except ImportError as exc:  # the gRPC client lands separately; say so instead of crashing the replay
+        raise ScenarioError(f"{step.label}: gRPC calls are not available in this build ({exc})") from None
     return await call(client, tail, step, index, pod, spec)
 
 
-def expected_proxy_lines(trace: CallTrace) -> int:
-    """Access-log lines a successful proxied callback leaves: GET and POST (HTTP), one stream (gRPC)."""
-    return 2 if trace.function == "http-echo" else 1
+def _start(tail: StackTail, request_id: str) -> dict[str, Any] | None:
+    return next((e for e in tail.events
+                 if e.get("requestId") == request_id and e["kind"] == "worker.callback.start"), None)
+
+
+def expected_proxy_lines(trace: CallTrace, start: dict[str, Any] | None = None) -> int:
+    """Access-log lines a successful proxied callback leaves: GET and POST (HTTP), one stream (gRPC),
+    one CONNECT (a legacy worker's tunnel)."""
+    if trace.function != "http-echo" or (start or {}).get("connect"):
+        return 1
+    return 2
 
 
 def recorded(trace: CallTrace, tail: StackTail) -> bool:
-    result = tail.worker_result(trace.request_id or "")
+    """Has everything this call will leave in the events and the access log been written?"""
+    rid = trace.request_id or ""
+    if trace.kind == "probe":
+        # The proxy writes its line after it answers: wait for it whenever the prober got an answer.
+        return not trace.client_status or _lines(tail, rid) >= 1
+    result = tail.worker_result(rid)
     if result is None:
         return trace.outcome != "success"  # a failed call may never have reached a worker
-    if not result.get("ok") or trace.via == "direct" or not _proxied(tail, trace):
+    start = _start(tail, rid)
+    if trace.via == "direct" or not (start or {}).get("proxy"):
         return True
-    lines = sum(1 for rec in tail.access if rec.get("request_id") == trace.request_id)
-    return lines >= expected_proxy_lines(trace)
+    if not result.get("ok"):
+        return not result.get("statuses") or _lines(tail, rid) >= 1  # the proxy answered: its line follows
+    return _lines(tail, rid) >= expected_proxy_lines(trace, start)
 
 
-def _proxied(tail: StackTail, trace: CallTrace) -> bool:
-    return any(e.get("requestId") == trace.request_id and e["kind"] == "worker.callback.start" and e.get("proxy")
-               for e in tail.events)
+def _lines(tail: StackTail, request_id: str) -> int:
+    return sum(1 for rec in tail.access if rec.get("request_id") == request_id)

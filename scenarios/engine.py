@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from clusters.stack import LocalStack
 from scenarios import calls
-from scenarios.expect import evaluate
+from scenarios.conditions import wait_until
+from scenarios.expect import Facts, evaluate
 from scenarios.model import Scenario, Step
+from scenarios.probe import probe_call
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.component import Context
@@ -43,6 +47,8 @@ class ScenarioResult:
     first_callback_seconds: float | None = None  # from the start of `up` to the first successful callback
     error: str | None = None
     status: dict[str, Any] | None = None
+    refused: str | None = None  # error scenarios: the config error the values got, as expected
+    artifacts: dict[str, str] = field(default_factory=dict)  # report.json, sequence.mmd, sequence.html
 
     @property
     def ok(self) -> bool:
@@ -60,25 +66,37 @@ class Replay:
         self.scenario, self.stack, self.topology = scenario, stack, topology
         self.tail = StackTail(stack.state_dir)
         self.client = Context(stack.state_dir, topology, "client", CONTROL_CLUSTER)
-        self.pod_ips = {p.name: p.ip for p in topology.pods}
+        self.facts = Facts({p.name: p.ip for p in topology.pods}, {w.name: w for w in topology.workers})
+        self.rng = random.Random(f"{scenario.seed}:probes")  # probe request ids repeat run to run
+
+    @property
+    def pod_ips(self) -> dict[str, str]:
+        return self.facts.pod_ips
 
     async def run(self) -> list[StepResult]:
-        results = []
-        for step in self.scenario.steps:
-            results.append(await self.run_step(step))
+        return [await self.run_step(step) for step in self.scenario.steps]
+
+    def close(self) -> None:
         self.client.events.close()
-        return results
 
     async def run_step(self, step: Step) -> StepResult:
         self.client.events.emit("step.start", step=step.index, name=step.name)
-        result = StepResult(step)
+        since, result = time.time(), StepResult(step)
+        notes = []
         if step.set_values is not None:
-            result.note = self.set_values(step.set_values)
+            notes.append(self.set_values(step.set_values))
         if step.redeploy is not None:
-            result.note = (result.note + "; " if result.note else "") + self.redeploy(step.redeploy)
+            notes.append(self.redeploy(step.redeploy))
         if step.invoke is not None:
             result.traces = await self.invoke(step)
-        result.failures = evaluate(step, result.traces, self.pod_ips)
+        elif step.probe is not None:
+            result.traces = await self.probe(step, since)
+        elif step.wait is not None:
+            problem = await wait_until(step.wait, self.tail, self.topology, since)
+            result.failures += [f"{step.label}: {problem}"] if problem else []
+            notes.append(f"waited for {step.wait.describe()}")
+        result.note = "; ".join(notes)
+        result.failures += evaluate(step, result.traces, self.facts)
         return result
 
     def set_values(self, overrides: dict[str, Any]) -> str:
@@ -102,21 +120,51 @@ class Replay:
         call = calls.http_call if role == "invocation" else calls.grpc_call
         traces = await asyncio.gather(*[
             call(self.client, self.tail, step, i, pods[(i - 1) % len(pods)], spec) for i in range(1, count + 1)])
-        await self.settle(traces)
-        for trace in traces:
-            join(trace, self.tail.events, self.tail.access)
-        return list(traces)
+        return await self.settle(list(traces))
 
-    async def settle(self, traces: list[CallTrace]) -> None:
-        """Wait until each finished call's worker result (and its proxy lines) has been written."""
+    async def probe(self, step: Step, since: float) -> list[CallTrace]:
+        assert step.probe is not None
+        ctx = self.prober(step.probe.cluster)
+        try:
+            traces = [await probe_call(ctx, self.topology, step, i, target, self.rng)
+                      for i, target in enumerate(step.probe.targets, start=1)]
+        finally:
+            ctx.events.close()
+        traces = await self.settle(traces)
+        self.blame_unattributed(traces, since)
+        return traces
+
+    def prober(self, cluster: str | None) -> Context:
+        names = [c.name for c in self.topology.clusters]
+        if cluster is not None and cluster not in names:
+            raise ScenarioError(f"probe cluster {cluster!r} is not in the topology; it has: {', '.join(names)}")
+        where = cluster or next((c.name for c in self.topology.compute_clusters), CONTROL_CLUSTER)
+        return Context(self.stack.state_dir, self.topology, "prober", where)
+
+    def blame_unattributed(self, traces: list[CallTrace], since: float) -> None:
+        """A pod request during the probes that carries none of their ids counts against every probe."""
+        ids = {t.request_id for t in traces}
+        stray = [e for e in self.tail.events if e["kind"] == "pod.request" and e.get("ts", 0) >= since
+                 and e.get("requestId") not in ids]
+        for trace in traces:
+            trace.pod_legs += [{"kind": "pod.request", "pod": e.get("pod"), "status": None,
+                                "path": e.get("path"), "reason": "request without a probe's id"} for e in stray]
+
+    async def settle(self, traces: list[CallTrace]) -> list[CallTrace]:
+        """Wait until each finished call's worker result (and its proxy lines) has been written, then join."""
         def recorded() -> bool:
             return all(calls.recorded(t, self.tail) for t in traces if t.request_id is not None)
 
         await self.tail.wait_for(recorded, SETTLE_TIMEOUT)
+        for trace in traces:
+            join(trace, self.tail.events, self.tail.access)
+        return traces
 
 
 def run_scenario(scenario: Scenario, stack: LocalStack, keep: bool = True) -> ScenarioResult:
     """Bring the stack up, replay, and leave it running when `keep` (invoke up) or on request."""
+    if scenario.expect_error is not None:
+        return judge_refusal(scenario)
     result = ScenarioResult(scenario)
     started = time.monotonic()
     topology = scenario.build_topology(stack.name)
@@ -124,7 +172,10 @@ def run_scenario(scenario: Scenario, stack: LocalStack, keep: bool = True) -> Sc
         result.status = stack.up(topology, scenario.name)
         result.up_seconds = time.monotonic() - started
         replay = Replay(scenario, stack, topology)
-        result.steps = asyncio.run(replay.run())
+        try:
+            result.steps = asyncio.run(replay.run())
+        finally:
+            replay.close()
         result.first_callback_seconds = first_callback(replay.tail, started)
     except ScenarioError as exc:
         result.error = str(exc)
@@ -133,8 +184,29 @@ def run_scenario(scenario: Scenario, stack: LocalStack, keep: bool = True) -> Sc
         if not keep:
             stack.down()
     if stack.state_dir.exists():
-        (stack.state_dir / "report.json").write_text(json.dumps(to_json(result), indent=2, default=str))
+        write_artifacts(result, stack.state_dir)
     return result
+
+
+def judge_refusal(scenario: Scenario) -> ScenarioResult:
+    """An error scenario passes when loading refused its values with the expected text; no stack is started."""
+    result = ScenarioResult(scenario, refused=scenario.config_error)
+    want = scenario.expect_error or ""
+    if scenario.config_error is None:
+        result.error = f"expected the values to be refused with {want!r}, but they were accepted"
+    elif want not in scenario.config_error:
+        result.error = f"expected the values to be refused with {want!r}, but the error was: {scenario.config_error}"
+    return result
+
+
+def write_artifacts(result: ScenarioResult, state_dir: Path) -> None:
+    from scenarios.sequence import write_sequence
+
+    reports = state_dir / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    result.artifacts.update(write_sequence(result, reports))
+    result.artifacts["json"] = str(reports / "report.json")
+    (reports / "report.json").write_text(json.dumps(to_json(result), indent=2, default=str))
 
 
 def first_callback(tail: StackTail, started_monotonic: float) -> float | None:
@@ -153,7 +225,8 @@ def to_json(result: ScenarioResult) -> dict[str, Any]:
         "upSeconds": round(result.up_seconds, 3), "elapsedSeconds": round(result.elapsed, 3),
         "firstCallbackSeconds": None if result.first_callback_seconds is None
         else round(result.first_callback_seconds, 3),
-        "error": result.error,
+        "error": result.error, "expectError": result.scenario.expect_error, "refused": result.refused,
+        "artifacts": result.artifacts,
         "steps": [{"index": s.step.index, "name": s.step.name, "ok": s.ok, "note": s.note,
                    "failures": s.failures, "calls": [t.to_dict() for t in s.traces]} for s in result.steps],
     }

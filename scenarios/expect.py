@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from scenarios.model import Expect, Step
+from scenarios.spec import Expect, Step, When
 from scenarios.trace import CallTrace
+from sim.topology import WorkerSpec
 
-Check = Callable[[Expect, CallTrace, dict[str, str]], str | None]
+
+@dataclass(frozen=True)
+class Facts:
+    """What the checks need to know about the stack besides the traces."""
+
+    pod_ips: dict[str, str]
+    workers: dict[str, WorkerSpec] = field(default_factory=dict)
 
 
-def _outcome(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None:
-    if t.outcome == exp.outcome:
+Check = Callable[[Expect, CallTrace, Facts], str | None]
+
+
+def _outcome(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
+    if exp.outcome is None or t.outcome == exp.outcome:
         return None
     if t.outcome == "failure":
         return f"outcome {exp.outcome}, but it failed: {t.error or 'no response'}"
     return f"outcome {exp.outcome}, but it succeeded (client status {t.client_status})"
 
 
-def _via(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None:
+def _via(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     if exp.via is None:
         return None
     if exp.via == "proxy" and not t.proxy:
@@ -28,19 +39,20 @@ def _via(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None:
     return None
 
 
-def _same_pod(exp: Expect, t: CallTrace, ips: dict[str, str]) -> str | None:
+def _same_pod(exp: Expect, t: CallTrace, facts: Facts) -> str | None:
     if not exp.same_pod:
         return None
     callees = t.callee_pods
     if callees != {t.pod}:
         return f"callbacks on {t.pod} (which holds the request), but they reached {sorted(callees) or 'no pod'}"
-    wrong = [rec["upstream_host"] for rec in t.proxy if rec["upstream_host"].split(":")[0] != ips.get(t.pod)]
+    ip = facts.pod_ips.get(t.pod)
+    wrong = [rec["upstream_host"] for rec in t.proxy if rec["upstream_host"].split(":")[0] != ip]
     if wrong:
-        return f"proxy forwarding to {ips.get(t.pod)} ({t.pod}), but it forwarded to {', '.join(wrong)}"
+        return f"proxy forwarding to {ip} ({t.pod}), but it forwarded to {', '.join(wrong)}"
     return None
 
 
-def _proxy_status(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None:
+def _proxy_status(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     if exp.proxy_status is None and exp.proxy_flag is None:
         return None
     seen = [(rec["status"], rec["flags"]) for rec in t.proxy]
@@ -53,16 +65,16 @@ def _proxy_status(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None
     return f"proxy answering {want}, but the access log shows {got}"
 
 
-def _callee_status(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None:
+def _callee_status(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     if exp.callee_status is None:
         return None
     first = t.worker_statuses[0] if t.worker_statuses else None
     if first != exp.callee_status:
-        return f"the worker's first callback answered {exp.callee_status}, but it got {first}"
+        return f"the first callback leg answered {exp.callee_status}, but it got {first}"
     return None
 
 
-def _error(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None:
+def _error(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     if exp.error is None:
         return None
     if exp.error.lower() not in (t.error or "").lower():
@@ -70,18 +82,76 @@ def _error(exp: Expect, t: CallTrace, _ips: dict[str, str]) -> str | None:
     return None
 
 
-CHECKS: tuple[Check, ...] = (_outcome, _via, _same_pod, _proxy_status, _callee_status, _error)
+def _upstream_port(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
+    if exp.upstream_port is None:
+        return None
+    hosts = [rec["upstream_host"] for rec in t.proxy if rec["upstream_host"] != "-"]
+    wrong = [h for h in hosts if h.rsplit(":", 1)[-1] != str(exp.upstream_port)]
+    if not hosts or wrong:
+        return f"the proxy forwarding to pod port {exp.upstream_port}, but it forwarded to {hosts or 'nothing'}"
+    return None
 
 
-def evaluate(step: Step, traces: list[CallTrace], pod_ips: dict[str, str]) -> list[str]:
-    """One line per broken expectation, grouped by message so 10 identical failures read as one."""
-    if step.expect is None:
-        return []
+def _dns_rcode(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
+    if exp.dns_rcode is None:
+        return None
+    got = t.dns.get("rcode") or ("NOERROR" if t.dns.get("answer") else None)
+    if got != exp.dns_rcode:
+        return f"DNS answering {exp.dns_rcode} for {t.dns.get('name', 'the callback name')}, but it answered {got}"
+    return None
+
+
+def _pod_contacted(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
+    if exp.pod_contacted is None or bool(t.pod_legs) == exp.pod_contacted:
+        return None
+    if exp.pod_contacted:
+        return "a pod to see the request, but no pod recorded it"
+    seen = ", ".join(f"{leg['pod']} {leg.get('path') or leg['kind']}" for leg in t.pod_legs)
+    return f"no pod contacted, but {seen} received it"
+
+
+CHECKS: tuple[Check, ...] = (_outcome, _via, _same_pod, _proxy_status, _callee_status, _error, _upstream_port,
+                             _dns_rcode, _pod_contacted)
+
+
+def matches(when: When | None, t: CallTrace, facts: Facts) -> bool:
+    """Is `t` one of the calls an expectation's `when` is about?"""
+    if when is None:
+        return True
+    spec = facts.workers.get(t.worker or "")
+    wanted = {"landed": (when.landed, t.landed), "worker": (when.worker, t.worker),
+              "trust": (when.trust, spec.trust if spec else None),
+              "workerUtils": (when.worker_utils, spec.worker_utils if spec else None),
+              "cluster": (when.cluster, spec.cluster if spec else None)}
+    return all(want is None or want == got for want, got in wanted.values())
+
+
+def _check_one(step: Step, exp: Expect, traces: list[CallTrace], facts: Facts) -> list[str]:
+    chosen = [t for t in traces if matches(exp.when, t, facts)]
+    scope = f"for calls with {exp.when.describe()}: " if exp.when else ""
+    out = []
+    need = exp.at_least if exp.at_least is not None else (1 if exp.when else 0)
+    if len(chosen) < need:
+        out.append(f"{step.label}: expected at least {need} call(s) "
+                   f"{'with ' + exp.when.describe() if exp.when else ''}, but {len(chosen)} of {len(traces)} were")
     grouped: dict[str, list[int]] = {}
-    for trace in traces:
+    for trace in chosen:
         for check in CHECKS:
-            problem = check(step.expect, trace, pod_ips)
+            problem = check(exp, trace, facts)
             if problem:
                 grouped.setdefault(problem, []).append(trace.index)
-    return [f"{step.label}: expected {problem} (invocations {', '.join(map(str, idx))} of {len(traces)})"
-            for problem, idx in grouped.items()]
+    out += [f"{step.label}: {scope}expected {problem} ({_calls(step, idx)} {', '.join(map(str, idx))} "
+            f"of {len(traces)})" for problem, idx in grouped.items()]
+    return out
+
+
+def _calls(step: Step, indexes: list[int]) -> str:
+    noun = "probe" if step.probe is not None else "invocation"
+    return noun + ("s" if len(indexes) > 1 else "")
+
+
+def evaluate(step: Step, traces: list[CallTrace], pod_ips: dict[str, str] | Facts,
+             workers: dict[str, WorkerSpec] | None = None) -> list[str]:
+    """One line per broken expectation, grouped by message so 10 identical failures read as one."""
+    facts = pod_ips if isinstance(pod_ips, Facts) else Facts(pod_ips, workers or {})
+    return [line for exp in step.expects for line in _check_one(step, exp, traces, facts)]

@@ -8,75 +8,23 @@ the file, the line and key path, and what was expected.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+from jsonschema.exceptions import ValidationError, best_match
 
-from sim.errors import ScenarioError
-from sim.topology import ComputeSpec, Topology, WorkerSpec, build
+from scenarios.spec import ACTIONS, PLACEHOLDER, PLACEHOLDERS, Expect, Scenario, Step, step_from
+from sim.errors import ConfigError, ScenarioError
 from sim.values import DEFAULTS, check, deep_merge, key_path, load_values_file
+
+__all__ = ["CATALOGUE", "Expect", "Scenario", "Step", "catalogue", "load_scenario", "resolve_ref",
+           "scenario_from_data"]
 
 CATALOGUE = Path(__file__).parent / "catalogue"
 SCHEMA = json.loads((Path(__file__).parent / "schema.json").read_text())
-
-
-@dataclass(frozen=True)
-class Expect:
-    outcome: str = "success"
-    via: str | None = None  # "proxy" | "direct"
-    same_pod: bool | None = None
-    proxy_status: int | None = None
-    proxy_flag: str | None = None
-    callee_status: int | None = None  # the status the pod answered the worker's first leg with
-    error: str | None = None  # substring of the failure the worker reports
-
-
-@dataclass(frozen=True)
-class Step:
-    index: int  # 1-based, as reports name it
-    name: str
-    invoke: dict[str, Any] | None = None
-    set_values: dict[str, Any] | None = None
-    redeploy: str | None = None
-    expect: Expect | None = None
-
-    @property
-    def label(self) -> str:
-        return f"step {self.index} ({self.name})"
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    summary: str
-    path: Path
-    seed: int
-    values: dict[str, Any]  # merged: defaults <- customer's file <- scenario overrides
-    topology: dict[str, Any]
-    steps: tuple[Step, ...]
-    origin: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-    def build_topology(self, stack: str, values: dict[str, Any] | None = None) -> Topology:
-        spec = self.topology
-        compute = tuple(
-            ComputeSpec(workers=_workers(c.get("workers", []), f"worker-{n}"),
-                        wildcard_dns=c.get("wildcardDns", True))
-            for n, c in enumerate(spec.get("computeClusters", []), start=1))
-        return build(stack, values if values is not None else self.values,
-                     invocation_replicas=spec.get("invocationReplicas", 2),
-                     grpc_replicas=spec.get("grpcProxyReplicas", 2), compute=compute,
-                     control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"), seed=self.seed)
-
-
-def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...]:
-    workers: list[WorkerSpec] = []
-    for group in groups:
-        for _ in range(group.get("count", 1)):
-            workers.append(WorkerSpec(f"{prefix}-{len(workers)}", "", group.get("workerUtils", "1.4.0"),
-                                      group.get("trust", "system")))
-    return tuple(workers)
+_VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+Origin = dict[str, tuple[str, int]]
 
 
 def resolve_ref(ref: str) -> Path:
@@ -101,48 +49,121 @@ def catalogue() -> list[tuple[str, str]]:
     return out
 
 
-def _schema_error(path: Path, data: dict[str, Any], origin: dict[str, tuple[str, int]]) -> str | None:
-    validator = jsonschema.Draft7Validator(SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if not errors:
-        return None
-    error = errors[0]
+# -- one-line errors ----------------------------------------------------------------------------------
+def _where(path: Path, parts: tuple[Any, ...], origin: Origin) -> str:
+    """FILE:LINE for a key path, falling back to its nearest ancestor the file set."""
+    for depth in range(len(parts), 0, -1):
+        found = origin.get(key_path(parts[:depth]))
+        if found:
+            return f"{path}:{found[1]}"
+    return str(path)
+
+
+def _describe(error: ValidationError) -> tuple[tuple[Any, ...], str]:
+    """(key path, what was expected) for a schema error."""
     parts = tuple(error.absolute_path)
-    where = key_path(parts) or "(top level)"
-    line = origin.get(key_path(parts), (str(path), None))[1]
     if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        line = origin.get(key_path((*parts, extra[0])), (str(path), line))[1]
-        where = key_path((*parts, extra[0]))
-        message = f"unknown key; expected one of: {', '.join(sorted(error.schema.get('properties', {})))}"
-    else:
-        message = error.message
-    return f"{path}:{line}: {where}: {message}" if line else f"{path}: {where}: {message}"
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return (*parts, extra[0]), f"unknown key; expected one of: {allowed}"
+    if error.validator == "required":
+        missing = str(error.message).split("'")[1]
+        return (*parts, missing), "is required but missing"
+    if error.validator == "pattern":
+        return parts, f"{error.instance!r} does not have the expected form {error.validator_value}"
+    return parts, " ".join(error.message.split())[:300]
 
 
-def load_scenario(ref: str, values_file: Path | None = None) -> Scenario:
+def _schema_error(path: Path, data: Any, origin: Origin) -> str | None:
+    errors = list(_VALIDATOR.iter_errors(data))
+    # A misspelt key usually causes the rest (a required key "missing"): name the misspelling first.
+    error = best_match([e for e in errors if e.validator == "additionalProperties"] or errors)
+    if error is None:
+        return None
+    parts, message = _describe(error)
+    return f"{_where(path, parts, origin)}: {key_path(parts) or '(top level)'}: {message}"
+
+
+def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -> str | None:
+    """Rules the schema cannot say simply: one action per step, wait names one condition."""
+    here = ("steps", index)
+    actions = [a for a in ACTIONS if a in raw]
+    if not actions and "setValues" not in raw and "redeploy" not in raw:
+        return (f"{_where(path, here, origin)}: {key_path(here)}: a step needs one of invoke, probe, wait, "
+                "setValues, redeploy")
+    if len(actions) > 1:
+        return (f"{_where(path, (*here, actions[1]), origin)}: {key_path((*here, actions[1]))}: "
+                f"one action per step; {actions[0]} is already set (put {actions[1]} in a step of its own)")
+    wait = raw.get("wait")
+    if wait is not None and ("event" in wait) == ("listener" in wait):
+        return f"{_where(path, (*here, 'wait'), origin)}: {key_path((*here, 'wait'))}: name either event or listener"
+    for n, item in enumerate((raw.get("probe") or {}).get("targets", [])):
+        text = item if isinstance(item, str) else item["target"]
+        unknown = [m for m in PLACEHOLDER.findall(text) if m not in PLACEHOLDERS]
+        if unknown:
+            where = (*here, "probe", "targets", n)
+            return (f"{_where(path, where, origin)}: {key_path(where)}: unknown placeholder {{{unknown[0]}}}; "
+                    f"expected one of: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+    if "expect" in raw and not actions:
+        return (f"{_where(path, (*here, 'expect'), origin)}: {key_path((*here, 'expect'))}: expectations need "
+                "an invoke or probe in the same step")
+    return None
+
+
+def _values_origin(origin: Origin, prefix: str) -> Origin:
+    """Key paths under `prefix` (e.g. "values.") re-rooted, so values errors name the stack's key."""
+    return {k[len(prefix):]: v for k, v in origin.items() if k.startswith(prefix)}
+
+
+def _check_set_values(values: dict[str, Any], steps: list[dict[str, Any]], origin: Origin) -> None:
+    """Each setValues must leave valid values behind, as `helmfile sync` would refuse them at that step."""
+    for index, raw in enumerate(steps):
+        if "setValues" in raw:
+            values = deep_merge(values, raw["setValues"])
+            check(values, _values_origin(origin, f"steps[{index}].setValues."))
+
+
+def load_scenario(ref: str, values_file: Path | None = None, allow_expected_error: bool = False) -> Scenario:
+    """Load a catalogue name or YAML path; `values_file` is a customer's values, layered under the scenario.
+
+    An error scenario (`expectError`) whose values are refused raises that ConfigError, as `invoke up`
+    should; with `allow_expected_error` (replay) it comes back as `Scenario.config_error` instead.
+    """
     path = resolve_ref(ref)
     data, origin = load_values_file(path)
+    return scenario_from_data(data, path, origin, values_file, allow_expected_error)
+
+
+def scenario_from_data(data: Any, path: Path, origin: Origin | None = None, values_file: Path | None = None,
+                       allow_expected_error: bool = False) -> Scenario:
+    origin = origin or {}
     problem = _schema_error(path, data, origin)
     if problem:
         raise ScenarioError(problem)
+    raw_steps = data.get("steps", [])
+    for index, raw in enumerate(raw_steps):
+        if problem := _step_problem(path, index, raw, origin):
+            raise ScenarioError(problem)
     customer, customer_origin = load_values_file(values_file) if values_file else ({}, {})
     values = deep_merge(deep_merge(DEFAULTS, customer), data.get("values", {}))
-    # Key paths in the scenario file sit under "values."; strip it so values errors name the stack key.
-    scenario_origin = {k[len("values."):]: v for k, v in origin.items() if k.startswith("values.")}
-    merged_origin = {**customer_origin, **scenario_origin}
-    check(values, merged_origin)
-    steps = tuple(_step(i, raw) for i, raw in enumerate(data["steps"], start=1))
+    merged_origin = {**customer_origin, **_values_origin(origin, "values.")}
+    expect_error = data.get("expectError")
+    try:
+        check(values, merged_origin)
+        _check_set_values(values, raw_steps, origin)
+    except ConfigError as exc:
+        if expect_error and allow_expected_error:
+            return _scenario(data, path, values, merged_origin, config_error=str(exc))
+        raise
+    if expect_error and not allow_expected_error:
+        raise ScenarioError(f"{_where(path, ('expectError',), origin)}: expectError: the values were accepted, "
+                            f"but the scenario expects them refused with {expect_error!r}")
+    return _scenario(data, path, values, merged_origin)
+
+
+def _scenario(data: dict[str, Any], path: Path, values: dict[str, Any], origin: Origin,
+              config_error: str | None = None) -> Scenario:
+    steps = tuple(step_from(i, raw) for i, raw in enumerate(data.get("steps", []), start=1))
     return Scenario(name=data["name"], summary=data["summary"], path=path, seed=data.get("seed", 1),
-                    values=values, topology=data.get("topology", {}), steps=steps, origin=merged_origin)
-
-
-def _step(index: int, raw: dict[str, Any]) -> Step:
-    expect = raw.get("expect")
-    kind = next((k for k in ("invoke", "setValues", "redeploy") if k in raw), "step")
-    return Step(index=index, name=raw.get("name", kind), invoke=raw.get("invoke"),
-                set_values=raw.get("setValues"), redeploy=raw.get("redeploy"),
-                expect=Expect(outcome=expect.get("outcome", "success"), via=expect.get("via"),
-                              same_pod=expect.get("samePod"), proxy_status=expect.get("proxyStatus"),
-                              proxy_flag=expect.get("proxyFlag"), callee_status=expect.get("calleeStatus"),
-                              error=expect.get("error")) if expect else None)
+                    values=values, topology=data.get("topology", {}), steps=steps, origin=origin,
+                    expect_error=data.get("expectError"), config_error=config_error)

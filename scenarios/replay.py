@@ -7,6 +7,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 
@@ -14,40 +15,62 @@ from clusters.stack import LocalStack
 from scenarios.engine import ScenarioResult, run_scenario, to_json
 from scenarios.model import catalogue, load_scenario
 from scenarios.report import render_text
+from scenarios.spec import Scenario
+from sim.errors import BackendError
+
+
+def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None) -> ScenarioResult:
+    """A fresh stack for one scenario. Processes stop afterwards unless it failed and `keep` is set;
+    the state folder stays either way, so the reports, logs and events can be read after the run."""
+    stack = LocalStack(f"replay-{scenario.name}"[:40], root=root)
+    stack.down(purge=True)  # nothing from an earlier replay
+    try:
+        result = run_scenario(scenario, stack, keep=True)
+    except BackendError as exc:  # one scenario's stack failing to start must not end the whole run
+        stack.down()
+        result = ScenarioResult(scenario, error=str(exc))
+    if result.ok or not keep:
+        stack.down()
+    return result
 
 
 def replay_many(names: list[str] | None, values_file: Path | None = None, junit: Path | None = None,
-                keep: bool = False, as_json: bool = False) -> bool:
+                keep: bool = False, as_json: bool = False, root: Path | None = None) -> bool:
+    """`invoke replay`: every named scenario (the whole catalogue when None); True when all pass."""
     names = names or [name for name, _ in catalogue()]
-    console = Console(file=sys.stdout)
-    results: list[ScenarioResult] = []
-    started = time.monotonic()
-    for name in names:
-        scenario = load_scenario(name, values_file)
-        stack = LocalStack(f"replay-{scenario.name}"[:40])
-        stack.down(purge=True)  # a fresh stack: nothing from an earlier replay
-        result = run_scenario(scenario, stack, keep=True)
-        if result.ok or not keep:
-            stack.down(purge=result.ok)
-        results.append(result)
-        if as_json:
-            print(json.dumps(to_json(result), indent=2, default=str))
-        else:
-            render_text(result, console=console, traces=not result.ok)
-            if not result.ok and keep:
-                console.print(f"  stack kept for inspection: invoke status --stack {stack.name}")
-    total = time.monotonic() - started
-    passed = sum(r.ok for r in results)
-    if not as_json:
-        console.print(f"{passed}/{len(results)} scenarios passed in {total:.1f}s")
+    scenarios = [load_scenario(name, values_file, allow_expected_error=True) for name in names]
+    results, total = replay_all(scenarios, keep=keep, as_json=as_json, root=root)
     if junit:
         write_junit(results, junit, total)
-    return passed == len(results)
+    return all(r.ok for r in results)
+
+
+def replay_all(scenarios: list[Scenario], keep: bool = False, as_json: bool = False, root: Path | None = None,
+               out: TextIO | None = None) -> tuple[list[ScenarioResult], float]:
+    """Replay each scenario in turn, printing its report as it finishes; (results, seconds in all)."""
+    out = out or sys.stdout
+    # Plain text at a width that keeps trace rows readable in CI logs; rich styling only on a terminal.
+    console = Console(file=out, width=None if out.isatty() else 160)
+    results: list[ScenarioResult] = []
+    started = time.monotonic()
+    for scenario in scenarios:
+        result = replay_one(scenario, keep, root)
+        results.append(result)
+        if as_json:
+            print(json.dumps(to_json(result), indent=2, default=str), file=out)
+            continue
+        render_text(result, console=console, traces=not result.ok)
+        if not result.ok and keep and result.status:
+            console.print(f"  stack kept for inspection: invoke status --stack {result.status['stack']}")
+    total = time.monotonic() - started
+    if not as_json:
+        console.print(f"{sum(r.ok for r in results)}/{len(results)} scenarios passed in {total:.1f}s")
+    return results, total
 
 
 def write_junit(results: list[ScenarioResult], path: Path, total: float) -> None:
     suite = ET.Element("testsuite", name="ncpsim-scenarios", tests=str(len(results)),
-                      failures=str(sum(not r.ok for r in results)), errors="0", time=f"{total:.3f}")
+                       failures=str(sum(not r.ok for r in results)), errors="0", time=f"{total:.3f}")
     for result in results:
         case = ET.SubElement(suite, "testcase", classname="ncpsim.scenarios", name=result.scenario.name,
                              time=f"{result.elapsed:.3f}")

@@ -6,10 +6,14 @@ import io
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scenarios.engine import ScenarioResult
 from scenarios.trace import CallTrace
+
+ARTIFACT_NAMES = {"html": "sequence diagram (HTML)", "mermaid": "sequence diagram (Mermaid)",
+                  "json": "JSON report"}
 
 
 def call_row(t: CallTrace) -> list[str]:
@@ -17,7 +21,8 @@ def call_row(t: CallTrace) -> list[str]:
     proxy = ", ".join(f"{r['method']} {r['status']} {r['flags']} -> {r['upstream_host']}" for r in t.proxy) or "-"
     legs = ", ".join(f"{leg['kind'].split('.')[-1]} {leg['status']}@{leg['pod']}" for leg in t.pod_legs) or "-"
     outcome = "ok" if t.outcome == "success" else f"FAILED: {t.error}"
-    return [str(t.index), t.pod, t.worker or "-", f"{t.dns.get('name', '-')} -> {dns}", proxy, legs, outcome]
+    holder = f"{t.method} {t.target}" if t.kind == "probe" else t.pod
+    return [str(t.index), holder, t.worker or "-", f"{t.dns.get('name', '-')} -> {dns}", proxy, legs, outcome]
 
 
 def render_text(result: ScenarioResult, console: Console | None = None, traces: bool = True) -> str:
@@ -27,29 +32,35 @@ def render_text(result: ScenarioResult, console: Console | None = None, traces: 
     head = "PASS" if result.ok else "FAIL"
     style = "bold green" if result.ok else "bold red"
     console.print(f"[{style}]{head}[/] {result.scenario.name}: {result.scenario.summary}")
-    console.print(f"  stack up in {result.up_seconds:.2f}s, scenario {result.elapsed:.2f}s"
-                  + (f", first callback {result.first_callback_seconds:.2f}s after `up` started"
-                     if result.first_callback_seconds is not None else ""))
+    if result.scenario.expect_error is None:
+        console.print(f"  stack up in {result.up_seconds:.2f}s, scenario {result.elapsed:.2f}s"
+                      + (f", first callback {result.first_callback_seconds:.2f}s after `up` started"
+                         if result.first_callback_seconds is not None else ""))
+    if result.refused and result.ok:
+        console.print(f"  values refused as expected: {result.refused}", markup=False)
     if result.error:
-        console.print(f"  [red]error:[/] {result.error}")
+        console.print(f"  [red]error:[/] {escape(result.error)}")
     for step in result.steps:
         mark = "[green]✓[/]" if step.ok else "[red]✗[/]"
         ok = sum(1 for t in step.traces if t.outcome == "success")
         calls = f" — {ok}/{len(step.traces)} calls succeeded" if step.traces else ""
-        console.print(f"  {mark} {step.step.label}{calls}" + (f" ({step.note})" if step.note else ""))
+        console.print(f"  {mark} {escape(step.step.label)}{calls}" + (f" ({escape(step.note)})" if step.note else ""))
         for failure in step.failures:
-            console.print(f"      [red]{failure}[/]")
+            console.print(f"      [red]{escape(failure)}[/]")
         if traces and step.traces:
             console.print(_trace_table(step.traces))
+    for kind in ("html", "mermaid", "json"):
+        if kind in result.artifacts:
+            console.print(f"  {ARTIFACT_NAMES[kind]}: {result.artifacts[kind]}", markup=False, soft_wrap=True)
     return buffer.getvalue()
 
 
 def _trace_table(traces: list[CallTrace]) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False)
-    for column in ("#", "pod holding it", "worker", "DNS", "proxy (access log)", "pod legs", "outcome"):
+    for column in ("#", "pod holding it / probe", "worker", "DNS", "proxy (access log)", "pod legs", "outcome"):
         table.add_column(column, overflow="fold")
     for trace in traces:
-        table.add_row(*call_row(trace))
+        table.add_row(*(escape(cell) for cell in call_row(trace)))
     return table
 
 

@@ -25,16 +25,28 @@ class CallTrace:
     proxy: list[dict[str, str]] = field(default_factory=list)  # access-log records of this request
     pod_legs: list[dict[str, Any]] = field(default_factory=list)  # attach.get/post or grpc callback events
     elapsed_ms: int = 0
+    kind: str = "invoke"  # invoke | probe (a crafted request straight to the proxy)
+    method: str | None = None  # probes: the request line the prober sent
+    target: str | None = None
 
     @property
     def callee_pods(self) -> set[str]:
         return {leg["pod"] for leg in self.pod_legs if leg.get("status") == 200}
+
+    @property
+    def landed(self) -> str | None:
+        """"holder" when every callback leg reached the pod holding the request, "other" when one did not."""
+        pods = {leg["pod"] for leg in self.pod_legs if leg.get("pod")}
+        if not pods:
+            return None
+        return "holder" if pods == {self.pod} else "other"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 POD_LEG_KINDS = ("attach.get", "attach.post", "grpc.callback.accepted", "grpc.callback.rejected")
+PROBE_LEG_KINDS = ("pod.request",)  # a probe must not reach a pod at all, whatever the path
 
 
 def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, str]]) -> CallTrace:
@@ -53,10 +65,15 @@ def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, 
             trace.dns = event.get("dns") or {}
             if not event.get("ok"):
                 trace.error = trace.error or event.get("error")
-        elif kind in POD_LEG_KINDS:
-            trace.pod_legs.append({"kind": kind, "pod": event.get("pod"), "status": event.get("status", 200),
-                                   "reason": event.get("reason")})
+        elif kind in (PROBE_LEG_KINDS if trace.kind == "probe" else POD_LEG_KINDS):
+            trace.pod_legs.append(_leg(kind, event))
         elif kind == "worker.callback.start":
             trace.via = "proxy" if event.get("proxy") else "direct"
     trace.proxy = [rec for rec in access if rec.get("request_id") == rid]
     return trace
+
+
+def _leg(kind: str, event: dict[str, Any]) -> dict[str, Any]:
+    status = event.get("status", None if kind == "pod.request" else 200)  # a bare request has no status yet
+    return {"kind": kind, "pod": event.get("pod"), "status": status, "reason": event.get("reason"),
+            "path": event.get("path")}

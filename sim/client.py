@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import h11
 
@@ -27,11 +30,15 @@ class Invocation:
 
 
 async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_seconds: int = 60,
-                      timeout: float = 30.0, give_up: Callable[[str], str | None] | None = None) -> Invocation:
+                      timeout: float = 30.0, give_up: Callable[[str], str | None] | None = None,
+                      first_poll_seconds: int | None = None,
+                      watch: Callable[[str], Awaitable[str]] | None = None) -> Invocation:
     """POST pexec to `pod`; follow 202s with status polls until the response or `timeout`.
 
     `give_up(request_id)` is asked between polls; a non-empty answer (why) ends the wait early, as a
-    person would stop polling once the worker's logs show the callback failed.
+    person would stop polling once the worker's logs show the callback failed. `watch(request_id)`
+    does the same without waiting for the poll to end: it is raced against each status poll.
+    `first_poll_seconds` (e.g. 0) gets the request id back at once, so the watch can start early.
     """
     started = time.monotonic()
     try:
@@ -39,22 +46,49 @@ async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_s
     except OSError as exc:
         return Invocation(function, pod.name, 0, b"", None, 0, f"{type(exc).__name__}: {exc}")
     stream = H11Stream(h11.CLIENT, reader, writer)
-    headers = [("host", f"{pod.ip}:{INVOCATION_HTTP_PORT}"), ("content-type", "application/json"),
-               ("nvcf-poll-seconds", str(poll_seconds))]
+    first = poll_seconds if first_poll_seconds is None else first_poll_seconds
+    headers = [("host", f"{pod.ip}:{INVOCATION_HTTP_PORT}"), ("content-type", "application/json")]
+    watcher: asyncio.Task[str] | None = None
     try:
-        response = await exchange(stream, "POST", PEXEC + function, headers, body, timeout=timeout)
+        response = await exchange(stream, "POST", PEXEC + function, [*headers, ("nvcf-poll-seconds", str(first))],
+                                  body, timeout=timeout)
         while response.status == 202 and time.monotonic() - started < timeout:
             reqid = response.header("nvcf-reqid") or ""
             why = give_up(reqid) if give_up else None
+            if not why:
+                if watch and watcher is None:
+                    watcher = asyncio.create_task(_as_task(watch(reqid)), name=f"watch:{reqid}")
+                response, why = await _race(exchange(
+                    stream, "GET", f"/v2/nvcf/pexec/status/{reqid}",
+                    [headers[0], ("nvcf-poll-seconds", str(poll_seconds))], timeout=timeout), watcher)
             if why:
                 return Invocation(function, pod.name, 202, b"", reqid, _ms(started), why)
-            response = await exchange(stream, "GET", f"/v2/nvcf/pexec/status/{reqid}", headers[:1] + headers[2:],
-                                      timeout=timeout)
     except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:
         return Invocation(function, pod.name, 0, b"", None, _ms(started), f"{type(exc).__name__}: {exc}")
     finally:
+        if watcher is not None:
+            watcher.cancel()
         stream.close()
     return _result(function, pod, response, started)
+
+
+async def _as_task(awaitable: Awaitable[str]) -> str:
+    return await awaitable
+
+
+async def _race(poll: Coroutine[Any, Any, Response],
+                watcher: asyncio.Task[str] | None) -> tuple[Response, str | None]:
+    """The poll's response, or the watcher's reason if it comes first (the poll is then abandoned)."""
+    if watcher is None:
+        return await poll, None
+    poll_task = asyncio.create_task(poll, name="status-poll")
+    done, _ = await asyncio.wait({poll_task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    if poll_task in done:
+        return poll_task.result(), None
+    poll_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ConnectionError, h11.ProtocolError, TimeoutError):
+        await poll_task
+    return Response(202, [], b""), watcher.result() or "gave up"
 
 
 def _ms(started: float) -> int:

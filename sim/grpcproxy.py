@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
+from aioquic.quic.connection import QuicConnection
 
 from certs.profiles import GRPC_SECRET
 from sim.bus import BusClient
@@ -96,11 +97,11 @@ class GrpcProxyPod:
         self.ctx.events.emit("grpc.tls.reload_failed", pod=self.pod.name, error=message)
 
     # Callback listener -----------------------------------------------------------------------
-    def _endpoint(self, quic: object) -> H3Endpoint:
+    def _endpoint(self, quic: QuicConnection) -> H3Endpoint:
         def on_request(stream: H3Stream) -> None:
             self.tasks.spawn(self._callback(stream), f"{self.pod.name}:callback-{stream.stream_id}")
 
-        return H3Endpoint(quic, on_request=on_request)  # type: ignore[arg-type]
+        return H3Endpoint(quic, on_request=on_request)
 
     async def _callback(self, stream: H3Stream) -> None:
         headers = _text_headers(await stream.headers)
@@ -135,6 +136,8 @@ class GrpcProxyPod:
         request_id = new_request_id(self.rng)
         token = self.book.mint(request_id, self.clock())
         self.ctx.events.emit("grpc.token.minted", requestId=request_id, pod=self.pod.name)
+        # Like NVCF-REQID on HTTP invocations: lets a client (and ncpsim's replay) name the request at once.
+        await context.send_initial_metadata((("nvcf-reqid", request_id),))
         waiter: asyncio.Future[H3Stream] = asyncio.get_running_loop().create_future()
         self.waiting[request_id] = waiter
         messages, ok, error = 0, False, None
@@ -152,6 +155,9 @@ class GrpcProxyPod:
         except GrpcError as exc:
             error = exc.details
             await context.abort(_status_code(exc.status), exc.details)
+        except ConnectionError as exc:  # the tunnel's stream or connection died under the call
+            error = f"callback tunnel failed: {exc}"
+            await context.abort(_status_code(UNAVAILABLE), error)
         finally:
             self.waiting.pop(request_id, None)
             self.book.revoke(token)  # a late callback for an abandoned call gets 403

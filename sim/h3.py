@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
@@ -45,6 +46,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from sim.tls import secret_stamp
 
 Headers = list[tuple[bytes, bytes]]
+log = logging.getLogger(__name__)
 
 WINDOW = 256 * 1024  # stream credit granted beyond what the application has read
 HIGH_WATER = 256 * 1024  # unacknowledged bytes a writer may leave queued before drain() waits
@@ -243,10 +245,10 @@ class H3Stream:
     async def read(self) -> bytes:
         """The next chunk of DATA payload; b"" once the peer has ended the stream."""
         while not self._chunks:
+            if self.remote_ended:  # a clean end stays an end, even if the connection closes after it
+                return b""
             if self._error is not None:
                 raise self._error
-            if self.remote_ended:
-                return b""
             self._readable.clear()
             await self._readable.wait()
         chunk = self._chunks.popleft()
@@ -278,8 +280,8 @@ class H3Stream:
                 quic.reset_stream(self.stream_id, error_code)
             if not self.remote_ended:
                 quic.stop_stream(self.stream_id, error_code)
-        self.local_ended = self.remote_ended = True
-        self.endpoint._maybe_forget(self)
+        self.local_ended = True
+        self.endpoint.streams.pop(self.stream_id, None)  # nothing more will be read or written here
         self.endpoint.flush_soon()
 
     async def drain(self) -> None:
@@ -317,7 +319,6 @@ class H3Endpoint(QuicConnectionProtocol):
         self.streams: dict[int, H3Stream] = {}
         self.close_info: tuple[int, str] | None = None  # (QUIC error code, reason) once terminated
         self.closed = False
-        self.server_name: str | None = None  # the ClientHello's SNI (server side, via peek_server_name)
         self.handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._raw_received: dict[int, int] = {}
         self._progress = asyncio.Event()
@@ -428,6 +429,7 @@ class H3Endpoint(QuicConnectionProtocol):
         """Send CONNECTION_CLOSE now and stop all timers, without waiting out the draining period."""
         if not self.closed:
             with contextlib.suppress(Exception):
+                self.transmit()  # what is already written (a stream's FIN) goes out before the close
                 self.close(error_code=error_code, reason_phrase=reason)
         self._terminated(error_code, reason or "closed locally")
         if self._timer is not None:  # aioquic would otherwise keep waking to send on a dead socket
@@ -440,6 +442,11 @@ class H3Endpoint(QuicConnectionProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.abandon()
 
+    def error_received(self, exc: Exception) -> None:
+        """Client side: the peer's port is closed; fail the handshake now rather than time out."""
+        if isinstance(exc, ConnectionRefusedError) and not self.handshake.done():
+            self.abandon(reason=f"connection refused ({exc.strerror or exc})")
+
 
 async def connect(addr: tuple[str, int], config: QuicConfiguration, *, timeout: float) -> H3Endpoint:
     """Open a QUIC connection from 127.0.0.1 to `addr` and wait for the handshake.
@@ -448,8 +455,8 @@ async def connect(addr: tuple[str, int], config: QuicConfiguration, *, timeout: 
     """
     loop = asyncio.get_running_loop()
     quic = QuicConnection(configuration=config)
-    _, endpoint = await loop.create_datagram_endpoint(lambda: H3Endpoint(quic),
-                                                      local_addr=("127.0.0.1", 0))
+    # A connected socket, so an ICMP port unreachable (nothing listens) reaches error_received.
+    _, endpoint = await loop.create_datagram_endpoint(lambda: H3Endpoint(quic), remote_addr=addr)
     endpoint.connect(addr)
     try:
         async with asyncio.timeout(timeout):
@@ -516,8 +523,13 @@ class Tasks:
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug: say so, with the task's name
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
 
     def __len__(self) -> int:
         return len(self._tasks)

@@ -97,6 +97,9 @@ class InvocationPod:
     async def route(self, stream: H11Stream, req: h11.Request, port: int) -> None:
         path = req.target.decode("latin-1").split("?", 1)[0]
         headers = decode_headers(req.headers)
+        # Every request is recorded, routed or not: a probe's "no pod was contacted" rests on this.
+        self.ctx.events.emit("pod.request", requestId=dict(headers).get("x-request-id"), pod=self.pod.name,
+                             method=req.method.decode(), path=path)
         body = await read_body(stream)
         method = req.method.decode()
         if path == ATTACH_PATH and method == "GET":

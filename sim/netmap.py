@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,11 @@ def key(ip: str, port: int, proto: str = "tcp") -> str:
 class NetMap:
     bindings: dict[str, int] = field(default_factory=dict)  # "ip:port/proto" -> real loopback port
     reach: dict[str, list[str]] = field(default_factory=dict)  # cluster -> routable CIDRs
+    # A Service address ("10.43.0.20:8080/tcp") -> its endpoints' keys; each connection picks one, as
+    # kube-proxy does, so two connections to one Service may reach different pods.
+    services: dict[str, list[str]] = field(default_factory=dict)
+    pickers: dict[str, random.Random] = field(default_factory=dict, repr=False, compare=False)
+    seed: int = 0
 
     def routable(self, cluster: str, ip: str) -> bool:
         addr = ipaddress.ip_address(ip)
@@ -42,10 +48,21 @@ class NetMap:
         """Real (host, port) for a virtual address as seen from `cluster`."""
         if not self.routable(cluster, ip):
             raise Unreachable(f"no route to host {ip} from cluster {cluster}")
-        real = self.bindings.get(key(ip, port, proto))
+        virtual = key(ip, port, proto)
+        real = self.bindings.get(virtual)
+        if real is None and virtual in self.services:
+            real = self.bindings.get(self.endpoint(cluster, virtual) or "")
         if real is None:
             raise Refused(f"connection refused: {ip}:{port}/{proto}")
         return LOOPBACK, real
+
+    def endpoint(self, cluster: str, service: str) -> str | None:
+        """One bound endpoint of a Service, chosen by a seeded generator per calling cluster (replays repeat)."""
+        live = [e for e in self.services[service] if e in self.bindings]
+        if not live:
+            return None
+        picker = self.pickers.setdefault(cluster, random.Random(f"{self.seed}:{cluster}"))
+        return picker.choice(live)
 
     def reverse(self, real_port: int, proto: str = "tcp") -> str | None:
         """The virtual ip:port behind a real port (for logs)."""
@@ -55,7 +72,10 @@ class NetMap:
         return None
 
     def to_json(self) -> str:
-        return json.dumps({"bindings": self.bindings, "reach": self.reach}, indent=2, sort_keys=True)
+        raw: dict = {"bindings": self.bindings, "reach": self.reach}
+        if self.services:
+            raw.update(services=self.services, seed=self.seed)
+        return json.dumps(raw, indent=2, sort_keys=True)
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -70,6 +90,7 @@ class LiveNetMap:
         self.path = path
         self._stamp: tuple[int, int] | None = None
         self._map = NetMap()
+        self._pickers: dict[str, random.Random] = {}  # kept across re-reads: the sequence goes on
 
     def current(self) -> NetMap:
         try:
@@ -79,9 +100,24 @@ class LiveNetMap:
         stamp = (st.st_mtime_ns, st.st_ino)
         if stamp != self._stamp:
             raw = json.loads(self.path.read_text())
-            self._map = NetMap(bindings=raw["bindings"], reach=raw["reach"])
+            services, seed = raw.get("services"), raw.get("seed", 0)
+            if services is None:
+                services, seed = _topology_services(self.path.parent)
+            self._map = NetMap(bindings=raw["bindings"], reach=raw["reach"], services=services,
+                               pickers=self._pickers, seed=seed)
             self._stamp = stamp
         return self._map
 
     def lookup(self, cluster: str, ip: str, port: int, proto: str = "tcp") -> tuple[str, int]:
         return self.current().lookup(cluster, ip, port, proto)
+
+
+def _topology_services(state_dir: Path) -> tuple[dict[str, list[str]], int]:
+    """Service addresses from the stack's topology.json, for network maps written without them."""
+    from sim.topology import Topology
+
+    try:
+        topology = Topology.load(state_dir)
+    except (OSError, ValueError, KeyError):
+        return {}, 0
+    return topology.service_endpoints(), topology.seed

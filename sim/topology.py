@@ -31,6 +31,10 @@ PROXY_H3_PORT = 443  # worker callback proxy, QUIC on UDP
 BUS_PORT = 4222  # work bus (NATS's port)
 DNS_PORT = 53
 
+# The invocation Service's ClusterIP: one name and address in front of every invocation-service pod.
+INVOCATION_SERVICE_FQDN = INVOCATION_SUFFIX
+INVOCATION_SERVICE_IP = "10.43.0.20"
+
 LB_POOL = "10.100.0.0/24"  # load-balancer addresses, reachable from every cluster
 PROXY_LB_IP = "10.100.0.10"
 BUS_LB_IP = "10.100.0.11"
@@ -117,12 +121,20 @@ class Topology:
         for c in self.clusters:
             if c.kind == "control":
                 hosts = tuple((p.fqdn, p.ip) for p in self.pods)
-                hosts += ((PROXY_SERVICE_FQDN, self.proxy_lb_ip),)
+                hosts += ((PROXY_SERVICE_FQDN, self.proxy_lb_ip), (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
                 views[c.name] = View(cluster=c.name, hosts=hosts)
             else:
                 rule = WildcardRule(self.worker_domain, self.proxy_lb_ip) if c.wildcard_dns else None
                 views[c.name] = View(cluster=c.name, wildcard=rule)
         return views
+
+    def service_endpoints(self) -> dict[str, list[str]]:
+        """Service address -> pod endpoints (network-map keys); connections to it spread over the pods."""
+        pods = self.pods_of("invocation")
+        if not pods:
+            return {}
+        return {f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
+                for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)}
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

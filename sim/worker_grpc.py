@@ -48,44 +48,50 @@ class Worker(Protocol):
 class Outcome:
     status: int | None  # the callback's HTTP status; None when no HTTP answer came
     error: str | None = None
+    stage: str = "done"  # where it stopped: dns, connect, tls, callback, tunnel, worker, done
     calls: int = 0  # gRPC calls served through the tunnel
 
 
 async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
     events, request_id = worker.ctx.events, work.get("requestId")
-    events.emit("worker.callback.start", requestId=request_id, worker=worker.spec.name, kind="grpc",
-                url=work.get("connectUrl"), pod=work.get("pod"))
-    attempts, outcome = 0, Outcome(None, "not attempted")
+    direct = ".grpc-headless." in str(work.get("connectUrl", ""))  # proxy disabled: the pod's own name
+    events.emit("worker.callback.start", requestId=request_id, worker=worker.spec.name, callback="grpc",
+                url=work.get("connectUrl"), pod=work.get("pod"), proxy="" if direct else work.get("connectUrl"))
+    attempts, outcome = 0, Outcome(None, "not attempted", "worker")
+    dns: dict[str, Any] = {}  # the last answer the worker got, for the replay's trace
     try:
         target = parse_connect_url(work["connectUrl"])
         trust = trust_pem(worker.cafiles(), worker.proxy_ca_pem)
         while True:
             attempts += 1
-            outcome = await _attempt(worker, target, work, trust)
+            outcome = await _attempt(worker, target, work, trust, dns)
             delay = retry_delay(attempts, outcome.status)
             if delay is None:
                 break
             await asyncio.sleep(delay)  # worker-utils' backoff, not a test wait
     except (KeyError, ValueError) as exc:
-        outcome = Outcome(None, f"bad work message: {exc}")
+        outcome = Outcome(None, f"bad work message: {exc}", "worker")
     except Exception as exc:  # noqa: BLE001 - one broken callback must not take the worker down
-        outcome = Outcome(None, f"internal error: {exc!r}")
-    events.emit("worker.callback.result", requestId=request_id, worker=worker.spec.name, kind="grpc",
+        outcome = Outcome(None, f"internal error: {exc!r}", "worker")
+    events.emit("worker.callback.result", requestId=request_id, worker=worker.spec.name, callback="grpc",
+                dns=dns,
+                ok=outcome.status == 200 and outcome.error is None, stage=outcome.stage,
                 status=outcome.status, error=outcome.error, attempts=attempts, calls=outcome.calls)
 
 
-async def _attempt(worker: Worker, target: CallbackTarget, work: dict[str, Any], trust: bytes) -> Outcome:
+async def _attempt(worker: Worker, target: CallbackTarget, work: dict[str, Any], trust: bytes,
+                   dns: dict[str, Any]) -> Outcome:
     try:
-        ip = await _resolve(worker, target.host, work.get("requestId"))
+        ip = await _resolve(worker, target.host, work.get("requestId"), dns)
         addr = worker.ctx.udp_address(ip, target.port)
     except NameNotResolved as exc:
-        return Outcome(None, f"DNS lookup of {target.host} failed: {exc.rcode}")
+        return Outcome(None, f"DNS lookup of {target.host} failed: {exc.rcode}", "dns")
     except OSError as exc:  # sim.netmap's Unreachable / Refused
-        return Outcome(None, f"connect to {target.host}:{target.port} failed: {exc}")
+        return Outcome(None, f"connect to {target.host}:{target.port} failed: {exc}", "connect")
     try:
         endpoint = await connect(addr, client_configuration(target.host, trust), timeout=HANDSHAKE_TIMEOUT)
     except HandshakeFailed as exc:
-        return Outcome(None, handshake_error(exc))
+        return Outcome(None, handshake_error(exc), "tls")
     try:
         return await _post(worker, endpoint, target, work)
     finally:
@@ -98,14 +104,17 @@ def handshake_error(exc: HandshakeFailed) -> str:
     return f"TLS handshake failed: {exc.reason}"
 
 
-async def _resolve(worker: Worker, name: str, request_id: str | None) -> str:
+async def _resolve(worker: Worker, name: str, request_id: str | None, dns: dict[str, Any]) -> str:
     try:
         answer = await worker.ctx.resolve(name)
     except NameNotResolved as exc:
+        dns.update(name=name, rcode=exc.rcode)
         worker.ctx.events.emit("worker.dns", requestId=request_id, worker=worker.spec.name, name=name,
                                rcode=exc.rcode)
         raise
     worker.ctx.events.emit("worker.dns", requestId=request_id, worker=worker.spec.name, name=name, answer=answer)
+    dns.clear()
+    dns.update(name=name, answer=answer[0])
     return answer[0]
 
 
@@ -124,19 +133,19 @@ async def _post(worker: Worker, endpoint: H3Endpoint, target: CallbackTarget, wo
             await stream.headers
     except (TimeoutError, StreamError) as exc:
         stream.reset()
-        return Outcome(None, f"no response to POST {target.path}: {exc or 'timed out'}")
+        return Outcome(None, f"no response to POST {target.path}: {exc or 'timed out'}", "callback")
     if stream.status != 200:
         body = await _read_some(stream)
         stream.end()
-        return Outcome(stream.status, f"HTTP {stream.status}: {body.decode(errors='replace').strip()}")
+        return Outcome(stream.status, f"HTTP {stream.status}: {body.decode(errors='replace').strip()}", "callback")
     tunnel = H2Tunnel(stream, client_side=False)
     try:
         await tunnel.serve(_echo)
     except (GrpcError, StreamError) as exc:
-        return Outcome(200, f"tunnel failed: {exc}", tunnel.calls)
+        return Outcome(200, f"tunnel failed: {exc}", "tunnel", tunnel.calls)
     finally:
         stream.end()
-    return Outcome(200, None, tunnel.calls)
+    return Outcome(200, None, "done", tunnel.calls)
 
 
 async def _read_some(stream: Any) -> bytes:

@@ -93,7 +93,7 @@ async def _dial(worker: WorkerRuntime, ip: str, port: int, tls: ssl.SSLContext |
     try:
         reader, writer = await worker.ctx.open_tcp(ip, port, tls=tls, server_hostname=server_hostname)
     except ssl.SSLCertVerificationError as exc:
-        raise CallbackFailed("tls", f"TLS handshake failed: {exc.verify_message}") from exc
+        raise CallbackFailed("tls", f"TLS handshake failed: certificate verify failed ({exc.verify_message})") from exc
     except (OSError, TimeoutError, ssl.SSLError) as exc:
         raise CallbackFailed("connect", f"{type(exc).__name__}: {exc}") from exc
     return H11Stream(h11.CLIENT, reader, writer)
@@ -102,24 +102,98 @@ async def _dial(worker: WorkerRuntime, ip: str, port: int, tls: ssl.SSLContext |
 async def _connect_tunnel(worker: WorkerRuntime, stream: H11Stream, pod_host: str, trace: Trace) -> H11Stream:
     """Legacy worker-utils: CONNECT to the pod's 8443, then TLS to the pod inside the tunnel."""
     authority = f"{pod_host}:8443"
-    await stream.send(h11.Request(method="CONNECT", target=authority, headers=[("host", authority)]))
+    # The request id rides on the CONNECT too, so the proxy's access-log line names the callback.
+    headers = [("host", authority), ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
+               ("x-request-id", trace.request_id)]
+    await stream.send(h11.Request(method="CONNECT", target=authority, headers=headers))
     event = await stream.next_event(GET_HEADERS_TIMEOUT)
     status = getattr(event, "status_code", 0)
     trace.statuses.append(status)
     if status != 200:
         raise CallbackFailed("connect", f"CONNECT {authority} answered {status}", status)
+    inner = TunnelTls(stream.reader, stream.writer, worker.client_context(), pod_host)
     try:
-        await stream.writer.start_tls(worker.client_context(), server_hostname=pod_host)
+        await inner.handshake(GET_HEADERS_TIMEOUT)
     except ssl.SSLCertVerificationError as exc:
-        raise CallbackFailed("tls", f"TLS handshake with the pod failed: {exc.verify_message}") from exc
-    return H11Stream(h11.CLIENT, stream.reader, stream.writer)
+        stream.close()
+        raise CallbackFailed("tls", f"TLS handshake with the pod failed: certificate verify failed "
+                             f"({exc.verify_message})") from exc
+    except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
+        stream.close()
+        raise CallbackFailed("tls", f"TLS handshake with the pod failed: {type(exc).__name__}: {exc}") from exc
+    return H11Stream(h11.CLIENT, inner, inner)  # type: ignore[arg-type]  # stream-shaped, see TunnelTls
+
+
+class TunnelTls:
+    """The worker's own TLS session to the pod, run over the proxy's TLS session (TLS in TLS).
+
+    Python 3.11's StreamWriter.start_tls over an SSL transport works until the inner handshake fails;
+    then asyncio raises TypeError (SSLProtocol._abort) instead of the verification error. So the inner
+    session is an ssl.SSLObject on memory BIOs, pumped over the outer stream. It offers the few stream
+    methods H11Stream uses: read, write, drain, close.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: ssl.SSLContext,
+                 server_hostname: str):
+        self.reader, self.writer = reader, writer
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname=server_hostname)
+
+    async def handshake(self, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            while True:
+                try:
+                    self.tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    await self._flush()
+                    await self._fill()
+                except ssl.SSLError:
+                    await self._flush()  # send the alert, as a TLS library would, then fail
+                    raise
+            await self._flush()
+
+    async def _flush(self) -> None:
+        data = self.outgoing.read()
+        if data:
+            self.writer.write(data)
+            await self.writer.drain()
+
+    async def _fill(self) -> None:
+        data = await self.reader.read(65536)
+        if data:
+            self.incoming.write(data)
+        else:
+            self.incoming.write_eof()
+
+    async def read(self, size: int) -> bytes:
+        while True:
+            try:
+                return self.tls.read(size)
+            except ssl.SSLWantReadError:
+                await self._flush()
+                await self._fill()
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""  # the pod closed the session: EOF, as a stream reader reports it
+
+    def write(self, data: bytes) -> None:
+        self.tls.write(data)
+        self.writer.write(self.outgoing.read())
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 async def callback(worker: WorkerRuntime, work: dict[str, Any], trace: Trace) -> None:
     stream = await open_session(worker, work, trace)
     try:
-        tunnelled = worker.sends_connect and bool(work.get("proxyURI"))
-        url = (ATTACH_PATH if tunnelled else work["targetURI"].rstrip("/") + ATTACH_PATH)
+        # Absolute-form only as a forward-proxy request; to the pod itself (direct, or inside a CONNECT
+        # tunnel) the request line carries just the path, as any HTTP client sends it.
+        forward = bool(work.get("proxyURI")) and not worker.sends_connect
+        url = work["targetURI"].rstrip("/") + ATTACH_PATH if forward else ATTACH_PATH
         base = [("host", urlsplit(work["targetURI"]).netloc), ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
                 ("x-request-id", work["requestId"])]
         got = await _leg(stream, "GET", url, base + [("authorization", f"Bearer {work['requestToken']}"),

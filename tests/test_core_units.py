@@ -6,8 +6,16 @@ import random
 
 import pytest
 
-from sim.invocation_core import INCOMPLETE, INNER_TE, INVALID_TOKEN, MISSING_TOKEN, InnerResponse, TokenBook, \
-    parse_inner_response, request_h1
+from sim.invocation_core import (
+    INCOMPLETE,
+    INNER_TE,
+    INVALID_TOKEN,
+    MISSING_TOKEN,
+    InnerResponse,
+    TokenBook,
+    parse_inner_response,
+    request_h1,
+)
 from sim.netmap import NetMap, Refused, Unreachable
 from sim.proxy.access_log import AccessRecord, format_record, parse_line
 from sim.topology import build

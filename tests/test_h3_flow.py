@@ -53,7 +53,6 @@ def test_request_round_trip_and_sni(pki: tuple[Path, bytes]) -> None:
     seen: list[str | None] = []
 
     def on_hello(endpoint: h3.H3Endpoint, name: str | None) -> None:
-        endpoint.server_name = name
         seen.append(name)
 
     async def body(harness: Harness, addr: tuple[str, int]) -> None:
@@ -72,7 +71,7 @@ def test_request_round_trip_and_sni(pki: tuple[Path, bytes]) -> None:
             assert await stream.read() == b""
             stream.end()
             assert await served.read() == b""
-            assert served.endpoint.server_name == NAME
+            assert seen == [NAME]
         finally:
             h3.close_client(client)
 
@@ -144,3 +143,19 @@ def test_trust_pem_normalises_bundles(tmp_path: Path) -> None:
     pem = h3.trust_pem([bundle], second.cert_pem.bytes().decode() + "\n\n")
     assert pem.count(b"BEGIN CERTIFICATE") == 2
     assert h3.trust_pem([]) == b""
+
+
+def test_reloading_config_swaps_good_material_and_keeps_old_on_broken(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    first, second = ca.issue_cert("a.example.test"), ca.issue_cert("b.example.test")
+    secret = write_secret(tmp_path / "tls", first.cert_chain_pems[0].bytes(), first.private_key_pem.bytes(),
+                          ca.cert_pem.bytes())
+    errors: list[str] = []
+    reloading = h3.ReloadingServerConfig(secret, errors.append)
+    config = reloading.refresh()
+    original = config.certificate
+    write_secret(secret, b"garbage", b"garbage", ca.cert_pem.bytes())
+    assert reloading.refresh().certificate == original and len(errors) == 1
+    write_secret(secret, second.cert_chain_pems[0].bytes(), second.private_key_pem.bytes(), ca.cert_pem.bytes())
+    assert reloading.refresh() is config  # same object: aioquic's server holds it
+    assert config.certificate != original and reloading.generation == 2

@@ -8,10 +8,7 @@ import os
 from certs.profiles import FRONTEND_SECRET, INVOCATION_SECRET, PUBLIC_FRONTEND_SECRET
 from sim.component import Context, Ready
 from sim.proxy.access_log import AccessLog
-try:  # TEMP-H3
-    from sim.proxy.h3_front import H3Front
-except ModuleNotFoundError:  # TEMP-H3
-    H3Front = None  # TEMP-H3
+from sim.proxy.h3_front import H3Front
 from sim.proxy.http_front import HttpFront
 from sim.proxy.policy import ProxyPolicy
 from sim.tls import ReloadingContext, client_context, server_context
@@ -40,16 +37,14 @@ async def run(ctx: Context, ready: Ready) -> None:
     # NCPSIM_PROXY_STREAM_IDLE lets tests exercise Envoy's idle stream timeout (300 s) in milliseconds.
     idle = float(os.environ.get("NCPSIM_PROXY_STREAM_IDLE", "300"))
     http = HttpFront(ctx, policy_from_values(ctx.values), access_log, frontend, upstream, idle)
-    h3 = H3Front(ctx, access_log) if H3Front else None  # TEMP-H3
+    h3 = H3Front(ctx, access_log)
     lb = ctx.topology.proxy_lb_ip
     try:
-        bindings = {f"{lb}:{PROXY_HTTP_PORT}/tcp": await http.start()}
-        if h3:  # TEMP-H3
-            bindings[f"{lb}:{PROXY_H3_PORT}/udp"] = await h3.start()
+        bindings = {f"{lb}:{PROXY_HTTP_PORT}/tcp": await http.start(),
+                    f"{lb}:{PROXY_H3_PORT}/udp": await h3.start()}
         ready(bindings)
         await asyncio.Event().wait()
     finally:
         await http.close()
-        if h3:  # TEMP-H3
-            await h3.close()
+        await h3.close()
         access_log.close()

@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from aioquic.quic.connection import QuicConnection
+
 from certs.profiles import FRONTEND_SECRET, GRPC_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET
 from dns.client import NameNotResolved
 from dns.rule import dashed_ip, normalize_name, undash
@@ -141,11 +143,11 @@ class H3Front:
     def _tls_error(self, message: str) -> None:
         self.ctx.events.emit("proxy.tls.reload_failed", listener="h3", error=message)
 
-    def _endpoint(self, quic: object) -> H3Endpoint:
+    def _endpoint(self, quic: QuicConnection) -> H3Endpoint:
         conn = _Connection(self)
-        endpoint = H3Endpoint(quic, on_request=conn.on_request)  # type: ignore[arg-type]
+        endpoint = H3Endpoint(quic, on_request=conn.on_request)
         endpoint.on_closed = conn.on_closed
-        peek_server_name(quic, conn.on_hello)  # type: ignore[arg-type]
+        peek_server_name(quic, conn.on_hello)
         return endpoint
 
     def refused(self, sni: str | None, refusal: Refusal) -> None:
@@ -185,7 +187,8 @@ class H3Front:
             return
         upstream = await self._upstream(conn, conn.route)
         sent = time.monotonic()
-        up = upstream.open_request([*headers, (b"x-forwarded-proto", b"https")])
+        forwarded = [(k, v) for k, v in headers if k != b"x-forwarded-proto"]  # Envoy sets it, never trusts it
+        up = upstream.open_request([*forwarded, (b"x-forwarded-proto", b"https")])
         request_body = self.tasks.spawn(_pump(down, up), f"h3-front:request-body:{up.stream_id}")
         try:
             try:
@@ -218,6 +221,8 @@ class H3Front:
             ip = (await self.ctx.resolve(name))[0]  # the proxy lives in the control cluster
         except NameNotResolved as exc:
             raise UpstreamFailure("DF", DF_BODY, f"{name}: {exc.rcode}") from exc
+        except OSError as exc:  # cluster DNS itself unreachable
+            raise UpstreamFailure("DF", DF_BODY, f"{name}: {exc}") from exc
         conn.upstream_host = f"{ip}:{GRPC_CALLBACK_PORT}"
         try:
             addr = self.ctx.udp_address(ip, GRPC_CALLBACK_PORT)

@@ -16,7 +16,7 @@ import h11
 
 from dns.client import NameNotResolved
 from sim.component import Context, connection_handler
-from sim.http1 import H11Stream, decode_headers, respond
+from sim.http1 import READ_SIZE, H11Stream, decode_headers, respond
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.policy import Decision, Forward, ProxyPolicy, Reject, RequestHead, Tunnel, decide
 from sim.tls import ReloadingContext
@@ -35,6 +35,13 @@ class UpstreamFailure(Exception):
     def __init__(self, flag: str, body: str, detail: str):
         super().__init__(detail)
         self.flag, self.body, self.detail = flag, body, detail
+
+
+def request_head(event: h11.Request) -> RequestHead:
+    """What decide() sees of a parsed request (shared with the property tests, so they judge this path)."""
+    return RequestHead(method=event.method.decode("latin-1"), target=event.target.decode("latin-1"),
+                       http_version=event.http_version.decode("latin-1"),
+                       headers=tuple(decode_headers(event.headers)))
 
 
 class HttpFront:
@@ -75,17 +82,18 @@ class HttpFront:
         """Serve one request; True when the connection can take another."""
         record = AccessRecord(start=time.time(), forwarded_for="-")
         try:
-            event = await down.next_event()
+            event = await self._next_head(down)
         except h11.RemoteProtocolError as exc:
             record.status, record.flags = exc.error_status_hint, "DPE"
             await self._local_reply(down, record, Reject(exc.error_status_hint, "DPE", str(exc), close=True))
             return False
+        except TimeoutError:
+            await self._local_reply(down, record, Reject(408, "SI", "stream timeout", close=True))
+            return False
         if isinstance(event, h11.ConnectionClosed):
             return False
         assert isinstance(event, h11.Request)
-        head = RequestHead(method=event.method.decode(), target=event.target.decode("latin-1"),
-                           http_version=event.http_version.decode(),
-                           headers=tuple(decode_headers(event.headers)))
+        head = request_head(event)
         self._fill_record(record, head)
         decision = decide(head, self.policy)
         self.ctx.events.emit("proxy.decision", requestId=record.request_id, target=head.target,
@@ -93,6 +101,18 @@ class HttpFront:
                              status=getattr(decision, "status", None), flag=getattr(decision, "flag", None),
                              reason=getattr(decision, "reason", None))
         return await self._dispatch(down, pool, head, decision, record)
+
+    async def _next_head(self, down: H11Stream) -> h11.Event:
+        """The next request head. An idle keep-alive connection may wait (Envoy's connection idle timeout is
+        an hour), but once a request's first bytes arrived its stream exists, and a client that then goes
+        quiet for the stream idle timeout gets 408 SI, as Envoy answers a slow-loris head."""
+        while (event := down.conn.next_event()) is h11.NEED_DATA:
+            started = bool(down.conn.trailing_data[0])
+            data = await asyncio.wait_for(down.reader.read(READ_SIZE),
+                                          self.stream_idle_timeout if started else None)
+            down.bytes_in += len(data)
+            down.conn.receive_data(data)  # b"" is EOF: ConnectionClosed, or RemoteProtocolError mid-head
+        return event
 
     async def _dispatch(self, down: H11Stream, pool: Pool, head: RequestHead,
                         decision: Decision, record: AccessRecord) -> bool:

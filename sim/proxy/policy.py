@@ -84,8 +84,10 @@ def pod_host(authority: str, port: int) -> str | None:
 
 def protocol_error(head: RequestHead) -> Reject | None:
     """Codec checks Envoy makes before routing."""
-    if head.http_version == "1.0":
-        return Reject(426, "-", "HTTP/1.0 is not allowed", close=True)
+    if head.http_version != "1.1":
+        # Envoy's HTTP/1 codec treats every version but 1.1 as HTTP/1.0 ("basically anything which is not
+        # HTTP/1.1") and refuses HTTP/1.0 with 426; HTTP/1.2 or HTTP/2.0 must never reach a pod.
+        return Reject(426, "-", f"HTTP/{head.http_version} is not allowed", close=True)
     transfer = [v.strip().lower() for v in head.all("transfer-encoding")]
     if transfer and head.all("content-length"):
         return Reject(400, "DPE", "Content-Length with Transfer-Encoding", close=True)
@@ -93,7 +95,9 @@ def protocol_error(head: RequestHead) -> Reject | None:
         return Reject(501, "DPE", "unsupported Transfer-Encoding", close=True)
     if len(head.headers) > MAX_HEADERS_COUNT:
         return Reject(431, "DPE", "too many headers", close=True)
-    size = sum(len(k) + len(v) + 4 for k, v in head.headers)
+    # Envoy's limit counts the header map, which holds the request target as :path (or :authority), so a
+    # 70 KiB query is as oversize as a 70 KiB header.
+    size = len(head.method) + len(head.target) + sum(len(k) + len(v) + 4 for k, v in head.headers)
     if size > MAX_HEADERS_BYTES:
         return Reject(431, "DPE", "headers too large", close=True)
     if "#" in head.target:

@@ -1,0 +1,41 @@
+"""Entry points the command line (tasks.py) calls for the k3d backend's extra tasks:
+`invoke render --backend k3d --out DIR`, `invoke dns-rewrite ...` and `invoke doctor`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clusters.k3d.dnsrewrite import dns_rewrite as _dns_rewrite
+from clusters.k3d.doctor import doctor as _doctor
+from clusters.k3d.state import cert_material, stack_state, write_files
+from clusters.render.bundle import render_bundle
+from scenarios.model import Scenario, load_scenario
+from sim.topology import PROXY_SERVICE_FQDN
+
+DEFAULT_SCENARIO = "http-callback"
+
+
+def render(out_dir: str | Path, scenario: Scenario | str | None = None, stack: str = "default") -> int:
+    """Write every k3d config, manifest and the Envoy config under `out_dir`; run nothing.
+
+    Certificates come from the stack's state folder (created there if missing), so a later `up`
+    applies the same Secrets. Manifest files hold private keys and are written owner-only.
+    """
+    loaded = scenario if isinstance(scenario, Scenario) else load_scenario(scenario or DEFAULT_SCENARIO)
+    topology = loaded.build_topology(stack)
+    material = cert_material(stack_state(stack) / "certs", topology)
+    written = write_files(Path(out_dir), render_bundle(topology, material))
+    for path in written:
+        print(path)
+    print(f"rendered {len(written)} files for scenario {loaded.name}; "
+          "compute clusters point at the Topology's virtual load-balancer addresses until `up` fills in the live ones")
+    return 0
+
+
+def dns_rewrite(context: str, domain: str, proxy_service: str = PROXY_SERVICE_FQDN, dry_run: bool = False,
+                assume_yes: bool = False, proxy_address: str | None = None) -> int:
+    return _dns_rewrite(context, domain, proxy_service, dry_run, assume_yes, proxy_address=proxy_address)
+
+
+def doctor() -> int:
+    return _doctor()

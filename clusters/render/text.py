@@ -1,0 +1,21 @@
+"""YAML text for rendered objects: no anchors or aliases (shared Python objects would otherwise come
+out as &id001/*id001, which k3d and kubectl read but people should not have to)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+
+class _PlainDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_PlainDumper, sort_keys=False, width=120)
+
+
+def dump_all(objects: list[Any]) -> str:
+    return yaml.dump_all(objects, Dumper=_PlainDumper, sort_keys=False, width=120)

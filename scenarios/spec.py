@@ -1,0 +1,179 @@
+"""What a scenario says, as frozen values: steps, expectations, probes, wait conditions (pure).
+
+`scenarios.model` reads files into these; the engine runs them; `scenarios.expect` judges traces by them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.topology import ComputeSpec, Topology, WorkerSpec, build
+
+DEFAULT_WORKER_UTILS = "1.4.0"
+PLACEHOLDER = re.compile(r"\{([A-Za-z0-9]+)\}")  # in probe targets, filled from the topology
+PLACEHOLDERS = ("pod", "pod1", "podIp", "workerDomain")
+
+
+@dataclass(frozen=True)
+class When:
+    """Which calls an expectation is about (all of them when empty)."""
+
+    landed: str | None = None  # "holder": callbacks reached the pod holding the request; "other": another pod
+    trust: str | None = None
+    worker_utils: str | None = None
+    cluster: str | None = None
+    worker: str | None = None
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("landed", self.landed), ("trust", self.trust),
+                                          ("workerUtils", self.worker_utils), ("cluster", self.cluster),
+                                          ("worker", self.worker)) if v is not None]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Expect:
+    outcome: str | None = "success"
+    via: str | None = None  # "proxy" | "direct"
+    same_pod: bool | None = None
+    proxy_status: int | None = None
+    proxy_flag: str | None = None
+    callee_status: int | None = None  # the status the first callback leg got back
+    error: str | None = None  # substring of the failure the worker (or prober) reports
+    upstream_port: int | None = None  # the pod port the proxy forwarded to
+    dns_rcode: str | None = None  # NOERROR, NXDOMAIN, ... of the worker's first lookup
+    pod_contacted: bool | None = None  # did any pod see a request for this call (probes: must not)
+    when: When | None = None
+    at_least: int | None = None  # calls that must match `when`
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    method: str
+    target: str  # may hold {pod}, {podIp}, {workerDomain}: the engine fills them in
+
+
+@dataclass(frozen=True)
+class Probe:
+    targets: tuple[ProbeTarget, ...]
+    cluster: str | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    event: str | None = None
+    where: dict[str, Any] = field(default_factory=dict)
+    count: int = 1
+    listener: str | None = None  # "POD:PORT"
+    bound: bool = True
+    timeout: float = 5.0
+
+    def describe(self) -> str:
+        if self.listener:
+            return f"{self.listener} {'bound' if self.bound else 'not bound'}"
+        where = ", ".join(f"{k}={v}" for k, v in self.where.items())
+        return f"{self.count} {self.event} event(s)" + (f" with {where}" if where else "")
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int  # 1-based, as reports name it
+    name: str
+    invoke: dict[str, Any] | None = None
+    set_values: dict[str, Any] | None = None
+    redeploy: str | None = None
+    probe: Probe | None = None
+    wait: Wait | None = None
+    expects: tuple[Expect, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"step {self.index} ({self.name})"
+
+    @property
+    def expect(self) -> Expect | None:
+        """The first expectation (most steps have one)."""
+        return self.expects[0] if self.expects else None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    path: Path
+    seed: int
+    values: dict[str, Any]  # merged: defaults <- customer's file <- scenario overrides
+    topology: dict[str, Any]
+    steps: tuple[Step, ...]
+    origin: dict[str, tuple[str, int]] = field(default_factory=dict)
+    expect_error: str | None = None  # an error scenario: the values must be refused with this text
+    config_error: str | None = None  # what loading refused (error scenarios only)
+
+    def build_topology(self, stack: str, values: dict[str, Any] | None = None) -> Topology:
+        spec = self.topology
+        compute = tuple(
+            ComputeSpec(workers=_workers(c.get("workers", []), f"worker-{n}"),
+                        wildcard_dns=c.get("wildcardDns", True))
+            for n, c in enumerate(spec.get("computeClusters", []), start=1))
+        return build(stack, values if values is not None else self.values,
+                     invocation_replicas=spec.get("invocationReplicas", 2),
+                     grpc_replicas=spec.get("grpcProxyReplicas", 2), compute=compute,
+                     control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"), seed=self.seed)
+
+
+def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...]:
+    workers: list[WorkerSpec] = []
+    for group in groups:
+        for _ in range(group.get("count", 1)):
+            workers.append(WorkerSpec(f"{prefix}-{len(workers)}", "", group.get("workerUtils", DEFAULT_WORKER_UTILS),
+                                      group.get("trust", "system")))
+    return tuple(workers)
+
+
+# -- from parsed YAML (already checked against the schema) ------------------------------------------
+_EXPECT_KEYS = {"outcome": "outcome", "via": "via", "samePod": "same_pod", "proxyStatus": "proxy_status",
+                "proxyFlag": "proxy_flag", "calleeStatus": "callee_status", "error": "error",
+                "upstreamPort": "upstream_port", "dnsRcode": "dns_rcode", "podContacted": "pod_contacted",
+                "atLeast": "at_least"}
+_WHEN_KEYS = {"landed": "landed", "trust": "trust", "workerUtils": "worker_utils", "cluster": "cluster",
+              "worker": "worker"}
+ACTIONS = ("invoke", "probe", "wait")
+
+
+def expect_from(raw: dict[str, Any]) -> Expect:
+    fields: dict[str, Any] = {py: raw[key] for key, py in _EXPECT_KEYS.items() if key in raw}
+    if "when" in raw:
+        fields["when"] = When(**{py: raw["when"][key] for key, py in _WHEN_KEYS.items() if key in raw["when"]})
+    if "outcome" not in raw and "podContacted" in raw:
+        fields["outcome"] = None  # a probe's outcome is its proxy status; "success" would mean nothing
+    return Expect(**fields)
+
+
+def probe_from(raw: dict[str, Any]) -> Probe:
+    targets = []
+    for item in raw["targets"]:
+        if isinstance(item, dict):
+            targets.append(ProbeTarget(item.get("method", "GET"), item["target"]))
+        else:
+            method, _, rest = item.partition(" ")
+            is_method = bool(rest) and method.isalpha() and method.isupper()
+            targets.append(ProbeTarget(method, rest.strip()) if is_method else ProbeTarget("GET", item))
+    return Probe(tuple(targets), raw.get("cluster"))
+
+
+def wait_from(raw: dict[str, Any]) -> Wait:
+    return Wait(event=raw.get("event"), where=dict(raw.get("where") or {}), count=raw.get("count", 1),
+                listener=raw.get("listener"), bound=raw.get("bound", True), timeout=raw.get("timeout", 5.0))
+
+
+def step_from(index: int, raw: dict[str, Any]) -> Step:
+    kind = next((k for k in (*ACTIONS, "setValues", "redeploy") if k in raw), "step")
+    expect = raw.get("expect")
+    expects = tuple(expect_from(e) for e in (expect if isinstance(expect, list) else [expect] if expect else []))
+    return Step(index=index, name=raw.get("name", kind), invoke=raw.get("invoke"),
+                set_values=raw.get("setValues"), redeploy=raw.get("redeploy"),
+                probe=probe_from(raw["probe"]) if "probe" in raw else None,
+                wait=wait_from(raw["wait"]) if "wait" in raw else None, expects=expects)

@@ -1,0 +1,74 @@
+"""A gRPC client for grpc-proxy pods' client-facing h2c port (grpcio's asyncio API, bytes in and out)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import TracebackType
+from collections.abc import Callable
+from typing import Self
+
+import grpc
+
+from sim.grpcproxy_h2 import STREAM, UNARY
+
+# Never route loopback calls through an HTTP proxy from the environment.
+CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    replies: list[bytes]
+    request_id: str | None  # from the pod's `nvcf-reqid` initial metadata
+    error: str | None = None
+
+
+class EchoClient:
+    """One channel to a pod, for many calls: `async with EchoClient(addr) as echo: await echo.unary(b"x")`."""
+
+    def __init__(self, addr: tuple[str, int]):
+        self.channel = grpc.aio.insecure_channel(f"{addr[0]}:{addr[1]}", options=CHANNEL_OPTIONS)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.channel.close()
+
+    async def unary(self, payload: bytes, timeout: float = 10) -> bytes:
+        return await self.channel.unary_unary(UNARY)(payload, timeout=timeout)
+
+    async def stream(self, text: str, count: int, timeout: float = 10) -> list[bytes]:
+        request = json.dumps({"text": text, "count": count}).encode()
+        return [message async for message in self.channel.unary_stream(STREAM)(request, timeout=timeout)]
+
+
+    async def traced(self, payload: bytes, stream_count: int | None = None, timeout: float = 10,
+                     on_request_id: Callable[[str], None] | None = None) -> CallOutcome:
+        """One unary (or server-streaming, with `stream_count`) call, keeping its request id and error."""
+        if stream_count is None:
+            call = self.channel.unary_unary(UNARY)(payload, timeout=timeout)
+        else:
+            request = json.dumps({"text": payload.decode(), "count": stream_count}).encode()
+            call = self.channel.unary_stream(STREAM)(request, timeout=timeout)
+        request_id = None
+        try:
+            metadata = await call.initial_metadata()
+            request_id = dict(metadata or ()).get("nvcf-reqid")
+            if request_id and on_request_id:
+                on_request_id(request_id)
+            replies = [await call] if stream_count is None else [m async for m in call]
+        except grpc.aio.AioRpcError as exc:
+            return CallOutcome([], request_id, f"{exc.code().name}: {exc.details()}")
+        return CallOutcome(replies, request_id)
+
+
+async def unary(addr: tuple[str, int], payload: bytes, timeout: float = 10) -> bytes:
+    async with EchoClient(addr) as echo:
+        return await echo.unary(payload, timeout)
+
+
+async def stream(addr: tuple[str, int], text: str, count: int, timeout: float = 10) -> list[bytes]:
+    async with EchoClient(addr) as echo:
+        return await echo.stream(text, count, timeout)

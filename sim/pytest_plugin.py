@@ -1,0 +1,176 @@
+"""pytest fixtures for your own ncpsim tests: a real stack on loopback per test, always torn down.
+
+Enable with ``-p sim.pytest_plugin`` (or the ``pytest11`` entry point once installed), then::
+
+    def test_public_frontend(ncpsim_stack):
+        stack = ncpsim_stack("public-frontend-cert")        # catalogue name or YAML path
+        traces = stack.invoke("http-echo", count=3)
+        assert all(t.outcome == "success" for t in traces)
+        assert stack.events("attach.get", status=200)
+
+    def test_my_values(ncpsim_stack):
+        stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True}},
+                             topology={"computeClusters": [{"workers": [{"count": 1, "trust": "stack"}]}]})
+        print(stack.status["proxy"]["http"])                # the `invoke status --json` contract
+
+    def test_catalogue_entry(ncpsim_replay):
+        assert ncpsim_replay("wrong-path").ok               # the scenario's own steps and expectations
+
+Each stack gets a unique name and a state folder under pytest's temporary directory; the fixture stops
+every process it started when the test ends, whether it passed, failed or raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusters.stack import LocalStack
+from scenarios.engine import Replay, ScenarioResult, StepResult, run_scenario
+from scenarios.model import load_scenario, scenario_from_data
+from scenarios.spec import Scenario, Step, probe_from, wait_from
+from scenarios.trace import CallTrace
+from sim.events import read_events
+from sim.proxy.access_log import read_access_log
+from sim.proxy.component import ACCESS_LOG
+from sim.topology import Topology
+
+DEFAULT_TOPOLOGY = {"invocationReplicas": 2, "grpcProxyReplicas": 0,
+                    "computeClusters": [{"workers": [{"count": 2, "trust": "stack"}]}]}
+_names = itertools.count(1)
+
+
+class SimStack:
+    """A running stack: its status, and helpers to call it and read what it recorded."""
+
+    def __init__(self, scenario: Scenario, stack: LocalStack):
+        self.scenario, self._stack = scenario, stack
+        self.status: dict[str, Any] = {}
+        self._replay: Replay | None = None
+        self._steps = itertools.count(1)
+
+    @property
+    def name(self) -> str:
+        return self._stack.name
+
+    @property
+    def state_dir(self) -> Path:
+        return self._stack.state_dir
+
+    @property
+    def topology(self) -> Topology:
+        return self._running().topology
+
+    def up(self) -> SimStack:
+        topology = self.scenario.build_topology(self._stack.name)
+        self.status = self._stack.up(topology, self.scenario.name)
+        self._replay = Replay(self.scenario, self._stack, topology)
+        return self
+
+    def _running(self) -> Replay:
+        if self._replay is None:
+            raise RuntimeError(f"stack {self.name} is not up")
+        return self._replay
+
+    def _step(self, name: str, **parts: Any) -> Step:
+        return Step(index=next(self._steps), name=name, **parts)
+
+    def invoke(self, function: str = "http-echo", count: int = 1, **spec: Any) -> list[CallTrace]:
+        """Invoke `count` times (spread over the pods, as a load balancer would); one trace per call."""
+        step = self._step(f"invoke {function}", invoke={"function": function, "count": count, **spec})
+        return asyncio.run(self._running().invoke(step))
+
+    def probe(self, *targets: str, cluster: str | None = None) -> list[CallTrace]:
+        """Send crafted forward-proxy requests through the proxy (see scenarios.probe for placeholders)."""
+        raw: dict[str, Any] = {"targets": list(targets), **({"cluster": cluster} if cluster else {})}
+        step = self._step("probe", probe=probe_from(raw))
+        return asyncio.run(self._running().run_step(step)).traces
+
+    def wait(self, **condition: Any) -> StepResult:
+        """Wait for an event or listener condition (the scenario `wait:` keys); failures are in the result."""
+        return asyncio.run(self._running().run_step(self._step("wait", wait=wait_from(condition))))
+
+    def set_values(self, overrides: dict[str, Any], redeploy: str | None = None) -> None:
+        """Change values; running components keep theirs until `redeploy` ("workers", "proxy", ...)."""
+        replay = self._running()
+        replay.set_values(overrides)
+        if redeploy:
+            replay.redeploy(redeploy)
+
+    def replay(self) -> ScenarioResult:
+        """Run the scenario's own steps on this stack and judge its expectations."""
+        result = ScenarioResult(self.scenario, status=self.status)
+        result.steps = [asyncio.run(self._running().run_step(step)) for step in self.scenario.steps]
+        return result
+
+    def events(self, kind: str | None = None, **match: Any) -> list[dict[str, Any]]:
+        """Every component's events so far, oldest first, optionally of one kind and with matching fields."""
+        return [e for e in read_events(self.state_dir) if (kind is None or e["kind"] == kind)
+                and all(e.get(k) == v for k, v in match.items())]
+
+    def access_log(self) -> list[dict[str, str]]:
+        """The proxy's access log, parsed (Envoy's default format)."""
+        return read_access_log(self.state_dir / "logs" / ACCESS_LOG)
+
+    def running(self) -> dict[str, int]:
+        return self._stack.launcher.running()
+
+    def down(self) -> None:
+        if self._replay is not None:
+            self._replay.close()
+            self._replay = None
+        self._stack.down()
+
+
+def _scenario(scenario: str | os.PathLike | None, values: dict[str, Any] | None,
+              topology: dict[str, Any] | None, values_file: Path | None) -> Scenario:
+    if scenario is not None:
+        return load_scenario(str(scenario), values_file)
+    data = {"name": "pytest", "summary": "a stack from a pytest fixture", "values": values or {},
+            "topology": topology or DEFAULT_TOPOLOGY,
+            "steps": [{"name": "invoke once", "invoke": {"function": "http-echo"}}]}
+    return scenario_from_data(data, Path("<ncpsim_stack values>"), {}, values_file)
+
+
+StackFactory = Callable[..., SimStack]
+
+
+@pytest.fixture
+def ncpsim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFactory]:
+    """Factory: ``ncpsim_stack(scenario=None, *, values=None, topology=None, values_file=None)`` -> SimStack.
+
+    Give a catalogue name or YAML path, or values (and a topology section) for an ad-hoc stack.
+    """
+    root = tmp_path_factory.mktemp("ncpsim")
+    started: list[SimStack] = []
+
+    def start(scenario: str | os.PathLike | None = None, *, values: dict[str, Any] | None = None,
+              topology: dict[str, Any] | None = None, values_file: Path | None = None) -> SimStack:
+        sim = SimStack(_scenario(scenario, values, topology, values_file),
+                       LocalStack(f"pytest-{os.getpid()}-{next(_names)}", root=root))
+        started.append(sim)  # before up: a half-started stack is stopped too
+        return sim.up()
+
+    try:
+        yield start
+    finally:
+        for sim in started:
+            sim.down()
+
+
+@pytest.fixture
+def ncpsim_replay(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., ScenarioResult]:
+    """``ncpsim_replay(scenario, values_file=None)`` -> ScenarioResult, on a fresh stack that is stopped after."""
+    root = tmp_path_factory.mktemp("ncpsim-replay")
+
+    def replay(scenario: str | os.PathLike, values_file: Path | None = None) -> ScenarioResult:
+        loaded = load_scenario(str(scenario), values_file, allow_expected_error=True)
+        return run_scenario(loaded, LocalStack(f"replay-{os.getpid()}-{next(_names)}", root=root), keep=False)
+
+    return replay

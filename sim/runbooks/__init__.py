@@ -1,0 +1,42 @@
+"""Control-plane runbooks as rehearsals: each named run performs a runbook "right" or "wrong" against a
+simulated part of the stack and returns a ``RunbookReport`` (steps, end state, and for a wrong run the
+mistake and the step that fixes it).
+
+The scenario engine's hook is ``run(name, variant, state_dir)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sim.errors import ScenarioError
+from sim.events import EventLog
+from sim.runbooks import admin_runs, ess_runs, nats_runs, service_runs
+from sim.runbooks.report import RIGHT, VARIANTS, WRONG, RunbookReport
+
+Runner = Callable[[str, Path | None], RunbookReport]
+
+RUNBOOKS: dict[str, Runner] = {
+    **nats_runs.RUNS, **admin_runs.RUNS, **ess_runs.RUNS, **service_runs.RUNS,
+}
+
+__all__ = ["RIGHT", "RUNBOOKS", "VARIANTS", "WRONG", "RunbookReport", "run"]
+
+
+def run(name: str, variant: str, state_dir: Path | None = None) -> RunbookReport:
+    """Rehearse runbook ``name`` done ``variant`` ("right" or "wrong"). Files (certificates, the CLI's
+    home) go under ``state_dir``/runbooks, or a temporary folder when it is None."""
+    if name not in RUNBOOKS:
+        raise ScenarioError(f"runbook: unknown name {name!r}; choose one of {', '.join(sorted(RUNBOOKS))}")
+    if variant not in VARIANTS:
+        raise ScenarioError(f"runbook {name}: variant must be right or wrong, found {variant!r}")
+    report = RUNBOOKS[name](variant, state_dir)
+    if state_dir is not None:
+        # One event per rehearsal, so `invoke logs` and the engine's event readers see it like any other.
+        log = EventLog(Path(state_dir), "runbooks")
+        try:
+            log.emit("runbook", **report.as_dict())
+        finally:
+            log.close()
+    return report

@@ -1,0 +1,196 @@
+"""Rehearsals of Disabling Admin Issuer Proxy against a real TLS gateway stand-in on 127.0.0.1.
+
+Each run installs the proxy, performs the runbook's steps (or a mistaken subset), then checks the end
+state the way the runbook does: the removal check (chart objects and the OpenBao grant) and the edge
+check with real ``curl --resolve``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shlex
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim.runbooks import admin_issuer as ai
+from sim.runbooks.gateway import (
+    EdgeCheck,
+    EdgeTls,
+    mint_edge_tls,
+    post_admin_keys,
+    run_edge_check,
+    running_gateway,
+)
+from sim.runbooks.report import RIGHT, RunbookReport, Steps
+
+DOMAIN = "nvcf.example.com"
+NOW = 1_800_000_000.0  # a fixed clock: the 12-hour expiry is checked against it
+STEP_UNINSTALL = "step 1: helm uninstall admin-issuer-proxy -n api-keys"
+STEP_REVOKE = (f"step 2: revoke the OpenBao grant: bao delete {ai.AUTH_ROLE}; bao delete {ai.POLICY}; "
+               f"bao delete {ai.SECRET_ROLE}")
+STEP_RERUN_K = "re-run the edge check with -k to get past the TLS check and read the routing result"
+STEP_TOKEN = ("skip nvcf-cli init: export NVCF_TOKEN with a token from your identity provider "
+              "(or put token: in ~/.nvcf-cli.yaml)")
+
+
+@dataclass
+class Rehearsal:
+    folder: Path
+    tls: EdgeTls
+    port: int = 0
+    plane: ai.Plane = field(default_factory=ai.Plane)
+    issuer: ai.Issuer = field(default_factory=lambda: ai.Issuer.generate(random.Random(8)))
+    steps: Steps = field(default_factory=Steps)
+
+    def handle(self, method: str, host: str, path: str) -> ai.Reply:
+        return ai.gateway_reply(self.plane, self.issuer, DOMAIN, host, method, path, NOW)
+
+    def edge(self, insecure: bool = False) -> EdgeCheck:
+        return run_edge_check(DOMAIN, self.port, self.tls.ca_path, insecure)
+
+    def cli(self, command: str) -> ai.CliResult:
+        status, body = post_admin_keys(self.port, ai.keys_host(DOMAIN), self.tls.ca_path)
+        return ai.cli_generate(command, status, body, self.folder / "home")
+
+    def state(self, *checks: EdgeCheck) -> dict:
+        check = ai.removal_check(self.plane)
+        return {"release_left": list(check.release_left), "grant_left": list(check.grant_left),
+                "capability": check.capability, "edge": [_edge_summary(c) for c in checks]}
+
+
+def _edge_summary(check: EdgeCheck) -> dict:
+    return {"exit": check.exit_code, "status": check.status, "outcome": check.verdict.outcome,
+            "insecure": "-k" in check.command}
+
+
+@contextlib.contextmanager
+def rehearsal(state_dir: Path | None, names: tuple[str, ...] = (f"*.{DOMAIN}",)) -> Iterator[Rehearsal]:
+    with contextlib.ExitStack() as stack:
+        if state_dir is None:
+            state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ncpsim-runbook-")))
+        folder = Path(state_dir) / "runbooks" / "admin-issuer"
+        run = Rehearsal(folder, mint_edge_tls(folder / "tls", names))
+        served = stack.enter_context(running_gateway(run.handle, run.tls.context))
+        run.port = served.port
+        run.plane = ai.sync(ai.Plane(), {})
+        run.steps("installed with adminIssuerProxy.enabled: true (release and OpenBao grant)")
+        yield run
+
+
+def _report(name: str, variant: str, run: Rehearsal, mistake: str | None, fix: str | None,
+            *checks: EdgeCheck) -> RunbookReport:
+    lines = tuple(shlex.join(c.command) + f" -> exit {c.exit_code}, {c.status}: {c.verdict.advice}"
+                  for c in checks)
+    return RunbookReport(name, variant, run.steps.as_tuple(), run.state(*checks), mistake is None,
+                         mistake, fix, lines)
+
+
+def removal(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    with rehearsal(state_dir) as run:
+        run.plane = ai.sync(run.plane, {"adminIssuerProxy": {"enabled": False}})
+        run.steps("set adminIssuerProxy.enabled: false and synced (removes nothing that exists)")
+        run.plane = ai.helm_uninstall(run.plane)
+        run.steps(STEP_UNINSTALL)
+        if variant == RIGHT:
+            for path in ai.GRANT:
+                run.plane = ai.bao_delete(run.plane, path)
+            run.steps(STEP_REVOKE)
+        edge = run.edge()
+        run.steps(f"edge check: curl exit {edge.exit_code}, status {edge.status} ({edge.verdict.outcome})")
+        check = ai.removal_check(run.plane)
+        mistake = None
+        if check.capability != "withdrawn":
+            mistake = _grant_mistake(check)
+        return _report("admin-issuer-removal", variant, run, mistake, STEP_REVOKE if mistake else None, edge)
+
+
+def _grant_mistake(check: ai.RemovalCheck) -> str:
+    left = ", ".join(check.grant_left)
+    if check.capability == "granted":
+        return (f"only step 1 was done: capability still granted, OpenBao still holds {left}, so any pod "
+                "running as the admin-issuer-proxy service account in api-keys can still sign admin-scoped "
+                "tokens for the NVCF API issuer")
+    return f"step 2 was left half done: OpenBao still holds {left}; the verification grep is not empty"
+
+
+def edge_route(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    """right: gateway.enabled false drops only the route; wrong: enabled false on an existing install."""
+    with rehearsal(state_dir) as run:
+        key = "gateway" if variant == RIGHT else "enabled"
+        section = {"gateway": {"enabled": False}} if key == "gateway" else {"enabled": False}
+        values = {"adminIssuerProxy": section}
+        run.plane = ai.sync(run.plane, values)
+        run.steps(f"set adminIssuerProxy.{key}{'.enabled' if key == 'gateway' else ''}: false and synced")
+        edge = run.edge()
+        run.steps(f"edge check: curl exit {edge.exit_code}, status {edge.status} ({edge.verdict.outcome})")
+        inside = ai.gateway_reply(run.plane, run.issuer, DOMAIN, "", "POST", ai.KEYS_PATH, NOW,
+                                  in_cluster=True)
+        run.steps(f"in-cluster POST {ai.KEYS_PATH}: {inside.status}")
+        mistake = None
+        if not edge.verdict.passed:
+            mistake = (f"the edge still serves {ai.keys_host(DOMAIN)}{ai.KEYS_PATH} "
+                       f"(curl exit {edge.exit_code} with {edge.status}): setting adminIssuerProxy.enabled: "
+                       "false on an existing install removes nothing")
+        return _report("admin-issuer-edge", variant, run, mistake, STEP_UNINSTALL if mistake else None, edge)
+
+
+def edge_certificate(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    """The edge's certificate does not cover api-keys.<domain>: exit 60 is a TLS failure, not a pass."""
+    with rehearsal(state_dir, names=(f"www.{DOMAIN}",)) as run:
+        run.plane = ai.helm_uninstall(run.plane)
+        for path in ai.GRANT:
+            run.plane = ai.bao_delete(run.plane, path)
+        run.steps(f"{STEP_UNINSTALL}; {STEP_REVOKE}")
+        first = run.edge()
+        run.steps(f"edge check: curl exit {first.exit_code}, status {first.status} ({first.verdict.outcome})")
+        checks = [first]
+        if variant == RIGHT and first.verdict.outcome == "certificate-mismatch":
+            checks.append(run.edge(insecure=True))
+            run.steps(f"re-ran with -k: exit {checks[-1].exit_code}, status {checks[-1].status} "
+                      f"({checks[-1].verdict.outcome})")
+        else:
+            run.steps("read the result as a pass: nothing answered 200")
+        mistake = None
+        if not checks[-1].verdict.passed:
+            mistake = (f"took curl exit {first.exit_code} with status {first.status} for a pass: the request "
+                       "never reached the Gateway, so the check is inconclusive")
+        return _report("admin-issuer-edge-cert", variant, run, mistake, STEP_RERUN_K if mistake else None,
+                       *checks)
+
+
+def cli_without_proxy(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    with rehearsal(state_dir) as run:
+        first = run.cli("init")
+        run.steps(f"nvcf-cli init while the proxy is installed: exit {first.exit_code}")
+        run.plane = ai.bao_delete(ai.helm_uninstall(run.plane), ai.AUTH_ROLE)
+        run.plane = ai.bao_delete(ai.bao_delete(run.plane, ai.POLICY), ai.SECRET_ROLE)
+        (run.folder / "home" / ai.STATE_FILE).unlink(missing_ok=True)
+        run.steps("removed the proxy (both steps); a new operator machine has no state file")
+        env: dict[str, str] = {}
+        lines: list[str] = []
+        if variant == RIGHT:
+            env["NVCF_TOKEN"] = "token-from-identity-provider"
+            run.steps("exported NVCF_TOKEN from the identity provider and skipped nvcf-cli init")
+        else:
+            result = run.cli("init")
+            lines = result.stderr.splitlines()
+            run.steps(f"ran nvcf-cli init: exit {result.exit_code}")
+        resolved = ai.resolve_token(env, run.folder / "home")
+        mistake = None if resolved else (
+            "ran nvcf-cli init on a stack without the admin issuer proxy: POST /v1/admin/keys is unrouted, "
+            "so it fails with a bare 'API error 404:' and usage text, and no token is configured")
+        report = _report("nvcf-cli-no-proxy", variant, run, mistake, STEP_TOKEN if mistake else None)
+        end = {**report.end_state, "token_source": resolved[1] if resolved else None}
+        return RunbookReport(report.name, variant, report.steps, end, report.ok, report.mistake,
+                             report.fix_step, tuple(lines))
+
+
+RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {
+    "admin-issuer-removal": removal,
+    "admin-issuer-edge": edge_route,
+    "admin-issuer-edge-cert": edge_certificate,
+    "nvcf-cli-no-proxy": cli_without_proxy,
+}

@@ -1,0 +1,222 @@
+"""Worker NATS authentication (``nats.workerAuth``): the pure core of the auth decision and its logs.
+
+nkey mode: the NVCF API hands every worker the control plane's shared NKey (NKEY_SEED). NATS checks it
+itself; the login reaches all of the APP account and never expires.
+token mode: each worker presents its own worker token. NATS hands it to the auth callout, whose APP
+account has a webhook plugin that POSTs it to the NVCF API's webhook URL; the API's answer decides, and
+the grant covers only that worker's function-version subjects in APP.
+
+Debian's nats-server is 2.9, which has no auth callout, so the callout is simulated here in-process:
+the account-to-plugin lookup, the webhook call and its failure modes, and the log lines the seed quotes
+(``Authentication successful`` / ``denied`` / ``failed``), including the callout's log sampling.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.errors import ConfigError
+from sim.runbooks import nkeys
+from sim.values import DEFAULT_WEBHOOK_URL, deep_merge, validate
+
+APP = "APP"
+OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for
+ALL_SUBJECTS = (">",)
+LOGGING_KEY = ("natsAuthCalloutService", "serviceConfig", "logging")
+
+
+# -- settings from values ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LogSettings:
+    """The callout's zap-style logging: level, and per message the first ``initial`` lines per second,
+    then 1 in ``thereafter``. The seed turns sampling off with ``initial: 0``."""
+
+    level: str = "info"
+    initial: int = 100
+    thereafter: int = 100
+
+    @property
+    def sampling(self) -> bool:
+        return self.initial > 0
+
+
+@dataclass(frozen=True)
+class CalloutConfig:
+    mode: str
+    webhook_url: str
+    logging: LogSettings
+
+    @property
+    def plugins(self) -> Mapping[str, str]:
+        """Account -> webhook URL. Only token mode gives APP a webhook plugin."""
+        return {APP: self.webhook_url} if self.mode == "token" else {}
+
+
+def _get(tree: Any, parts: tuple[str, ...], default: Any = None) -> Any:
+    for part in parts:
+        if not isinstance(tree, Mapping) or part not in tree:
+            return default
+        tree = tree[part]
+    return tree
+
+
+def callout_config(values: Mapping) -> CalloutConfig:
+    """What the nats and nats-auth-callout-service releases render; raises ConfigError like the render."""
+    issues = [i for i in validate(values) if i.path.startswith("nats.")]
+    if issues:
+        error = ConfigError(str(issues[0]))
+        error.issues = tuple(issues)
+        raise error
+    merged = deep_merge({"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}}},
+                       values)
+    # Only serviceConfig.logging reaches the callout; the stack ignores other serviceConfig keys.
+    logging = _get(merged, LOGGING_KEY, {}) or {}
+    sampling = logging.get("sampling") or {}
+    return CalloutConfig(
+        mode=_get(merged, ("nats", "workerAuth"), "nkey"),
+        webhook_url=_get(merged, ("nats", "authCallout", "workerTokenAuth", "webhookUrl")),
+        logging=LogSettings(level=str(logging.get("level", "info")),
+                            initial=int(sampling.get("initial", 100)),
+                            thereafter=int(sampling.get("thereafter", 100))),
+    )
+
+
+def callout_restart_reasons(old: CalloutConfig, new: CalloutConfig) -> list[str]:
+    """The callout reads its plugin configuration only at start-up, so these changes restart it."""
+    reasons = []
+    if old.mode != new.mode:
+        reasons.append(f"nats.workerAuth changed from {old.mode} to {new.mode}")
+    if old.webhook_url != new.webhook_url:
+        reasons.append("the webhook URL changed")
+    if old.logging != new.logging:
+        reasons.append("natsAuthCalloutService.serviceConfig.logging changed")
+    return reasons
+
+
+# -- logins and grants -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Login:
+    """What a worker presents: its own token, or the shared NKey's public key and a signed nonce."""
+
+    client: str
+    account: str = APP
+    token: str | None = None
+    nkey: str | None = None
+    signature: bytes = b""
+
+
+@dataclass(frozen=True)
+class Grant:
+    account: str
+    user: str
+    subjects: tuple[str, ...]
+    expires: float | None  # None: the grant never expires (the shared NKey)
+    via: str  # "nkey" or "token"
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+@dataclass(frozen=True)
+class WebhookReply:
+    status: int
+    user: str = ""
+    subjects: tuple[str, ...] = ()
+    expires: float | None = None
+
+
+class WebhookUnreachable(ConnectionError):
+    """Nothing answers at the webhook URL (wrong host, API elsewhere)."""
+
+
+Webhook = Callable[[str, str, str], WebhookReply]  # (url, token, account) -> reply
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    level: str
+    msg: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def line(self, ts: float) -> str:
+        # JSON lines like the callout's structured logger, so the seed's greps work on them verbatim.
+        record = {"level": self.level, "ts": round(ts, 3), "msg": self.msg, **self.fields}
+        return json.dumps(record, separators=(",", ":"))
+
+
+Decision = tuple[Grant | Refused, list[LogRecord]]
+
+
+def nkey_login(login: Login, nonce: bytes, trusted: frozenset[str]) -> Grant | Refused:
+    """NKey users are checked by NATS itself, not the callout, so they log nothing there."""
+    if login.nkey in trusted and nkeys.verify(login.nkey, nonce, login.signature):
+        return Grant(APP, login.nkey, ALL_SUBJECTS, None, "nkey")
+    return Refused("Authorization Violation")
+
+
+def token_login(login: Login, config: CalloutConfig, webhook: Webhook) -> Decision:
+    """The callout's decision for a token login, with what it logs."""
+    base = {"client": login.client, "account": login.account}
+    url = config.plugins.get(login.account)
+    if url is None:
+        error = f"plugin webhook not found for account {login.account}"
+        return Refused(error), [LogRecord("error", "Authentication failed", {**base, "error": error})]
+    logs = []
+    if config.logging.level == "debug":
+        logs.append(LogRecord("debug", "webhook request", {**base, "url": url}))
+    try:
+        reply = webhook(url, login.token or "", login.account)
+    except WebhookUnreachable as exc:
+        error = f"webhook request failed: {exc}"
+        return Refused(error), [*logs, LogRecord("error", "Authentication failed", {**base, "error": error})]
+    if reply.status != 200:
+        record = LogRecord("warn", "Authentication denied", {**base, "status_code": reply.status})
+        return Refused(f"status_code {reply.status}"), [*logs, record]
+    grant = Grant(APP, reply.user, reply.subjects, reply.expires, "token")
+    return grant, [*logs, LogRecord("info", "Authentication successful", {**base, "user": reply.user})]
+
+
+# -- subjects ----------------------------------------------------------------------------------------
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS wildcards: ``*`` is one token, a trailing ``>`` one or more."""
+    want, have = pattern.split("."), subject.split(".")
+    for index, token in enumerate(want):
+        if token == ">":
+            return len(have) > index
+        if index >= len(have) or (token != "*" and token != have[index]):
+            return False
+    return len(want) == len(have)
+
+
+def may_access(grant: Grant, account: str, subject: str, now: float) -> bool:
+    if grant.account != account or (grant.expires is not None and now >= grant.expires):
+        return False
+    return any(subject_matches(pattern, subject) for pattern in grant.subjects)
+
+
+# -- log sampling ------------------------------------------------------------------------------------
+class LogSampler:
+    """Per message text: the first ``initial`` lines in each one-second tick, then every ``thereafter``-th.
+
+    Time is passed in, so a burst of logins replays identically."""
+
+    def __init__(self, settings: LogSettings) -> None:
+        self.settings = settings
+        self._counts: dict[tuple[str, int], int] = {}
+
+    def allow(self, record: LogRecord, now: float) -> bool:
+        if record.level == "debug" and self.settings.level != "debug":
+            return False
+        if not self.settings.sampling:
+            return True
+        key = (record.msg, int(now))
+        count = self._counts.get(key, 0) + 1
+        self._counts[key] = count
+        if count <= self.settings.initial:
+            return True
+        return (count - self.settings.initial) % max(self.settings.thereafter, 1) == 0

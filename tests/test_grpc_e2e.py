@@ -1,0 +1,470 @@
+"""gRPC callbacks end to end on loopback: real DNS, bus, QUIC through the proxy's HTTP/3 front, h2 in the tunnel.
+
+Each test builds a state folder, starts every part in this event loop (resolver, bus, grpc-proxy pods,
+the proxy front, a worker host) and stops them all in `finally`, even when the test fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+import sim.worker
+from certs.profiles import (
+    FRONTEND_SECRET,
+    GRPC_SECRET,
+    PUBLIC,
+    STACK,
+    Profile,
+    frontend_profile,
+    grpc_profile,
+    stack_profiles,
+)
+from certs.store import CertStore
+from dns.server import Resolver
+from sim import h3
+from sim.bus import WorkBus
+from sim.component import Context
+from sim.events import EventLog, of_kind
+from sim.grpc_client import EchoClient
+from sim.grpcproxy import GrpcProxyPod
+from sim.grpcproxy import run as run_pod
+from sim.grpcproxy_rules import (
+    INVALID_AUTH,
+    INVALID_REQUEST_ID,
+    MAX_ATTEMPTS,
+    MISSING_AUTH,
+    MISSING_REQUEST_ID,
+)
+from sim.netmap import NetMap
+from sim.proxy.access_log import AccessLog, read_access_log
+from sim.proxy.h3_front import H3Front
+from sim.topology import (
+    BUS_PORT,
+    CONTROL_CLUSTER,
+    DNS_PORT,
+    PROXY_H3_PORT,
+    ComputeSpec,
+    Topology,
+    WorkerSpec,
+    build,
+)
+from sim.worker import WorkerRuntime
+from sim.worker_grpc import handle_work
+
+DOMAIN = "grpc-worker.example.com"
+COMPUTE = "ncpsim-compute-1"
+TEST_TIMEOUT = 20.0
+
+
+class Watch:
+    """Every event the stack emits, with a way to await one (no polling, no sleeps)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._changed = asyncio.Event()
+
+    def attach(self, log: EventLog) -> None:
+        emit = log.emit
+
+        def watched(kind: str, **fields: Any) -> dict[str, Any]:
+            event = emit(kind, **fields)
+            self.events.append(event)
+            self._changed.set()
+            return event
+
+        log.emit = watched  # type: ignore[method-assign]
+
+    def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
+        return of_kind(self.events, kind, **match)
+
+    async def wait(self, kind: str, count: int = 1, **match: Any) -> list[dict[str, Any]]:
+        while len(found := self.of(kind, **match)) < count:
+            self._changed.clear()
+            await self._changed.wait()
+        return found
+
+
+@dataclass
+class Stack:
+    state: Path
+    topology: Topology
+    watch: Watch
+    host: Context  # the compute cluster's worker host
+    pods: dict[str, GrpcProxyPod] = field(default_factory=dict)
+    bindings: dict[str, int] = field(default_factory=dict)
+    work: list[dict[str, Any]] = field(default_factory=list)  # every work message the worker host got
+
+    def client_addr(self, pod: str) -> tuple[str, int]:
+        return "127.0.0.1", self.bindings[f"{self.pods[pod].pod.ip}:10081/tcp"]
+
+    @property
+    def proxy_addr(self) -> tuple[str, int]:
+        return "127.0.0.1", self.bindings[f"{self.topology.proxy_lb_ip}:{PROXY_H3_PORT}/udp"]
+
+    def access_log(self) -> list[dict[str, str]]:
+        return read_access_log(self.state / "logs" / "worker-callback-proxy.access.log")
+
+    def worker(self, trust: str = "stack", pem: str = "") -> WorkerRuntime:
+        return WorkerRuntime(WorkerSpec("worker-x", COMPUTE, "1.4.0", trust), self.host, pem)
+
+    def stack_ca(self) -> str:
+        return self.host.ca_path("stack").read_text()
+
+
+def make_state(tmp_path: Path, *, proxy: bool = True, grpc_identities: tuple[str, ...] | None = None,
+               workers: tuple[WorkerSpec, ...] = (WorkerSpec("worker-1-0", ""),)) -> Topology:
+    values = {"workerCallbackProxy": {"enabled": proxy, "workerDomain": DOMAIN},
+              "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
+    compute = (ComputeSpec(workers=workers),) if proxy else ()
+    topology = build("t", values, invocation_replicas=0, grpc_replicas=2, compute=compute,
+                     control_workers=() if proxy else workers, seed=7)
+    (tmp_path / "topology.json").write_text(topology.to_json())
+    store = CertStore(tmp_path / "certs")
+    store.ensure_cas()
+    store.issue_all(stack_profiles(DOMAIN))
+    if grpc_identities:  # a pod certificate for the wrong name, still from the stack CA
+        store.issue(Profile(GRPC_SECRET, grpc_identities, STACK))
+    return topology
+
+
+async def _host_workers(stack: Stack) -> None:
+    """A worker host as small as possible: each work message goes to sim.worker_grpc.handle_work."""
+    workers = {w.name: WorkerRuntime(w, stack.host, stack.stack_ca()) for w in stack.topology.workers}
+    bus = await stack.host.bus()
+    tasks = h3.Tasks()
+    try:
+        for name in workers:
+            await bus.subscribe("grpc-echo", name)
+        async for frame in bus.messages():
+            stack.work.append(frame["msg"])
+            tasks.spawn(handle_work(workers[frame["sid"]], frame["msg"]), f"work-{frame['msg']['requestId']}")
+    finally:
+        await tasks.cancel_all()
+        await bus.close()
+
+
+@contextlib.asynccontextmanager
+async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -> AsyncIterator[Stack]:
+    watch = Watch()
+    host_cluster = topology.workers[0].cluster
+    host = Context(tmp_path, topology, host_cluster, host_cluster)
+    stack = Stack(tmp_path, topology, watch, host)
+    contexts = [host]
+    resolver = Resolver(topology.dns_views())
+    bus = WorkBus(EventLog(tmp_path, "bus"))
+    access_log = AccessLog(tmp_path / "logs" / "worker-callback-proxy.access.log")
+    front: H3Front | None = None
+    worker_task: asyncio.Task | None = None
+    try:
+        await resolver.start()
+        for cluster in topology.clusters:
+            stack.bindings[f"{cluster.dns_ip}:{DNS_PORT}/udp"] = resolver.ports[cluster.name]
+        stack.bindings[f"{topology.bus_lb_ip}:{BUS_PORT}/tcp"] = await bus.start()
+        for pod in topology.pods_of("grpc-proxy"):
+            ctx = Context(tmp_path, topology, pod.name, CONTROL_CLUSTER)
+            contexts.append(ctx)
+            stack.pods[pod.name] = GrpcProxyPod(ctx, pod)
+            stack.bindings.update(await stack.pods[pod.name].start())
+        proxy_ctx = Context(tmp_path, topology, "worker-callback-proxy", CONTROL_CLUSTER)
+        contexts.append(proxy_ctx)
+        front = H3Front(proxy_ctx, access_log)
+        stack.bindings[f"{topology.proxy_lb_ip}:{PROXY_H3_PORT}/udp"] = await front.start()
+        reach = {c.name: topology.reachable_ranges(c.name) for c in topology.clusters}
+        NetMap(stack.bindings, reach).save(tmp_path / "netmap.json")
+        for ctx in contexts:
+            watch.attach(ctx.events)
+        if host_kind == "sim.worker":  # the real worker host process's main, run in this loop
+            worker_task = asyncio.create_task(sim.worker.run(host, lambda bindings: None), name="worker-host")
+        else:
+            worker_task = asyncio.create_task(_host_workers(stack), name="test-worker-host")
+        yield stack
+    finally:
+        if worker_task is not None:
+            worker_task.cancel()
+            await asyncio.gather(worker_task, return_exceptions=True)
+        for pod in stack.pods.values():
+            await pod.close()
+        if front is not None:
+            await front.close()
+        await bus.close()
+        await resolver.close()
+        access_log.close()
+        for ctx in contexts:
+            ctx.events.close()
+        bus.events.close()
+
+
+async def assert_no_tasks_left() -> None:
+    # Connection handlers see their peers' EOF within a few loop turns; anything still running is a leak.
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    _, leaked = await asyncio.wait(others, timeout=2.0) if others else (set(), set())
+    assert not leaked, f"tasks left running: {leaked}"
+
+
+def run_stack(tmp_path: Path, body: Callable[[Stack], Any], host_kind: str = "test", **state: Any) -> None:
+    topology = make_state(tmp_path, **state)
+
+    async def main() -> None:
+        async with running(tmp_path, topology, host_kind) as stack:
+            await asyncio.wait_for(body(stack), TEST_TIMEOUT)
+        await assert_no_tasks_left()
+
+    asyncio.run(main())
+
+
+async def raw_callback(stack: Stack, sni: str, headers: dict[str, str]) -> tuple[int, str]:
+    """One POST /v1/proxy to the proxy front, as a worker would send it, trusting the stack CA."""
+    config = h3.client_configuration(sni, h3.trust_pem([stack.host.ca_path("stack")]))
+    endpoint = await h3.connect(stack.proxy_addr, config, timeout=5)
+    try:
+        head = {":method": "POST", ":scheme": "https", ":authority": sni, ":path": "/v1/proxy", **headers}
+        stream = endpoint.open_request([(k.encode(), v.encode()) for k, v in head.items()])
+        await stream.headers
+        body = b""
+        while chunk := await stream.read():
+            body += chunk
+        stream.end()
+        return stream.status, body.decode()
+    finally:
+        h3.close_client(endpoint)
+
+
+def pod_sni(stack: Stack, pod: str) -> str:
+    return f"{stack.pods[pod].pod.ip.replace('.', '-')}.{DOMAIN}"
+
+
+# -- passing paths ------------------------------------------------------------------------------
+@pytest.mark.parametrize("host_kind", ["test", "sim.worker"])
+def test_unary_and_stream_reach_the_minting_pod(tmp_path: Path, host_kind: str) -> None:
+    async def body(stack: Stack) -> None:
+        for name in stack.pods:
+            async with EchoClient(stack.client_addr(name)) as echo:
+                assert await echo.unary(b"hello " + name.encode()) == b"hello " + name.encode()
+                replies = await echo.stream("tick", 5)
+                assert [json.loads(r) for r in replies] == [{"seq": i, "text": "tick"} for i in range(5)]
+        done = await stack.watch.wait("grpc.call.done", 4)
+        assert all(e["ok"] for e in done) and sorted(e["messages"] for e in done) == [1, 1, 5, 5]
+        results = await stack.watch.wait("worker.callback.result", 4)
+        assert all(r["status"] == 200 and r["error"] is None and r["calls"] == 1 for r in results)
+        # The compute cluster's DNS sends every <dashed-pod-ip>.<workerDomain> to the proxy's LB address.
+        lookups = {(e["name"], tuple(e["answer"])) for e in stack.watch.of("worker.dns")}
+        assert lookups == {(pod_sni(stack, name), (stack.topology.proxy_lb_ip,)) for name in stack.pods}
+        await stack.watch.wait("proxy.h3.stream", 4)  # the proxy logs a stream once both sides ended
+        log = {line["request_id"]: line for line in stack.access_log()}
+        for minted in stack.watch.of("grpc.token.minted"):
+            pod = stack.pods[minted["pod"]].pod
+            line = log[minted["requestId"]]
+            assert (line["status"], line["flags"], line["protocol"]) == ("200", "-", "HTTP/3")
+            assert line["upstream_host"] == f"{pod.ip}:10084"
+            assert line["authority"] == f"{pod.ip.replace('.', '-')}.{DOMAIN}"
+            assert stack.watch.of("grpc.callback.accepted", requestId=minted["requestId"], pod=pod.name)
+
+    run_stack(tmp_path, body, host_kind)
+
+
+# -- negative controls ---------------------------------------------------------------------------
+def test_reused_token_gets_403(tmp_path: Path) -> None:
+    async def body(stack: Stack) -> None:
+        assert await unary_once(stack, "grpc-proxy-0") == b"once"
+        await stack.watch.wait("worker.callback.result", 1)
+        replay = stack.worker(pem=stack.stack_ca())
+        await handle_work(replay, stack.work[0])
+        result = stack.watch.of("worker.callback.result", worker="worker-x")[0]
+        assert (result["status"], result["attempts"]) == (403, 1)  # never retried after 403
+        assert INVALID_AUTH in result["error"]
+        rejected = stack.watch.of("grpc.callback.rejected")
+        assert [(r["status"], r["reason"]) for r in rejected] == [(403, INVALID_AUTH)]
+
+    run_stack(tmp_path, body)
+
+
+async def unary_once(stack: Stack, pod: str) -> bytes:
+    async with EchoClient(stack.client_addr(pod)) as echo:
+        return await echo.unary(b"once")
+
+
+@pytest.mark.parametrize(("headers", "status", "message"), [
+    ({"x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"}, 401, MISSING_AUTH),
+    ({"authorization": "Bearer " + "a" * 64}, 400, MISSING_REQUEST_ID),
+    ({"authorization": "Bearer " + "a" * 64, "x-request-id": "not-a-uuid"}, 400, INVALID_REQUEST_ID),
+    ({"authorization": "Bearer " + "a" * 64, "x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"},
+     403, INVALID_AUTH),
+])
+def test_callback_rejections_through_the_proxy(tmp_path: Path, headers: dict, status: int, message: str) -> None:
+    async def body(stack: Stack) -> None:
+        got = await raw_callback(stack, pod_sni(stack, "grpc-proxy-1"), headers)
+        assert got == (status, message + "\n")
+        await stack.watch.wait("proxy.h3.stream")
+        [line] = stack.access_log()
+        assert (int(line["status"]), line["flags"]) == (status, "-")
+        assert line["upstream_host"] == f"{stack.pods['grpc-proxy-1'].pod.ip}:10084"
+
+    run_stack(tmp_path, body)
+
+
+def synthetic_work(stack: Stack, pod: str) -> dict[str, str]:
+    from sim.grpcproxy_rules import work_message
+
+    return work_message("3b241101-e2bb-4255-8caf-4136c566a962", "t" * 64, stack.pods[pod].url, pod)
+
+
+def test_worker_without_the_stack_ca_fails_the_handshake(tmp_path: Path) -> None:
+    async def body(stack: Stack) -> None:
+        await handle_work(stack.worker(trust="system"), synthetic_work(stack, "grpc-proxy-0"))
+        [result] = stack.watch.of("worker.callback.result")
+        assert result["status"] is None and result["attempts"] == MAX_ATTEMPTS
+        assert result["error"].startswith("TLS handshake failed: certificate verify failed")
+        assert stack.access_log() == []  # the worker never got as far as a request
+        # Control: the same worker given NVCF_PROXY_CA_PEM gets through to the pod (403: a made-up token).
+        await handle_work(stack.worker(trust="system", pem=stack.stack_ca()), synthetic_work(stack, "grpc-proxy-0"))
+        assert stack.watch.of("worker.callback.result")[1]["status"] == 403
+
+    run_stack(tmp_path, body)
+
+
+def test_wrong_pod_certificate_gives_503_uf(tmp_path: Path) -> None:
+    async def body(stack: Stack) -> None:
+        await handle_work(stack.worker(pem=stack.stack_ca()), synthetic_work(stack, "grpc-proxy-0"))
+        [result] = stack.watch.of("worker.callback.result")
+        assert (result["status"], result["attempts"]) == (503, MAX_ATTEMPTS)
+        lines = stack.access_log()
+        assert len(lines) == MAX_ATTEMPTS and {(x["status"], x["flags"]) for x in lines} == {("503", "UF")}
+        streams = stack.watch.of("proxy.h3.stream")
+        assert all("CERTIFICATE_VERIFY_FAILED" in s["details"] for s in streams)
+        assert not stack.watch.of("grpc.callback.rejected")  # the pod never saw a request
+        # Reissue the right certificate: the pod picks it up for new sessions, without a restart.
+        CertStore(stack.state / "certs").issue(grpc_profile())
+        await handle_work(stack.worker(pem=stack.stack_ca()), synthetic_work(stack, "grpc-proxy-0"))
+        assert stack.watch.of("worker.callback.result")[1]["status"] == 403  # reached the pod: made-up token
+
+    run_stack(tmp_path, body, grpc_identities=("*.wrong.example",))
+
+
+def test_sni_naming_no_pod_is_refused(tmp_path: Path) -> None:
+    async def body(stack: Stack) -> None:
+        auth = {"authorization": "Bearer " + "a" * 64, "x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"}
+        assert (await raw_callback(stack, f"10-42-0-99.{DOMAIN}", auth))[0] == 503
+        assert (await raw_callback(stack, f"invocation.{DOMAIN}", auth))[0] == 404
+        with pytest.raises(h3.HandshakeFailed) as refused:
+            await raw_callback(stack, "10-42-0-41.elsewhere.example.org", auth)
+        assert "no filter chain" in refused.value.reason
+        lines = stack.access_log()
+        assert [(x["status"], x["flags"]) for x in lines] == [("503", "DF"), ("404", "NR"), ("0", "NR")]
+        assert stack.watch.of("proxy.h3.refused", authority="10-42-0-41.elsewhere.example.org")
+        assert not stack.watch.of("grpc.callback.rejected")  # nothing reached a pod
+
+    run_stack(tmp_path, body)
+
+
+def test_direct_callbacks_without_the_proxy(tmp_path: Path) -> None:
+    """Single cluster, proxy off: the worker calls the pod's own name on UDP 10084, no access-log line."""
+    async def body(stack: Stack) -> None:
+        async with EchoClient(stack.client_addr("grpc-proxy-1")) as echo:
+            assert await echo.unary(b"direct") == b"direct"
+        [result] = await stack.watch.wait("worker.callback.result")
+        assert result["status"] == 200
+        [dns] = stack.watch.of("worker.dns")
+        assert dns["name"].endswith(".grpc-headless.nvcf.svc.cluster.local")
+        assert stack.access_log() == []
+
+    run_stack(tmp_path, body, proxy=False)
+
+
+def test_client_sees_unavailable_when_the_pod_cannot_publish(tmp_path: Path) -> None:
+    async def body(stack: Stack) -> None:
+        NetMap({k: v for k, v in stack.bindings.items() if "/tcp" not in k or ":10081/" in k},
+               {c.name: stack.topology.reachable_ranges(c.name) for c in stack.topology.clusters}
+               ).save(stack.state / "netmap.json")
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await unary_once(stack, "grpc-proxy-0")
+        assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+        [done] = stack.watch.of("grpc.call.done")
+        assert not done["ok"] and "work bus" in done["error"]
+
+    run_stack(tmp_path, body)
+
+
+def test_frontend_certificate_is_reloaded_for_new_connections(tmp_path: Path) -> None:
+    """A worker with only system roots fails until the frontend Secret holds a public-style certificate."""
+    async def body(stack: Stack) -> None:
+        config = h3.client_configuration(pod_sni(stack, "grpc-proxy-0"), h3.trust_pem([stack.host.ca_path(PUBLIC)]))
+        with pytest.raises(h3.HandshakeFailed):
+            await h3.connect(stack.proxy_addr, config, timeout=5)
+        CertStore(stack.state / "certs").issue(frontend_profile(DOMAIN, PUBLIC, secret=FRONTEND_SECRET))
+        h3.close_client(await h3.connect(stack.proxy_addr, config, timeout=5))
+
+    run_stack(tmp_path, body)
+
+
+def test_pod_runner_binds_reports_and_stops(tmp_path: Path) -> None:
+    topology = make_state(tmp_path)
+
+    async def main() -> None:
+        ctx = Context(tmp_path, topology, "grpc-proxy-1", CONTROL_CLUSTER)
+        ready: asyncio.Future[dict[str, int]] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(run_pod(ctx, ready.set_result), name="grpc-proxy-1")
+        try:
+            bindings = await asyncio.wait_for(ready, 5)
+            assert set(bindings) == {"10.42.0.42:10084/udp", "10.42.0.42:10081/tcp"}
+            # Nothing is mapped yet, so the work bus is unreachable: the client hears UNAVAILABLE at once.
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                async with EchoClient(("127.0.0.1", bindings["10.42.0.42:10081/tcp"])) as echo:
+                    await echo.unary(b"x", timeout=5)
+            assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            ctx.events.close()
+        assert task.cancelled()
+        await assert_no_tasks_left()
+
+    asyncio.run(main())
+
+
+def test_large_messages_cross_every_window(tmp_path: Path) -> None:
+    """512 KiB each way: more than the h2 windows and the QUIC stream credit, so every flow control must work."""
+    payload = bytes(range(256)) * 2048
+
+    async def body(stack: Stack) -> None:
+        async with EchoClient(stack.client_addr("grpc-proxy-0")) as echo:
+            assert await echo.unary(payload) == payload
+        [line] = await stack.watch.wait("proxy.h3.stream")
+        assert line["status"] == 200 and line["flags"] == "-"
+
+    run_stack(tmp_path, body)
+
+
+def test_bench_measures_both_paths_side_by_side(tmp_path: Path) -> None:
+    from sim.bench_grpc import measure
+
+    async def body(stack: Stack) -> None:
+        report = await measure(stack.state, calls=4, concurrency=2)
+        assert set(report) >= {"unary", "callbacks_direct", "callbacks_via_proxy"}
+        assert all(report[k]["calls"] == 4 and report[k]["per_second"] > 0
+                   for k in ("unary", "callbacks_direct", "callbacks_via_proxy"))
+        rejected = stack.watch.of("grpc.callback.rejected")
+        assert len(rejected) == 8 and {r["status"] for r in rejected} == {403}
+
+    run_stack(tmp_path, body)
+
+
+def test_pod_gone_gives_503_uf_at_once(tmp_path: Path) -> None:
+    """Nothing listens on the pod's UDP port any more: the proxy answers 503 UF without waiting out a timeout."""
+    async def body(stack: Stack) -> None:
+        stack.pods["grpc-proxy-1"].h3.close()
+        auth = {"authorization": "Bearer " + "a" * 64, "x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"}
+        status, text = await asyncio.wait_for(raw_callback(stack, pod_sni(stack, "grpc-proxy-1"), auth), 2)
+        assert status == 503 and "connection failure" in text
+        [event] = await stack.watch.wait("proxy.h3.stream")
+        assert event["flags"] == "UF" and "refused" in event["details"]
+
+    run_stack(tmp_path, body)

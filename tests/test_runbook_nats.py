@@ -1,0 +1,250 @@
+"""Worker NATS authentication runbook: NKey encoding, the simulated auth callout, sampling, switching."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.runbooks import nkeys
+from sim.runbooks.nats_auth import (
+    APP,
+    CalloutConfig,
+    Grant,
+    Login,
+    LogRecord,
+    LogSampler,
+    LogSettings,
+    Refused,
+    WebhookReply,
+    WebhookUnreachable,
+    callout_config,
+    callout_restart_reasons,
+    may_access,
+    nkey_login,
+    subject_matches,
+    token_login,
+)
+from sim.runbooks.nats_runs import RUNS, STEP_ACCOUNT, STEP_REPLACE, STEP_ROTATE, STEP_URL, audit
+from sim.runbooks.nats_switch import NatsStack
+from sim.values import DEFAULT_WEBHOOK_URL
+
+TOKEN_CONFIG = CalloutConfig("token", DEFAULT_WEBHOOK_URL, LogSettings())
+
+
+# -- NKeys -------------------------------------------------------------------------------------------
+def test_nkey_encoding_and_challenge() -> None:
+    key = nkeys.NKey.generate(random.Random(1))
+    assert key.public.startswith("U") and key.seed.startswith("SU")
+    assert nkeys.public_of_seed(key.seed) == key.public
+    assert nkeys.verify(key.public, b"nonce", key.sign(b"nonce"))
+    assert not nkeys.verify(key.public, b"other", key.sign(b"nonce"))
+    other = nkeys.NKey.generate(random.Random(2))
+    assert not nkeys.verify(other.public, b"nonce", key.sign(b"nonce"))
+
+
+def test_nkey_checksum_catches_a_typo() -> None:
+    public = nkeys.NKey.generate(random.Random(1)).public
+    typo = public[:10] + ("A" if public[10] != "A" else "B") + public[11:]
+    with pytest.raises(ValueError, match="checksum"):
+        nkeys._decode(typo)
+    assert not nkeys.verify(typo, b"n", b"x" * 64)
+
+
+def test_nkey_generation_is_seeded() -> None:
+    assert nkeys.NKey.generate(random.Random(5)) == nkeys.NKey.generate(random.Random(5))
+
+
+# -- values ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("values", "error"), [
+    ({"nats": {"workerAuth": "tokens"}}, "nats.workerAuth must be nkey or token"),
+    ({"nats": {"workerAuth": True}}, "nats.workerAuth must be nkey or token"),
+    ({"nats": {"workerAuth": "token", "authCallout": {"workerTokenAuth": {"webhookUrl": ""}}}},
+     "must be set when nats.workerAuth is token"),
+])
+def test_values_errors(values: dict, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        callout_config(values)
+
+
+def test_config_defaults_and_logging() -> None:
+    assert callout_config({}) == CalloutConfig("nkey", DEFAULT_WEBHOOK_URL, LogSettings("info", 100, 100))
+    config = callout_config({"nats": {"workerAuth": "token"}, "natsAuthCalloutService": {"serviceConfig": {
+        "logging": {"level": "debug", "sampling": {"initial": 0}}, "other": {"ignored": True}}}})
+    assert config.plugins == {APP: DEFAULT_WEBHOOK_URL}
+    assert config.logging == LogSettings("debug", 0, 100) and not config.logging.sampling
+
+
+@pytest.mark.parametrize(("new", "reasons"), [
+    ({}, []),
+    ({"nats": {"workerAuth": "token"}}, ["nats.workerAuth changed from nkey to token"]),
+    ({"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": "http://x/y"}}}},
+     ["the webhook URL changed"]),
+    ({"natsAuthCalloutService": {"serviceConfig": {"logging": {"level": "debug"}}}},
+     ["natsAuthCalloutService.serviceConfig.logging changed"]),
+])
+def test_callout_restarts_on_mode_url_and_logging(new: dict, reasons: list[str]) -> None:
+    assert callout_restart_reasons(callout_config({}), callout_config(new)) == reasons
+
+
+# -- the callout's decision and its log lines ----------------------------------------------------------
+def _webhook(status: int = 200, unreachable: bool = False):
+    def call(url: str, token: str, account: str) -> WebhookReply:
+        if unreachable:
+            raise WebhookUnreachable("connection refused")
+        return WebhookReply(status, "worker-fn-v1", ("nvcf.fn.fn.v1.>",), 100.0)
+    return call
+
+
+@pytest.mark.parametrize(("account", "webhook", "msg", "detail"), [
+    (APP, _webhook(200), "Authentication successful", ("user", "worker-fn-v1")),
+    ("Worker", _webhook(200), "Authentication failed",
+     ("error", "plugin webhook not found for account Worker")),
+    (APP, _webhook(401), "Authentication denied", ("status_code", 401)),
+    (APP, _webhook(403), "Authentication denied", ("status_code", 403)),
+    (APP, _webhook(unreachable=True), "Authentication failed",
+     ("error", "webhook request failed: connection refused")),
+])
+def test_token_login_table(account: str, webhook, msg: str, detail: tuple) -> None:
+    result, records = token_login(Login("w-0", account, token="t"), TOKEN_CONFIG, webhook)
+    line = json.loads(records[-1].line(0.0))
+    assert line["msg"] == msg and line[detail[0]] == detail[1] and line["account"] == account
+    assert isinstance(result, Grant) == (msg == "Authentication successful")
+
+
+def test_successful_line_passes_the_seeds_grep() -> None:
+    _, records = token_login(Login("w-0", APP, token="t"), TOKEN_CONFIG, _webhook(200))
+    line = records[-1].line(1.0)
+    assert "Authentication successful" in line and "worker-" in line and '"account":"APP"' in line
+
+
+def test_nkey_mode_has_no_webhook_plugin() -> None:
+    config = CalloutConfig("nkey", DEFAULT_WEBHOOK_URL, LogSettings())
+    result, _records = token_login(Login("w", APP, token="t"), config, _webhook(200))
+    assert result == Refused("plugin webhook not found for account APP")
+
+
+def test_debug_level_logs_each_webhook_request() -> None:
+    config = CalloutConfig("token", DEFAULT_WEBHOOK_URL, LogSettings("debug", 0, 100))
+    _, records = token_login(Login("w", APP, token="t"), config, _webhook(200))
+    assert [r.msg for r in records] == ["webhook request", "Authentication successful"]
+    assert records[0].fields["url"] == DEFAULT_WEBHOOK_URL
+
+
+def test_nkey_login_checks_the_trusted_key_and_signature() -> None:
+    key, other = nkeys.NKey.generate(random.Random(1)), nkeys.NKey.generate(random.Random(2))
+    good = Login("w", APP, nkey=key.public, signature=key.sign(b"n1"))
+    assert nkey_login(good, b"n1", frozenset({key.public})) == Grant(APP, key.public, (">",), None, "nkey")
+    assert isinstance(nkey_login(good, b"n2", frozenset({key.public})), Refused)  # replayed signature
+    assert isinstance(nkey_login(good, b"n1", frozenset({other.public})), Refused)  # rotated away
+
+
+@pytest.mark.parametrize(("pattern", "subject", "match"), [
+    (">", "a.b", True), ("a.>", "a.b.c", True), ("a.>", "a", False), ("a.*", "a.b", True),
+    ("a.*", "a.b.c", False), ("a.b", "a.b", True), ("a.b", "a.c", False), ("a.*.c", "a.x.c", True),
+])
+def test_subject_matching(pattern: str, subject: str, match: bool) -> None:
+    assert subject_matches(pattern, subject) is match
+
+
+def test_scope_nkey_everything_forever_token_own_subjects_until_expiry() -> None:
+    nkey = Grant(APP, "U", (">",), None, "nkey")
+    token = Grant(APP, "worker-fn-v1", ("nvcf.fn.fn.v1.>",), 100.0, "token")
+    assert may_access(nkey, APP, "nvcf.fn.other.v9.req", 1e12)
+    assert may_access(token, APP, "nvcf.fn.fn.v1.req", 50.0)
+    assert not may_access(token, APP, "nvcf.fn.other.v9.req", 50.0)
+    assert not may_access(token, APP, "nvcf.fn.fn.v1.req", 100.0)
+    assert not may_access(token, "SYS", "nvcf.fn.fn.v1.req", 50.0)
+
+
+# -- sampling ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("settings", "burst", "kept"), [
+    (LogSettings(), 100, 100), (LogSettings(), 300, 102), (LogSettings(), 1000, 109),
+    (LogSettings(initial=0), 300, 300), (LogSettings(initial=10, thereafter=1), 50, 50),
+])
+def test_sampler_first_100_a_second_then_1_in_100(settings: LogSettings, burst: int, kept: int) -> None:
+    sampler = LogSampler(settings)
+    record = LogRecord("info", "Authentication successful")
+    assert sum(sampler.allow(record, 5.5) for _ in range(burst)) == kept
+
+
+def test_sampler_counts_per_second_and_per_message() -> None:
+    sampler = LogSampler(LogSettings(initial=1, thereafter=100))
+    a, b = LogRecord("info", "a"), LogRecord("info", "b")
+    assert [sampler.allow(a, 0.1), sampler.allow(a, 0.9), sampler.allow(b, 0.9), sampler.allow(a, 1.0)] == [
+        True, False, True, True]
+
+
+# -- the switch ----------------------------------------------------------------------------------------
+def test_running_workers_keep_the_nkey_after_the_switch() -> None:
+    stack = NatsStack({}, random.Random(3))
+    old = stack.launch("fn-a")
+    assert "NKEY_SEED" in old.env and old.connected
+    stack.sync({"nats": {"workerAuth": "token"}})
+    new = stack.launch("fn-b")
+    assert old.connected and "NKEY_SEED" not in new.env and new.env["NVCF_NATS_ACCOUNT"] == APP
+    assert audit(stack)[0][1] == STEP_REPLACE
+    stack.redeploy(old)
+    assert audit(stack)[0][1] == STEP_ROTATE
+    retired = stack.shared.public
+    stack.rotate_nkey()
+    assert audit(stack) == [] and not stack.nkey_accepted(retired)
+
+
+@pytest.mark.parametrize(("name", "fix", "log_text"), [
+    ("nats-token-switch", STEP_REPLACE, None),
+    ("nats-worker-utils", STEP_ACCOUNT, "plugin webhook not found for account Worker"),
+    ("nats-webhook-url", STEP_URL, "webhook request failed"),
+])
+def test_done_wrong_runs_name_the_mistake_and_fix(name: str, fix: str, log_text: str | None) -> None:
+    right, wrong = RUNS[name]("right", None), RUNS[name]("wrong", None)
+    assert right.ok
+    assert any("Authentication successful" in line and "worker-" in line for line in right.log_lines)
+    assert not wrong.ok and wrong.fix_step == fix and wrong.mistake
+    if log_text:
+        assert any(log_text in line for line in wrong.log_lines)
+
+
+def test_token_switch_right_end_state() -> None:
+    report = RUNS["nats-token-switch"]("right", None)
+    assert report.end_state["mode"] == "token" and report.end_state["shared_nkey_rotations"] == 1
+    assert report.end_state["workers_holding_shared_nkey"] == []
+    assert all("connected as worker-" in v for v in report.end_state["workers"].values())
+
+
+def test_log_sampling_runs() -> None:
+    wrong, right = RUNS["nats-log-sampling"]("wrong", None), RUNS["nats-log-sampling"]("right", None)
+    assert wrong.extra["logged"] == 102 and "198 of 300" in (wrong.mistake or "")
+    assert right.ok and right.extra["logged"] == 300
+    assert sum('"webhook request"' in line for line in right.log_lines) == 300
+
+
+def test_values_run() -> None:
+    wrong = RUNS["nats-values"]("wrong", None)
+    assert wrong.mistake == "nats.workerAuth must be nkey or token" and RUNS["nats-values"]("right", None).ok
+
+
+def test_switching_back_restores_the_shared_key_for_new_workers() -> None:
+    stack = NatsStack({"nats": {"workerAuth": "token"}}, random.Random(3))
+    token_worker = stack.launch("fn-a")
+    assert stack.sync({}) == ["nats.workerAuth changed from token to nkey"]
+    new = stack.launch("fn-b")
+    assert new.env["NKEY_SEED"] == stack.shared.seed and new.connected
+    assert token_worker.connected  # running workers keep what they logged in with
+
+
+@pytest.mark.parametrize(("tamper", "status"), [("unknown", 401), ("revoked", 403)])
+def test_api_refusals_are_logged_as_denied(tamper: str, status: int) -> None:
+    stack = NatsStack({"nats": {"workerAuth": "token"}}, random.Random(3))
+    worker = stack.launch("fn-a")
+    token = worker.env["NVCF_WORKER_TOKEN"]
+    if tamper == "unknown":
+        worker.env["NVCF_WORKER_TOKEN"] = "not-a-token"
+    else:
+        stack.api.revoked.add(token)
+    assert stack.connect(worker) == Refused(f"status_code {status}")
+    denied = json.loads(stack.log[-1])
+    assert (denied["msg"], denied["status_code"]) == ("Authentication denied", status)
+    assert "check the NVCF API's logs" in audit(stack)[0][1]

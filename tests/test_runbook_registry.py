@@ -1,0 +1,62 @@
+"""The engine hook: ``sim.runbooks.run(name, variant, state_dir)`` for every registered runbook."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim import runbooks
+from sim.errors import ScenarioError
+from sim.events import of_kind, read_events
+
+
+@pytest.mark.parametrize("name", sorted(runbooks.RUNBOOKS))
+def test_every_runbook_right_passes_and_wrong_names_mistake_and_fix(name: str, tmp_path: Path) -> None:
+    right = runbooks.run(name, "right", tmp_path)
+    wrong = runbooks.run(name, "wrong", tmp_path)
+    assert (right.ok, right.outcome, right.mistake, right.fix_step) == (True, "success", None, None)
+    assert (wrong.ok, wrong.outcome) == (False, "failure")
+    assert wrong.mistake and wrong.fix_step and wrong.name == name
+    assert wrong.as_dict()["mistake"] == wrong.mistake and "mistake:" in wrong.summary()
+
+
+def test_unknown_name_and_variant() -> None:
+    with pytest.raises(ScenarioError, match="unknown name"):
+        runbooks.run("nope", "right", None)
+    with pytest.raises(ScenarioError, match="right or wrong"):
+        runbooks.run("nats-values", "sideways", None)
+
+
+def test_failed_report_must_explain_itself() -> None:
+    with pytest.raises(ValueError, match="mistake and a fix step"):
+        runbooks.RunbookReport("x", "wrong", (), {}, False)
+
+
+def test_run_records_an_event(tmp_path: Path) -> None:
+    report = runbooks.run("ess-mek-rotation", "wrong", tmp_path)
+    [event] = of_kind(read_events(tmp_path), "runbook", name="ess-mek-rotation")
+    assert event["outcome"] == "failure" and event["mistake"] == report.mistake
+    assert event["fix_step"] == report.fix_step
+
+
+CATALOGUE = Path(runbooks.__file__).parent / "catalogue"
+
+
+def test_catalogue_has_a_right_and_a_wrong_scenario_per_runbook() -> None:
+    names = {p.stem for p in CATALOGUE.glob("*.yaml")}
+    assert names == {f"{n}-{v}" for n in runbooks.RUNBOOKS for v in runbooks.VARIANTS}
+
+
+@pytest.mark.parametrize("path", sorted(CATALOGUE.glob("*.yaml")), ids=lambda p: p.stem)
+def test_catalogue_expectations_hold(path: Path, tmp_path: Path) -> None:
+    """The proposed scenarios agree with the runs, so wiring the step kind is all the engine needs."""
+    scenario = yaml.safe_load(path.read_text())
+    assert scenario["name"] == path.stem
+    for step in scenario["steps"]:
+        spec, expect = step["runbook"], step["expect"]
+        report = runbooks.run(spec["name"], spec["variant"], tmp_path)
+        assert report.outcome == expect["outcome"], report.summary()
+        assert expect.get("error", "") in (report.mistake or "")
+        assert expect.get("fix", "") in (report.fix_step or "")

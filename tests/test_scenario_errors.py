@@ -1,0 +1,131 @@
+"""Malformed scenario and values files, as a support engineer would write them from a ticket.
+
+Each goes through the real command line (`invoke up scenario=PATH` or `invoke replay scenario=PATH`) and
+must end with exactly one line on stderr naming the file, the line or key path, and what was expected;
+exit code 2; no traceback. No stack starts, so none of these needs a teardown.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+GOOD_HEAD = """\
+name: from-a-ticket
+summary: reproduce a customer's callback failure
+values:
+  workerCallbackProxy:
+    enabled: true
+    workerDomain: grpc-worker.example.com
+topology:
+  grpcProxyReplicas: 0
+  computeClusters:
+    - workers: [{count: 1, trust: stack}]
+"""
+GOOD_STEPS = """\
+steps:
+  - name: invoke
+    invoke: {function: http-echo, count: 2}
+    expect: {outcome: success}
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    scenario: str  # the scenario file's text
+    wants: tuple[str, ...]  # besides the file name: the key path (and line) and what was expected
+    values: str | None = None  # a customer's values file, given with -f
+    command: str = "up"
+    names_values_file: bool = False  # the error is in the -f file, so that is the file to name
+
+
+CASES = [
+    Case("yaml-tab", GOOD_HEAD + "steps:\n\t- invoke: {function: http-echo}\n", (":12:", "tabs")),
+    Case("unknown-top-key", GOOD_HEAD + GOOD_STEPS.replace("steps:", "stpes:"),
+         (":11:", "stpes", "unknown key", "steps")),
+    Case("unknown-step-key", GOOD_HEAD + GOOD_STEPS.replace("invoke:", "invokee:"),
+         (":13:", "steps[0].invokee", "unknown key", "invoke")),
+    Case("wrong-type", GOOD_HEAD + GOOD_STEPS.replace("count: 2", 'count: "ten"'),
+         (":13:", "steps[0].invoke.count", "integer")),
+    Case("bad-enum", GOOD_HEAD + GOOD_STEPS.replace("http-echo", "https-echo"),
+         (":13:", "steps[0].invoke.function", "http-echo", "grpc-echo"), command="replay"),
+    Case("missing-summary", GOOD_HEAD.replace("summary: reproduce a customer's callback failure\n", "") + GOOD_STEPS,
+         ("summary", "required")),
+    Case("bad-worker-utils", GOOD_HEAD.replace("trust: stack", 'trust: stack, workerUtils: "1.3"') + GOOD_STEPS,
+         (":10:", "topology.computeClusters[0].workers[0].workerUtils", "expected form")),
+    Case("two-actions", GOOD_HEAD + GOOD_STEPS.replace("    expect:", '    probe: {targets: ["http://{pod}/"]}\n    expect:'),
+         (":14:", "steps[0].probe", "one action per step")),
+    Case("unknown-placeholder", GOOD_HEAD + 'steps:\n  - probe: {targets: ["http://{pdo}:8443/"]}\n',
+         (":12:", "steps[0].probe.targets[0]", "{pdo}", "{pod}"), command="replay"),
+    Case("expect-list-unknown-key", GOOD_HEAD + GOOD_STEPS.replace("expect: {outcome: success}",
+                                                                  "expect: [{outcom: success}]"),
+         (":14:", "steps[0].expect[0].outcom", "unknown key", "outcome")),
+    Case("values-rule", GOOD_HEAD.replace("topology:", "  nats:\n    workerAuth: password\ntopology:")
+         + GOOD_STEPS, (":8:", "nats.workerAuth must be nkey or token")),
+    Case("set-values-rule", GOOD_HEAD + GOOD_STEPS + "  - setValues:\n      workerCallbackProxy:\n"
+         "        workerDomain: Bad_Domain\n    redeploy: proxy\n",
+         (":17:", "workerCallbackProxy.workerDomain", "not a valid DNS name"), command="replay"),
+    Case("customer-values-boolean", GOOD_HEAD + GOOD_STEPS, (":4:", "workerCallbackProxy.invocation.connect.enabled",
+                                                             "true or false"),
+         values="workerCallbackProxy:\n  invocation:\n    connect:\n      enabled: \"yes\"\n", names_values_file=True),
+    Case("customer-values-yaml", GOOD_HEAD + GOOD_STEPS, (":2:", "quoted scalar", "close the quote"),
+         values='global:\n  workerEndpoints: {invocationProxyURL: "https://x\n', names_values_file=True,
+         command="replay"),
+    Case("top-level-list", "- name: x\n- summary: y\n", (":1:", "top level must be a mapping")),
+    Case("error-scenario-accepted", GOOD_HEAD + 'expectError: "global.workerEndpoints"\n',
+         (":11:", "expectError", "accepted")),
+]
+
+
+def _run(case: Case, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path, Path | None]:
+    folder = tmp_path / case.id
+    folder.mkdir()
+    scenario = folder / "ticket-1234.yaml"
+    scenario.write_text(textwrap.dedent(case.scenario))
+    args = [sys.executable, "-m", "invoke", case.command, f"scenario={scenario}"]
+    values = None
+    if case.values is not None:
+        values = folder / "customer-values.yaml"
+        values.write_text(case.values)
+        args += ["-f", str(values)]
+    if case.command == "up":
+        args += ["--stack", f"bad-{case.id}"[:40]]
+    env = {"NCPSIM_HOME": str(folder / "state"), "PATH": "/usr/bin:/bin", "HOME": str(folder)}
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    return done, scenario, values
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess, Path, Path | None]]:
+    """All cases at once: each is a separate interpreter start, so run them side by side."""
+    root = tmp_path_factory.mktemp("malformed")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip([c.id for c in CASES], pool.map(lambda c: _run(c, root), CASES), strict=True))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_malformed_file_gets_one_line_naming_file_and_key(case: Case, outcomes: dict) -> None:
+    done, scenario, values = outcomes[case.id]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    line = lines[0]
+    named = values if case.names_values_file else scenario
+    assert str(named) in line, line
+    for want in case.wants:
+        assert want in line, f"{want!r} not in {line!r}"
+    assert not any((scenario.parent / "state").rglob("*.pid")), "a malformed scenario must not start anything"
+
+
+def test_there_are_at_least_ten_kinds() -> None:
+    assert len({c.id for c in CASES}) >= 10
