@@ -41,8 +41,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _scenario_arg(scenario: str | None) -> str:
     """Accept `scenario=NAME` (a positional word), `NAME`, and `--scenario NAME` alike."""
     value = (scenario or "").strip()
-    if value.startswith("scenario="):
-        value = value[len("scenario="):]
+    value = value.removeprefix("scenario=")
     if not value:
         from sim.errors import ScenarioError
 
@@ -50,7 +49,7 @@ def _scenario_arg(scenario: str | None) -> str:
     return value
 
 
-def _stack(name: str):  # noqa: ANN202 - import kept lazy so `invoke --list` stays fast
+def _stack(name: str):
     from clusters.stack import LocalStack
 
     return LocalStack(name)

@@ -86,7 +86,7 @@ class Launcher:
 
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
-        log = open(self.logs_dir / f"{spec.name}.log", "ab")
+        log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - handed to the child, closed below
         cmd = [sys.executable, "-m", "sim.run", spec.kind, "--state", str(self.state_dir), "--name", spec.name,
                "--cluster", spec.cluster, "--ready-fd", str(write_fd)]
         try:
@@ -167,17 +167,24 @@ class Launcher:
         self.children.pop(name, None)
 
     def stop_all(self) -> list[str]:
-        stopped = []
-        for name in list(self.running()) + [n for n in self.children if n not in self.running()]:
+        """Stop every recorded process (and any child started by this launcher), newest phase first."""
+        names = sorted(set(self.running()) | set(self.children), key=_stop_order)
+        for name in names:
             self.stop_one(name)
-            stopped.append(name)
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
-            pidfile.unlink(missing_ok=True)
-        return stopped
+            pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
+        return names
 
     def purge(self) -> None:
         self.stop_all()
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _stop_order(name: str) -> int:
+    """Workers first (they call the others), then the proxy and pods, the bus and DNS last."""
+    if name.startswith("ncpsim-compute") or name == "ncpsim-cp":
+        return 0
+    return {"worker-callback-proxy": 1, "work-bus": 3, "resolver": 4}.get(name, 2)
 
 
 def _is_ours(pid: int, state_dir: Path) -> bool:

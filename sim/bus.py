@@ -132,7 +132,7 @@ class BusClient:
     async def subscribe(self, queue: str, sid: str) -> None:
         await send_line(self.writer, {"op": "sub", "queue": queue, "sid": sid})
 
-    async def messages(self):  # noqa: ANN201 - async generator of frames
+    async def messages(self):
         while (frame := await read_line(self.reader)) is not None:
             if frame.get("op") == "msg":
                 yield frame

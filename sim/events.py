@@ -19,7 +19,7 @@ class EventLog:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"{component}.jsonl"
         # Line-buffered append: a crashed component still leaves every event it wrote.
-        self._file: TextIO = open(self.path, "a", buffering=1)
+        self._file: TextIO = open(self.path, "a", buffering=1)  # noqa: SIM115 - lives as long as the log
 
     def emit(self, kind: str, /, **fields: Any) -> dict[str, Any]:
         if "kind" in fields:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from collections.abc import Callable
 from typing import Self
 
 import grpc

@@ -17,7 +17,7 @@ class PeerClosed(ConnectionError):
 
 
 class H11Stream:
-    def __init__(self, role: type[h11.CLIENT] | type[h11.SERVER], reader: asyncio.StreamReader,
+    def __init__(self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter):
         self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
         self.reader, self.writer = reader, writer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -20,9 +21,16 @@ from dns.rule import dashed_ip
 from sim.bus import BusClient
 from sim.component import Context, Ready, connection_handler
 from sim.http1 import H11Stream, decode_headers, read_body, respond
-from sim.invocation_core import H1_TYPE, INCOMPLETE, InnerResponse, TokenBook, parse_inner_response, request_h1
+from sim.invocation_core import (
+    H1_TYPE,
+    INCOMPLETE,
+    InnerResponse,
+    TokenBook,
+    parse_inner_response,
+    request_h1,
+)
 from sim.tls import ReloadingContext, server_context
-from sim.topology import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, INVOCATION_SUFFIX, Pod
+from sim.topology import INVOCATION_HTTP_PORT, INVOCATION_SUFFIX, INVOCATION_TLS_PORT, Pod
 from sim.values import proxy_settings
 
 ATTACH_PATH = "/v2/nvcf/worker/request-attach"
@@ -180,7 +188,7 @@ class InvocationPod:
 
 
 async def _problem(stream: H11Stream, status: int, detail: str) -> None:
-    body = ('{"status": %d, "detail": "%s"}' % (status, detail.replace('"', "'"))).encode()
+    body = json.dumps({"status": status, "detail": detail}).encode()
     await respond(stream, status, body, [("content-type", "application/problem+json")])
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.component import Context, Ready
+from sim.tls import client_context
 from sim.topology import WorkerSpec
 from sim.worker_http import handle_http_work
 
@@ -54,8 +55,6 @@ class WorkerRuntime:
         return roots
 
     def client_context(self, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
-        from sim.tls import client_context
-
         return client_context(self.cafiles(), self.proxy_ca_pem, alpn)
 
 

@@ -232,7 +232,7 @@ async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
         result = {"ok": False, "stage": failure.stage, "error": failure.error, "status": failure.status}
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # a worker bug must show in the report, not kill the worker host
+    except Exception as exc:  # noqa: BLE001 - a worker bug must show in the report, not kill the worker host
         result = {"ok": False, "stage": "worker", "error": f"{type(exc).__name__}: {exc}", "status": None}
     events.emit("worker.callback.result", requestId=trace.request_id, worker=worker.name, callback="http",
                 dns=trace.dns, statuses=trace.statuses,

@@ -41,23 +41,30 @@ def alive(pids: list[int]) -> list[int]:
     return out
 
 
-def test_up_literal_form_then_down_leaves_nothing(invoke_env: dict[str, str]) -> None:
+@pytest.mark.parametrize(("scenario", "access_line"), [
+    ("http-callback", '"POST /v2/nvcf/worker/request-attach HTTP/1.1" 200 -'),
+    ("grpc-callback", '"POST /v1/proxy HTTP/3" 200 -'),
+])
+def test_up_literal_form_then_down_leaves_nothing(invoke_env: dict[str, str], scenario: str,
+                                                  access_line: str) -> None:
     state = Path(invoke_env["NCPSIM_HOME"]) / "cli"
     try:
-        up = invoke("up", "scenario=http-callback", "--stack", "cli", env=invoke_env)
+        up = invoke("up", f"scenario={scenario}", "--stack", "cli", env=invoke_env)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "PASS http-callback" in up.stdout
-        assert "curl -sv --proxy https://invocation.grpc-worker.example.com:" in up.stdout
-        assert "openssl s_client" in up.stdout and "dig @127.0.0.1" in up.stdout
+        assert f"PASS {scenario}" in up.stdout
+        assert "dig @127.0.0.1" in up.stdout
+        if scenario == "http-callback":
+            assert "curl -sv --proxy https://invocation.grpc-worker.example.com:" in up.stdout
+            assert "openssl s_client" in up.stdout
         status = json.loads(invoke("status", "--json", "--stack", "cli", env=invoke_env).stdout)
         netmap = json.loads((state / "netmap.json").read_text())
         tcp_ports = [port for key, port in netmap["bindings"].items() if key.endswith("/tcp")]
         pids = [int(p.read_text()) for p in (state / "pids").glob("*.pid")]
         assert len(pids) >= 6 and len(alive(pids)) == len(pids)
         assert ports_listening(tcp_ports) == tcp_ports
-        assert status["scenario"] == "http-callback" and status["backend"] == "local"
+        assert status["scenario"] == scenario and status["backend"] == "local"
         logs = invoke("logs", "worker-callback-proxy.access", "--stack", "cli", env=invoke_env)
-        assert '"POST /v2/nvcf/worker/request-attach HTTP/1.1" 200 -' in logs.stdout
+        assert access_line in logs.stdout
     finally:
         down = invoke("down", "--stack", "cli", env=invoke_env)
     assert down.returncode == 0, down.stderr

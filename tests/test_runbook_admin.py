@@ -14,7 +14,14 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.runbooks import admin_issuer as ai
-from sim.runbooks.admin_runs import RUNS, STEP_RERUN_K, STEP_REVOKE, STEP_TOKEN, STEP_UNINSTALL
+from sim.runbooks.admin_runs import (
+    RUNS,
+    STEP_RERUN_K,
+    STEP_RESOLVE,
+    STEP_REVOKE,
+    STEP_TOKEN,
+    STEP_UNINSTALL,
+)
 from sim.runbooks.gateway import mint_edge_tls, post_admin_keys, run_edge_check, running_gateway
 
 DOMAIN = "nvcf.example.com"
@@ -210,6 +217,7 @@ def test_curl_nothing_listening_is_inconclusive(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "fix"), [
     ("admin-issuer-removal", STEP_REVOKE), ("admin-issuer-edge", STEP_UNINSTALL),
     ("admin-issuer-edge-cert", STEP_RERUN_K), ("nvcf-cli-no-proxy", STEP_TOKEN),
+    ("admin-issuer-edge-host-header", STEP_RESOLVE),
 ])
 def test_runs(name: str, fix: str, tmp_path: Path) -> None:
     right, wrong = RUNS[name]("right", tmp_path / "r"), RUNS[name]("wrong", tmp_path / "w")
@@ -228,3 +236,10 @@ def test_cli_wrong_run_shows_the_bare_error(tmp_path: Path) -> None:
     report = RUNS["nvcf-cli-no-proxy"]("wrong", tmp_path)
     assert report.log_lines[0] == "Error: failed to generate admin token: API error 404:"
     assert RUNS["nvcf-cli-no-proxy"]("right", tmp_path).end_state["token_source"] == "NVCF_TOKEN"
+
+
+def test_host_header_checks_the_certificate_against_the_address(gateway: tuple[Holder, int, Path]) -> None:
+    _, port, ca = gateway
+    wrong = run_edge_check(DOMAIN, port, ca, host_header=True)
+    assert ("-H", f"Host: {HOST}") == wrong.command[wrong.command.index("-H"):][:2]
+    assert (wrong.exit_code, wrong.status, wrong.verdict.outcome) == (60, "000", "certificate-mismatch")

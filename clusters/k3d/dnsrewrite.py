@@ -112,7 +112,7 @@ def dns_rewrite(context: str, domain: str, proxy_service_name: str, dry_run: boo
     applied = runner.run("kubectl", "--context", context, "apply", "-f", "-", input_text=dump_all(objects)).stdout
     out(applied.strip())
     runner.run("kubectl", "--context", context, "-n", "kube-system", "rollout", "restart", "deployment", "coredns")
-    runner.run("kubectl", "--context", context, "-n", "kube-system", "rollout", "status", "deployment", "coredns",
+    runner.run("kubectl", "--context", context, "-n", "kube-system", "rollout", "status", "deployment/coredns",
                "--timeout=120s")
     out(f"*.{normalize_name(domain)} now resolves to {target.fqdn} in {context}")
     return 0

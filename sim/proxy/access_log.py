@@ -66,7 +66,7 @@ class AccessLog:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = open(path, "a", buffering=1)
+        self._file = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the log
 
     def write(self, record: AccessRecord) -> str:
         line = format_record(record)

@@ -32,6 +32,8 @@ STEP_UNINSTALL = "step 1: helm uninstall admin-issuer-proxy -n api-keys"
 STEP_REVOKE = (f"step 2: revoke the OpenBao grant: bao delete {ai.AUTH_ROLE}; bao delete {ai.POLICY}; "
                f"bao delete {ai.SECRET_ROLE}")
 STEP_RERUN_K = "re-run the edge check with -k to get past the TLS check and read the routing result"
+STEP_RESOLVE = ("run the edge check with --resolve api-keys.<domain>:443:<load-balancer-address>, "
+                "not -H Host, so the TLS server name is the route's hostname")
 STEP_TOKEN = ("skip nvcf-cli init: export NVCF_TOKEN with a token from your identity provider "
               "(or put token: in ~/.nvcf-cli.yaml)")
 
@@ -48,8 +50,8 @@ class Rehearsal:
     def handle(self, method: str, host: str, path: str) -> ai.Reply:
         return ai.gateway_reply(self.plane, self.issuer, DOMAIN, host, method, path, NOW)
 
-    def edge(self, insecure: bool = False) -> EdgeCheck:
-        return run_edge_check(DOMAIN, self.port, self.tls.ca_path, insecure)
+    def edge(self, insecure: bool = False, host_header: bool = False) -> EdgeCheck:
+        return run_edge_check(DOMAIN, self.port, self.tls.ca_path, insecure, host_header=host_header)
 
     def cli(self, command: str) -> ai.CliResult:
         status, body = post_admin_keys(self.port, ai.keys_host(DOMAIN), self.tls.ca_path)
@@ -161,6 +163,26 @@ def edge_certificate(variant: str, state_dir: Path | None = None) -> RunbookRepo
                        *checks)
 
 
+def edge_host_header(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    """The proxy is removed; the wrong run checks the edge with -H Host against the load-balancer address."""
+    with rehearsal(state_dir) as run:
+        run.plane = ai.helm_uninstall(run.plane)
+        for path in ai.GRANT:
+            run.plane = ai.bao_delete(run.plane, path)
+        run.steps(f"{STEP_UNINSTALL}; {STEP_REVOKE}")
+        edge = run.edge(host_header=variant != RIGHT)
+        form = "-H Host" if variant != RIGHT else "--resolve"
+        run.steps(f"edge check with {form}: curl exit {edge.exit_code}, status {edge.status} "
+                  f"({edge.verdict.outcome})")
+        mistake = None
+        if not edge.verdict.passed:
+            mistake = ("checked the edge with -H Host: the TLS server name was the load-balancer address, "
+                       f"so the certificate was checked against it (curl exit {edge.exit_code}, status "
+                       f"{edge.status}) and the request never reached the Gateway")
+        return _report("admin-issuer-edge-host-header", variant, run, mistake,
+                       STEP_RESOLVE if mistake else None, edge)
+
+
 def cli_without_proxy(variant: str, state_dir: Path | None = None) -> RunbookReport:
     with rehearsal(state_dir) as run:
         first = run.cli("init")
@@ -192,5 +214,6 @@ RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {
     "admin-issuer-removal": removal,
     "admin-issuer-edge": edge_route,
     "admin-issuer-edge-cert": edge_certificate,
+    "admin-issuer-edge-host-header": edge_host_header,
     "nvcf-cli-no-proxy": cli_without_proxy,
 }

@@ -150,11 +150,17 @@ class EdgeCheck:
 
 
 def curl_edge_command(domain: str, address: str, port: int, ca_path: Path | None,
-                      insecure: bool = False) -> tuple[str, ...]:
-    """The runbook's check: --resolve (not -H Host) so the TLS server name is the route's hostname."""
+                      insecure: bool = False, host_header: bool = False) -> tuple[str, ...]:
+    """The runbook's check: --resolve (not -H Host) so the TLS server name is the route's hostname.
+
+    ``host_header`` builds the mistaken form: the Host header does not set the TLS server name, so the
+    certificate is checked against the load-balancer address."""
     host = keys_host(domain)
-    command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}\\n", "--max-time", "10",
-               "--resolve", f"{host}:{port}:{address}", f"https://{host}:{port}{KEYS_PATH}"]
+    command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}\\n", "--max-time", "10"]
+    if host_header:
+        command += ["-H", f"Host: {host}", f"https://{address}:{port}{KEYS_PATH}"]
+    else:
+        command += ["--resolve", f"{host}:{port}:{address}", f"https://{host}:{port}{KEYS_PATH}"]
     if ca_path is not None:
         command += ["--cacert", str(ca_path)]  # the simulated edge's CA plays the public roots
     if insecure:
@@ -163,8 +169,8 @@ def curl_edge_command(domain: str, address: str, port: int, ca_path: Path | None
 
 
 def run_edge_check(domain: str, port: int, ca_path: Path | None, insecure: bool = False,
-                   address: str = "127.0.0.1") -> EdgeCheck:
-    command = curl_edge_command(domain, address, port, ca_path, insecure)
+                   address: str = "127.0.0.1", host_header: bool = False) -> EdgeCheck:
+    command = curl_edge_command(domain, address, port, ca_path, insecure, host_header)
     done = subprocess.run(command, capture_output=True, text=True, timeout=REQUEST_TIMEOUT + 5, check=False)
     status = done.stdout.strip() or "000"
     return EdgeCheck(command, done.returncode, status, interpret_edge(done.returncode, status))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.runbooks.nats_switch import NatsStack
-from sim.runbooks.report import RIGHT, WRONG, RunbookReport, Steps
+from sim.runbooks.report import RIGHT, RunbookReport, Steps
 
 TOKEN = {"nats": {"workerAuth": "token"}}
 STEP_REPLACE = ("step 2: replace every worker started before the switch (redeploy its function) "
@@ -64,8 +64,8 @@ def _report(name: str, variant: str, stack: NatsStack, steps: Steps, extra: Mapp
                          tuple(stack.log), dict(extra or {}))
 
 
-def _nkey_stack_with_workers(steps: Steps, **kwargs: object) -> NatsStack:
-    stack = NatsStack({}, random.Random(8), **kwargs)  # type: ignore[arg-type]
+def _nkey_stack_with_workers(steps: Steps) -> NatsStack:
+    stack = NatsStack({}, random.Random(8))
     for function_id in ("fn-a", "fn-b"):
         stack.launch(function_id)
     steps("running in nkey mode with workers fn-a and fn-b holding the shared NKey")
@@ -158,4 +158,3 @@ RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {
     "nats-log-sampling": log_sampling,
     "nats-values": values_check,
 }
-__all__ = ["RUNS", "WRONG", "audit"]

@@ -1,0 +1,245 @@
+"""The k3d backend's commands, run against fake `k3d`, `kubectl` and `docker` first on PATH: the exact
+sequence of `up` and `down`, a second `up` that creates nothing, rollback after a failure midway, and
+the preflight's messages. The fakes log their argv and keep state (tests/fakebin/fake.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from clusters.k3d import backend
+from clusters.k3d.runner import CommandRunner
+from scenarios.model import load_scenario
+from sim.errors import BackendError
+
+FAKEBIN = Path(__file__).resolve().parent / "fakebin"
+_spec = importlib.util.spec_from_file_location("ncpsim_fake_tools", FAKEBIN / "fake.py")
+assert _spec and _spec.loader
+fake = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake)
+
+
+class FakeEngine:
+    """The docker SDK seam: answers a version and records builds (or is unreachable)."""
+
+    def __init__(self, reachable: bool = True):
+        self.reachable, self.builds = reachable, []
+
+    def version(self) -> str:
+        if not self.reachable:
+            raise BackendError("Docker engine not reachable (connection refused); start Docker")
+        return "27.1.1"
+
+    def build(self, context: bytes, dockerfile: str, tag: str) -> str:
+        self.builds.append((len(context), dockerfile, tag))
+        return "sha256:feedface"
+
+
+@pytest.fixture
+def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("NCPSIM_HOME", str(tmp_path / "home"))
+    return fake.Harness(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario("http-callback")  # one compute cluster with two workers
+
+
+def run_up(tools, scenario, engine=None) -> tuple[int, CommandRunner, list]:
+    runner = CommandRunner(env=tools.env, echo=None)
+    replays = []
+
+    def replay(b, s, t):  # the live replay needs real pods; its parts are tested in test_k3d_live.py
+        replays.append(t)
+        return 0
+
+    code = backend.up(scenario, "default", runner=runner, engine=engine or FakeEngine(), replay=replay,
+                      sleep=lambda _s: None)
+    return code, runner, replays
+
+
+def expected_up(home: Path, first: bool) -> list[tuple[str, ...]]:
+    rendered = home / "default" / "rendered"
+    cp, c1 = ("kubectl", "--context", "k3d-ncpsim-cp"), ("kubectl", "--context", "k3d-ncpsim-compute-1")
+    create = [("docker", "network", "create", "--label", "io.ncpsim.managed=true", "ncpsim")] if first else []
+    clusters = [("k3d", "cluster", "create", "--config", str(rendered / "k3d" / f"{name}.yaml"))
+                for name in ("ncpsim-cp", "ncpsim-compute-1")] if first else []
+    coredns = [(*c1, "-n", "kube-system", "rollout", "restart", "deployment", "coredns"),
+               (*c1, "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=180s")] if first else []
+    return [
+        ("docker", "version", "--format", "{{.Client.Version}}"),
+        ("k3d", "version"),
+        ("kubectl", "version", "--client", "-o", "json"),
+        ("docker", "network", "ls", "--format", "{{.Name}}"),
+        *create,
+        ("k3d", "cluster", "list", "-o", "json"),
+        *clusters,
+        ("k3d", "image", "import", "ncpsim/standin:dev", "--cluster", "ncpsim-cp"),
+        ("k3d", "image", "import", "ncpsim/standin:dev", "--cluster", "ncpsim-compute-1"),
+        (*cp, "apply", "-f", str(rendered / "manifests" / "ncpsim-cp.yaml")),
+        *[(*cp, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
+          for name in ("work-bus", "invocation-service", "grpc-proxy-deployment", "worker-callback-proxy")],
+        (*cp, "-n", "nvcf", "get", "service", "work-bus", "-o", "json"),
+        (*cp, "-n", "nvcf", "get", "service", "worker-callback-proxy", "-o", "json"),
+        (*c1, "apply", "-f", str(rendered / "manifests" / "ncpsim-compute-1.yaml")),
+        *coredns,
+        *[(*c1, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
+          for name in ("worker-1-0", "worker-1-1")],
+    ]
+
+
+def test_up_runs_the_exact_sequence_and_the_fakes_saw_it(tools, scenario, tmp_path: Path) -> None:
+    engine = FakeEngine()
+    code, runner, replays = run_up(tools, scenario, engine)
+    assert code == 0
+    assert runner.commands == expected_up(tmp_path / "home", first=True)
+    assert tools.calls() == runner.commands  # every command really ran, as the fakes on PATH recorded
+    assert tools.state()["clusters"] == ["ncpsim-cp", "ncpsim-compute-1"]
+    assert tools.state()["networks"] == ["ncpsim"]
+    assert engine.builds == [(engine.builds[0][0], "docker/Dockerfile", "ncpsim/standin:dev")]
+    assert len(replays) == 1
+
+
+def test_compute_cluster_gets_the_live_load_balancer_address(tools, scenario, tmp_path: Path) -> None:
+    run_up(tools, scenario)
+    text = (tmp_path / "home" / "default" / "rendered" / "manifests" / "ncpsim-compute-1.yaml").read_text()
+    assert f"ip: {fake.LB_IP}" in text
+    assert "10.100.0.10" in text  # only in the rewrite's comment: the local backend's virtual address
+    manifest = tmp_path / "home" / "default" / "rendered" / "manifests" / "ncpsim-cp.yaml"
+    assert manifest.stat().st_mode & 0o777 == 0o600  # Secrets with private keys inside
+
+
+def test_second_up_is_idempotent(tools, scenario, tmp_path: Path) -> None:
+    run_up(tools, scenario)
+    before = len(tools.calls())
+    code, runner, _ = run_up(tools, scenario)
+    assert code == 0
+    assert runner.commands == expected_up(tmp_path / "home", first=False)
+    assert not [c for c in runner.commands if "create" in c or "restart" in c]
+    assert len(tools.calls()) == before + len(runner.commands)
+    assert tools.state()["clusters"] == ["ncpsim-cp", "ncpsim-compute-1"]
+
+
+def test_failure_midway_rolls_back_what_this_run_created(tools, scenario) -> None:
+    tools.fail_on("--context k3d-ncpsim-compute-1 apply")
+    runner = CommandRunner(env=tools.env, echo=None)
+    with pytest.raises(BackendError, match=r"apply -f .*ncpsim-compute-1.yaml` failed \(exit 1\): Error: injected"):
+        backend.up(scenario, "default", runner=runner, engine=FakeEngine(), replay=lambda *a: 0,
+                   sleep=lambda _s: None)
+    failed_at = next(i for i, c in enumerate(runner.commands) if "apply" in c and "k3d-ncpsim-compute-1" in c)
+    assert runner.commands[failed_at + 1:] == [
+        ("k3d", "cluster", "delete", "ncpsim-compute-1"),
+        ("k3d", "cluster", "delete", "ncpsim-cp"),
+        ("docker", "network", "rm", "ncpsim"),
+    ]
+    assert tools.state()["clusters"] == [] and tools.state()["networks"] == []
+
+
+def test_rollback_leaves_what_existed_before(tools, scenario) -> None:
+    tools.preset(networks=["ncpsim"], clusters=["ncpsim-cp"])
+    tools.fail_on("ncpsim-compute-1.yaml")  # creating the compute cluster fails
+    runner = CommandRunner(env=tools.env, echo=None)
+    with pytest.raises(BackendError, match="k3d cluster create"):
+        backend.up(scenario, "default", runner=runner, engine=FakeEngine(), replay=lambda *a: 0)
+    assert runner.commands[-1][:3] == ("k3d", "cluster", "create")  # nothing of ours to delete
+    assert tools.state()["clusters"] == ["ncpsim-cp"] and tools.state()["networks"] == ["ncpsim"]
+
+
+def test_failed_image_build_rolls_back_too(tools, scenario) -> None:
+    class BrokenBuild(FakeEngine):
+        def build(self, context: bytes, dockerfile: str, tag: str) -> str:
+            raise BackendError("building ncpsim/standin:dev failed: pip install exited 1")
+
+    runner = CommandRunner(env=tools.env, echo=None)
+    with pytest.raises(BackendError, match="building"):
+        backend.up(scenario, "default", runner=runner, engine=BrokenBuild(), replay=lambda *a: 0)
+    assert runner.commands[-3:] == [("k3d", "cluster", "delete", "ncpsim-compute-1"),
+                                    ("k3d", "cluster", "delete", "ncpsim-cp"), ("docker", "network", "rm", "ncpsim")]
+
+
+def test_down_deletes_only_ncpsim_clusters_then_the_network(tools, capsys) -> None:
+    tools.preset(networks=["ncpsim", "other-net"], clusters=["ncpsim-cp", "dev", "ncpsim-compute-1"])
+    runner = CommandRunner(env=tools.env, echo=None)
+    assert backend.down("default", runner=runner, engine=FakeEngine()) == 0
+    assert runner.commands == [
+        ("docker", "version", "--format", "{{.Client.Version}}"),
+        ("k3d", "version"),
+        ("k3d", "cluster", "list", "-o", "json"),
+        ("k3d", "cluster", "delete", "ncpsim-compute-1"),
+        ("k3d", "cluster", "delete", "ncpsim-cp"),
+        ("docker", "network", "ls", "--format", "{{.Name}}"),
+        ("docker", "network", "rm", "ncpsim"),
+    ]
+    assert tools.state()["clusters"] == ["dev"] and tools.state()["networks"] == ["other-net"]
+    assert "cluster ncpsim-compute-1, cluster ncpsim-cp, network ncpsim" in capsys.readouterr().out
+
+
+def test_down_when_nothing_is_up(tools, capsys) -> None:
+    runner = CommandRunner(env=tools.env, echo=None)
+    assert backend.down("default", runner=runner, engine=FakeEngine()) == 0
+    assert [c for c in runner.commands if "delete" in c or "rm" in c] == []
+    assert "nothing to delete" in capsys.readouterr().out
+
+
+def test_up_then_down_leaves_nothing(tools, scenario) -> None:
+    run_up(tools, scenario)
+    backend.down("default", runner=CommandRunner(env=tools.env, echo=None), engine=FakeEngine())
+    assert tools.state()["clusters"] == [] and tools.state()["networks"] == []
+
+
+# -- preflight -----------------------------------------------------------------------------------
+def test_preflight_names_each_missing_tool_with_its_install_step(tmp_path: Path, scenario, monkeypatch) -> None:
+    monkeypatch.setenv("NCPSIM_HOME", str(tmp_path / "home"))
+    only_docker = fake.Harness(tmp_path, tools=("docker",), inherit_path=False)
+    runner = CommandRunner(env=only_docker.env, echo=None)
+    with pytest.raises(BackendError) as raised:
+        backend.up(scenario, "default", runner=runner, engine=FakeEngine(), replay=lambda *a: 0)
+    message = str(raised.value)
+    assert "k3d not found on PATH" in message and "install.sh" in message
+    assert "kubectl not found on PATH" in message and "kubernetes.io/docs/tasks/tools" in message
+    assert "docker" not in message.split("cannot start:")[1].split(";")[0]  # docker itself was fine
+    assert only_docker.calls() == [("docker", "version", "--format", "{{.Client.Version}}")]
+
+
+def test_preflight_reports_an_unreachable_engine(tools, scenario) -> None:
+    runner = CommandRunner(env=tools.env, echo=None)
+    with pytest.raises(BackendError, match="docker engine Docker engine not reachable .*start Docker"):
+        backend.up(scenario, "default", runner=runner, engine=FakeEngine(reachable=False), replay=lambda *a: 0)
+    assert not [c for c in tools.calls() if c[:2] in (("docker", "network"), ("k3d", "cluster"))]
+
+
+def test_preflight_refuses_an_old_k3d(tmp_path: Path) -> None:
+    from clusters.k3d.preflight import tool_check
+
+    harness = fake.Harness(tmp_path)
+    old = harness.bin / "k3d"
+    old.write_text("#!/bin/sh\necho 'k3d version v5.4.9'\necho 'k3s version v1.25.7-k3s1 (default)'\n")
+    check = tool_check(CommandRunner(env=harness.env, echo=None), "k3d")
+    assert not check.ok and "older than v5.5" in check.detail and "install" in check.fix
+
+
+def test_doctor_lists_both_backends(tools) -> None:
+    from clusters.k3d.doctor import doctor
+
+    lines: list[str] = []
+    code = doctor(CommandRunner(env=tools.env, echo=None), FakeEngine(reachable=False), out=lines.append)
+    text = "\n".join(lines)
+    assert code == 0  # the local backend is ready on this machine
+    assert "local backend: ready" in text and "k3d backend: not ready" in text
+    assert "k3d: v5.7.4" in text and "kubectl: v1.30.2" in text and "docker: 27.1.1" in text
+    assert "docker engine" in text and "fix: start Docker" in text
+    assert "host port 10084/tcp" in text and "host port 443/udp" in text
+
+
+def test_proxy_service_type_must_be_a_load_balancer_for_compute_clusters(tools, scenario) -> None:
+    from dataclasses import replace
+
+    from sim.values import deep_merge
+
+    values = deep_merge(scenario.values, {"workerCallbackProxy": {"service": {"type": "ClusterIP"}}})
+    with pytest.raises(BackendError, match="service.type.*LoadBalancer"):
+        backend.up(replace(scenario, values=values), "default", runner=CommandRunner(env=tools.env, echo=None),
+                   engine=FakeEngine(), replay=lambda *a: 0)
