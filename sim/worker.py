@@ -49,7 +49,9 @@ class WorkerRuntime:
     def cafiles(self) -> list[Path]:
         if self.spec.trust == "none":
             return []
-        roots = [self.ctx.ca_path("public")]  # the simulated system roots
+        public = self.ctx.ca_path("public")
+        # The simulated system roots; during a public root rollover the old root stays trusted beside it.
+        roots = [public] + [prev for prev in [public.with_name("ca.prev.crt")] if prev.exists()]
         if self.spec.trust == "stack":
             roots.append(self.ctx.ca_path("stack"))  # an image with the stack CA baked in
         return roots

@@ -1,0 +1,48 @@
+"""Certificate rotation as an operator (or cert-manager) performs it on a running stack.
+
+Every change is a Secret swap (certs.volume), so the proxy and the pods pick it up on their next
+handshake without a restart, and connections already open keep the material they started with.
+The kinds follow the order that loses no callback:
+
+- `frontend`: renew the proxy's `*.<workerDomain>` certificates (stack and public variants), same CAs.
+- `pod-certs`: renew the invocation-service and grpc-proxy pod certificates, same CA.
+- `stack-ca`: a new stack CA signs new pod certificates; each pod Secret's `ca.crt` becomes the bundle
+  new + old, so the proxy verifies whichever one a pod still serves. The frontend leaf stays on the old
+  CA: workers hold the old CA in NVCF_PROXY_CA_PEM (fixed when their pod was created), so moving the
+  frontend has to wait until workers are redeployed with the new CA (then `rotate: frontend`).
+- `public-ca`: a new public-style root joins the simulated system roots beside the old one (as an OS
+  trust-store update does), then the public frontend certificate is reissued from it.
+"""
+
+from __future__ import annotations
+
+from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
+from certs.store import CertStore
+from certs.volume import load_secret, write_secret
+
+KINDS = ("frontend", "pod-certs", "stack-ca", "public-ca")
+
+
+def rotate(store: CertStore, kind: str, worker_domain: str) -> str:
+    """Perform one rotation; returns a one-line description for the report."""
+    if kind == "frontend":
+        store.issue(frontend_profile(worker_domain, STACK))
+        store.issue(frontend_profile(worker_domain, PUBLIC))
+        return "renewed the proxy frontend certificates (stack and public) from the same CAs"
+    if kind == "pod-certs":
+        store.issue(invocation_profile())
+        store.issue(grpc_profile())
+        return "renewed the invocation-service and grpc-proxy pod certificates"
+    if kind == "stack-ca":
+        store.rotate_ca(STACK)
+        bundle = store.ca_path(STACK).read_bytes() + (store.ca_dir(STACK) / "ca.prev.crt").read_bytes()
+        for profile in (invocation_profile(), grpc_profile()):
+            crt, key, _ = load_secret(store.issue(profile))
+            write_secret(store.secret_dir(profile.secret), crt, key, bundle)
+        return ("new stack CA; pod certificates reissued from it, pod Secrets' ca.crt = new + old CA; "
+                "the frontend stays on the old CA until workers are redeployed with the new one")
+    if kind == "public-ca":
+        store.rotate_ca(PUBLIC)  # workers' system roots keep ca.prev.crt beside the new root
+        store.issue(frontend_profile(worker_domain, PUBLIC))
+        return "new public-style root added to the system roots; public frontend reissued from it"
+    raise ValueError(f"unknown rotation {kind!r}; choose one of {', '.join(KINDS)}")
