@@ -157,6 +157,19 @@ class Launcher:
                 alive[pidfile.stem] = pid
         return alive
 
+    def spec_for(self, topology: Topology, name: str) -> ProcessSpec:
+        for spec in phase_one(topology) + phase_two(topology):
+            if spec.name == name:
+                return spec
+        raise BackendError(f"no component named {name!r} in this topology")
+
+    def reap(self, name: str) -> None:
+        """Forget a process that died (SIGKILL fault): collect our child and drop its pid file."""
+        proc = self.children.pop(name, None)
+        if proc is not None:
+            proc.wait(STOP_TIMEOUT)
+        (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
+
     def stop_one(self, name: str) -> None:
         pidfile = self.pids_dir / f"{name}.pid"
         if pidfile.exists():

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dns.client import resolve_a
+from dns.client import NameNotResolved, resolve_a
 from sim.bus import BusClient
 from sim.events import EventLog
+from sim.faults import link_delay, load_links
 from sim.netmap import LiveNetMap
 from sim.topology import BUS_PORT, DNS_PORT, Topology
 
@@ -29,10 +31,22 @@ class Context:
     cluster: str
     events: EventLog = field(init=False)
     netmap: LiveNetMap = field(init=False)
+    _links: dict = field(init=False, default_factory=dict)  # cache of <state>/faults.json
+    _rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
         self.events = EventLog(self.state_dir, self.name)
         self.netmap = LiveNetMap(self.state_dir / "netmap.json")
+        self._rng = random.Random(f"{self.topology.seed}:{self.name}")
+
+    async def _cross_link(self, ip: str) -> None:
+        """Apply a link fault (latency, drop) on the way to `ip`, as the scenario configured it."""
+        fault = load_links(self.state_dir, self._links).matching(self.cluster, ip)
+        wait, dropped = link_delay(fault, self._rng)
+        if wait:
+            await asyncio.sleep(wait)  # the simulated link's delay
+        if dropped:
+            raise TimeoutError(f"connection to {ip} timed out (packets dropped on the link)")
 
     # Files -----------------------------------------------------------------------------------
     def secret(self, name: str) -> Path:
@@ -52,12 +66,18 @@ class Context:
         return self.netmap.lookup(self.cluster, dns_ip, DNS_PORT, "udp")
 
     async def resolve(self, name: str) -> list[str]:
+        dns_ip = self.topology.cluster(self.cluster).dns_ip
+        try:
+            await self._cross_link(dns_ip)
+        except TimeoutError:
+            raise NameNotResolved(name, "TIMEOUT") from None
         return await resolve_a(name, self.dns_server())
 
     async def open_tcp(self, ip: str, port: int, *, tls: ssl.SSLContext | None = None,
                        server_hostname: str | None = None,
                        timeout: float = CONNECT_TIMEOUT) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         host, real = self.netmap.lookup(self.cluster, ip, port, "tcp")
+        await self._cross_link(ip)
         return await asyncio.wait_for(
             asyncio.open_connection(host, real, ssl=tls, server_hostname=server_hostname if tls else None),
             timeout)

@@ -1,0 +1,157 @@
+"""Faults a scenario injects into a running local stack, seeded so a replay repeats them exactly.
+
+Process faults act on the launcher (SIGKILL a pod, restart it, scale a role to zero and back, stop and
+start DNS); link faults are written to <state>/faults.json, which every component's Context consults
+when it dials or resolves (latency, and dropped connections that time out as a dead link would);
+`expire` swaps a Secret to a certificate whose validity ended yesterday.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import signal
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
+from certs.store import CertStore
+from sim.errors import ScenarioError
+
+FAULTS_FILE = "faults.json"
+
+
+@dataclass(frozen=True)
+class LinkFault:
+    source: str  # cluster whose dials are affected, e.g. "ncpsim-compute-1"
+    target: str  # virtual IP or CIDR the dials go to, e.g. "10.100.0.10" (the proxy's LB)
+    latency_ms: int = 0
+    drop: float = 0.0  # probability that a connection attempt or query is lost
+    timeout_ms: int = 1000  # how long a dropped attempt hangs before it times out
+
+    def applies(self, cluster: str, ip: str) -> bool:
+        return cluster == self.source and ipaddress.ip_address(ip) in ipaddress.ip_network(self.target)
+
+
+@dataclass
+class LinkState:
+    """What components read: the link faults in force (hot-reloaded by mtime)."""
+
+    links: list[LinkFault] = field(default_factory=list)
+
+    def matching(self, cluster: str, ip: str) -> LinkFault | None:
+        return next((f for f in self.links if f.applies(cluster, ip)), None)
+
+
+def load_links(state_dir: Path, cache: dict[str, Any]) -> LinkState:
+    path = state_dir / FAULTS_FILE
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return LinkState()
+    if cache.get("stamp") != stamp:
+        raw = json.loads(path.read_text())
+        cache.update(stamp=stamp, state=LinkState([LinkFault(**link) for link in raw.get("links", [])]))
+    return cache["state"]
+
+
+def save_links(state_dir: Path, links: list[LinkFault]) -> None:
+    tmp = state_dir / f".{FAULTS_FILE}.tmp"
+    tmp.write_text(json.dumps({"links": [asdict(link) for link in links]}, indent=2))
+    os.replace(tmp, state_dir / FAULTS_FILE)
+
+
+def link_delay(fault: LinkFault | None, rng: random.Random) -> tuple[float, bool]:
+    """(seconds to wait, dropped?) for one dial over a faulty link (pure)."""
+    if fault is None:
+        return 0.0, False
+    if fault.drop and rng.random() < fault.drop:
+        return fault.timeout_ms / 1000, True
+    return fault.latency_ms / 1000, False
+
+
+EXPIRABLE = {
+    "frontend": lambda wd: frontend_profile(wd, STACK),
+    "public-frontend": lambda wd: frontend_profile(wd, PUBLIC),
+    "invocation": lambda wd: invocation_profile(),
+    "grpc-proxy": lambda wd: grpc_profile(),
+}
+
+
+def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
+    if which not in EXPIRABLE:
+        raise ScenarioError(f"expire: {which!r}; choose one of {', '.join(EXPIRABLE)}")
+    now = datetime.now(UTC)
+    store.issue(EXPIRABLE[which](worker_domain), not_before=now - timedelta(days=30),
+                not_after=now - timedelta(days=1))
+    return f"{which} certificate replaced by one that expired yesterday"
+
+
+class FaultInjector:
+    """Applies one fault step to a running LocalStack (clusters.stack) and says what it did."""
+
+    def __init__(self, stack: Any, rng: random.Random):
+        self.stack, self.rng = stack, rng
+        self.launcher = stack.launcher
+
+    ACTIONS = ("kill", "restart", "scale", "stop", "start", "link", "clear-links", "expire")
+
+    def apply(self, spec: dict[str, Any]) -> str:
+        (action, arg), = spec.items()
+        if action not in self.ACTIONS:
+            raise ScenarioError(f"fault: unknown action {action!r}; use {', '.join(self.ACTIONS)}")
+        return getattr(self, "_" + action.replace("-", "_"))(arg)
+
+    def _kill(self, name: str) -> str:
+        pid = self._pid(name)
+        os.killpg(pid, signal.SIGKILL)
+        self.launcher.reap(name)
+        return f"SIGKILL {name} (pid {pid})"
+
+    def _restart(self, name: str) -> str:
+        self.launcher.restart(self.stack.topology(), self.launcher.spec_for(self.stack.topology(), name))
+        return f"restarted {name}"
+
+    def _stop(self, name: str) -> str:
+        self.launcher.stop_one(name)
+        return f"stopped {name}"
+
+    def _start(self, name: str) -> str:
+        return self._restart(name).replace("restarted", "started")
+
+    def _scale(self, arg: dict[str, Any]) -> str:
+        role, replicas = arg["role"], int(arg["replicas"])
+        pods = [p.name for p in self.stack.topology().pods if p.role == role]
+        for name in pods[replicas:]:
+            self.launcher.stop_one(name)
+        for name in pods[:replicas]:
+            if name not in self.launcher.running():
+                self._restart(name)
+        return f"scaled {role} to {replicas} of {len(pods)} replicas"
+
+    def _link(self, arg: dict[str, Any]) -> str:
+        fault = LinkFault(source=arg["from"], target=arg["to"], latency_ms=int(arg.get("latencyMs", 0)),
+                          drop=float(arg.get("drop", 0.0)), timeout_ms=int(arg.get("timeoutMs", 1000)))
+        current = load_links(self.stack.state_dir, {}).links
+        save_links(self.stack.state_dir, [*current, fault])
+        return f"link {fault.source} -> {fault.target}: +{fault.latency_ms} ms, drop {fault.drop:.0%}"
+
+    def _clear_links(self, _arg: Any) -> str:
+        save_links(self.stack.state_dir, [])
+        return "links healed"
+
+    def _expire(self, which: str) -> str:
+        return expire_certificate(CertStore(self.stack.state_dir / "certs"), which,
+                                  self.stack.topology().worker_domain)
+
+    def _pid(self, name: str) -> int:
+        pid = self.launcher.running().get(name)
+        if pid is None:
+            raise ScenarioError(f"fault: no running component {name!r}; running: "
+                                f"{', '.join(sorted(self.launcher.running()))}")
+        return pid
+
