@@ -170,7 +170,9 @@ def scenarios(c):
         print(f"{name:<36} {summary}")
 
 
-@task(positional=["scenario"],
+# invoke has no optional positional arguments: `scenario` is positional (so `invoke replay scenario=NAME`
+# works) except when `--all` is given and no scenario is needed.
+@task(positional=[] if "--all" in sys.argv else ["scenario"],
       help={"scenario": "catalogue name or YAML path (also as scenario=NAME)", "all": "replay the whole catalogue",
             "junit": "write a JUnit XML report to this file", "keep": "leave a failed scenario's stack running",
             "file": "a customer's values file, layered under each scenario", "json": "print JSON reports"})

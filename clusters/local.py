@@ -8,6 +8,7 @@ component: readiness is the line on its pipe, or EOF if it died first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -15,9 +16,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from certs.profiles import stack_profiles
 from certs.store import CertStore
@@ -49,6 +53,63 @@ def phase_two(topology: Topology) -> list[ProcessSpec]:
     return [ProcessSpec("workers", c.name, c.name) for c in topology.clusters if topology.workers_in(c.name)]
 
 
+class InterruptGuard:
+    """Ctrl-C and SIGTERM while this process owns components: both become KeyboardInterrupt, so cleanup
+    runs (SIGTERM's default action would end `invoke up` at once and orphan every component started so
+    far), and inside `held()` they wait, so no signal lands between starting a child and recording it."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending = False
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self._depth:
+            self._pending = True
+            return
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # only the main thread may set handlers; there the caller owns interruption
+            return
+        previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._on_signal)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt("deferred until the child was recorded")
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
+    """Wrap a whole `invoke up` (start and replay): Ctrl-C or SIGTERM at any moment stops every process the
+    launcher started, then re-raises KeyboardInterrupt for the command line to report."""
+    guard = InterruptGuard()
+    with guard.installed():
+        try:
+            yield
+        except KeyboardInterrupt:
+            with guard.held():  # a second Ctrl-C must not cut the cleanup short
+                launcher.stop_all()
+            raise
+
+
 class Launcher:
     """Starts and stops one stack's processes; remembers them in <state>/pids."""
 
@@ -57,6 +118,7 @@ class Launcher:
         self.pids_dir = state_dir / "pids"
         self.logs_dir = state_dir / "logs"
         self.children: dict[str, subprocess.Popen] = {}
+        self.guard = InterruptGuard()
 
     # Start -----------------------------------------------------------------------------------
     def prepare(self, topology: Topology) -> NetMap:
@@ -71,32 +133,52 @@ class Launcher:
         for profile in stack_profiles(topology.worker_domain):
             if not store.secret_dir(profile.secret).joinpath("tls.crt").exists():
                 store.issue(profile)
-        netmap = NetMap(reach={c.name: topology.reachable_ranges(c.name) for c in topology.clusters})
+        netmap = NetMap(reach={c.name: topology.reachable_ranges(c.name) for c in topology.clusters},
+                        services=topology.service_endpoints(), seed=topology.seed)
         netmap.save(self.state_dir / "netmap.json")
         return netmap
 
     def start(self, topology: Topology) -> NetMap:
-        netmap = self.prepare(topology)
-        for phase in (phase_one(topology), phase_two(topology)):
-            pipes = {spec.name: self._spawn(spec) for spec in phase}
-            for bindings in self._await_ready(pipes).values():
-                netmap.bindings.update(bindings)
-            netmap.save(self.state_dir / "netmap.json")
+        """Start every component; interrupted or failed part-way, stop what was started and re-raise."""
+        with self.guard.installed():
+            try:
+                netmap = self.prepare(topology)
+                for phase in (phase_one(topology), phase_two(topology)):
+                    pipes: dict[str, int] = {}
+                    try:
+                        for spec in phase:
+                            pipes[spec.name] = self._spawn(spec)
+                    except BaseException:
+                        for fd in pipes.values():
+                            os.close(fd)
+                        raise
+                    for bindings in self._await_ready(pipes).values():
+                        netmap.bindings.update(bindings)
+                    netmap.save(self.state_dir / "netmap.json")
+            except BaseException:
+                with self.guard.held():  # a second Ctrl-C must not cut the cleanup short
+                    self.stop_all()
+                raise
         return netmap
 
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
-        log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - handed to the child, closed below
         cmd = [sys.executable, "-m", "sim.run", spec.kind, "--state", str(self.state_dir), "--name", spec.name,
                "--cluster", spec.cluster, "--ready-fd", str(write_fd)]
-        try:
-            proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state_dir)
-        finally:
-            os.close(write_fd)
-            log.close()
-        self.children[spec.name] = proc
-        (self.pids_dir / f"{spec.name}.pid").write_text(str(proc.pid))
+        # Started and recorded as one step: an interrupt in between would orphan the child.
+        with self.guard.held():
+            log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
+            try:
+                proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state_dir)
+            except BaseException:
+                os.close(read_fd)
+                raise
+            finally:
+                os.close(write_fd)
+                log.close()
+            self.children[spec.name] = proc
+            (self.pids_dir / f"{spec.name}.pid").write_text(str(proc.pid))
         return read_fd
 
     def _await_ready(self, pipes: dict[str, int]) -> dict[str, dict[str, int]]:

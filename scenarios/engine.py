@@ -12,6 +12,7 @@ from typing import Any
 
 from clusters.stack import LocalStack
 from scenarios import calls
+from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
 from scenarios.expect import Facts, evaluate
 from scenarios.model import Scenario, Step
@@ -20,6 +21,7 @@ from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.component import Context
 from sim.errors import ScenarioError
+from sim.faults import FaultInjector
 from sim.topology import CONTROL_CLUSTER, Topology
 from sim.values import check, deep_merge
 
@@ -68,6 +70,7 @@ class Replay:
         self.client = Context(stack.state_dir, topology, "client", CONTROL_CLUSTER)
         self.facts = Facts({p.name: p.ip for p in topology.pods}, {w.name: w for w in topology.workers})
         self.rng = random.Random(f"{scenario.seed}:probes")  # probe request ids repeat run to run
+        self.faults = FaultInjector(stack, random.Random(f"{scenario.seed}:faults"))
 
     @property
     def pod_ips(self) -> dict[str, str]:
@@ -87,8 +90,22 @@ class Replay:
             notes.append(self.set_values(step.set_values))
         if step.redeploy is not None:
             notes.append(self.redeploy(step.redeploy))
-        if step.invoke is not None:
+        if step.rotate is not None:
+            notes.append(rotate_step(self.stack.state_dir, step.rotate, self.topology.worker_domain))
+        concurrent_fault = step.fault is not None and step.invoke is not None and step.fault_after_ms is not None
+        if step.fault is not None and not concurrent_fault:
+            notes.append(self.faults.apply(step.fault))
+        if concurrent_fault:
+            fault = asyncio.create_task(fault_later(self.faults, step.fault or {}, step.fault_after_ms or 0, notes),
+                                        name=f"fault-{step.index}")
             result.traces = await self.invoke(step)
+            await fault
+        elif step.invoke is not None:
+            result.traces = await self.invoke(step)
+        elif step.runbook is not None:
+            summary, failures = runbook_step(step, self.stack.state_dir)
+            notes.append(summary)
+            result.failures += failures
         elif step.probe is not None:
             result.traces = await self.probe(step, since)
         elif step.wait is not None:
@@ -96,7 +113,8 @@ class Replay:
             result.failures += [f"{step.label}: {problem}"] if problem else []
             notes.append(f"waited for {step.wait.describe()}")
         result.note = "; ".join(notes)
-        result.failures += evaluate(step, result.traces, self.facts)
+        if step.runbook is None:
+            result.failures += evaluate(step, result.traces, self.facts)
         return result
 
     def set_values(self, overrides: dict[str, Any]) -> str:
@@ -118,8 +136,9 @@ class Replay:
         if not pods:
             raise ScenarioError(f"{step.label}: {function} needs at least one {role} pod in the topology")
         call = calls.http_call if role == "invocation" else calls.grpc_call
-        traces = await asyncio.gather(*[
-            call(self.client, self.tail, step, i, pods[(i - 1) % len(pods)], spec) for i in range(1, count + 1)])
+        # Calls spread over the replicas in turn, as the client-facing load balancer would spread them.
+        traces = await asyncio.gather(*[call(self.client, self.tail, step, i, pods[(i - 1) % len(pods)], spec)
+                                        for i in range(1, count + 1)])
         return await self.settle(list(traces))
 
     async def probe(self, step: Step, since: float) -> list[CallTrace]:
@@ -137,7 +156,8 @@ class Replay:
     def prober(self, cluster: str | None) -> Context:
         names = [c.name for c in self.topology.clusters]
         if cluster is not None and cluster not in names:
-            raise ScenarioError(f"probe cluster {cluster!r} is not in the topology; it has: {', '.join(names)}")
+            raise ScenarioError(f"probe cluster {cluster!r} is not in the topology; "
+                                f"it has: {', '.join(names)}")
         where = cluster or next((c.name for c in self.topology.compute_clusters), CONTROL_CLUSTER)
         return Context(self.stack.state_dir, self.topology, "prober", where)
 
@@ -148,7 +168,8 @@ class Replay:
                  and e.get("requestId") not in ids]
         for trace in traces:
             trace.pod_legs += [{"kind": "pod.request", "pod": e.get("pod"), "status": None,
-                                "path": e.get("path"), "reason": "request without a probe's id"} for e in stray]
+                                "path": e.get("path"), "reason": "request without a probe's id"}
+                               for e in stray]
 
     async def settle(self, traces: list[CallTrace]) -> list[CallTrace]:
         """Wait until each finished call's worker result (and its proxy lines) has been written, then join."""
@@ -165,6 +186,8 @@ def run_scenario(scenario: Scenario, stack: LocalStack, keep: bool = True) -> Sc
     """Bring the stack up, replay, and leave it running when `keep` (invoke up) or on request."""
     if scenario.expect_error is not None:
         return judge_refusal(scenario)
+    if scenario.stackless:
+        return run_stackless(scenario, stack)
     result = ScenarioResult(scenario)
     started = time.monotonic()
     topology = scenario.build_topology(stack.name)
@@ -188,14 +211,31 @@ def run_scenario(scenario: Scenario, stack: LocalStack, keep: bool = True) -> Sc
     return result
 
 
+def run_stackless(scenario: Scenario, stack: LocalStack) -> ScenarioResult:
+    """Runbook scenarios rehearse control-plane operations on their own models: no cluster to bring up."""
+    result = ScenarioResult(scenario)
+    started = time.monotonic()
+    (stack.state_dir / "events").mkdir(parents=True, exist_ok=True)
+    try:
+        for step in scenario.steps:
+            summary, failures = runbook_step(step, stack.state_dir)
+            result.steps.append(StepResult(step, note=summary, failures=failures))
+    except ScenarioError as exc:
+        result.error = str(exc)
+    result.elapsed = time.monotonic() - started
+    write_artifacts(result, stack.state_dir)
+    return result
+
+
 def judge_refusal(scenario: Scenario) -> ScenarioResult:
-    """An error scenario passes when loading refused its values with the expected text; no stack is started."""
+    """An error scenario passes when loading refused its values with the expected text (no stack starts)."""
     result = ScenarioResult(scenario, refused=scenario.config_error)
     want = scenario.expect_error or ""
     if scenario.config_error is None:
         result.error = f"expected the values to be refused with {want!r}, but they were accepted"
     elif want not in scenario.config_error:
-        result.error = f"expected the values to be refused with {want!r}, but the error was: {scenario.config_error}"
+        result.error = (f"expected the values to be refused with {want!r}, "
+                        f"but the error was: {scenario.config_error}")
     return result
 
 

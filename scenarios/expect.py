@@ -1,4 +1,7 @@
-"""Scenario expectations checked against call traces (pure): each failure names step, expectation, and what happened."""
+"""Scenario expectations checked against call traces (pure).
+
+Each failure names the step, the expectation, and what happened instead.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ def _via(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     if exp.via is None:
         return None
     if exp.via == "proxy" and not t.proxy:
-        return f"via proxy, but the proxy's access log has no line for request {t.request_id} (worker went {t.via})"
+        return (f"via proxy, but the proxy's access log has no line for request {t.request_id} "
+                f"(worker went {t.via})")
     if exp.via == "direct" and (t.proxy or t.via == "proxy"):
         return "via direct, but the callback went through the proxy"
     return None
@@ -44,7 +48,8 @@ def _same_pod(exp: Expect, t: CallTrace, facts: Facts) -> str | None:
         return None
     callees = t.callee_pods
     if callees != {t.pod}:
-        return f"callbacks on {t.pod} (which holds the request), but they reached {sorted(callees) or 'no pod'}"
+        reached = sorted(callees) or "no pod"
+        return f"callbacks on {t.pod} (which holds the request), but they reached {reached}"
     ip = facts.pod_ips.get(t.pod)
     wrong = [rec["upstream_host"] for rec in t.proxy if rec["upstream_host"].split(":")[0] != ip]
     if wrong:
@@ -88,7 +93,8 @@ def _upstream_port(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     hosts = [rec["upstream_host"] for rec in t.proxy if rec["upstream_host"] != "-"]
     wrong = [h for h in hosts if h.rsplit(":", 1)[-1] != str(exp.upstream_port)]
     if not hosts or wrong:
-        return f"the proxy forwarding to pod port {exp.upstream_port}, but it forwarded to {hosts or 'nothing'}"
+        seen = hosts or "nothing"
+        return f"the proxy forwarding to pod port {exp.upstream_port}, but it forwarded to {seen}"
     return None
 
 
@@ -97,7 +103,8 @@ def _dns_rcode(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
         return None
     got = t.dns.get("rcode") or ("NOERROR" if t.dns.get("answer") else None)
     if got != exp.dns_rcode:
-        return f"DNS answering {exp.dns_rcode} for {t.dns.get('name', 'the callback name')}, but it answered {got}"
+        name = t.dns.get("name", "the callback name")
+        return f"DNS answering {exp.dns_rcode} for {name}, but it answered {got}"
     return None
 
 
@@ -132,8 +139,9 @@ def _check_one(step: Step, exp: Expect, traces: list[CallTrace], facts: Facts) -
     out = []
     need = exp.at_least if exp.at_least is not None else (1 if exp.when else 0)
     if len(chosen) < need:
-        out.append(f"{step.label}: expected at least {need} call(s) "
-                   f"{'with ' + exp.when.describe() if exp.when else ''}, but {len(chosen)} of {len(traces)} were")
+        which = f" with {exp.when.describe()}" if exp.when else ""
+        out.append(f"{step.label}: expected at least {need} call(s){which}, "
+                   f"but {len(chosen)} of {len(traces)} were")
     grouped: dict[str, list[int]] = {}
     for trace in chosen:
         for check in CHECKS:

@@ -74,6 +74,11 @@ def _describe(error: ValidationError) -> tuple[tuple[Any, ...], str]:
     return parts, " ".join(error.message.split())[:300]
 
 
+def _located(path: Path, parts: tuple[Any, ...], origin: Origin, message: str) -> str:
+    """The one-line form every scenario error takes: FILE:LINE: key.path: what was expected."""
+    return f"{_where(path, parts, origin)}: {key_path(parts) or '(top level)'}: {message}"
+
+
 def _schema_error(path: Path, data: Any, origin: Origin) -> str | None:
     errors = list(_VALIDATOR.iter_errors(data))
     # A misspelt key usually causes the rest (a required key "missing"): name the misspelling first.
@@ -81,32 +86,40 @@ def _schema_error(path: Path, data: Any, origin: Origin) -> str | None:
     if error is None:
         return None
     parts, message = _describe(error)
-    return f"{_where(path, parts, origin)}: {key_path(parts) or '(top level)'}: {message}"
+    return _located(path, parts, origin, message)
 
 
 def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -> str | None:
-    """Rules the schema cannot say simply: one action per step, wait names one condition."""
+    """What the schema cannot say simply: one action per step, one wait condition, known placeholders."""
     here = ("steps", index)
     actions = [a for a in ACTIONS if a in raw]
-    if not actions and "setValues" not in raw and "redeploy" not in raw:
-        return (f"{_where(path, here, origin)}: {key_path(here)}: a step needs one of invoke, probe, wait, "
-                "setValues, redeploy")
+    if not actions and not any(k in raw for k in ("setValues", "redeploy", "fault", "rotate")):
+        return _located(path, here, origin, "a step needs one of invoke, probe, wait, runbook, setValues, "
+                                            "redeploy, fault, rotate")
+    if "faultAfterMs" in raw and not ("fault" in raw and "invoke" in raw):
+        return _located(path, (*here, "faultAfterMs"), origin, "faultAfterMs needs a fault and an invoke")
     if len(actions) > 1:
-        return (f"{_where(path, (*here, actions[1]), origin)}: {key_path((*here, actions[1]))}: "
-                f"one action per step; {actions[0]} is already set (put {actions[1]} in a step of its own)")
+        first, extra = actions[0], actions[1]
+        return _located(path, (*here, extra), origin,
+                        f"one action per step; {first} is already set (put {extra} in a step of its own)")
     wait = raw.get("wait")
     if wait is not None and ("event" in wait) == ("listener" in wait):
-        return f"{_where(path, (*here, 'wait'), origin)}: {key_path((*here, 'wait'))}: name either event or listener"
+        return _located(path, (*here, "wait"), origin, "name either event or listener")
+    if "expect" in raw and not actions:
+        return _located(path, (*here, "expect"), origin,
+                        "expectations need an invoke, probe or runbook in the same step")
+    return _placeholder_problem(path, here, raw, origin)
+
+
+def _placeholder_problem(path: Path, here: tuple[Any, ...], raw: dict[str, Any],
+                         origin: Origin) -> str | None:
     for n, item in enumerate((raw.get("probe") or {}).get("targets", [])):
         text = item if isinstance(item, str) else item["target"]
         unknown = [m for m in PLACEHOLDER.findall(text) if m not in PLACEHOLDERS]
         if unknown:
-            where = (*here, "probe", "targets", n)
-            return (f"{_where(path, where, origin)}: {key_path(where)}: unknown placeholder {{{unknown[0]}}}; "
-                    f"expected one of: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
-    if "expect" in raw and not actions:
-        return (f"{_where(path, (*here, 'expect'), origin)}: {key_path((*here, 'expect'))}: expectations need "
-                "an invoke or probe in the same step")
+            known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+            return _located(path, (*here, "probe", "targets", n), origin,
+                            f"unknown placeholder {{{unknown[0]}}}; expected one of: {known}")
     return None
 
 
@@ -156,8 +169,8 @@ def scenario_from_data(data: Any, path: Path, origin: Origin | None = None, valu
             return _scenario(data, path, values, merged_origin, config_error=str(exc))
         raise
     if expect_error and not allow_expected_error:
-        raise ScenarioError(f"{_where(path, ('expectError',), origin)}: expectError: the values were accepted, "
-                            f"but the scenario expects them refused with {expect_error!r}")
+        raise ScenarioError(_located(path, ("expectError",), origin, "the values were accepted, but the "
+                                     f"scenario expects them refused with {expect_error!r}"))
     return _scenario(data, path, values, merged_origin)
 
 

@@ -75,7 +75,8 @@ def write_junit(results: list[ScenarioResult], path: Path, total: float) -> None
         case = ET.SubElement(suite, "testcase", classname="ncpsim.scenarios", name=result.scenario.name,
                              time=f"{result.elapsed:.3f}")
         if not result.ok:
-            failure = ET.SubElement(case, "failure", message=result.failures[0] if result.failures else "failed")
+            first = result.failures[0] if result.failures else "failed"
+            failure = ET.SubElement(case, "failure", message=first)
             failure.text = "\n".join(result.failures)
         ET.SubElement(case, "system-out").text = render_text(result)
     path.parent.mkdir(parents=True, exist_ok=True)

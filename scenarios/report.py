@@ -18,8 +18,12 @@ ARTIFACT_NAMES = {"html": "sequence diagram (HTML)", "mermaid": "sequence diagra
 
 def call_row(t: CallTrace) -> list[str]:
     dns = t.dns.get("answer") or t.dns.get("rcode") or "-"
-    proxy = ", ".join(f"{r['method']} {r['status']} {r['flags']} -> {r['upstream_host']}" for r in t.proxy) or "-"
-    legs = ", ".join(f"{leg['kind'].split('.')[-1]} {leg['status']}@{leg['pod']}" for leg in t.pod_legs) or "-"
+    proxy = ", ".join(f"{r['method']} {r['status']} {r['flags']} -> {r['upstream_host']}"
+                      for r in t.proxy) or "-"
+    refused = [d["reason"] for d in t.decisions if d.get("decision") == "Reject" and d.get("reason")]
+    proxy += f" ({'; '.join(refused)})" if refused else ""
+    legs = ", ".join(f"{leg['kind'].split('.')[-1]} {leg['status']}@{leg['pod']}" for leg in t.pod_legs)
+    legs = legs or "-"
     outcome = "ok" if t.outcome == "success" else f"FAILED: {t.error}"
     holder = f"{t.method} {t.target}" if t.kind == "probe" else t.pod
     return [str(t.index), holder, t.worker or "-", f"{t.dns.get('name', '-')} -> {dns}", proxy, legs, outcome]
@@ -44,7 +48,8 @@ def render_text(result: ScenarioResult, console: Console | None = None, traces: 
         mark = "[green]✓[/]" if step.ok else "[red]✗[/]"
         ok = sum(1 for t in step.traces if t.outcome == "success")
         calls = f" — {ok}/{len(step.traces)} calls succeeded" if step.traces else ""
-        console.print(f"  {mark} {escape(step.step.label)}{calls}" + (f" ({escape(step.note)})" if step.note else ""))
+        note = f" ({escape(step.note)})" if step.note else ""
+        console.print(f"  {mark} {escape(step.step.label)}{calls}{note}")
         for failure in step.failures:
             console.print(f"      [red]{escape(failure)}[/]")
         if traces and step.traces:
@@ -57,7 +62,8 @@ def render_text(result: ScenarioResult, console: Console | None = None, traces: 
 
 def _trace_table(traces: list[CallTrace]) -> Table:
     table = Table(box=None, padding=(0, 1), show_edge=False)
-    for column in ("#", "pod holding it / probe", "worker", "DNS", "proxy (access log)", "pod legs", "outcome"):
+    columns = ("#", "pod holding it / probe", "worker", "DNS", "proxy (access log)", "pod legs", "outcome")
+    for column in columns:
         table.add_column(column, overflow="fold")
     for trace in traces:
         table.add_row(*(escape(cell) for cell in call_row(trace)))
@@ -86,10 +92,10 @@ def endpoints_text(status: dict[str, Any]) -> str:
         lines += [
             "",
             "Try it:",
-            f"  curl -sv --proxy https://invocation.{wd}:{http['port']} --proxy-cacert {ca} \\\n"
-            f"       --resolve invocation.{wd}:{http['port']}:127.0.0.1 {target}",
-            f"  openssl s_client -connect {http['host']}:{http['port']} -servername invocation.{wd} "
-            f"-CAfile {ca} -verify_return_error </dev/null",
+            (f"  curl -sv --proxy https://invocation.{wd}:{http['port']} --proxy-cacert {ca} \\\n"
+            f"       --resolve invocation.{wd}:{http['port']}:127.0.0.1 {target}"),
+            (f"  openssl s_client -connect {http['host']}:{http['port']} -servername invocation.{wd} "
+            f"-CAfile {ca} -verify_return_error </dev/null"),
         ]
     if dns and dns.get("port"):
         lines.append(f"  dig @{dns['host']} -p {dns['port']} +short 10-42-0-11.{wd}")

@@ -17,7 +17,7 @@ from scenarios.trace import CallTrace
 if TYPE_CHECKING:
     from scenarios.engine import ScenarioResult, StepResult
 
-MAX_GROUPS_PER_STEP = 6  # more distinct shapes than this in one step would drown the picture
+MAX_GROUPS_PER_STEP = 16  # more distinct shapes than this in one step would drown the picture
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,9 @@ class _Calls:
 
     def invoke(self, t: CallTrace) -> list[Message]:
         holder = pod_lane(t.pod)
-        self.say("client", holder, f"POST /v2/nvcf/pexec/functions/{t.function}")
+        grpc = t.function == "grpc-echo"
+        pexec = f"POST /v2/nvcf/pexec/functions/{t.function}"
+        self.say("client", holder, "gRPC Echo call (h2c)" if grpc else pexec)
         self.say(holder, "worker", "work message (bus): target and proxy address", "reply")
         self.dns(t)
         if t.via == "direct":
@@ -85,7 +87,8 @@ class _Calls:
             return
         self.say("worker", "dns", f"A {t.dns.get('name', '?')}")
         answer = t.dns.get("answer")
-        self.say("dns", "worker", answer or str(t.dns.get("rcode", "no answer")), "reply" if answer else "fail")
+        rcode = str(t.dns.get("rcode", "no answer"))
+        self.say("dns", "worker", answer or rcode, "reply" if answer else "fail")
 
     def proxied(self, t: CallTrace) -> None:
         if not t.proxy and t.worker_stage in ("tls", "connect", "worker"):
@@ -107,6 +110,8 @@ class _Calls:
     def proxy_record(self, rec: dict[str, str]) -> None:
         method = rec["method"]
         target = rec["authority"] if method == "CONNECT" else f"http://{rec['authority']}{rec['path']}"
+        if rec.get("protocol") == "HTTP/3":  # a gRPC callback: QUIC to the proxy, re-encrypted to the pod
+            target = f"https://{rec['authority']}{rec['path']} (HTTP/3)"
         self.say("worker", "proxy", f"{method} {target}")
         status = int(rec["status"])
         upstream = rec["upstream_host"]
@@ -124,13 +129,14 @@ class _Calls:
             pod = pod_lane(leg["pod"] or t.pod)
             self.say("worker", pod, f"{leg['kind'].split('.')[-1].upper()} /v2/nvcf/worker/request-attach")
             ok = leg.get("status") == 200
-            self.say(pod, "worker", f"{leg.get('status')} {leg.get('reason') or ''}".strip(), "reply" if ok else "fail")
+            answer = f"{leg.get('status')} {leg.get('reason') or ''}".strip()
+            self.say(pod, "worker", answer, "reply" if ok else "fail")
         if not t.pod_legs and t.outcome == "failure":
             self.say("worker", pod_lane(t.pod), f"{t.worker_stage or 'callback'}: {t.error}", "fail")
 
     def finish(self, t: CallTrace, holder: str) -> None:
         if t.outcome == "success":
-            self.say(holder, "client", f"{t.client_status} (function response)", "reply")
+            self.say(holder, "client", "the function's response", "reply")
         else:
             self.say(holder, "client", f"no response ({t.client_status or 'none'}): gave up", "fail")
 
@@ -140,6 +146,9 @@ class _Calls:
             self.say("proxy", pod_lane(leg["pod"]), f"{leg.get('path')}", "fail")
         rec = t.proxy[0] if t.proxy else None
         answer = f"{rec['status']} {rec['flags']}" if rec else (t.error or "no answer")
+        why = next((d["reason"] for d in t.decisions if d.get("decision") == "Reject" and d.get("reason")),
+                   None)
+        answer += f": {why}" if why and rec else ""
         self.say("proxy", "worker", answer, "reply" if t.outcome == "success" else "fail")
         return self.rows
 

@@ -40,7 +40,8 @@ def _lanes_svg(d: Diagram, height: int) -> list[str]:
             f'<g class="lane" id="lane-{escape(lane.id)}" data-lane="{escape(lane.label)}">'
             f'<g class="lane-head"><rect x="{x - 90}" y="10" width="180" height="30" rx="4"/>'
             f'<text x="{x}" y="30" text-anchor="middle">{escape(lane.label)}</text></g>'
-            f'<line x1="{x}" y1="40" x2="{x}" y2="{height - 10}" stroke="#9aa5b1" stroke-dasharray="4 3"/></g>')
+            f'<line x1="{x}" y1="40" x2="{x}" y2="{height - 10}" stroke="#9aa5b1" '
+            'stroke-dasharray="4 3"/></g>')
     return out
 
 
@@ -52,7 +53,8 @@ def _message_svg(m: Message, y: int, column: dict[str, int]) -> str:
     return (f'<g class="msg {m.style}" data-from="{m.src}" data-to="{m.dst}"><title>{escape(m.label)}</title>'
             f'<line x1="{x1}" y1="{y}" x2="{x2}" y2="{y}" stroke="{colour}" stroke-width="1.5"{dash} '
             f'marker-end="url(#head-{m.style})"/>'
-            f'<text x="{(x1 + x2) / 2}" y="{y - 5}" text-anchor="middle" fill="{colour}">{escape(label)}</text></g>')
+            f'<text x="{(x1 + x2) / 2}" y="{y - 5}" text-anchor="middle" fill="{colour}">'
+            f'{escape(label)}</text></g>')
 
 
 def _note_svg(n: Note, y: int, lanes: int) -> str:
@@ -76,12 +78,13 @@ def svg(d: Diagram) -> str:
     height = TOP + ROW * (len(d.rows) + 1)
     width = _x(len(d.lanes) - 1) + LEFT
     column = {lane.id: i for i, lane in enumerate(d.lanes)}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" id="sequence" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="sequence diagram">', _markers()]
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" id="sequence" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="sequence diagram">'), _markers()]
     parts += _lanes_svg(d, height)
     for n, row in enumerate(d.rows):
         y = TOP + ROW * (n + 1)
-        parts.append(_note_svg(row, y, len(d.lanes)) if isinstance(row, Note) else _message_svg(row, y, column))
+        drawn = _note_svg(row, y, len(d.lanes)) if isinstance(row, Note) else _message_svg(row, y, column)
+        parts.append(drawn)
     parts.append("</svg>")
     return "\n".join(parts)
 

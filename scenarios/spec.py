@@ -48,6 +48,7 @@ class Expect:
     pod_contacted: bool | None = None  # did any pod see a request for this call (probes: must not)
     when: When | None = None
     at_least: int | None = None  # calls that must match `when`
+    fix: str | None = None  # runbook steps: the step the report must name as the fix
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ class Step:
     probe: Probe | None = None
     wait: Wait | None = None
     expects: tuple[Expect, ...] = ()
+    fault: dict[str, Any] | None = None  # sim.faults action, e.g. {"kill": "invocation-service-0"}
+    fault_after_ms: int | None = None  # with invoke: fire the fault this long after the calls start
+    rotate: str | None = None  # certs.rotate kind
+    runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"}
 
     @property
     def label(self) -> str:
@@ -112,6 +117,11 @@ class Scenario:
     expect_error: str | None = None  # an error scenario: the values must be refused with this text
     config_error: str | None = None  # what loading refused (error scenarios only)
 
+    @property
+    def stackless(self) -> bool:
+        """Only runbook steps: nothing runs on the clusters, so no stack is brought up."""
+        return bool(self.steps) and all(step.runbook is not None for step in self.steps)
+
     def build_topology(self, stack: str, values: dict[str, Any] | None = None) -> Topology:
         spec = self.topology
         compute = tuple(
@@ -128,8 +138,8 @@ def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...
     workers: list[WorkerSpec] = []
     for group in groups:
         for _ in range(group.get("count", 1)):
-            workers.append(WorkerSpec(f"{prefix}-{len(workers)}", "", group.get("workerUtils", DEFAULT_WORKER_UTILS),
-                                      group.get("trust", "system")))
+            version = group.get("workerUtils", DEFAULT_WORKER_UTILS)
+            workers.append(WorkerSpec(f"{prefix}-{len(workers)}", "", version, group.get("trust", "system")))
     return tuple(workers)
 
 
@@ -137,16 +147,17 @@ def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...
 _EXPECT_KEYS = {"outcome": "outcome", "via": "via", "samePod": "same_pod", "proxyStatus": "proxy_status",
                 "proxyFlag": "proxy_flag", "calleeStatus": "callee_status", "error": "error",
                 "upstreamPort": "upstream_port", "dnsRcode": "dns_rcode", "podContacted": "pod_contacted",
-                "atLeast": "at_least"}
+                "atLeast": "at_least", "fix": "fix"}
 _WHEN_KEYS = {"landed": "landed", "trust": "trust", "workerUtils": "worker_utils", "cluster": "cluster",
               "worker": "worker"}
-ACTIONS = ("invoke", "probe", "wait")
+ACTIONS = ("invoke", "probe", "wait", "runbook")
 
 
 def expect_from(raw: dict[str, Any]) -> Expect:
     fields: dict[str, Any] = {py: raw[key] for key, py in _EXPECT_KEYS.items() if key in raw}
     if "when" in raw:
-        fields["when"] = When(**{py: raw["when"][key] for key, py in _WHEN_KEYS.items() if key in raw["when"]})
+        when = raw["when"]
+        fields["when"] = When(**{py: when[key] for key, py in _WHEN_KEYS.items() if key in when})
     if "outcome" not in raw and "podContacted" in raw:
         fields["outcome"] = None  # a probe's outcome is its proxy status; "success" would mean nothing
     return Expect(**fields)
@@ -170,10 +181,13 @@ def wait_from(raw: dict[str, Any]) -> Wait:
 
 
 def step_from(index: int, raw: dict[str, Any]) -> Step:
-    kind = next((k for k in (*ACTIONS, "setValues", "redeploy") if k in raw), "step")
+    kind = next((k for k in (*ACTIONS, "setValues", "redeploy", "fault", "rotate") if k in raw), "step")
     expect = raw.get("expect")
-    expects = tuple(expect_from(e) for e in (expect if isinstance(expect, list) else [expect] if expect else []))
+    listed = expect if isinstance(expect, list) else [expect] if expect else []
+    expects = tuple(expect_from(e) for e in listed)
     return Step(index=index, name=raw.get("name", kind), invoke=raw.get("invoke"),
                 set_values=raw.get("setValues"), redeploy=raw.get("redeploy"),
                 probe=probe_from(raw["probe"]) if "probe" in raw else None,
-                wait=wait_from(raw["wait"]) if "wait" in raw else None, expects=expects)
+                wait=wait_from(raw["wait"]) if "wait" in raw else None, expects=expects,
+                fault=raw.get("fault"), fault_after_ms=raw.get("faultAfterMs"), rotate=raw.get("rotate"),
+                runbook=raw.get("runbook"))

@@ -1,4 +1,4 @@
-"""Follow a running stack's events and access log incrementally (readers of files other processes append to)."""
+"""Follow a running stack's events and access log incrementally (files other processes append to)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ class CallTrace:
     via: str | None = None  # proxy | direct
     proxy: list[dict[str, str]] = field(default_factory=list)  # access-log records of this request
     pod_legs: list[dict[str, Any]] = field(default_factory=list)  # attach.get/post or grpc callback events
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # the proxy's routing decisions, with reasons
     elapsed_ms: int = 0
     kind: str = "invoke"  # invoke | probe (a crafted request straight to the proxy)
     method: str | None = None  # probes: the request line the prober sent
@@ -67,6 +68,9 @@ def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, 
                 trace.error = trace.error or event.get("error")
         elif kind in (PROBE_LEG_KINDS if trace.kind == "probe" else POD_LEG_KINDS):
             trace.pod_legs.append(_leg(kind, event))
+        elif kind == "proxy.decision":
+            trace.decisions.append({k: event.get(k) for k in ("method", "target", "decision", "status", "flag",
+                                                             "reason")})
         elif kind == "worker.callback.start":
             trace.via = "proxy" if event.get("proxy") else "direct"
     trace.proxy = [rec for rec in access if rec.get("request_id") == rid]

@@ -47,29 +47,51 @@ async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_s
         return Invocation(function, pod.name, 0, b"", None, 0, f"{type(exc).__name__}: {exc}")
     stream = H11Stream(h11.CLIENT, reader, writer)
     first = poll_seconds if first_poll_seconds is None else first_poll_seconds
-    headers = [("host", f"{pod.ip}:{INVOCATION_HTTP_PORT}"), ("content-type", "application/json")]
-    watcher: asyncio.Task[str] | None = None
+    host = ("host", f"{pod.ip}:{INVOCATION_HTTP_PORT}")
+    poller = _Poller(stream, host, poll_seconds, timeout, started, give_up, watch)
     try:
-        response = await exchange(stream, "POST", PEXEC + function, [*headers, ("nvcf-poll-seconds", str(first))],
-                                  body, timeout=timeout)
-        while response.status == 202 and time.monotonic() - started < timeout:
-            reqid = response.header("nvcf-reqid") or ""
-            why = give_up(reqid) if give_up else None
-            if not why:
-                if watch and watcher is None:
-                    watcher = asyncio.create_task(_as_task(watch(reqid)), name=f"watch:{reqid}")
-                response, why = await _race(exchange(
-                    stream, "GET", f"/v2/nvcf/pexec/status/{reqid}",
-                    [headers[0], ("nvcf-poll-seconds", str(poll_seconds))], timeout=timeout), watcher)
-            if why:
-                return Invocation(function, pod.name, 202, b"", reqid, _ms(started), why)
+        response = await exchange(stream, "POST", PEXEC + function, [host, ("content-type", "application/json"),
+                                  ("nvcf-poll-seconds", str(first))], body, timeout=timeout)
+        response, why = await poller.follow(response)
+        if why:
+            return Invocation(function, pod.name, 202, b"", response.header("nvcf-reqid"), _ms(started), why)
     except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:
         return Invocation(function, pod.name, 0, b"", None, _ms(started), f"{type(exc).__name__}: {exc}")
     finally:
-        if watcher is not None:
-            watcher.cancel()
+        poller.stop()
         stream.close()
     return _result(function, pod, response, started)
+
+
+class _Poller:
+    """Follows a 202 with status polls; gives up when `give_up` or the `watch` says why."""
+
+    def __init__(self, stream: H11Stream, host: tuple[str, str], poll_seconds: int, timeout: float,
+                 started: float, give_up: Callable[[str], str | None] | None,
+                 watch: Callable[[str], Awaitable[str]] | None):
+        self.stream, self.host, self.poll_seconds, self.timeout = stream, host, poll_seconds, timeout
+        self.started, self.give_up, self.watch = started, give_up, watch
+        self.watcher: asyncio.Task[str] | None = None  # started once the request id is known
+
+    async def follow(self, response: Response) -> tuple[Response, str | None]:
+        while response.status == 202 and time.monotonic() - self.started < self.timeout:
+            reqid = response.header("nvcf-reqid") or ""
+            why = self.give_up(reqid) if self.give_up else None
+            if why:
+                return response, why
+            if self.watch and self.watcher is None:
+                self.watcher = asyncio.create_task(_as_task(self.watch(reqid)), name=f"watch:{reqid}")
+            poll = exchange(self.stream, "GET", f"/v2/nvcf/pexec/status/{reqid}",
+                            [self.host, ("nvcf-poll-seconds", str(self.poll_seconds))], timeout=self.timeout)
+            polled, why = await _race(poll, self.watcher)
+            if why:
+                return response, why
+            response = polled
+        return response, None
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
 
 
 async def _as_task(awaitable: Awaitable[str]) -> str:

@@ -57,7 +57,7 @@ class NetMap:
         return LOOPBACK, real
 
     def endpoint(self, cluster: str, service: str) -> str | None:
-        """One bound endpoint of a Service, chosen by a seeded generator per calling cluster (replays repeat)."""
+        """A bound endpoint of a Service, from a seeded generator per caller's cluster (replays repeat)."""
         live = [e for e in self.services[service] if e in self.bindings]
         if not live:
             return None

@@ -41,8 +41,11 @@ from sim.proxy.access_log import read_access_log
 from sim.proxy.component import ACCESS_LOG
 from sim.topology import Topology
 
-DEFAULT_TOPOLOGY = {"invocationReplicas": 2, "grpcProxyReplicas": 0,
-                    "computeClusters": [{"workers": [{"count": 2, "trust": "stack"}]}]}
+DEFAULT_TOPOLOGY = {
+    "invocationReplicas": 2,
+    "grpcProxyReplicas": 0,
+    "computeClusters": [{"workers": [{"count": 2, "trust": "stack"}]}],
+}
 _names = itertools.count(1)
 
 
@@ -111,8 +114,11 @@ class SimStack:
 
     def events(self, kind: str | None = None, **match: Any) -> list[dict[str, Any]]:
         """Every component's events so far, oldest first, optionally of one kind and with matching fields."""
-        return [e for e in read_events(self.state_dir) if (kind is None or e["kind"] == kind)
-                and all(e.get(k) == v for k, v in match.items())]
+        return [
+            e
+            for e in read_events(self.state_dir)
+            if (kind is None or e["kind"] == kind) and all(e.get(k) == v for k, v in match.items())
+        ]
 
     def access_log(self) -> list[dict[str, str]]:
         """The proxy's access log, parsed (Envoy's default format)."""
@@ -128,13 +134,21 @@ class SimStack:
         self._stack.down()
 
 
-def _scenario(scenario: str | os.PathLike | None, values: dict[str, Any] | None,
-              topology: dict[str, Any] | None, values_file: Path | None) -> Scenario:
+def _scenario(
+    scenario: str | os.PathLike | None,
+    values: dict[str, Any] | None,
+    topology: dict[str, Any] | None,
+    values_file: Path | None,
+) -> Scenario:
     if scenario is not None:
         return load_scenario(str(scenario), values_file)
-    data = {"name": "pytest", "summary": "a stack from a pytest fixture", "values": values or {},
-            "topology": topology or DEFAULT_TOPOLOGY,
-            "steps": [{"name": "invoke once", "invoke": {"function": "http-echo"}}]}
+    data = {
+        "name": "pytest",
+        "summary": "a stack from a pytest fixture",
+        "values": values or {},
+        "topology": topology or DEFAULT_TOPOLOGY,
+        "steps": [{"name": "invoke once", "invoke": {"function": "http-echo"}}],
+    }
     return scenario_from_data(data, Path("<ncpsim_stack values>"), {}, values_file)
 
 
@@ -143,17 +157,25 @@ StackFactory = Callable[..., SimStack]
 
 @pytest.fixture
 def ncpsim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFactory]:
-    """Factory: ``ncpsim_stack(scenario=None, *, values=None, topology=None, values_file=None)`` -> SimStack.
+    """Start stacks from a catalogue name, a YAML path or values; each is stopped when the test ends.
 
-    Give a catalogue name or YAML path, or values (and a topology section) for an ad-hoc stack.
+    ``ncpsim_stack(scenario=None, *, values=None, topology=None, values_file=None)`` -> SimStack; values
+    (and a scenario-style topology section) make an ad-hoc stack.
     """
     root = tmp_path_factory.mktemp("ncpsim")
     started: list[SimStack] = []
 
-    def start(scenario: str | os.PathLike | None = None, *, values: dict[str, Any] | None = None,
-              topology: dict[str, Any] | None = None, values_file: Path | None = None) -> SimStack:
-        sim = SimStack(_scenario(scenario, values, topology, values_file),
-                       LocalStack(f"pytest-{os.getpid()}-{next(_names)}", root=root))
+    def start(
+        scenario: str | os.PathLike | None = None,
+        *,
+        values: dict[str, Any] | None = None,
+        topology: dict[str, Any] | None = None,
+        values_file: Path | None = None,
+    ) -> SimStack:
+        sim = SimStack(
+            _scenario(scenario, values, topology, values_file),
+            LocalStack(f"pytest-{os.getpid()}-{next(_names)}", root=root),
+        )
         started.append(sim)  # before up: a half-started stack is stopped too
         return sim.up()
 
@@ -166,7 +188,7 @@ def ncpsim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFact
 
 @pytest.fixture
 def ncpsim_replay(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., ScenarioResult]:
-    """``ncpsim_replay(scenario, values_file=None)`` -> ScenarioResult, on a fresh stack that is stopped after."""
+    """``ncpsim_replay(scenario, values_file=None)`` -> ScenarioResult, on a fresh stack, stopped after."""
     root = tmp_path_factory.mktemp("ncpsim-replay")
 
     def replay(scenario: str | os.PathLike, values_file: Path | None = None) -> ScenarioResult:

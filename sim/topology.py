@@ -121,7 +121,8 @@ class Topology:
         for c in self.clusters:
             if c.kind == "control":
                 hosts = tuple((p.fqdn, p.ip) for p in self.pods)
-                hosts += ((PROXY_SERVICE_FQDN, self.proxy_lb_ip), (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
+                hosts += ((PROXY_SERVICE_FQDN, self.proxy_lb_ip),
+                          (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
                 views[c.name] = View(cluster=c.name, hosts=hosts)
             else:
                 rule = WildcardRule(self.worker_domain, self.proxy_lb_ip) if c.wildcard_dns else None

@@ -93,7 +93,8 @@ async def _dial(worker: WorkerRuntime, ip: str, port: int, tls: ssl.SSLContext |
     try:
         reader, writer = await worker.ctx.open_tcp(ip, port, tls=tls, server_hostname=server_hostname)
     except ssl.SSLCertVerificationError as exc:
-        raise CallbackFailed("tls", f"TLS handshake failed: certificate verify failed ({exc.verify_message})") from exc
+        raise CallbackFailed("tls", "TLS handshake failed: certificate verify failed "
+                             f"({exc.verify_message})") from exc
     except (OSError, TimeoutError, ssl.SSLError) as exc:
         raise CallbackFailed("connect", f"{type(exc).__name__}: {exc}") from exc
     return H11Stream(h11.CLIENT, reader, writer)
@@ -120,7 +121,8 @@ async def _connect_tunnel(worker: WorkerRuntime, stream: H11Stream, pod_host: st
                              f"({exc.verify_message})") from exc
     except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
         stream.close()
-        raise CallbackFailed("tls", f"TLS handshake with the pod failed: {type(exc).__name__}: {exc}") from exc
+        raise CallbackFailed("tls", f"TLS handshake with the pod failed: {type(exc).__name__}: {exc}") \
+            from exc
     return H11Stream(h11.CLIENT, inner, inner)  # type: ignore[arg-type]  # stream-shaped, see TunnelTls
 
 

@@ -56,8 +56,14 @@ def run_up(tools, scenario, engine=None) -> tuple[int, CommandRunner, list]:
         replays.append(t)
         return 0
 
-    code = backend.up(scenario, "default", runner=runner, engine=engine or FakeEngine(), replay=replay,
-                      sleep=lambda _s: None)
+    code = backend.up(
+        scenario,
+        "default",
+        runner=runner,
+        engine=engine or FakeEngine(),
+        replay=replay,
+        sleep=lambda _s: None,
+    )
     return code, runner, replays
 
 
@@ -65,10 +71,22 @@ def expected_up(home: Path, first: bool) -> list[tuple[str, ...]]:
     rendered = home / "default" / "rendered"
     cp, c1 = ("kubectl", "--context", "k3d-ncpsim-cp"), ("kubectl", "--context", "k3d-ncpsim-compute-1")
     create = [("docker", "network", "create", "--label", "io.ncpsim.managed=true", "ncpsim")] if first else []
-    clusters = [("k3d", "cluster", "create", "--config", str(rendered / "k3d" / f"{name}.yaml"))
-                for name in ("ncpsim-cp", "ncpsim-compute-1")] if first else []
-    coredns = [(*c1, "-n", "kube-system", "rollout", "restart", "deployment", "coredns"),
-               (*c1, "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=180s")] if first else []
+    clusters = (
+        [
+            ("k3d", "cluster", "create", "--config", str(rendered / "k3d" / f"{name}.yaml"))
+            for name in ("ncpsim-cp", "ncpsim-compute-1")
+        ]
+        if first
+        else []
+    )
+    coredns = (
+        [
+            (*c1, "-n", "kube-system", "rollout", "restart", "deployment", "coredns"),
+            (*c1, "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=180s"),
+        ]
+        if first
+        else []
+    )
     return [
         ("docker", "version", "--format", "{{.Client.Version}}"),
         ("k3d", "version"),
@@ -80,14 +98,18 @@ def expected_up(home: Path, first: bool) -> list[tuple[str, ...]]:
         ("k3d", "image", "import", "ncpsim/standin:dev", "--cluster", "ncpsim-cp"),
         ("k3d", "image", "import", "ncpsim/standin:dev", "--cluster", "ncpsim-compute-1"),
         (*cp, "apply", "-f", str(rendered / "manifests" / "ncpsim-cp.yaml")),
-        *[(*cp, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
-          for name in ("work-bus", "invocation-service", "grpc-proxy-deployment", "worker-callback-proxy")],
+        *[
+            (*cp, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
+            for name in ("work-bus", "invocation-service", "grpc-proxy-deployment", "worker-callback-proxy")
+        ],
         (*cp, "-n", "nvcf", "get", "service", "work-bus", "-o", "json"),
         (*cp, "-n", "nvcf", "get", "service", "worker-callback-proxy", "-o", "json"),
         (*c1, "apply", "-f", str(rendered / "manifests" / "ncpsim-compute-1.yaml")),
         *coredns,
-        *[(*c1, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
-          for name in ("worker-1-0", "worker-1-1")],
+        *[
+            (*c1, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
+            for name in ("worker-1-0", "worker-1-1")
+        ],
     ]
 
 
@@ -101,10 +123,7 @@ def test_up_runs_the_exact_sequence_and_the_fakes_saw_it(tools, scenario, tmp_pa
     assert tools.state()["networks"] == ["ncpsim"]
     assert engine.builds == [(engine.builds[0][0], "docker/Dockerfile", "ncpsim/standin:dev")]
     assert len(replays) == 1
-
-
-def test_compute_cluster_gets_the_live_load_balancer_address(tools, scenario, tmp_path: Path) -> None:
-    run_up(tools, scenario)
+    # The compute cluster's selectorless Services point at the live load-balancer address.
     text = (tmp_path / "home" / "default" / "rendered" / "manifests" / "ncpsim-compute-1.yaml").read_text()
     assert f"ip: {fake.LB_IP}" in text
     assert "10.100.0.10" in text  # only in the rewrite's comment: the local backend's virtual address
@@ -112,7 +131,7 @@ def test_compute_cluster_gets_the_live_load_balancer_address(tools, scenario, tm
     assert manifest.stat().st_mode & 0o777 == 0o600  # Secrets with private keys inside
 
 
-def test_second_up_is_idempotent(tools, scenario, tmp_path: Path) -> None:
+def test_second_up_is_idempotent_and_down_removes_everything(tools, scenario, tmp_path: Path) -> None:
     run_up(tools, scenario)
     before = len(tools.calls())
     code, runner, _ = run_up(tools, scenario)
@@ -121,16 +140,31 @@ def test_second_up_is_idempotent(tools, scenario, tmp_path: Path) -> None:
     assert not [c for c in runner.commands if "create" in c or "restart" in c]
     assert len(tools.calls()) == before + len(runner.commands)
     assert tools.state()["clusters"] == ["ncpsim-cp", "ncpsim-compute-1"]
+    backend.down("default", runner=CommandRunner(env=tools.env, echo=None), engine=FakeEngine())
+    assert tools.state()["clusters"] == [] and tools.state()["networks"] == []
+    assert (
+        tmp_path / "home" / "default" / "certs"
+    ).exists()  # kept for the next `up`: workers' trust survives
+    backend.down("default", purge=True, runner=CommandRunner(env=tools.env, echo=None), engine=FakeEngine())
+    assert not (tmp_path / "home" / "default").exists()
 
 
 def test_failure_midway_rolls_back_what_this_run_created(tools, scenario) -> None:
     tools.fail_on("--context k3d-ncpsim-compute-1 apply")
     runner = CommandRunner(env=tools.env, echo=None)
-    with pytest.raises(BackendError, match=r"apply -f .*ncpsim-compute-1.yaml` failed \(exit 1\): Error: injected"):
-        backend.up(scenario, "default", runner=runner, engine=FakeEngine(), replay=lambda *a: 0,
-                   sleep=lambda _s: None)
+    with pytest.raises(
+        BackendError, match=r"apply -f .*ncpsim-compute-1.yaml` failed \(exit 1\): Error: injected"
+    ):
+        backend.up(
+            scenario,
+            "default",
+            runner=runner,
+            engine=FakeEngine(),
+            replay=lambda *a: 0,
+            sleep=lambda _s: None,
+        )
     failed_at = next(i for i, c in enumerate(runner.commands) if "apply" in c and "k3d-ncpsim-compute-1" in c)
-    assert runner.commands[failed_at + 1:] == [
+    assert runner.commands[failed_at + 1 :] == [
         ("k3d", "cluster", "delete", "ncpsim-compute-1"),
         ("k3d", "cluster", "delete", "ncpsim-cp"),
         ("docker", "network", "rm", "ncpsim"),
@@ -156,8 +190,11 @@ def test_failed_image_build_rolls_back_too(tools, scenario) -> None:
     runner = CommandRunner(env=tools.env, echo=None)
     with pytest.raises(BackendError, match="building"):
         backend.up(scenario, "default", runner=runner, engine=BrokenBuild(), replay=lambda *a: 0)
-    assert runner.commands[-3:] == [("k3d", "cluster", "delete", "ncpsim-compute-1"),
-                                    ("k3d", "cluster", "delete", "ncpsim-cp"), ("docker", "network", "rm", "ncpsim")]
+    assert runner.commands[-3:] == [
+        ("k3d", "cluster", "delete", "ncpsim-compute-1"),
+        ("k3d", "cluster", "delete", "ncpsim-cp"),
+        ("docker", "network", "rm", "ncpsim"),
+    ]
 
 
 def test_down_deletes_only_ncpsim_clusters_then_the_network(tools, capsys) -> None:
@@ -184,14 +221,10 @@ def test_down_when_nothing_is_up(tools, capsys) -> None:
     assert "nothing to delete" in capsys.readouterr().out
 
 
-def test_up_then_down_leaves_nothing(tools, scenario) -> None:
-    run_up(tools, scenario)
-    backend.down("default", runner=CommandRunner(env=tools.env, echo=None), engine=FakeEngine())
-    assert tools.state()["clusters"] == [] and tools.state()["networks"] == []
-
-
 # -- preflight -----------------------------------------------------------------------------------
-def test_preflight_names_each_missing_tool_with_its_install_step(tmp_path: Path, scenario, monkeypatch) -> None:
+def test_preflight_names_each_missing_tool_with_its_install_step(
+    tmp_path: Path, scenario, monkeypatch
+) -> None:
     monkeypatch.setenv("NCPSIM_HOME", str(tmp_path / "home"))
     only_docker = fake.Harness(tmp_path, tools=("docker",), inherit_path=False)
     runner = CommandRunner(env=only_docker.env, echo=None)
@@ -207,7 +240,9 @@ def test_preflight_names_each_missing_tool_with_its_install_step(tmp_path: Path,
 def test_preflight_reports_an_unreachable_engine(tools, scenario) -> None:
     runner = CommandRunner(env=tools.env, echo=None)
     with pytest.raises(BackendError, match="docker engine Docker engine not reachable .*start Docker"):
-        backend.up(scenario, "default", runner=runner, engine=FakeEngine(reachable=False), replay=lambda *a: 0)
+        backend.up(
+            scenario, "default", runner=runner, engine=FakeEngine(reachable=False), replay=lambda *a: 0
+        )
     assert not [c for c in tools.calls() if c[:2] in (("docker", "network"), ("k3d", "cluster"))]
 
 
@@ -241,5 +276,34 @@ def test_proxy_service_type_must_be_a_load_balancer_for_compute_clusters(tools, 
 
     values = deep_merge(scenario.values, {"workerCallbackProxy": {"service": {"type": "ClusterIP"}}})
     with pytest.raises(BackendError, match="service.type.*LoadBalancer"):
-        backend.up(replace(scenario, values=values), "default", runner=CommandRunner(env=tools.env, echo=None),
-                   engine=FakeEngine(), replay=lambda *a: 0)
+        backend.up(
+            replace(scenario, values=values),
+            "default",
+            runner=CommandRunner(env=tools.env, echo=None),
+            engine=FakeEngine(),
+            replay=lambda *a: 0,
+        )
+
+
+# -- the runner and the engine seam ----------------------------------------------------------------
+def test_runner_turns_failures_into_one_line_errors(tools) -> None:
+    runner = CommandRunner(env=tools.env, echo=None)
+    tools.fail_on("cluster list")
+    with pytest.raises(BackendError) as raised:
+        runner.run("k3d", "cluster", "list", "-o", "json")
+    assert (
+        str(raised.value)
+        == "`k3d cluster list -o json` failed (exit 1): Error: injected failure (cluster list)"
+    )
+    assert not runner.run("k3d", "cluster", "list", check=False).ok
+    with pytest.raises(BackendError, match="no-such-tool: not found on PATH"):
+        runner.run("no-such-tool", "--version")
+    assert runner.commands[-1] == ("no-such-tool", "--version")  # recorded even when it cannot start
+
+
+def test_sdk_engine_reports_an_unreachable_engine_with_the_fix(monkeypatch, tmp_path: Path) -> None:
+    from clusters.k3d.engine import SdkEngine
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with pytest.raises(BackendError, match=r"Docker engine not reachable .*; start Docker"):
+        SdkEngine().version()

@@ -49,8 +49,15 @@ steps:
 
 
 def invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=90)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 @dataclass
@@ -81,7 +88,10 @@ def test_exit_code_and_text_report_name_step_and_expectation(failed: Failed) -> 
     assert failed.done.returncode == 1, out + failed.done.stderr
     assert "\x1b[" not in out  # plain text when not on a terminal
     assert "FAIL deliberately-failing" in out and "✓ step 1 (callbacks work with a public frontend)" in out
-    assert f"{STEP2}: expected outcome failure, but it succeeded (client status 200) (invocations 1, 2 of 2)" in out
+    assert (
+        f"{STEP2}: expected outcome failure, but it succeeded (client status 200) (invocations 1, 2 of 2)"
+        in out
+    )
     assert f"{STEP2}: expected proxy answering 503 UF, but the access log shows 200 -, 200 -" in out
     assert "0/1 scenarios passed" in out
 
@@ -105,72 +115,83 @@ def test_keep_leaves_the_failed_stack_running_with_its_reports(failed: Failed) -
 
 def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     assert CHROMIUM is not None
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--force-device-scale-factor=1", "--window-size=1600,1400"]
-    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=60)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--force-device-scale-factor=1",
+        "--window-size=1600,1400",
+    ]
+    return subprocess.run([CHROMIUM, *flags, *args], check=False, capture_output=True, text=True, timeout=60)
 
 
-def read_png(path: Path) -> tuple[int, int, int, bytes]:
-    """(width, height, bytes per pixel, unfiltered rows) of an 8-bit RGB/RGBA PNG, as Chromium writes them."""
+def png_rows(path: Path) -> Iterator[bytes]:
+    """RGB(A) rows, top to bottom, of an 8-bit PNG as Chromium writes it (unfiltered lazily: the lanes'
+    headers are near the top, so a caller stops long before the end)."""
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width = 8, b"", 0
+    pos, idat, chunks = 8, b"", {}
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
-            assert depth == 8 and colour in (2, 6)
-            bpp = 3 if colour == 2 else 4
-        elif kind == b"IDAT":
-            idat += body
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunks.setdefault(kind, data[pos + 8 : pos + 8 + length])
+        idat += data[pos + 8 : pos + 8 + length] if kind == b"IDAT" else b""
         pos += 12 + length
-    raw, stride, rows = zlib.decompress(idat), width * bpp, bytearray()
-    prev = bytearray(stride)
+    width, height, depth, colour = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    assert depth == 8 and colour in (2, 6)
+    bpp = 3 if colour == 2 else 4
+    raw, stride, prev = zlib.decompress(idat), width * bpp, bytearray(width * bpp)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a, b = line[i - bpp] if i >= bpp else 0, prev[i]
             c = prev[i - bpp] if i >= bpp else 0
             p = a + b - c
-            pred = (0, a, b, (a + b) // 2, a if abs(p - a) <= min(abs(p - b), abs(p - c)) else
-                    b if abs(p - b) <= abs(p - c) else c)[kind]
-            line[i] = (line[i] + pred) & 0xFF
-        rows += line
+            paeth = a if abs(p - a) <= min(abs(p - b), abs(p - c)) else b if abs(p - b) <= abs(p - c) else c
+            line[i] = (line[i] + (0, a, b, (a + b) // 2, paeth)[kind]) & 0xFF
         prev = line
-    return width, height, bpp, bytes(rows)
+        yield b"".join(bytes(line[x : x + 3]) for x in range(0, stride, bpp))  # drop alpha
 
 
 def lane_header_runs(png: Path) -> list[tuple[int, int]]:
-    """Horizontal runs of the lane-header fill in the first rows that have it: one run per lane drawn."""
-    width, height, bpp, pixels = read_png(png)
-    for y in range(height):
-        row = [tuple(pixels[(y * width + x) * bpp:(y * width + x) * bpp + 3]) for x in range(width)]
-        if HEADER_FILL in row:
-            y += 2  # below the rectangles' top edge, above the lane names
-            row = [tuple(pixels[(y * width + x) * bpp:(y * width + x) * bpp + 3]) for x in range(width)]
+    """Horizontal runs of the lane-header fill a few rows into the headers: one run per lane drawn."""
+    fill, seen = bytes(HEADER_FILL), 0
+    for row in png_rows(png):
+        pixels = [row[x : x + 3] for x in range(0, len(row), 3)]
+        seen += 1 if seen or fill in pixels else 0
+        if seen == 3:  # below the rectangles' top edge, above the lane names
             runs, start = [], None
-            for x, pixel in enumerate([*row, None]):
-                if pixel == HEADER_FILL and start is None:
+            for x, pixel in enumerate([*pixels, b""]):
+                if pixel == fill and start is None:
                     start = x
-                elif pixel != HEADER_FILL and start is not None:
+                elif pixel != fill and start is not None:
                     runs.append((start, x - start))
                     start = None
             return runs
     return []
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does it)")
-def test_sequence_page_draws_worker_dns_proxy_and_pod_lanes_in_chromium(failed: Failed, tmp_path: Path) -> None:
-    page = (failed.state / "reports" / "sequence.html").as_uri()
-    dom = _chromium("--dump-dom", page, profile=tmp_path / "profile").stdout
-    for lane, label in (("worker", "worker"), ("dns", "DNS"), ("proxy", "proxy"),
-                        ("pod_invocation_service_0", "invocation-service-0")):
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does it)"
+)
+def test_sequence_page_draws_worker_dns_proxy_and_pod_lanes_in_chromium(
+    failed: Failed, tmp_path: Path
+) -> None:
+    page, shot = (failed.state / "reports" / "sequence.html").as_uri(), tmp_path / "sequence.png"
+    dom = _chromium("--dump-dom", f"--screenshot={shot}", page, profile=tmp_path / "profile").stdout
+    for lane, label in (
+        ("worker", "worker"),
+        ("dns", "DNS"),
+        ("proxy", "proxy"),
+        ("pod_invocation_service_0", "invocation-service-0"),
+    ):
         assert f'id="lane-{lane}" data-lane="{label}"' in dom, lane
     assert dom.count('class="msg call"') >= 8 and f"FAILED {STEP2}" in dom
-    shot = tmp_path / "sequence.png"
-    _chromium(f"--screenshot={shot}", page, profile=tmp_path / "profile")
     runs = lane_header_runs(shot)
     # client, worker, DNS, proxy, two pods: six headers, evenly spaced as the layout puts them
     assert len(runs) == 6, runs

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,7 +77,9 @@ class Backend:
         for cluster in topology.clusters:
             if cluster.name in existing:
                 continue
-            self.runner.run("k3d", "cluster", "create", "--config", str(self.render_dir / k3d_config_path(cluster.name)))
+            self.runner.run(
+                "k3d", "cluster", "create", "--config", str(self.render_dir / k3d_config_path(cluster.name))
+            )
             self.created.append(("cluster", cluster.name))
 
     def load_image(self, topology: Topology, image: str = STANDIN_IMAGE) -> None:
@@ -90,20 +93,31 @@ class Backend:
 
     def wait_rollouts(self, cluster: str, deployments: list[tuple[str, str]]) -> None:
         for namespace, name in deployments:
-            self.kubectl(cluster, "-n", namespace, "rollout", "status", f"deployment/{name}",
-                         f"--timeout={CLUSTER_TIMEOUT}")
+            self.kubectl(
+                cluster,
+                "-n",
+                namespace,
+                "rollout",
+                "status",
+                f"deployment/{name}",
+                f"--timeout={CLUSTER_TIMEOUT}",
+            )
 
     def lb_address(self, service: str) -> str:
         """The LoadBalancer ingress IP k3s's servicelb gives a control-plane Service: the server
         node's address on the shared network, which compute clusters can route to."""
         for _ in range(LB_ATTEMPTS):
-            raw = self.kubectl(CONTROL_CLUSTER, "-n", NAMESPACE, "get", "service", service, "-o", "json").stdout
+            raw = self.kubectl(
+                CONTROL_CLUSTER, "-n", NAMESPACE, "get", "service", service, "-o", "json"
+            ).stdout
             ingress = json.loads(raw).get("status", {}).get("loadBalancer", {}).get("ingress") or []
             if ingress and ingress[0].get("ip"):
                 return str(ingress[0]["ip"])
             self.sleep(LB_INTERVAL)
-        raise BackendError(f"service {NAMESPACE}/{service} on {CONTROL_CLUSTER} got no load-balancer address; "
-                           f"check `kubectl --context {kube_context(CONTROL_CLUSTER)} -n kube-system get pods`")
+        raise BackendError(
+            f"service {NAMESPACE}/{service} on {CONTROL_CLUSTER} got no load-balancer address; "
+            f"check `kubectl --context {kube_context(CONTROL_CLUSTER)} -n kube-system get pods`"
+        )
 
     def addresses(self, topology: Topology) -> Addresses:
         bus = self.lb_address(BUS_NAME)
@@ -111,7 +125,8 @@ class Backend:
         return Addresses(proxy=self.lb_address(PROXY_NAME) if topology.proxy_enabled else bus, bus=bus)
 
     def restart_coredns(self, cluster: str, applied: str) -> None:
-        """CoreDNS reads coredns-custom at start; restart it only when the rewrite changed."""
+        """A changed coredns-custom reaches CoreDNS's volume only after a kubelet sync, and its reload
+        plugin watches the Corefile, not the imported snippets: restart it, but only when it changed."""
         if re.search(r"^configmap/coredns-custom (created|configured)", applied, re.MULTILINE):
             self.kubectl(cluster, "-n", "kube-system", "rollout", "restart", "deployment", "coredns")
             self.wait_rollouts(cluster, [("kube-system", "coredns")])
@@ -120,7 +135,9 @@ class Backend:
         """Delete what this run created, newest first; returns what could not be removed."""
         left = []
         for kind, name in reversed(self.created):
-            argv = ("k3d", "cluster", "delete", name) if kind == "cluster" else ("docker", "network", "rm", name)
+            argv = (
+                ("k3d", "cluster", "delete", name) if kind == "cluster" else ("docker", "network", "rm", name)
+            )
             if not self.runner.run(*argv, check=False).ok:
                 left.append(f"{kind} {name}")
         self.created.clear()
@@ -163,17 +180,40 @@ def _default_replay(backend: Backend, scenario: Scenario, topology: Topology) ->
     return replay_on_clusters(backend, scenario, topology)
 
 
-def up(scenario: Scenario, stack: str, *, runner: CommandRunner | None = None, engine: DockerEngine | None = None,
-       replay: Replay | None = None, sleep: Callable[[float], None] = time.sleep) -> int:
+def _judge_refusal(scenario: Scenario) -> int:
+    from scenarios.engine import judge_refusal
+    from scenarios.report import render_text
+
+    result = judge_refusal(scenario)
+    print(render_text(result), end="")
+    return 0 if result.ok else 1
+
+
+def up(
+    scenario: Scenario,
+    stack: str,
+    *,
+    runner: CommandRunner | None = None,
+    engine: DockerEngine | None = None,
+    replay: Replay | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Bring the clusters up and replay the scenario: 0 when its expectations hold, 1 when not.
     Usage and environment problems raise BackendError (exit 2 from the task)."""
+    if getattr(scenario, "expect_error", None) is not None:
+        return _judge_refusal(scenario)  # the values are meant to be refused: no cluster is needed
     runner = runner or CommandRunner()
     engine = engine or SdkEngine()
     preflight(runner, engine)
     topology = scenario.build_topology(stack)
-    if topology.compute_clusters and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer":
-        raise BackendError("workerCallbackProxy.service.type: the k3d backend reaches the proxy from compute "
-                           "clusters through its load balancer; set it to LoadBalancer")
+    if (
+        topology.compute_clusters
+        and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer"
+    ):
+        raise BackendError(
+            "workerCallbackProxy.service.type: the k3d backend reaches the proxy from compute "
+            "clusters through its load balancer; set it to LoadBalancer"
+        )
     state = stack_state(stack)
     backend = Backend(runner, engine, state, sleep)
     material = cert_material(state / "certs", topology)
@@ -181,12 +221,21 @@ def up(scenario: Scenario, stack: str, *, runner: CommandRunner | None = None, e
     return (replay or _default_replay)(backend, scenario, topology)
 
 
-def down(stack: str, *, runner: CommandRunner | None = None, engine: DockerEngine | None = None) -> int:
-    """Delete ncpsim's clusters (compute first) and the shared network; 0 also when nothing was up."""
-    runner = runner or CommandRunner()
-    preflight(runner, engine or SdkEngine(), tools=("docker", "k3d"), with_engine=False)
-    backend = Backend(runner, engine or SdkEngine(), stack_state(stack))
-    ours = sorted((n for n in backend.existing_clusters() if OURS.match(n)), key=lambda n: (n == CONTROL_CLUSTER, n))
+def down(
+    stack: str,
+    *,
+    purge: bool = False,
+    runner: CommandRunner | None = None,
+    engine: DockerEngine | None = None,
+) -> int:
+    """Delete ncpsim's clusters (compute first) and the shared network; 0 also when nothing was up.
+    `purge` also removes the stack's state folder (certificates, rendered files, events)."""
+    runner, engine = runner or CommandRunner(), engine or SdkEngine()
+    preflight(runner, engine, tools=("docker", "k3d"), with_engine=False)  # the engine may already be gone
+    backend = Backend(runner, engine, stack_state(stack))
+    ours = sorted(
+        (n for n in backend.existing_clusters() if OURS.match(n)), key=lambda n: (n == CONTROL_CLUSTER, n)
+    )
     for name in ours:
         runner.run("k3d", "cluster", "delete", name)
     removed = [f"cluster {name}" for name in ours]
@@ -194,5 +243,10 @@ def down(stack: str, *, runner: CommandRunner | None = None, engine: DockerEngin
         runner.run("docker", "network", "rm", NETWORK)
         removed.append(f"network {NETWORK}")
     (backend.state / "status.json").unlink(missing_ok=True)
-    print(f"deleted {', '.join(removed)}" if removed else "nothing to delete: no ncpsim k3d clusters or network")
+    if purge:
+        shutil.rmtree(backend.state, ignore_errors=True)
+        removed.append(f"state folder {backend.state}")
+    print(
+        f"deleted {', '.join(removed)}" if removed else "nothing to delete: no ncpsim k3d clusters or network"
+    )
     return 0

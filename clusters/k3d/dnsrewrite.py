@@ -58,8 +58,19 @@ def plan(domain: str, target: Target, address: str | None) -> list[dict[str, Any
 
 def ncpsim_proxy_address(runner: CommandRunner) -> str | None:
     """The proxy's load-balancer IP of ncpsim's own control plane, if it is up."""
-    result = runner.run("kubectl", "--context", kube_context(CONTROL_CLUSTER), "-n", NAMESPACE, "get", "service",
-                        PROXY_NAME, "-o", "json", check=False)
+    result = runner.run(
+        "kubectl",
+        "--context",
+        kube_context(CONTROL_CLUSTER),
+        "-n",
+        NAMESPACE,
+        "get",
+        "service",
+        PROXY_NAME,
+        "-o",
+        "json",
+        check=False,
+    )
     if not result.ok:
         return None
     ingress = json.loads(result.stdout or "{}").get("status", {}).get("loadBalancer", {}).get("ingress") or []
@@ -70,8 +81,9 @@ def service_exists(runner: CommandRunner, context: str, target: Target) -> bool:
     if target.service is None:
         return True  # not ours to create: an external name must already resolve
     namespace, name = target.service
-    return runner.run("kubectl", "--context", context, "-n", namespace, "get", "service", name, "-o", "name",
-                      check=False).ok
+    return runner.run(
+        "kubectl", "--context", context, "-n", namespace, "get", "service", name, "-o", "name", check=False
+    ).ok
 
 
 def confirm_context(runner: CommandRunner, context: str, assume_yes: bool, ask: Callable[[str], str]) -> bool:
@@ -86,22 +98,45 @@ def confirm_context(runner: CommandRunner, context: str, assume_yes: bool, ask: 
     return True
 
 
-def dns_rewrite(context: str, domain: str, proxy_service_name: str, dry_run: bool = False,
-                assume_yes: bool = False, *, proxy_address: str | None = None, runner: CommandRunner | None = None,
-                ask: Callable[[str], str] = input, out: Callable[[str], None] = print) -> int:
+def address_to_create(runner: CommandRunner, context: str, target: Target, given: str | None) -> str | None:
+    """The proxy address for a Service pair to create, or None when the cluster already has the target."""
+    if service_exists(runner, context, target):
+        return None
+    address = given or ncpsim_proxy_address(runner)
+    if address is None:
+        raise BackendError(
+            f"{context} has no Service {target.fqdn} and the proxy's address is unknown; "
+            "pass --proxy-address with the proxy load balancer's IP"
+        )
+    return address
+
+
+def apply_and_restart(runner: CommandRunner, context: str, objects: list[dict[str, Any]]) -> str:
+    kubectl = ("kubectl", "--context", context)
+    applied = runner.run(*kubectl, "apply", "-f", "-", input_text=dump_all(objects)).stdout
+    runner.run(*kubectl, "-n", "kube-system", "rollout", "restart", "deployment", "coredns")
+    runner.run(*kubectl, "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=120s")
+    return applied.strip()
+
+
+def dns_rewrite(
+    context: str,
+    domain: str,
+    proxy_service_name: str,
+    dry_run: bool = False,
+    assume_yes: bool = False,
+    *,
+    proxy_address: str | None = None,
+    runner: CommandRunner | None = None,
+    ask: Callable[[str], str] = input,
+    out: Callable[[str], None] = print,
+) -> int:
     """0 when applied (or printed with dry_run), 1 when the user declined the context switch."""
     runner = runner or CommandRunner()
     if runner.which("kubectl") is None:
         raise BackendError("kubectl not found on PATH; `invoke doctor` shows the install step")
     target = parse_target(proxy_service_name)
-    if not service_exists(runner, context, target):
-        proxy_address = proxy_address or ncpsim_proxy_address(runner)
-        if proxy_address is None:
-            raise BackendError(f"{context} has no Service {target.fqdn} and the proxy's address is unknown; "
-                               "pass --proxy-address with the proxy load balancer's IP")
-    else:
-        proxy_address = None  # the cluster already resolves the target: create nothing
-    objects = plan(domain, target, proxy_address)
+    objects = plan(domain, target, address_to_create(runner, context, target, proxy_address))
     if dry_run:
         out(f"# would apply to context {context}, then restart kube-system/coredns")
         out(dump_all(objects))
@@ -109,10 +144,6 @@ def dns_rewrite(context: str, domain: str, proxy_service_name: str, dry_run: boo
     if not confirm_context(runner, context, assume_yes, ask):
         out("not switching the kubectl context; nothing was changed")
         return 1
-    applied = runner.run("kubectl", "--context", context, "apply", "-f", "-", input_text=dump_all(objects)).stdout
-    out(applied.strip())
-    runner.run("kubectl", "--context", context, "-n", "kube-system", "rollout", "restart", "deployment", "coredns")
-    runner.run("kubectl", "--context", context, "-n", "kube-system", "rollout", "status", "deployment/coredns",
-               "--timeout=120s")
+    out(apply_and_restart(runner, context, objects))
     out(f"*.{normalize_name(domain)} now resolves to {target.fqdn} in {context}")
     return 0

@@ -30,8 +30,12 @@ def python_check() -> Check:
 def modules_check() -> Check:
     missing = [name for name in LOCAL_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        return Check("python packages", False, f"missing {', '.join(missing)}",
-                     "pip install -e '.[test]' in the repository's virtualenv")
+        return Check(
+            "python packages",
+            False,
+            f"missing {', '.join(missing)}",
+            "pip install -e '.[test]' in the repository's virtualenv",
+        )
     return Check("python packages", True, "all present")
 
 
@@ -41,7 +45,9 @@ def loopback_check() -> Check:
             with socket.socket(socket.AF_INET, kind) as sock:
                 sock.bind(("127.0.0.1", 0))
     except OSError as exc:
-        return Check("loopback sockets", False, str(exc), "allow binding 127.0.0.1 (sandbox or firewall settings)")
+        return Check(
+            "loopback sockets", False, str(exc), "allow binding 127.0.0.1 (sandbox or firewall settings)"
+        )
     return Check("loopback sockets", True, "127.0.0.1, port 0 (nothing fixed to clash)")
 
 
@@ -52,10 +58,16 @@ def port_check(port: int, kind: int, label: str) -> Check:
             sock.bind(("0.0.0.0", port))
     except OSError as exc:
         if exc.errno == errno.EACCES:
-            return Check(name, True, "privileged: a rootful Docker engine binds it; rootless Docker needs "
-                         f"`sysctl net.ipv4.ip_unprivileged_port_start={port}`")
+            return Check(
+                name,
+                True,
+                "privileged: a rootful Docker engine binds it; rootless Docker needs "
+                f"`sysctl net.ipv4.ip_unprivileged_port_start={port}`",
+            )
         if exc.errno == errno.EADDRINUSE:
-            return Check(name, False, "in use", f"stop what listens there (`lsof -i :{port}`) or free the port")
+            return Check(
+                name, False, "in use", f"stop what listens there (`lsof -i :{port}`) or free the port"
+            )
         return Check(name, False, str(exc), "check local firewall settings")
     return Check(name, True, "free")
 
@@ -65,8 +77,11 @@ def local_checks() -> list[Check]:
 
 
 def k3d_section(runner: CommandRunner, engine: DockerEngine) -> list[Check]:
-    return [*k3d_checks(runner, engine), port_check(HTTP_HOST_PORT, socket.SOCK_STREAM, "tcp"),
-            port_check(H3_HOST_PORT, socket.SOCK_DGRAM, "udp")]
+    return [
+        *k3d_checks(runner, engine),
+        port_check(HTTP_HOST_PORT, socket.SOCK_STREAM, "tcp"),
+        port_check(H3_HOST_PORT, socket.SOCK_DGRAM, "udp"),
+    ]
 
 
 def report(sections: dict[str, list[Check]], out: Callable[[str], None] = print) -> None:
@@ -77,8 +92,11 @@ def report(sections: dict[str, list[Check]], out: Callable[[str], None] = print)
             out(check.line())
 
 
-def doctor(runner: CommandRunner | None = None, engine: DockerEngine | None = None,
-           out: Callable[[str], None] = print) -> int:
+def doctor(
+    runner: CommandRunner | None = None,
+    engine: DockerEngine | None = None,
+    out: Callable[[str], None] = print,
+) -> int:
     """Print both backends' checks; 0 when the local backend is ready (k3d is optional), else 1."""
     runner = runner or CommandRunner(echo=None)
     sections = {"local": local_checks(), "k3d": k3d_section(runner, engine or SdkEngine())}

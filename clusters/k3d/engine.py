@@ -38,8 +38,11 @@ def context_members(root: Path = REPO_ROOT) -> list[Path]:
     """Repository-relative paths that go into the build context, sorted (a stable context caches)."""
     members = [Path(name) for name in CONTEXT_FILES if (root / name).is_file()]
     for folder in CONTEXT_DIRS:
-        members += [p.relative_to(root) for p in (root / folder).rglob("*")
-                    if p.is_file() and not _skipped(p.relative_to(root))]
+        members += [
+            p.relative_to(root)
+            for p in (root / folder).rglob("*")
+            if p.is_file() and not _skipped(p.relative_to(root))
+        ]
     return sorted(set(members))
 
 
@@ -56,8 +59,10 @@ def build_context(root: Path = REPO_ROOT, members: Iterable[Path] | None = None)
     return buffer.getvalue()
 
 
-ENGINE_FIX = ("start Docker (Docker Desktop on macOS; `sudo systemctl start docker` on Linux) and check that "
-              "`docker info` works for your user (DOCKER_HOST, the docker group)")
+ENGINE_FIX = (
+    "start Docker (Docker Desktop on macOS; `sudo systemctl start docker` on Linux) and check that "
+    "`docker info` works for your user (DOCKER_HOST, the docker group)"
+)
 
 
 class SdkEngine:
@@ -73,7 +78,9 @@ class SdkEngine:
             try:
                 self._client = docker.from_env(timeout=ENGINE_TIMEOUT)
             except docker.errors.DockerException as exc:
-                raise BackendError(f"Docker engine not reachable ({_first_line(exc)}); {ENGINE_FIX}") from None
+                raise BackendError(
+                    f"Docker engine not reachable ({_first_line(exc)}); {ENGINE_FIX}"
+                ) from None
         return self._client
 
     def version(self) -> str:
@@ -88,8 +95,9 @@ class SdkEngine:
         import docker
 
         try:
-            image, _logs = self._docker().images.build(fileobj=io.BytesIO(context), custom_context=True,
-                                                       dockerfile=dockerfile, tag=tag, rm=True)
+            image, _logs = self._docker().images.build(
+                fileobj=io.BytesIO(context), custom_context=True, dockerfile=dockerfile, tag=tag, rm=True
+            )
         except docker.errors.BuildError as exc:
             raise BackendError(f"building {tag} failed: {_first_line(exc)}") from None
         except docker.errors.DockerException as exc:

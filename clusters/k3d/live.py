@@ -46,7 +46,10 @@ FORWARD_TIMEOUT = 15.0
 SYNC_INTERVAL = 0.5
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)")
 PREFIX = re.compile(r"^\[pod/(?P<pod>[^/\]]+)/(?P<container>[^\]]+)\] (?P<line>.*)$")
-ROLES = {INVOCATION_DEPLOYMENT: ("invocation", INVOCATION_HTTP_PORT), GRPC_DEPLOYMENT: ("grpc-proxy", GRPC_CLIENT_PORT)}
+ROLES = {
+    INVOCATION_DEPLOYMENT: ("invocation", INVOCATION_HTTP_PORT),
+    GRPC_DEPLOYMENT: ("grpc-proxy", GRPC_CLIENT_PORT),
+}
 SELECTOR = "app.kubernetes.io/part-of=ncpsim"
 
 
@@ -57,15 +60,28 @@ def parse_pods(raw: str) -> list[Pod]:
     for item in json.loads(raw).get("items", []):
         role = ROLES.get(item["metadata"].get("labels", {}).get("app", ""))
         status = item.get("status", {})
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+        )
         if role and status.get("phase") == "Running" and ready and status.get("podIP"):
             pods.append(Pod(item["metadata"]["name"], role[0], CONTROL_CLUSTER, status["podIP"]))
     return sorted(pods, key=lambda p: (p.role, p.name))
 
 
 def live_pods(runner: CommandRunner) -> tuple[Pod, ...]:
-    raw = runner.run("kubectl", "--context", kube_context(CONTROL_CLUSTER), "-n", NAMESPACE, "get", "pods",
-                     "-l", SELECTOR, "-o", "json").stdout
+    raw = runner.run(
+        "kubectl",
+        "--context",
+        kube_context(CONTROL_CLUSTER),
+        "-n",
+        NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        SELECTOR,
+        "-o",
+        "json",
+    ).stdout
     return tuple(parse_pods(raw))
 
 
@@ -79,8 +95,16 @@ class PortForward:
 
     @classmethod
     def start(cls, runner: CommandRunner, pod: Pod, port: int) -> PortForward:
-        process = runner.spawn("kubectl", "--context", kube_context(pod.cluster), "-n", NAMESPACE,
-                               "port-forward", f"pod/{pod.name}", f":{port}")
+        process = runner.spawn(
+            "kubectl",
+            "--context",
+            kube_context(pod.cluster),
+            "-n",
+            NAMESPACE,
+            "port-forward",
+            f"pod/{pod.name}",
+            f":{port}",
+        )
         forward = cls(pod, port, process)
         try:
             forward.local_port = forward._await_line()
@@ -102,8 +126,10 @@ class PortForward:
                 seen.append(line.strip())
                 if found := FORWARDING.search(line):
                     return int(found[1])
-        raise BackendError(f"kubectl port-forward to {self.pod.name}:{self.port} did not start: "
-                           f"{seen[-1] if seen else 'no output'}")
+        raise BackendError(
+            f"kubectl port-forward to {self.pod.name}:{self.port} did not start: "
+            f"{seen[-1] if seen else 'no output'}"
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -122,8 +148,10 @@ class PortForward:
 
 def write_netmap(state: Path, topology: Topology, forwards: list[PortForward]) -> NetMap:
     """The client's view: each forwarded pod port as its real IP, reachable from the control plane."""
-    netmap = NetMap(bindings={f"{f.pod.ip}:{f.port}/tcp": f.local_port for f in forwards},
-                    reach={CONTROL_CLUSTER: topology.reachable_ranges(CONTROL_CLUSTER)})
+    netmap = NetMap(
+        bindings={f"{f.pod.ip}:{f.port}/tcp": f.local_port for f in forwards},
+        reach={CONTROL_CLUSTER: topology.reachable_ranges(CONTROL_CLUSTER)},
+    )
     netmap.save(state / "netmap.json")
     return netmap
 
@@ -152,7 +180,9 @@ def sort_log_lines(text: str) -> tuple[dict[str, list[str]], list[str]]:
 class LogSync:
     """Copies every ncpsim pod's log into the state folder until stopped (then once more)."""
 
-    def __init__(self, runner: CommandRunner, state: Path, clusters: list[str], interval: float = SYNC_INTERVAL):
+    def __init__(
+        self, runner: CommandRunner, state: Path, clusters: list[str], interval: float = SYNC_INTERVAL
+    ):
         self.runner, self.state, self.clusters, self.interval = runner, state, clusters, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="k3d-log-sync", daemon=True)
@@ -161,9 +191,21 @@ class LogSync:
         events: dict[str, list[str]] = {}
         access: list[str] = []
         for cluster in self.clusters:
-            result = self.runner.run("kubectl", "--context", kube_context(cluster), "-n", NAMESPACE, "logs",
-                                     "-l", SELECTOR, "--all-containers", "--prefix", "--tail=-1",
-                                     "--max-log-requests=64", check=False)
+            result = self.runner.run(
+                "kubectl",
+                "--context",
+                kube_context(cluster),
+                "-n",
+                NAMESPACE,
+                "logs",
+                "-l",
+                SELECTOR,
+                "--all-containers",
+                "--prefix",
+                "--tail=-1",
+                "--max-log-requests=64",
+                check=False,
+            )
             pod_events, pod_access = sort_log_lines(result.stdout)
             events.update(pod_events)
             access += pod_access
@@ -206,8 +248,10 @@ def live_topology(runner: CommandRunner, topology: Topology) -> Topology:
     pods = live_pods(runner)
     want = len(topology.pods)
     if len(pods) != want:
-        raise BackendError(f"{len(pods)} of {want} control-plane pods are running and ready; "
-                           f"see `kubectl --context {kube_context(CONTROL_CLUSTER)} -n {NAMESPACE} get pods`")
+        raise BackendError(
+            f"{len(pods)} of {want} control-plane pods are running and ready; "
+            f"see `kubectl --context {kube_context(CONTROL_CLUSTER)} -n {NAMESPACE} get pods`"
+        )
     return replace(topology, pods=pods)
 
 

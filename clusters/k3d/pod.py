@@ -93,11 +93,19 @@ class KubeContext(Context):
     def dns_server(self) -> tuple[str, int]:
         return nameserver(), DNS_PORT
 
-    async def open_tcp(self, ip: str, port: int, *, tls: ssl.SSLContext | None = None,
-                       server_hostname: str | None = None,
-                       timeout: float = CONNECT_TIMEOUT) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def open_tcp(
+        self,
+        ip: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        timeout: float = CONNECT_TIMEOUT,
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.wait_for(
-            asyncio.open_connection(ip, port, ssl=tls, server_hostname=server_hostname if tls else None), timeout)
+            asyncio.open_connection(ip, port, ssl=tls, server_hostname=server_hostname if tls else None),
+            timeout,
+        )
 
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return ip, port
@@ -106,8 +114,9 @@ class KubeContext(Context):
         return await BusClient.connect(*host_port(self.bus_address))
 
 
-def localize(topology: Topology, kind: str, name: str, pod_ip: str, cluster: str,
-             proxy_ca_pem: str | None) -> Topology:
+def localize(
+    topology: Topology, kind: str, name: str, pod_ip: str, cluster: str, proxy_ca_pem: str | None
+) -> Topology:
     """The Topology as this one pod must see it (pure)."""
     if kind in POD_ROLES:
         return replace(topology, pods=(Pod(name, POD_ROLES[kind], cluster, pod_ip),))
@@ -126,8 +135,9 @@ async def serve(kind: str, ctx: Context) -> None:
     """Run the component; publish its bindings on real ports once it is ready; stop on SIGTERM."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[dict[str, int]] = loop.create_future()
-    runner = loop.create_task(load_runner(kind)(ctx, lambda b: ready.done() or ready.set_result(b)),
-                              name=f"component:{kind}")
+    runner = loop.create_task(
+        load_runner(kind)(ctx, lambda b: ready.done() or ready.set_result(b)), name=f"component:{kind}"
+    )
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, runner.cancel)
     published: Published | None = None
@@ -152,9 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     name = env.get(ENV_WORKER) if args.kind == "workers" else env.get(ENV_POD_NAME, args.kind)
     cluster = env[ENV_CLUSTER]
     topology = Topology.from_json(Path(env.get(ENV_TOPOLOGY, f"{TOPOLOGY_DIR}/{TOPOLOGY_FILE}")).read_text())
-    topology = localize(topology, args.kind, name or args.kind, env.get(ENV_POD_IP, "127.0.0.1"), cluster,
-                        env.get(ENV_PROXY_CA))
-    ctx = KubeContext(Path(POD_STATE_DIR), topology, name or args.kind, cluster, bus_address=env.get(ENV_BUS, BUS_ADDRESS))
+    topology = localize(
+        topology,
+        args.kind,
+        name or args.kind,
+        env.get(ENV_POD_IP, "127.0.0.1"),
+        cluster,
+        env.get(ENV_PROXY_CA),
+    )
+    ctx = KubeContext(
+        Path(POD_STATE_DIR), topology, name or args.kind, cluster, bus_address=env.get(ENV_BUS, BUS_ADDRESS)
+    )
     try:
         asyncio.run(serve(args.kind, ctx))
     except KeyboardInterrupt:

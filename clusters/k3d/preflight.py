@@ -16,7 +16,7 @@ MIN_K3D = (5, 5)  # k3d.io/v1alpha5 config files arrived in k3d v5.5
 INSTALL = {
     "docker": "install Docker Desktop (macOS) or Docker Engine (Linux): https://docs.docker.com/engine/install/",
     "k3d": "install k3d v5.5+: `brew install k3d` or "
-           "`curl -s https://raw.githubusercontent.com/k3d-io/k3d/main/install.sh | bash`",
+    "`curl -s https://raw.githubusercontent.com/k3d-io/k3d/main/install.sh | bash`",
     "kubectl": "install kubectl: `brew install kubectl` or https://kubernetes.io/docs/tasks/tools/",
 }
 VERSION_COMMANDS = {
@@ -88,18 +88,23 @@ def engine_check(engine: DockerEngine) -> Check:
 TOOLS = ("docker", "k3d", "kubectl")
 
 
-def k3d_checks(runner: CommandRunner, engine: DockerEngine, tools: tuple[str, ...] = TOOLS,
-               with_engine: bool = True) -> list[Check]:
+def k3d_checks(
+    runner: CommandRunner, engine: DockerEngine, tools: tuple[str, ...] = TOOLS, with_engine: bool = True
+) -> list[Check]:
     checks = [tool_check(runner, tool) for tool in tools]
     if with_engine:
         docker_cli = next(c for c in checks if c.name == "docker")
-        checks.append(engine_check(engine) if docker_cli.ok else
-                      Check("docker engine", False, "not checked: the docker CLI is missing", INSTALL["docker"]))
+        checks.append(
+            engine_check(engine)
+            if docker_cli.ok
+            else Check("docker engine", False, "not checked: the docker CLI is missing", INSTALL["docker"])
+        )
     return checks
 
 
-def preflight(runner: CommandRunner, engine: DockerEngine, tools: tuple[str, ...] = TOOLS,
-              with_engine: bool = True) -> dict[str, str]:
+def preflight(
+    runner: CommandRunner, engine: DockerEngine, tools: tuple[str, ...] = TOOLS, with_engine: bool = True
+) -> dict[str, str]:
     """Versions by tool; BackendError (exit 2) listing every missing piece with its fix."""
     checks = k3d_checks(runner, engine, tools, with_engine)
     failed = [c for c in checks if not c.ok]

@@ -56,16 +56,26 @@ class CommandRunner:
         path = (self.env or os.environ).get("PATH")
         return shutil.which(program, path=path)
 
-    def run(self, *argv: str, check: bool = True, timeout: float = COMMAND_TIMEOUT,
-            input_text: str | None = None) -> Completed:
+    def run(
+        self, *argv: str, check: bool = True, timeout: float = COMMAND_TIMEOUT, input_text: str | None = None
+    ) -> Completed:
         self.commands.append(tuple(argv))
         if self.echo:
             self.echo(f"+ {shlex.join(argv)}")
         try:
-            proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input_text,
-                                  env=dict(self.env) if self.env is not None else None, check=False)
+            proc = subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                input=input_text,
+                env=dict(self.env) if self.env is not None else None,
+                check=False,
+            )
         except FileNotFoundError:
-            raise BackendError(f"{argv[0]}: not found on PATH; run `invoke doctor` for the install step") from None
+            raise BackendError(
+                f"{argv[0]}: not found on PATH; run `invoke doctor` for the install step"
+            ) from None
         except subprocess.TimeoutExpired:
             raise BackendError(f"`{shlex.join(argv)}` did not finish in {timeout:.0f}s") from None
         result = Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
@@ -77,6 +87,14 @@ class CommandRunner:
         """A long-running command (kubectl port-forward), in its own process group so it can be
         stopped with everything it started; recorded like the others."""
         self.commands.append(tuple(argv))
-        return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=dict(self.env) if self.env is not None else None)
+        if self.echo:
+            self.echo(f"+ {shlex.join(argv)} &")
+        return subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(self.env) if self.env is not None else None,
+        )

@@ -22,6 +22,7 @@ from clusters.k3d.live import (
     start_forwards,
     write_netmap,
 )
+from clusters.k3d.runner import CommandRunner
 from clusters.k3d.state import cert_material
 from clusters.render.bundle import Addresses, manifests_by_cluster
 from clusters.render.layout import (
@@ -50,8 +51,9 @@ def _is_worker(obj: Json) -> bool:
 
 GROUPS = {
     "proxy": lambda o, compute: not compute and o["metadata"]["name"] in (ENVOY_CONFIGMAP, PROXY_NAME),
-    "pods": lambda o, compute: not compute and o["metadata"]["name"] in (
-        TOPOLOGY_CONFIGMAP, INVOCATION_DEPLOYMENT, GRPC_DEPLOYMENT),
+    "pods": lambda o, compute: (
+        not compute and o["metadata"]["name"] in (TOPOLOGY_CONFIGMAP, INVOCATION_DEPLOYMENT, GRPC_DEPLOYMENT)
+    ),
     "workers": lambda o, compute: compute or _is_worker(o),
     "all": lambda o, compute: True,
 }
@@ -79,10 +81,14 @@ class ClusterLauncher:
             chosen = select(objects, what, compute=cluster != CONTROL_CLUSTER)
             if not chosen:
                 continue
-            self.backend.runner.run("kubectl", "--context", kube_context(cluster), "apply", "-f", "-",
-                                    input_text=dump_all(chosen))
-            deployments = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in chosen
-                           if o["kind"] == "Deployment"]
+            self.backend.runner.run(
+                "kubectl", "--context", kube_context(cluster), "apply", "-f", "-", input_text=dump_all(chosen)
+            )
+            deployments = [
+                (o["metadata"]["namespace"], o["metadata"]["name"])
+                for o in chosen
+                if o["kind"] == "Deployment"
+            ]
             for namespace, name in deployments:  # new pods even when nothing in the spec changed
                 self.backend.kubectl(cluster, "-n", namespace, "rollout", "restart", f"deployment/{name}")
             self.backend.wait_rollouts(cluster, deployments)
@@ -140,19 +146,45 @@ def status(topology: Topology, state: Path, scenario: str) -> Json:
     wd = topology.worker_domain
     cp = kube_context(CONTROL_CLUSTER)
     return {
-        "backend": "k3d", "stack": topology.stack, "scenario": scenario, "workerDomain": wd, "stateDir": str(state),
+        "backend": "k3d",
+        "stack": topology.stack,
+        "scenario": scenario,
+        "workerDomain": wd,
+        "stateDir": str(state),
         "proxy": {
-            "http": {"host": "127.0.0.1", "port": HTTP_HOST_PORT, "name": f"invocation.{wd}",
-                     "url": f"https://invocation.{wd}:{PROXY_HTTP_PORT}"},
-            "h3": {"host": "127.0.0.1", "port": H3_HOST_PORT, "name": f"*.{wd}", "url": f"https://<dashed-pod-ip>.{wd}"},
+            "http": {
+                "host": "127.0.0.1",
+                "port": HTTP_HOST_PORT,
+                "name": f"invocation.{wd}",
+                "url": f"https://invocation.{wd}:{PROXY_HTTP_PORT}",
+            },
+            "h3": {
+                "host": "127.0.0.1",
+                "port": H3_HOST_PORT,
+                "name": f"*.{wd}",
+                "url": f"https://<dashed-pod-ip>.{wd}",
+            },
         },
         # Cluster DNS is not published on the laptop: ask it from inside, e.g. kubectl run ... dig.
-        "dns": {c.name: {"host": None, "port": None, "context": kube_context(c.name)} for c in topology.clusters},
-        "ca": {"stack": str(state / "certs" / "ca" / "stack" / "ca.crt"),
-               "public": str(state / "certs" / "ca" / "public" / "ca.crt")},
-        "pods": [{"name": p.name, "role": p.role, "cluster": p.cluster, "ip": p.ip,
-                  "target": f"http://{p.fqdn}:8443" if p.role == "invocation" else f"https://{p.fqdn.split('.')[0]}.{wd}"}
-                 for p in topology.pods],
+        "dns": {
+            c.name: {"host": None, "port": None, "context": kube_context(c.name)} for c in topology.clusters
+        },
+        "ca": {
+            "stack": str(state / "certs" / "ca" / "stack" / "ca.crt"),
+            "public": str(state / "certs" / "ca" / "public" / "ca.crt"),
+        },
+        "pods": [
+            {
+                "name": p.name,
+                "role": p.role,
+                "cluster": p.cluster,
+                "ip": p.ip,
+                "target": f"http://{p.fqdn}:8443"
+                if p.role == "invocation"
+                else f"https://{p.fqdn.split('.')[0]}.{wd}",
+            }
+            for p in topology.pods
+        ],
         "logs": {"worker-callback-proxy": f"kubectl --context {cp} -n {NAMESPACE} logs deploy/{PROXY_NAME}"},
         "events": str(state / "events"),
     }
@@ -167,14 +199,14 @@ def run_replay(backend: Backend, scenario: Scenario, topology: Topology) -> int:
     fresh_records(state)
     live = live_topology(backend.runner, topology)
     (state / "topology.json").write_text(live.to_json())
-    (state / "status.json").write_text(json.dumps(status(live, state, scenario.name), indent=2))
+    result = ScenarioResult(scenario, status=status(live, state, scenario.name))  # reports draw pods from it
+    (state / "status.json").write_text(json.dumps(result.status, indent=2))
     session = Session(backend, start_forwards(backend.runner, live))
-    result = ScenarioResult(scenario)
     try:
         write_netmap(state, live, session.forwards)
         launcher = ClusterLauncher(backend, topology, backend.addresses(topology))
         stack = ClusterStack(topology.stack, state, launcher)
-        sync_runner = type(backend.runner)(env=backend.runner.env, echo=None)  # silent: it polls
+        sync_runner = CommandRunner(env=backend.runner.env, echo=None)  # silent: it polls every half second
         with LogSync(sync_runner, state, [c.name for c in topology.clusters]):
             replay = cluster_replay_class()(scenario, stack, live, session)
             result.steps = run_engine(replay)

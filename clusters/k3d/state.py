@@ -30,14 +30,20 @@ def cert_material(certs_dir: Path, topology: Topology) -> CertMaterial:
     profiles = stack_profiles(topology.worker_domain)
     if settings.frontend_secret not in {p.secret for p in profiles}:
         # A customer's existingSecret name: the simulation issues the public-style frontend into it.
-        profiles.append(frontend_profile(topology.worker_domain, settings.frontend_issuer,
-                                         secret=settings.frontend_secret))
+        profiles.append(
+            frontend_profile(
+                topology.worker_domain, settings.frontend_issuer, secret=settings.frontend_secret
+            )
+        )
     for profile in profiles:
         if not (store.secret_dir(profile.secret) / "tls.crt").exists():
             store.issue(profile)
     secrets = {p.secret: load_secret(store.secret_dir(p.secret)) for p in profiles}
-    return CertMaterial(secrets=secrets, stack_ca=store.ca_path("stack").read_bytes(),
-                        public_ca=store.ca_path("public").read_bytes())
+    return CertMaterial(
+        secrets=secrets,
+        stack_ca=store.ca_path("stack").read_bytes(),
+        public_ca=store.ca_path("public").read_bytes(),
+    )
 
 
 def write_files(out_dir: Path, files: dict[str, RenderedFile]) -> list[Path]:

@@ -27,13 +27,22 @@ def render(out_dir: str | Path, scenario: Scenario | str | None = None, stack: s
     written = write_files(Path(out_dir), render_bundle(topology, material))
     for path in written:
         print(path)
-    print(f"rendered {len(written)} files for scenario {loaded.name}; "
-          "compute clusters point at the Topology's virtual load-balancer addresses until `up` fills in the live ones")
+    print(
+        f"rendered {len(written)} files for scenario {loaded.name}; "
+        "compute clusters point at the Topology's virtual load-balancer addresses "
+        "until `up` fills in the live ones"
+    )
     return 0
 
 
-def dns_rewrite(context: str, domain: str, proxy_service: str = PROXY_SERVICE_FQDN, dry_run: bool = False,
-                assume_yes: bool = False, proxy_address: str | None = None) -> int:
+def dns_rewrite(
+    context: str,
+    domain: str,
+    proxy_service: str = PROXY_SERVICE_FQDN,
+    dry_run: bool = False,
+    assume_yes: bool = False,
+    proxy_address: str | None = None,
+) -> int:
     return _dns_rewrite(context, domain, proxy_service, dry_run, assume_yes, proxy_address=proxy_address)
 
 

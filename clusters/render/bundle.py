@@ -39,15 +39,17 @@ class Addresses:
         return cls(proxy=topology.proxy_lb_ip, bus=topology.bus_lb_ip)
 
 
-def manifests_by_cluster(topology: Topology, material: CertMaterial, addresses: Addresses,
-                         image: str = STANDIN_IMAGE) -> dict[str, list[Json]]:
+def manifests_by_cluster(
+    topology: Topology, material: CertMaterial, addresses: Addresses, image: str = STANDIN_IMAGE
+) -> dict[str, list[Json]]:
     out = {}
     for cluster in topology.clusters:
         if cluster.kind == "control":
             out[cluster.name] = control_plane_manifests(topology, material, image)
         else:
-            out[cluster.name] = compute_manifests(topology, cluster, material, addresses.proxy, addresses.bus,
-                                                  image)
+            out[cluster.name] = compute_manifests(
+                topology, cluster, material, addresses.proxy, addresses.bus, image
+            )
     return out
 
 
@@ -59,12 +61,14 @@ def manifest_path(cluster: str) -> str:
     return f"manifests/{cluster}.yaml"
 
 
-def render_bundle(topology: Topology, material: CertMaterial, addresses: Addresses | None = None,
-                  image: str = STANDIN_IMAGE) -> dict[str, RenderedFile]:
+def render_bundle(
+    topology: Topology, material: CertMaterial, addresses: Addresses | None = None, image: str = STANDIN_IMAGE
+) -> dict[str, RenderedFile]:
     """Relative path -> file, for every cluster of the Topology."""
     addresses = addresses or Addresses.virtual(topology)
-    files = {k3d_config_path(name): RenderedFile(dump(config))
-             for name, config in k3d_configs(topology).items()}
+    files = {
+        k3d_config_path(name): RenderedFile(dump(config)) for name, config in k3d_configs(topology).items()
+    }
     for name, objects in manifests_by_cluster(topology, material, addresses, image).items():
         files[manifest_path(name)] = RenderedFile(dump_all(objects), private=True)  # Secrets inside
     envoy = render_envoy(policy_from_values(topology.values), topology.worker_domain)

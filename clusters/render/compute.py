@@ -13,15 +13,22 @@ from sim.topology import BUS_PORT, NAMESPACE, PROXY_SERVICE_FQDN, Cluster, Topol
 
 Json = dict[str, Any]
 
+
 def proxy_service(address: str, name: str = PROXY_NAME, namespace: str = NAMESPACE) -> list[Json]:
     """A Service without a selector plus its Endpoints: the cluster's name for an address outside it
     (the control plane's proxy load balancer on the shared Docker network)."""
-    return [kube.service(name, namespace, PROXY_PORTS, None), kube.endpoints(name, namespace, address, PROXY_PORTS)]
+    return [
+        kube.service(name, namespace, PROXY_PORTS, None),
+        kube.endpoints(name, namespace, address, PROXY_PORTS),
+    ]
 
 
 def bus_service(address: str) -> list[Json]:
     ports = [kube.port("bus", BUS_PORT)]
-    return [kube.service(BUS_NAME, NAMESPACE, ports, None), kube.endpoints(BUS_NAME, NAMESPACE, address, ports)]
+    return [
+        kube.service(BUS_NAME, NAMESPACE, ports, None),
+        kube.endpoints(BUS_NAME, NAMESPACE, address, ports),
+    ]
 
 
 def coredns_rewrite(topology: Topology, cluster: Cluster) -> Json | None:
@@ -31,8 +38,14 @@ def coredns_rewrite(topology: Topology, cluster: Cluster) -> Json | None:
     return render_coredns_custom(rule, PROXY_SERVICE_FQDN) if rule is not None else None
 
 
-def compute_manifests(topology: Topology, cluster: Cluster, material: CertMaterial, proxy_address: str,
-                      bus_address: str, image: str = STANDIN_IMAGE) -> list[Json]:
+def compute_manifests(
+    topology: Topology,
+    cluster: Cluster,
+    material: CertMaterial,
+    proxy_address: str,
+    bus_address: str,
+    image: str = STANDIN_IMAGE,
+) -> list[Json]:
     """Everything applied to one ncpsim-compute-N cluster, namespace first.
 
     `proxy_address` and `bus_address` are the control plane's load-balancer IPs on the shared

@@ -8,7 +8,8 @@ from typing import Any
 
 from certs.profiles import GRPC_SECRET, INVOCATION_SECRET
 from clusters.render import kube, standin
-from clusters.render.envoy import CONFIG_DIR, FRONTEND_DIR, GRPC_CA_DIR, INVOCATION_CA_DIR, render_envoy
+from clusters.render.envoy import render_envoy
+from clusters.render.envoy_base import CONFIG_DIR, FRONTEND_DIR, GRPC_CA_DIR, INVOCATION_CA_DIR
 from clusters.render.layout import (
     BUS_NAME,
     CAS_CONFIGMAP,
@@ -50,8 +51,11 @@ def shared_config(topology: Topology, material: CertMaterial) -> list[Json]:
     return [
         kube.namespace(NAMESPACE),
         kube.config_map(TOPOLOGY_CONFIGMAP, NAMESPACE, {TOPOLOGY_FILE: topology.to_json()}),
-        kube.config_map(CAS_CONFIGMAP, NAMESPACE, {"stack.crt": material.stack_ca.decode(),
-                                                   "public.crt": material.public_ca.decode()}),
+        kube.config_map(
+            CAS_CONFIGMAP,
+            NAMESPACE,
+            {"stack.crt": material.stack_ca.decode(), "public.crt": material.public_ca.decode()},
+        ),
     ]
 
 
@@ -61,11 +65,20 @@ def secrets(material: CertMaterial) -> list[Json]:
 
 def pod_services() -> list[Json]:
     return [
-        kube.service(INVOCATION_SERVICE, NAMESPACE, standin.INVOCATION_PORTS, {"app": "invocation-service"},
-                     headless=True),
-        kube.service(GRPC_SERVICE, NAMESPACE, standin.GRPC_PORTS, {"app": "grpc-proxy-deployment"}, headless=True),
+        kube.service(
+            INVOCATION_SERVICE,
+            NAMESPACE,
+            standin.INVOCATION_PORTS,
+            {"app": "invocation-service"},
+            headless=True,
+        ),
+        kube.service(
+            GRPC_SERVICE, NAMESPACE, standin.GRPC_PORTS, {"app": "grpc-proxy-deployment"}, headless=True
+        ),
         # The work bus plays NATS: compute clusters reach it only through the load balancer.
-        kube.service(BUS_NAME, NAMESPACE, [kube.port("bus", BUS_PORT)], {"app": BUS_NAME}, kind="LoadBalancer"),
+        kube.service(
+            BUS_NAME, NAMESPACE, [kube.port("bus", BUS_PORT)], {"app": BUS_NAME}, kind="LoadBalancer"
+        ),
     ]
 
 
@@ -82,7 +95,9 @@ def envoy_config_map(topology: Topology) -> Json:
 def proxy_deployment(topology: Topology, config_map: Json) -> Json:
     settings = proxy_settings(topology.values)
     image = topology.values["workerCallbackProxy"]["image"]
-    items = {key: (f"sds/{key[len('sds-'):]}" if key.startswith("sds-") else key) for key in config_map["data"]}
+    items = {
+        key: (f"sds/{key[len('sds-') :]}" if key.startswith("sds-") else key) for key in config_map["data"]
+    }
     volumes = [
         kube.config_map_volume("config", ENVOY_CONFIGMAP, items),
         # Only what Envoy needs from each Secret: the frontend pair, and the pods' CA (never their keys).
@@ -90,22 +105,30 @@ def proxy_deployment(topology: Topology, config_map: Json) -> Json:
         kube.secret_volume("invocation-ca", INVOCATION_SECRET, ("ca.crt",)),
         kube.secret_volume("grpc-ca", GRPC_SECRET, ("ca.crt",)),
     ]
-    mounts = [kube.mount("config", CONFIG_DIR), kube.mount("frontend", FRONTEND_DIR),
-              kube.mount("invocation-ca", INVOCATION_CA_DIR), kube.mount("grpc-ca", GRPC_CA_DIR)]
+    mounts = [
+        kube.mount("config", CONFIG_DIR),
+        kube.mount("frontend", FRONTEND_DIR),
+        kube.mount("invocation-ca", INVOCATION_CA_DIR),
+        kube.mount("grpc-ca", GRPC_CA_DIR),
+    ]
     container = {
         "name": "envoy",
         "image": f"{image['registry']}/{image['repository']}:{image['tag']}",
         "imagePullPolicy": "IfNotPresent",
-        "command": ["envoy"], "args": ["-c", f"{CONFIG_DIR}/envoy.yaml", "--log-level", "info"],
-        "ports": [{"name": p["name"], "containerPort": p["port"], "protocol": p["protocol"]} for p in PROXY_PORTS],
+        "command": ["envoy"],
+        "args": ["-c", f"{CONFIG_DIR}/envoy.yaml", "--log-level", "info"],
+        "ports": [
+            {"name": p["name"], "containerPort": p["port"], "protocol": p["protocol"]} for p in PROXY_PORTS
+        ],
         "readinessProbe": {"tcpSocket": {"port": PROXY_HTTP_PORT}, "periodSeconds": 2},
         "volumeMounts": mounts,
     }
     spec = {"containers": [container], "volumes": volumes, "terminationGracePeriodSeconds": 5}
     # The config is static for a Deployment's life: a changed policy rolls the pods; Secrets reload in place.
     annotations = {"ncpsim.io/envoy-config-checksum": kube.checksum(config_map["data"])}
-    return kube.deployment(PROXY_NAME, NAMESPACE, 1, kube.labels(PROXY_NAME, "worker-callback-proxy"), spec,
-                           annotations)
+    return kube.deployment(
+        PROXY_NAME, NAMESPACE, 1, kube.labels(PROXY_NAME, "worker-callback-proxy"), spec, annotations
+    )
 
 
 def proxy_manifests(topology: Topology) -> list[Json]:
@@ -117,10 +140,14 @@ def proxy_manifests(topology: Topology) -> list[Json]:
     return [config_map, proxy_deployment(topology, config_map), service]
 
 
-def control_plane_manifests(topology: Topology, material: CertMaterial, image: str = STANDIN_IMAGE) -> list[Json]:
+def control_plane_manifests(
+    topology: Topology, material: CertMaterial, image: str = STANDIN_IMAGE
+) -> list[Json]:
     """Everything applied to ncpsim-cp, in apply order (namespace first)."""
     pem = proxy_ca_pem(topology, material)
-    workers = [standin.worker_deployment(topology, w, pem, image) for w in topology.workers_in(CONTROL_CLUSTER)]
+    workers = [
+        standin.worker_deployment(topology, w, pem, image) for w in topology.workers_in(CONTROL_CLUSTER)
+    ]
     return [
         *shared_config(topology, material),
         *secrets(material),

@@ -1,4 +1,5 @@
-"""Small constructors for the Kubernetes objects the k3d backend applies (plain dicts, strict-schema clean)."""
+"""Small constructors for the Kubernetes objects the k3d backend applies: plain dicts that pass
+kubernetes-validate's strict schemas."""
 
 from __future__ import annotations
 
@@ -37,16 +38,28 @@ def _b64(data: bytes) -> str:
 
 def tls_secret(name: str, ns: str, crt: bytes, key: bytes, ca: bytes) -> Json:
     """A kubernetes.io/tls Secret with ca.crt beside the pair, as cert-manager writes it."""
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": meta(name, ns),
-            "data": {"tls.crt": _b64(crt), "tls.key": _b64(key), "ca.crt": _b64(ca)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": meta(name, ns),
+        "data": {"tls.crt": _b64(crt), "tls.key": _b64(key), "ca.crt": _b64(ca)},
+    }
 
 
 def port(name: str, number: int, protocol: str = "TCP") -> Json:
     return {"name": name, "port": number, "targetPort": number, "protocol": protocol}
 
 
-def service(name: str, ns: str, ports: list[Json], selector: dict[str, str] | None, *,
-            kind: str = "ClusterIP", headless: bool = False) -> Json:
+def service(
+    name: str,
+    ns: str,
+    ports: list[Json],
+    selector: dict[str, str] | None,
+    *,
+    kind: str = "ClusterIP",
+    headless: bool = False,
+) -> Json:
     spec: Json = {"type": kind, "ports": ports}
     if selector is not None:
         spec["selector"] = selector
@@ -61,8 +74,12 @@ def service(name: str, ns: str, ports: list[Json], selector: dict[str, str] | No
 def endpoints(name: str, ns: str, ip: str, ports: list[Json]) -> Json:
     """Endpoints for a selectorless Service of the same name (ports carry no targetPort here)."""
     subset_ports = [{"name": p["name"], "port": p["port"], "protocol": p["protocol"]} for p in ports]
-    return {"apiVersion": "v1", "kind": "Endpoints", "metadata": meta(name, ns),
-            "subsets": [{"addresses": [{"ip": ip}], "ports": subset_ports}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": meta(name, ns),
+        "subsets": [{"addresses": [{"ip": ip}], "ports": subset_ports}],
+    }
 
 
 def checksum(*parts: Any) -> str:
@@ -70,15 +87,26 @@ def checksum(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def deployment(name: str, ns: str, replicas: int, pod_labels: dict[str, str], spec: Json,
-               annotations: dict[str, str] | None = None) -> Json:
+def deployment(
+    name: str,
+    ns: str,
+    replicas: int,
+    pod_labels: dict[str, str],
+    spec: Json,
+    annotations: dict[str, str] | None = None,
+) -> Json:
     template_meta: Json = {"labels": pod_labels}
     if annotations:
         template_meta["annotations"] = annotations
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(name, ns, {"app": pod_labels["app"]}),
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": pod_labels["app"]}},
-                 "template": {"metadata": template_meta, "spec": spec}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(name, ns, {"app": pod_labels["app"]}),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": pod_labels["app"]}},
+            "template": {"metadata": template_meta, "spec": spec},
+        },
     }
 
 

@@ -49,8 +49,7 @@ CA_DIR = f"{POD_STATE_DIR}/certs/ca"
 
 
 def _base_volumes() -> tuple[list[Json], list[Json]]:
-    volumes = [kube.config_map_volume("topology", TOPOLOGY_CONFIGMAP),
-               {"name": "state", "emptyDir": {}}]
+    volumes = [kube.config_map_volume("topology", TOPOLOGY_CONFIGMAP), {"name": "state", "emptyDir": {}}]
     mounts = [kube.mount("topology", TOPOLOGY_DIR), kube.mount("state", POD_STATE_DIR, read_only=False)]
     return volumes, mounts
 
@@ -62,36 +61,56 @@ def _with_secret(volumes: list[Json], mounts: list[Json], secret: str) -> None:
 
 def _with_cas(volumes: list[Json], mounts: list[Json]) -> None:
     # Workers trust the public-style CA as "system roots" and, with trust: stack, the stack CA too.
-    volumes.append(kube.config_map_volume("cas", CAS_CONFIGMAP,
-                                          {"stack.crt": "stack/ca.crt", "public.crt": "public/ca.crt"}))
+    volumes.append(
+        kube.config_map_volume(
+            "cas", CAS_CONFIGMAP, {"stack.crt": "stack/ca.crt", "public.crt": "public/ca.crt"}
+        )
+    )
     mounts.append(kube.mount("cas", CA_DIR))
 
 
 def _env(cluster: str, extra: list[Json] | None = None) -> list[Json]:
-    return [kube.env_field(ENV_POD_NAME, "metadata.name"), kube.env_field(ENV_POD_IP, "status.podIP"),
-            kube.env_value(ENV_CLUSTER, cluster), kube.env_value(ENV_BUS, BUS_ADDRESS),
-            kube.env_value(ENV_TOPOLOGY, f"{TOPOLOGY_DIR}/{TOPOLOGY_FILE}"), *(extra or [])]
+    return [
+        kube.env_field(ENV_POD_NAME, "metadata.name"),
+        kube.env_field(ENV_POD_IP, "status.podIP"),
+        kube.env_value(ENV_CLUSTER, cluster),
+        kube.env_value(ENV_BUS, BUS_ADDRESS),
+        kube.env_value(ENV_TOPOLOGY, f"{TOPOLOGY_DIR}/{TOPOLOGY_FILE}"),
+        *(extra or []),
+    ]
 
 
-def _container(kind: str, cluster: str, ports: list[Json], mounts: list[Json], image: str,
-               env: list[Json] | None = None) -> Json:
+def _container(
+    kind: str, cluster: str, ports: list[Json], mounts: list[Json], image: str, env: list[Json] | None = None
+) -> Json:
     container: Json = {
-        "name": kind, "image": image,
+        "name": kind,
+        "image": image,
         "imagePullPolicy": "Never",  # imported with `k3d image import`; no registry has it
-        "command": ["python", "-m", "clusters.k3d.pod"], "args": [kind],
-        "env": _env(cluster, env), "volumeMounts": mounts,
+        "command": ["python", "-m", "clusters.k3d.pod"],
+        "args": [kind],
+        "env": _env(cluster, env),
+        "volumeMounts": mounts,
     }
     if ports:
-        container["ports"] = [{"name": p["name"], "containerPort": p["port"], "protocol": p["protocol"]}
-                              for p in ports]
+        container["ports"] = [
+            {"name": p["name"], "containerPort": p["port"], "protocol": p["protocol"]} for p in ports
+        ]
         tcp = next((p for p in ports if p["protocol"] == "TCP"), None)
         if tcp:
             container["readinessProbe"] = {"tcpSocket": {"port": tcp["port"]}, "periodSeconds": 2}
     return container
 
 
-def _deployment(name: str, kind: str, component: str, replicas: int, container: Json,
-                volumes: list[Json], topology: Topology) -> Json:
+def _deployment(
+    name: str,
+    kind: str,
+    component: str,
+    replicas: int,
+    container: Json,
+    volumes: list[Json],
+    topology: Topology,
+) -> Json:
     spec = {"containers": [container], "volumes": volumes, "terminationGracePeriodSeconds": 5}
     annotations = {"ncpsim.io/topology-checksum": kube.checksum(topology.to_json())}
     return kube.deployment(name, NAMESPACE, replicas, kube.labels(name, component), spec, annotations)
@@ -113,8 +132,9 @@ def invocation_deployment(topology: Topology, cluster: str, image: str = STANDIN
     _with_secret(volumes, mounts, INVOCATION_SECRET)
     container = _container("invocation", cluster, INVOCATION_PORTS, mounts, image)
     replicas = len(topology.pods_of("invocation"))
-    return _deployment(INVOCATION_DEPLOYMENT, "invocation", "invocation-service", replicas, container, volumes,
-                       topology)
+    return _deployment(
+        INVOCATION_DEPLOYMENT, "invocation", "invocation-service", replicas, container, volumes, topology
+    )
 
 
 def grpc_deployment(topology: Topology, cluster: str, image: str = STANDIN_IMAGE) -> Json:
@@ -126,8 +146,9 @@ def grpc_deployment(topology: Topology, cluster: str, image: str = STANDIN_IMAGE
     return _deployment(GRPC_DEPLOYMENT, "grpc-proxy", "grpc-proxy", replicas, container, volumes, topology)
 
 
-def worker_deployment(topology: Topology, worker: WorkerSpec, proxy_ca_pem: str,
-                      image: str = STANDIN_IMAGE) -> Json:
+def worker_deployment(
+    topology: Topology, worker: WorkerSpec, proxy_ca_pem: str, image: str = STANDIN_IMAGE
+) -> Json:
     """One Deployment per simulated function worker. NVCF_PROXY_CA_PEM is set only when the values
     carry workerCallbackCaPem, as NVCA does; pods created before a change keep what they had."""
     volumes, mounts = _base_volumes()
@@ -137,6 +158,7 @@ def worker_deployment(topology: Topology, worker: WorkerSpec, proxy_ca_pem: str,
         env.append(kube.env_value(ENV_PROXY_CA, proxy_ca_pem))
     container = _container("workers", worker.cluster, [], mounts, image, env)
     deployment = _deployment(worker.name, "workers", WORKER_COMPONENT, 1, container, volumes, topology)
-    deployment["spec"]["template"]["metadata"]["annotations"]["ncpsim.io/proxy-ca-checksum"] = \
-        kube.checksum(proxy_ca_pem)
+    deployment["spec"]["template"]["metadata"]["annotations"]["ncpsim.io/proxy-ca-checksum"] = kube.checksum(
+        proxy_ca_pem
+    )
     return deployment

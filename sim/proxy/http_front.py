@@ -129,9 +129,12 @@ class HttpFront:
         if head.method == "CONNECT":
             record.path, record.authority = "-", head.target
         elif "://" in head.target:
-            parts = urlsplit(head.target)
-            record.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            record.authority = parts.netloc
+            try:
+                parts = urlsplit(head.target)
+                record.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                record.authority = parts.netloc
+            except ValueError:  # "http://[": logged as sent; decide() answers it 400
+                record.path, record.authority = head.target, "-"
         else:
             record.path, record.authority = head.target, head.header("host") or "-"
         record.user_agent = head.header("user-agent") or "-"

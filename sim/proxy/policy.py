@@ -7,6 +7,7 @@ then the route table (404 NR when nothing matches), then the upstream (UF/DF, de
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -16,6 +17,7 @@ CALLBACK_PATH = "/v2/nvcf/worker/request-attach"
 POD_SUFFIX = ".invocation.nvcf.svc.cluster.local"
 MAX_HEADERS_BYTES = 60 * 1024  # Envoy max_request_headers_kb default
 MAX_HEADERS_COUNT = 100  # Envoy max_headers_count default
+VISIBLE_ASCII = re.compile(r"[!-~]+")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,10 @@ def protocol_error(head: RequestHead) -> Reject | None:
     size = len(head.method) + len(head.target) + sum(len(k) + len(v) + 4 for k, v in head.headers)
     if size > MAX_HEADERS_BYTES:
         return Reject(431, "DPE", "headers too large", close=True)
+    if not VISIBLE_ASCII.fullmatch(head.target):
+        # RFC 9112's request-target is visible ASCII and Envoy's codec refuses anything else; checking here
+        # also stops urlsplit from silently dropping tabs or leading control bytes before routing.
+        return Reject(400, "DPE", "invalid character in request target", close=True)
     if "#" in head.target:
         return Reject(400, "DPE", "fragment in request target", close=True)
     return None
@@ -109,7 +115,10 @@ def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
     """Absolute-form http:// request to a pod name on the worker port, callback path only."""
     if not head.target.startswith("http://"):
         return Reject(404, "NR", "not an absolute http:// target")
-    parts = urlsplit(head.target)
+    try:
+        parts = urlsplit(head.target)
+    except ValueError:  # "http://[": Envoy's URL parser refuses it too (400, invalid_url)
+        return Reject(400, "DPE", "invalid URL in request target", close=True)
     if parts.username is not None or parts.password is not None:
         return Reject(400, "DPE", "user-info in request target", close=True)
     host = pod_host(parts.netloc, policy.upstream_port)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,8 +27,11 @@ def install(bin_dir: Path, tools: tuple[str, ...] = TOOLS) -> Path:
     here = Path(__file__).resolve().parent
     for tool in tools:
         path = bin_dir / tool
-        path.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(here)!r})\nimport fake\n"
-                        f"sys.exit(fake.main({tool!r}, sys.argv[1:]))\n")
+        # -IS: isolated, no site-packages, so each fake starts in a few milliseconds (stdlib only below).
+        path.write_text(
+            f"#!{sys.executable} -IS\nimport sys\nsys.path.insert(0, {str(here)!r})\nimport fake\n"
+            f"sys.exit(fake.main({tool!r}, sys.argv[1:]))\n"
+        )
         path.chmod(0o755)
     return bin_dir
 
@@ -40,8 +44,12 @@ class Harness:
         self.log = root / "fake-calls.jsonl"
         self.state_file = root / "fake-state.json"
         path = f"{self.bin}:{os.environ.get('PATH', '')}" if inherit_path else str(self.bin)
-        self.env = {**os.environ, "PATH": path, "NCPSIM_FAKE_LOG": str(self.log),
-                    "NCPSIM_FAKE_STATE": str(self.state_file)}
+        self.env = {
+            **os.environ,
+            "PATH": path,
+            "NCPSIM_FAKE_LOG": str(self.log),
+            "NCPSIM_FAKE_STATE": str(self.state_file),
+        }
         self.env.pop("NCPSIM_FAKE_FAIL", None)
 
     def calls(self) -> list[tuple[str, ...]]:
@@ -99,8 +107,11 @@ def _k3d(state: dict, args: list[str]) -> int:
         text = Path(args[args.index("--config") + 1]).read_text()
         name = next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("  name:"))
         if name in state["clusters"]:
-            print(f"FATA[0000] Failed to create cluster '{name}' because a cluster with that name already exists",
-                  file=sys.stderr)
+            print(
+                f"FATA[0000] Failed to create cluster '{name}' because a cluster with that name "
+                "already exists",
+                file=sys.stderr,
+            )
             return 1
         state["clusters"].append(name)
         print(f"INFO[0020] Cluster '{name}' created successfully!")
@@ -188,18 +199,38 @@ def _kubectl(state: dict, args: list[str]) -> int:
 KINDS = {"Deployment": "deployment.apps"}
 
 
-def _apply(objects: dict, args: list[str]) -> int:
-    import yaml  # the interpreter is the test's own, which has PyYAML
+def _documents(text: str) -> list[dict]:
+    """kind, name and replicas of each YAML document, read the way the renderer writes them (no PyYAML:
+    the fakes run without site-packages to start fast)."""
+    docs = []
+    for chunk in re.split(r"^---\s*$", text, flags=re.MULTILINE):
+        kind = re.search(r"^kind: (\S+)$", chunk, re.MULTILINE)
+        if not kind:
+            continue
+        meta = chunk[chunk.index("\nmetadata:") if "\nmetadata:" in chunk else chunk.index("metadata:") :]
+        name = re.search(r"^  name: (\S+)$", meta, re.MULTILINE)
+        spec = chunk[chunk.index("\nspec:") :] if "\nspec:" in chunk else ""
+        replicas = re.search(r"^  replicas: (\d+)$", spec, re.MULTILINE)
+        docs.append(
+            {
+                "kind": kind[1],
+                "name": name[1] if name else "?",
+                "text": chunk,
+                "replicas": int(replicas[1]) if replicas else None,
+            }
+        )
+    return docs
 
+
+def _apply(objects: dict, args: list[str]) -> int:
     source = args[args.index("-f") + 1]
     text = sys.stdin.read() if source == "-" else Path(source).read_text()
-    for obj in yaml.safe_load_all(text):
-        key = f"{KINDS.get(obj['kind'], obj['kind'].lower())}/{obj['metadata']['name']}"
-        digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+    for doc in _documents(text):
+        key = f"{KINDS.get(doc['kind'], doc['kind'].lower())}/{doc['name']}"
+        digest = hashlib.sha256(doc["text"].strip().encode()).hexdigest()
         before = objects.get(key, {}).get("digest")
         verb = "created" if before is None else "unchanged" if before == digest else "configured"
-        objects[key] = {"digest": digest, "namespace": obj["metadata"].get("namespace"),
-                        "replicas": obj.get("spec", {}).get("replicas") if obj["kind"] == "Deployment" else None}
+        objects[key] = {"digest": digest, "replicas": doc["replicas"]}
         print(f"{key} {verb}")
     return 0
 
@@ -216,8 +247,14 @@ def _get(objects: dict, namespace: str, args: list[str]) -> int:
     if args[-1] == "name":
         print(f"service/{name}")
     else:
-        print(json.dumps({"metadata": {"name": name, "namespace": namespace},
-                          "status": {"loadBalancer": {"ingress": [{"ip": LB_IP, "ipMode": "VIP"}]}}}))
+        print(
+            json.dumps(
+                {
+                    "metadata": {"name": name, "namespace": namespace},
+                    "status": {"loadBalancer": {"ingress": [{"ip": LB_IP, "ipMode": "VIP"}]}},
+                }
+            )
+        )
     return 0
 
 
@@ -226,9 +263,14 @@ def _pods(objects: dict) -> list[dict]:
     for app, base in (("invocation-service", 11), ("grpc-proxy-deployment", 41)):
         replicas = objects.get(f"deployment.apps/{app}", {}).get("replicas") or 0
         for i in range(replicas):
-            items.append({
-                "metadata": {"name": f"{app}-7d9f8-{i}", "labels": {"app": app}},
-                "status": {"phase": "Running", "podIP": f"10.42.0.{base + 100 + i}",
-                           "conditions": [{"type": "Ready", "status": "True"}]},
-            })
+            items.append(
+                {
+                    "metadata": {"name": f"{app}-7d9f8-{i}", "labels": {"app": app}},
+                    "status": {
+                        "phase": "Running",
+                        "podIP": f"10.42.0.{base + 100 + i}",
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
+                }
+            )
     return items

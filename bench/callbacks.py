@@ -1,0 +1,189 @@
+"""An HTTP callback load generator: pre-minted work, then the worker's GET + POST of request-attach.
+
+Minting: the benchmark invokes the echo function on the pod's client API with NVCF-POLL-SECONDS 0 (the
+pod answers 202 at once) and takes the work messages the pod publishes from the work bus, subscribed
+as the only worker. Each message carries the pod target and two single-use tokens, as a worker gets them.
+
+A callback is then exactly what worker-utils does (sim.worker_http): GET the request with the request
+token, run the echo function, POST the response with the response token. The pod answers that POST only
+once the client has read the body, so each callback also has a status poll in flight on a plain
+keep-alive connection to the pod's client port; that cost is the same whichever way the callback goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import h11
+
+from bench.stacks import BenchStack
+from sim.bus import BusClient
+from sim.http1 import H11Stream, exchange
+from sim.invocation_core import H1_TYPE
+from sim.tls import client_context
+from sim.topology import BUS_PORT, Pod
+from sim.worker_http import ATTACH_PATH, echo_function
+
+FUNCTION = "http-echo"
+PEXEC = f"/v2/nvcf/pexec/functions/{FUNCTION}"
+STATUS = "/v2/nvcf/pexec/status/"
+CALL_TIMEOUT = 30.0
+USER_AGENT = "worker-utils/1.4.0 (ncpsim-bench)"
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a callback's two requests go: a forward proxy (absolute-form target) or the pod itself."""
+
+    name: str
+    addr: tuple[str, int]
+    sni: str
+    absolute: bool
+
+
+def worker_tls(bench: BenchStack) -> ssl.SSLContext:
+    """The worker's trust: the public-style CA (its system roots) plus the stack CA (NVCF_PROXY_CA_PEM)."""
+    public = bench.state_dir / "certs" / "ca" / "public" / "ca.crt"
+    return client_context([public], bench.stack_ca.read_text())
+
+
+def proxy_route(bench: BenchStack, work: dict[str, Any], addr: tuple[str, int] | None = None,
+                name: str = "proxy") -> Route:
+    """Through a front that terminates TLS for `invocation.<workerDomain>` (ncpsim's proxy unless `addr`)."""
+    return Route(name, addr or bench.proxy_http(), urlsplit(work["proxyURI"]).hostname or "", True)
+
+
+def direct_route(bench: BenchStack, pod: Pod) -> Route:
+    """Straight to the pod's 8443, with the SNI and verification the proxy uses upstream (the pod name)."""
+    return Route("direct", bench.pod_tls(pod), pod.fqdn, False)
+
+
+async def open_stream(addr: tuple[str, int], tls: ssl.SSLContext | None = None,
+                      sni: str | None = None) -> H11Stream:
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(*addr, ssl=tls, server_hostname=sni if tls else None), CALL_TIMEOUT)
+    return H11Stream(h11.CLIENT, reader, writer)
+
+
+class Minter:
+    """Holds the bus subscription and a client connection to one pod; `mint(n)` returns n work messages."""
+
+    def __init__(self, bench: BenchStack, pod: Pod):
+        self.bench, self.pod = bench, pod
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._bus: BusClient | None = None
+        self._drain: asyncio.Task[None] | None = None
+        self._client: H11Stream | None = None
+        self.bodies: dict[str, bytes] = {}
+
+    async def __aenter__(self) -> Self:
+        host, port = self.bench.real(self.bench.topology.bus_lb_ip, BUS_PORT)
+        self._bus = await BusClient.connect(host, port)
+        await self._bus.subscribe(FUNCTION, "bench-worker")
+        # Read the bus all the time: an unread socket would stall the bus, then the pod's publish.
+        self._drain = asyncio.create_task(self._pump(self._bus), name="bench-bus-drain")
+        self._client = await open_stream(self.bench.pod_http(self.pod))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._drain:
+            self._drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await self._drain
+        if self._client:
+            self._client.close()
+        if self._bus:
+            await self._bus.close()
+
+    async def _pump(self, bus: BusClient) -> None:
+        async for frame in bus.messages():
+            await self.queue.put(frame["msg"])
+
+    async def mint(self, count: int) -> list[dict[str, Any]]:
+        assert self._client is not None
+        host = [("host", "invocation"), ("content-type", "application/json")]
+        for i in range(count):
+            body = json.dumps({"bench": i, "at": time.time()}).encode()
+            response = await exchange(self._client, "POST", PEXEC, [*host, ("nvcf-poll-seconds", "0")], body,
+                                      timeout=CALL_TIMEOUT)
+            if response.status != 202:
+                raise RuntimeError(f"minting work: the pod answered {response.status}, not 202")
+            self.bodies[response.header("nvcf-reqid") or ""] = body
+        return [await asyncio.wait_for(self.queue.get(), CALL_TIMEOUT) for _ in range(count)]
+
+
+async def callback(stream: H11Stream, route: Route, work: dict[str, Any], poller: H11Stream,
+                   body: bytes) -> bool:
+    """One worker callback (GET, echo, POST) while a status poll waits for the client's answer."""
+    url = work["targetURI"].rstrip("/") + ATTACH_PATH if route.absolute else ATTACH_PATH
+    base = [("host", urlsplit(work["targetURI"]).netloc), ("user-agent", USER_AGENT),
+            ("x-request-id", work["requestId"])]
+    poll = asyncio.create_task(exchange(poller, "GET", STATUS + work["requestId"],
+                                        [("host", "invocation"), ("nvcf-poll-seconds", "30")],
+                                        timeout=CALL_TIMEOUT), name="bench-status-poll")
+    try:
+        got = await exchange(stream, "GET", url, [*base, ("authorization", f"Bearer {work['requestToken']}"),
+                                                  ("accept", f"{H1_TYPE}, application/octet-stream")],
+                             timeout=CALL_TIMEOUT)
+        if got.status != 200:
+            return False
+        posted = await exchange(stream, "POST", url, [*base, ("authorization", f"Bearer {work['responseToken']}"),
+                                                      ("content-type", H1_TYPE)], echo_function(got.body),
+                                timeout=CALL_TIMEOUT)
+        answer = await poll
+    finally:
+        if not poll.done():
+            poll.cancel()
+            with contextlib.suppress(BaseException):
+                await poll
+    return posted.status == 200 and answer.status == 200 and answer.body == body
+
+
+Connect = Callable[[], Awaitable[H11Stream]]
+
+
+async def _lane(works: list[dict[str, Any]], route: Route, connect: Connect, reuse: bool,
+                poll_addr: tuple[str, int], bodies: dict[str, bytes]) -> int:
+    """Callbacks one after another: on one kept-alive connection (`reuse`), else a new one each."""
+    poller = await open_stream(poll_addr)
+    stream = await connect() if reuse else None
+    ok = 0
+    try:
+        for work in works:
+            conn = stream or await connect()
+            try:
+                ok += await callback(conn, route, work, poller, bodies[work["requestId"]])
+            except (ConnectionError, h11.ProtocolError, TimeoutError, ssl.SSLError):
+                if reuse:
+                    raise
+            finally:
+                if conn is not stream:
+                    conn.close()
+    finally:
+        poller.close()
+        if stream:
+            stream.close()
+    return ok
+
+
+async def drive(works: list[dict[str, Any]], route: Route, tls: ssl.SSLContext, *, lanes: int, reuse: bool,
+                poll_addr: tuple[str, int], bodies: dict[str, bytes]) -> dict[str, Any]:
+    """Run the callbacks over `lanes` concurrent lanes; callbacks per second over the whole batch."""
+    async def connect() -> H11Stream:
+        return await open_stream(route.addr, tls, route.sni)
+
+    shares = [works[i::lanes] for i in range(lanes)]
+    started = time.perf_counter()
+    oks = await asyncio.gather(*(_lane(s, route, connect, reuse, poll_addr, bodies) for s in shares if s))
+    seconds = time.perf_counter() - started
+    return {"route": route.name, "calls": len(works), "ok": sum(oks), "lanes": lanes,
+            "connection": "keep-alive" if reuse else "new TLS connection per callback",
+            "seconds": round(seconds, 3), "per_second": round(len(works) / seconds, 1)}

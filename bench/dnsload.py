@@ -1,0 +1,167 @@
+"""DNS queries per second: ncpsim's resolver (the stack's process, compute-cluster view) vs dnsmasq.
+
+dnsmasq gets the same data as the compute cluster's CoreDNS rewrite: `*.<workerDomain>` -> the proxy's
+load-balancer address (`--address`), and other names NXDOMAIN without forwarding (`--local`, no
+upstream servers). The load generator is a plain UDP socket with a bounded window of outstanding
+queries, a bounded count and a time limit; both servers get the same query mix, and the rcodes they
+answered are counted so a difference in answers would show. Each server's CPU time per query comes
+from /proc, which does not depend on how fast the Python load generator is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dnslib import DNSRecord
+
+from bench.procs import CpuMeter, free_port, group_members, spawn, stop
+from bench.stacks import WORKER_DOMAIN, BenchStack
+from sim.topology import DNS_PORT
+
+WINDOW = 32  # queries in flight
+QUERY_TIMEOUT = 1.0
+RCODES = {0: "NOERROR", 2: "SERVFAIL", 3: "NXDOMAIN", 5: "REFUSED"}
+
+
+def query_mix(size: int = 100) -> list[bytes]:
+    """What workers ask in a compute cluster: pod names and the proxy name (A), some AAAA, some misses."""
+    packets = []
+    for i in range(size):
+        kind = i % 10
+        if kind < 6:
+            name, qtype = f"10-42-0-{11 + i % 200}.{WORKER_DOMAIN}", "A"
+        elif kind < 8:
+            name, qtype = f"invocation.{WORKER_DOMAIN}", "A"
+        elif kind == 8:
+            name, qtype = f"10-42-0-{11 + i % 200}.{WORKER_DOMAIN}", "AAAA"
+        else:
+            name, qtype = f"missing-{i}.svc.example.org", "A"
+        packets.append(DNSRecord.question(name, qtype).pack())
+    return packets
+
+
+def _send_some(sock: socket.socket, packets: list[bytes], state: dict[str, Any], count: int) -> None:
+    outstanding, now = state["outstanding"], time.perf_counter()
+    while state["sent"] < count and len(outstanding) < WINDOW:
+        qid = state["sent"] & 0xFFFF
+        sock.send(struct.pack("!H", qid) + packets[state["sent"] % len(packets)][2:])
+        outstanding[qid] = now
+        state["sent"] += 1
+
+
+def _receive_all(sock: socket.socket, state: dict[str, Any]) -> None:
+    while True:
+        try:
+            reply = sock.recv(4096)
+        except BlockingIOError:
+            return
+        qid, flags = struct.unpack_from("!HH", reply)
+        if state["outstanding"].pop(qid, None) is not None:
+            state["received"] += 1
+            state["rcodes"][RCODES.get(flags & 0xF, str(flags & 0xF))] += 1
+
+
+def _expire(state: dict[str, Any]) -> None:
+    cutoff = time.perf_counter() - QUERY_TIMEOUT
+    for qid in [q for q, sent in state["outstanding"].items() if sent < cutoff]:
+        del state["outstanding"][qid]
+        state["lost"] += 1
+
+
+def load(addr: tuple[str, int], count: int, time_limit: float) -> dict[str, Any]:
+    """Send `count` queries (stopping at `time_limit` seconds), WINDOW at a time; answers per second."""
+    packets = query_mix()
+    state: dict[str, Any] = {"sent": 0, "received": 0, "lost": 0, "outstanding": {}, "rcodes": Counter()}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(addr)
+        sock.setblocking(False)
+        started = time.perf_counter()
+        while time.perf_counter() - started < time_limit:
+            _send_some(sock, packets, state, count)
+            if not state["outstanding"]:
+                break
+            if select.select([sock], [], [], 0.05)[0]:
+                _receive_all(sock, state)
+            _expire(state)
+        seconds = time.perf_counter() - started
+    return {"sent": state["sent"], "answered": state["received"], "lost": state["lost"] + len(state["outstanding"]),
+            "seconds": round(seconds, 3), "per_second": round(state["received"] / seconds, 1),
+            "rcodes": dict(state["rcodes"])}
+
+
+READY_TIMEOUT = 10.0
+
+
+def _answers(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.2)
+        sock.sendto(query_mix(1)[0], ("127.0.0.1", port))
+        try:
+            return bool(sock.recv(4096))
+        except OSError:
+            return False
+
+
+def _wait_answering(port: int, proc: subprocess.Popen) -> None:
+    """dnsmasq has no readiness pipe: ask it until it answers, or exits."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dnsmasq exited with {proc.returncode}")
+        if _answers(port):
+            return
+    raise RuntimeError(f"dnsmasq did not answer on port {port} within {READY_TIMEOUT}s")
+
+
+@contextlib.contextmanager
+def dnsmasq(folder: Path, target_ip: str) -> Iterator[tuple[int, subprocess.Popen]]:
+    """dnsmasq on a free loopback port with the compute cluster's rewrite; stopped when the block ends."""
+    binary = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+    if not Path(binary).exists():
+        raise RuntimeError("dnsmasq is not installed (apt-get install dnsmasq-base)")
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port(socket.SOCK_DGRAM)
+    cmd = [binary, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll",
+           "--bind-interfaces", "--listen-address=127.0.0.1", f"--port={port}", "--pid-file=",
+           f"--address=/{WORKER_DOMAIN}/{target_ip}", f"--local=/{WORKER_DOMAIN}/",
+           "--local=/example.org/"]  # --local: NODATA for AAAA, as before dnsmasq 2.86
+    if os.geteuid() == 0:
+        cmd.append("--user=root")  # no drop to nobody: nothing to gain on loopback, and it needs no group
+    proc = spawn(cmd, folder / "dnsmasq.log")
+    try:
+        _wait_answering(port, proc)
+        yield port, proc
+    finally:
+        stop(proc)
+
+
+def measure(bench: BenchStack, folder: Path, count: int, time_limit: float) -> dict[str, Any]:
+    """The stack's resolver (compute-cluster view) against dnsmasq, same mix, same generator."""
+    cluster = bench.topology.compute_clusters[0]
+    resolver = bench.real(cluster.dns_ip, DNS_PORT, "udp")
+    resolver_pid = bench.component_pid("resolver")
+    load(resolver, min(count, 500), time_limit)  # warm-up
+    with CpuMeter(lambda: [resolver_pid]) as cpu:
+        ours = load(resolver, count, time_limit)
+    ours["server_cpu_us_per_query"] = round(cpu.seconds * 1e6 / max(ours["answered"], 1), 1)
+    with dnsmasq(folder, bench.topology.proxy_lb_ip) as (port, proc):
+        load(("127.0.0.1", port), min(count, 500), time_limit)
+        with CpuMeter(lambda: group_members(proc.pid)) as cpu:
+            theirs = load(("127.0.0.1", port), count, time_limit)
+        theirs["server_cpu_us_per_query"] = round(cpu.seconds * 1e6 / max(theirs["answered"], 1), 1)
+    ratio = round(ours["per_second"] / theirs["per_second"], 3) if theirs["per_second"] else None
+    return {"resolver": ours, "dnsmasq": theirs, "ratio": ratio, "window": WINDOW, "mix": MIX}
+
+
+MIX = "60% A <dashed-pod-ip>.<workerDomain>, 20% A invocation.<workerDomain>, 10% AAAA (NODATA), 10% NXDOMAIN"

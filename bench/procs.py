@@ -1,0 +1,138 @@
+"""Processes the benchmark starts (nginx, dnsmasq, `invoke`), and what /proc says about any process.
+
+Everything is started in its own session (process group) and stopped by that group's id, so a helper's
+children (nginx's workers) go with it. CPU and memory come from /proc; on a system without /proc they
+read as zero and the report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Self
+
+STOP_GRACE = 3.0
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """Start `cmd` in a new session with stdout and stderr to `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env, cwd=cwd)
+
+
+def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+    """SIGTERM the process group, SIGKILL it if it outlives `grace`, and reap the leader."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # The leader is gone; members of its group (nginx workers) may linger a moment longer.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port the kernel just handed out on 127.0.0.1 (for tools that cannot bind port 0 and report it)."""
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stat_fields(pid: int) -> list[str]:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return text.rsplit(")", 1)[-1].split()  # the name in parentheses may hold spaces
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes whose process group is `pgid` (a helper and the children it forked)."""
+    members = []
+    for entry in Path("/proc").iterdir() if Path("/proc").exists() else []:
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if len(fields) > 2 and int(fields[2]) == pgid:
+                members.append(int(entry.name))
+    return members
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User plus system CPU time the processes have used so far."""
+    total = 0
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if len(fields) > 12:
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / _TICKS
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            continue  # gone between listing and reading
+    return total
+
+
+class RssSampler:
+    """Samples the summed RSS of `pids()` on a thread; `peak` is the largest sum seen."""
+
+    def __init__(self, pids: Callable[[], list[int]], interval: float = 0.2):
+        self.pids, self.interval = pids, interval
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, rss_bytes(self.pids()))
+        self.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+
+class CpuMeter:
+    """CPU seconds used by a set of processes between `__enter__` and `__exit__`."""
+
+    def __init__(self, pids: Callable[[], list[int]]):
+        self.pids = pids
+        self.seconds = 0.0
+        self._start = 0.0
+        self._wall = 0.0
+        self.wall = 0.0
+
+    def __enter__(self) -> Self:
+        self._start, self._wall = cpu_seconds(self.pids()), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = cpu_seconds(self.pids()) - self._start
+        self.wall = time.perf_counter() - self._wall

@@ -1,0 +1,106 @@
+"""docs/benchmarks.json (every figure) and docs/benchmarks.md (the table, the method, the machine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.targets import Row, judge
+
+FINDINGS = Path(__file__).with_name("findings.md")
+
+METHOD = """\
+## Method
+
+All traffic is on 127.0.0.1; the simulated 10.x addresses are only keys of each stack's network map,
+from which the benchmark reads the real ports. Every stack runs under a temporary `NCPSIM_HOME` with a
+unique name and is stopped at the end, as are nginx and dnsmasq. CPU times come from `/proc/<pid>/stat`
+and memory from `/proc/<pid>/statm`.
+
+- **`invoke up` to first callback**: the clock starts when the `invoke up scenario=http-callback`
+  (or `grpc-callback`) process is spawned and stops at the `ts` of the first `worker.callback.result`
+  event with `ok: true` in `<state>/events/*.jsonl`. One cold run (fresh state folder: CAs and
+  certificates are minted) and then {runs} warm runs on the same stack name (certificates kept, as a
+  user's default stack keeps them); median and min-max of the warm runs.
+- **Catalogue**: wall time of `invoke replay --all` (each scenario on a fresh stack).
+- **Keep-alive callbacks**: one invocation-service pod, no workers; the benchmark mints work (client
+  `POST pexec` with `NVCF-POLL-SECONDS: 0`, work messages taken from the work bus) and then does each
+  callback as worker-utils does: `GET` request-attach with the request token, echo, `POST` with the
+  response token, while a status poll waits for the client's answer on a plain keep-alive connection to
+  the pod. Serially on one keep-alive TLS connection to the proxy (SNI `invocation.<workerDomain>`,
+  absolute-form target), then on one straight to the pod's 8443 (SNI = the pod name, as the proxy
+  uses), with the same client and the same pod. `relay_cpu_ms_per_call` is the proxy process's CPU.
+- **New-TLS-connection callbacks**: the same callbacks, {lanes} concurrent lanes, a new TLS connection
+  per callback, through ncpsim's proxy and through Debian's nginx (one worker process) with the same
+  frontend certificate and upstream TLS re-encryption with verification (`proxy_ssl_verify on`,
+  `proxy_ssl_trusted_certificate` = stack CA, `proxy_ssl_name` = the pod name, routing by a `map` of
+  the target host), upstream keep-alive pool on (as Envoy pools); also shown without the pool.
+- **QUIC path**: `sim.bench_grpc` on a proxied stack and on the same stack with the proxy disabled
+  (workers in the control-plane cluster): gRPC unary calls/s through the whole path, and callback
+  exchanges (new QUIC session + `POST /v1/proxy`) via the proxy vs straight to the pod.
+- **Scale**: `sim.topology.build` with the compute clusters and workers shown; the benchmark drives
+  invocations (`NVCF-POLL-SECONDS: 60`) over bounded concurrent keep-alive lanes to the two pods; a
+  callback is lost when its invocation does not return 200 with its own body. Peak memory is the
+  largest sum of RSS of the stack's processes, sampled every 200 ms.
+- **DNS**: a UDP load generator (window of {window} queries in flight, bounded count and time) against
+  the stack's resolver (compute-cluster view) and dnsmasq on the same machine with the same rewrite
+  (`--address=/<workerDomain>/<proxy LB>`, `--local`, no upstream). Mix: {mix}.
+"""
+
+
+def _table(rows: list[Row]) -> str:
+    lines = ["| figure | target | measured | verdict |", "|---|---|---|---|"]
+    lines += [f"| {r.figure} | {r.target} | {r.measured} | {r.verdict} |" for r in rows]
+    return "\n".join(lines)
+
+
+def _machine(m: dict[str, Any]) -> str:
+    return (f"- date: {m['date']}\n- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB memory, "
+            f"{m['os']}\n- Python {m['python']}; {m.get('nginx') or 'nginx: not installed'}; "
+            f"{m.get('dnsmasq') or 'dnsmasq: not installed'}\n"
+            f"- load average at start {m['load_average_start']}, at end {m.get('load_average_end')}"
+            + (f"\n- note: {m['note']}" if m.get("note") else ""))
+
+
+def _details(results: dict[str, Any]) -> str:
+    lines = ["## Details", ""]
+    relay = results.get("relay") or {}
+    for kind in ("keepalive", "new_connection"):
+        for name, r in (relay.get(kind) or {}).items():
+            if isinstance(r, dict) and "per_second" in r:
+                cpu = f", relay CPU {r['relay_cpu_ms_per_call']} ms/callback" if "relay_cpu_ms_per_call" in r else ""
+                lines.append(f"- {kind} {name}: {r.get('ok')}/{r.get('calls')} ok, {r['per_second']}/s{cpu}")
+    dns = results.get("dns") or {}
+    for name in ("resolver", "dnsmasq"):
+        if r := dns.get(name):
+            lines.append(f"- DNS {name}: {r['answered']}/{r['sent']} answered, {r['per_second']}/s, "
+                         f"server CPU {r['server_cpu_us_per_query']} us/query, rcodes {r['rcodes']}")
+    if cpu := (results.get("scale") or {}).get("cpu_seconds"):
+        lines.append(f"- scale, CPU seconds by component during the callbacks: {cpu}")
+    errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and v.get("error")}
+    for name, error in errors.items():
+        lines.append(f"- **{name} failed**: {error}")
+    return "\n".join(lines)
+
+
+def markdown(results: dict[str, Any], command: str) -> str:
+    params = results.get("parameters", {})
+    findings = FINDINGS.read_text() if FINDINGS.exists() else ""
+    return "\n\n".join([
+        "# ncpsim benchmarks",
+        f"Written by `{command}`; every figure is also in `docs/benchmarks.json`.",
+        _machine(results["machine"]),
+        _table(judge(results)),
+        METHOD.format(runs=params.get("startup_runs"), lanes=params.get("newconn_lanes"),
+                      window=params.get("dns_window"), mix=params.get("dns_mix")).rstrip(),
+        _details(results),
+        findings.rstrip(),
+    ]) + "\n"
+
+
+def write(results: dict[str, Any], out_dir: Path, command: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results["targets"] = [r.__dict__ | {"verdict": r.verdict} for r in judge(results)]
+    (out_dir / "benchmarks.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out_dir / "benchmarks.md").write_text(markdown(results, command))

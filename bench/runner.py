@@ -1,0 +1,139 @@
+"""`invoke bench [--quick]`: every measurement in turn, then docs/benchmarks.json and docs/benchmarks.md.
+
+Each section runs on its own and records an error instead of ending the run. Everything the benchmark
+starts lives under one temporary NCPSIM_HOME; at the end (also on an error, Ctrl-C or SIGTERM) every
+stack found there is stopped, and nginx and dnsmasq are stopped by their own `with` blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import dnsload, machine, quic, relay, report, scale, startup
+from bench.stacks import running, topology, unique_name
+from bench.targets import judge
+from clusters.stack import LocalStack
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@dataclass(frozen=True)
+class Plan:
+    startup_runs: int
+    catalogue: bool
+    catalogue_timeout: float
+    keepalive_calls: int
+    newconn_calls: int
+    quic_calls: int
+    scale_clusters: int
+    scale_workers: int
+    scale_callbacks: int
+    scale_concurrency: int
+    scale_deadline: float  # seconds of driving; past it no new invocations start
+    dns_queries: int
+    dns_seconds: float
+
+
+FULL = Plan(5, True, 150.0, 1000, 600, 200, 5, 2000, 20_000, 128, 240.0, 100_000, 10.0)
+QUICK = Plan(2, False, 0.0, 300, 200, 50, 5, 500, 1000, 64, 30.0, 20_000, 5.0)
+
+
+def _section(name: str, logs: Path, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    started = time.perf_counter()
+    print(f"bench: {name} ...", file=sys.stderr, flush=True)
+    try:
+        result = fn()
+    except Exception as exc:  # noqa: BLE001 - one failed measurement must not cost the others
+        (logs / f"{name}.error.txt").write_text(traceback.format_exc())
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    result["section_seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def _startup(plan: Plan, root: Path, logs: Path) -> dict[str, Any]:
+    return {kind: startup.time_to_first_callback(f"{kind}-callback", plan.startup_runs, root / "up", logs)
+            for kind in ("http", "grpc")}
+
+
+def _relay_and_dns(plan: Plan, root: Path, logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keep-alive, new-connection and DNS measurements share one stack (one pod, no workers)."""
+    with running(root / "relay", topology(unique_name("relay"), invocation=1, clusters=1)) as bench:
+        relayed = _section("relay", logs, lambda: asyncio.run(
+            relay.measure(bench, plan.keepalive_calls, plan.newconn_calls, root / "nginx")))
+        dns = _section("dns", logs, lambda: dnsload.measure(bench, root / "dnsmasq", plan.dns_queries,
+                                                           plan.dns_seconds))
+    return relayed, dns
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so every `finally` stops what it started."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_everything(root: Path) -> None:
+    for state in root.rglob("netmap.json"):
+        LocalStack(state.parent.name, root=state.parent.parent).down()
+
+
+def measure_all(plan: Plan, root: Path) -> dict[str, Any]:
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"machine": machine.describe()}
+    results["startup"] = _section("startup", logs, lambda: _startup(plan, root, logs))
+    results["catalogue"] = (_section("catalogue", logs, lambda: startup.catalogue(root, logs, plan.catalogue_timeout))
+                            if plan.catalogue else {"skipped": True})
+    results["relay"], results["dns"] = _relay_and_dns(plan, root, logs)
+    results["quic"] = _section("quic", logs, lambda: quic.measure(root / "quic", plan.quic_calls))
+    results["scale"] = _section("scale", logs, lambda: scale.measure(
+        root / "scale", plan.scale_clusters, plan.scale_workers, plan.scale_callbacks, plan.scale_concurrency,
+        plan.scale_deadline))
+    results["machine"]["load_average_end"] = machine.load_average()
+    return results
+
+
+def run(quick: bool = False, out_dir: Path = DOCS, note: str = "") -> int:
+    """Measure, write the JSON and the Markdown table; 0 when every target is met, else 1."""
+    plan = QUICK if quick else FULL
+    root = Path(tempfile.mkdtemp(prefix="ncpsim-bench-"))
+    started = time.perf_counter()
+    results: dict[str, Any] = {}
+    try:
+        with _terminated_as_interrupt():
+            results = measure_all(plan, root)
+    finally:
+        _stop_everything(root)
+    results["parameters"] = asdict(plan) | {"quick": quick, "newconn_lanes": relay.NEW_CONN_LANES,
+                                            "dns_window": dnsload.WINDOW, "dns_mix": dnsload.MIX}
+    results["total_seconds"] = round(time.perf_counter() - started, 1)
+    if note:
+        results["machine"]["note"] = note
+    report.write(results, out_dir, "invoke bench --quick" if quick else "invoke bench")
+    failed = [k for k, v in results.items() if isinstance(v, dict) and v.get("error")]
+    if failed:
+        print(f"bench: sections failed: {', '.join(failed)}; logs kept in {root / 'logs'}", file=sys.stderr)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    rows = judge(results)
+    for row in rows:
+        print(f"{row.verdict:>7}  {row.figure}: {row.measured} (target {row.target})")
+    print(f"bench: {results['total_seconds']} s; wrote {out_dir / 'benchmarks.md'} and benchmarks.json")
+    return 1 if failed or any(r.met is False for r in rows) else 0

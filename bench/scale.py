@@ -1,0 +1,121 @@
+"""Scale: N compute clusters of workers, many callbacks driven concurrently; lost, wall time, peak memory.
+
+The topology is built with sim.topology.build (5 compute clusters of 400 workers for the full run). The
+benchmark is the function client: `concurrency` lanes, each with a keep-alive connection to one
+invocation-service pod (lanes spread over the pods), invoke the echo function with NVCF-POLL-SECONDS 60
+and wait for the answer. A callback is lost when its invocation does not come back 200 with its own
+body. Workers do everything else as in any scenario: bus, DNS, TLS to the proxy, GET and POST.
+Peak memory is the largest sum of the stack's processes' RSS, sampled from /proc every 200 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import h11
+
+from bench.callbacks import PEXEC, open_stream
+from bench.procs import RssSampler, cpu_seconds, rss_bytes
+from bench.stacks import BenchStack, running, topology, unique_name
+from sim.http1 import H11Stream, exchange
+
+POLL_SECONDS = 60
+CALL_TIMEOUT = POLL_SECONDS + 5.0
+
+
+async def _lane(addr: tuple[str, int], numbers: itertools.count, total: int, stop_at: float,
+                lost: list[dict[str, Any]]) -> int:
+    """Invocations one after another on one keep-alive connection, until `total` have been taken or the
+    deadline has passed (the invocation in flight then still finishes)."""
+    done = 0
+    stream: H11Stream | None = None
+    while time.perf_counter() < stop_at and (n := next(numbers)) < total:
+        body = json.dumps({"scale": n}).encode()
+        try:
+            stream = stream or await open_stream(addr)
+            response = await exchange(stream, "POST", PEXEC, [("host", "invocation"),
+                                      ("content-type", "application/json"),
+                                      ("nvcf-poll-seconds", str(POLL_SECONDS))], body, timeout=CALL_TIMEOUT)
+            ok = response.status == 200 and response.body == body
+            reason = f"status {response.status}"
+        except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:
+            ok, reason = False, f"{type(exc).__name__}: {exc}"
+            if stream:
+                stream.close()
+            stream = None
+        if not ok:
+            lost.append({"n": n, "reason": reason})
+        done += 1
+    if stream:
+        stream.close()
+    return done
+
+
+async def drive(bench: BenchStack, callbacks: int, concurrency: int, deadline: float) -> dict[str, Any]:
+    pods = bench.topology.pods_of("invocation")
+    numbers = itertools.count()
+    lost: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(_lane(bench.pod_http(pods[i % len(pods)]), numbers, callbacks,
+                                          started + deadline, lost) for i in range(concurrency)))
+    seconds = time.perf_counter() - started
+    done = sum(counts)
+    return {"requested": callbacks, "callbacks": done, "deadline_hit": done < callbacks, "deadline": deadline,
+            "lost": len(lost), "lost_examples": lost[:5], "seconds": round(seconds, 2),
+            "per_second": round(done / seconds, 1)}
+
+
+def worker_results(state_dir: Path) -> dict[str, int]:
+    """Worker callback outcomes from the events, as a cross-check of the client's count."""
+    ok = failed = 0
+    for path in (state_dir / "events").glob("ncpsim-compute-*.jsonl"):
+        with open(path, errors="replace") as lines:
+            for line in lines:
+                if '"worker.callback.result"' in line:
+                    if '"ok": true' in line:
+                        ok += 1
+                    else:
+                        failed += 1
+    return {"ok": ok, "failed": failed}
+
+
+def settled_results(state_dir: Path, expected: int, timeout: float = 5.0) -> dict[str, int]:
+    """The workers' outcomes once their last lines are written (a worker logs after the pod answered)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        results = worker_results(state_dir)
+        if results["ok"] + results["failed"] >= expected or time.monotonic() > deadline:
+            return results
+        time.sleep(0.2)
+
+
+def _cpu_by_component(bench: BenchStack) -> dict[str, float]:
+    return {name: cpu_seconds([pid]) for name, pid in bench.stack.launcher.running().items()}
+
+
+def measure(root: Path, clusters: int, workers: int, callbacks: int, concurrency: int,
+            deadline: float) -> dict[str, Any]:
+    per_cluster = workers // clusters
+    topo = topology(unique_name("scale"), invocation=2, clusters=clusters, workers_per_cluster=per_cluster)
+    started = time.perf_counter()
+    with running(root, topo) as bench:
+        up = time.perf_counter() - started
+        before = _cpu_by_component(bench)
+        with RssSampler(bench.pids) as memory:
+            result = asyncio.run(drive(bench, callbacks, concurrency, deadline))
+        after = _cpu_by_component(bench)
+        result["cpu_seconds"] = {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}
+        result["worker_results"] = settled_results(bench.state_dir, result["callbacks"])
+        result["processes"] = len(bench.pids())
+    result.update(clusters=clusters, workers=per_cluster * clusters, concurrency=concurrency,
+                  up_seconds=round(up, 2), wall_seconds=round(up + result["seconds"], 2),
+                  peak_rss_mib=round(memory.peak / 2**20, 1), rss_samples=memory.samples,
+                  client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1))
+    return result
+

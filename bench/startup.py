@@ -1,0 +1,113 @@
+"""How long a user waits: `invoke up` to the first callback, and the whole catalogue's `invoke replay --all`.
+
+The clock starts when the `invoke up` process is spawned (interpreter start-up and imports count, as
+they do for a user) and stops at the `ts` of the first `worker.callback.result` event with ok=true in
+<state>/events/*.jsonl. Each scenario gets one cold run (a new state folder: CAs and certificates are
+minted) and then `runs` warm runs on the same stack name, which keeps its certificates between `up`s
+as a user's default stack does; the median and spread are of the warm runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.procs import spawn, stop
+from bench.stacks import unique_name
+from clusters.stack import LocalStack
+
+REPO = Path(__file__).resolve().parents[1]
+INVOKE = str(Path(sys.executable).with_name("invoke"))
+UP_TIMEOUT = 60.0
+
+
+def first_ok_callback(state_dir: Path) -> float | None:
+    """The earliest `ts` of a successful worker callback in the stack's event files."""
+    best: float | None = None
+    for path in (state_dir / "events").glob("*.jsonl"):
+        for line in path.read_text(errors="replace").splitlines():
+            if '"worker.callback.result"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("kind") == "worker.callback.result" and event.get("ok"):
+                best = event["ts"] if best is None else min(best, event["ts"])
+    return best
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {**os.environ, "NCPSIM_HOME": str(root)}
+
+
+def up_once(scenario: str, stack: str, root: Path, logs: Path) -> dict[str, Any]:
+    """One `invoke up`; seconds from spawn to the first successful callback (None if there was none)."""
+    cmd = [INVOKE, "up", f"scenario={scenario}", "--stack", stack]
+    spawned = time.time()
+    proc = spawn(cmd, logs / f"up-{stack}.log", env=_env(root), cwd=REPO)
+    try:
+        rc = proc.wait(UP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        stop(proc)
+        LocalStack(stack, root=root).down()  # `up` leaves the stack running, by design
+    first = first_ok_callback(root / stack)
+    return {"exit": rc, "seconds": None if first is None else round(first - spawned, 3)}
+
+
+def time_to_first_callback(scenario: str, runs: int, root: Path, logs: Path) -> dict[str, Any]:
+    stack = unique_name(scenario.split("-")[0])
+    cold = up_once(scenario, stack, root, logs)
+    warm = [up_once(scenario, stack, root, logs) for _ in range(runs)]
+    times = [w["seconds"] for w in warm if w["seconds"] is not None]
+    LocalStack(stack, root=root).down(purge=True)
+    return {"scenario": scenario, "cold_seconds": cold["seconds"], "runs": warm,
+            "median": round(statistics.median(times), 3) if times else None,
+            "min": min(times, default=None), "max": max(times, default=None),
+            "failed_runs": sum(w["seconds"] is None or w["exit"] != 0 for w in warm)}
+
+
+SUMMARY = re.compile(r"(\d+)/(\d+) scenarios passed in ([\d.]+)s")
+# The same replay through the library, for when the command line fails before replaying anything.
+LIBRARY_REPLAY = ("import sys; from scenarios.replay import replay_many; "
+                  "sys.exit(0 if replay_many(None) else 1)")
+
+
+def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, Any]:
+    """Run one whole-catalogue replay; its wall time, exit code and the passed/total line."""
+    started = time.perf_counter()
+    proc = spawn(cmd, log, env=_env(root), cwd=REPO)
+    try:
+        rc: int | None = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        stop(proc)
+        for state in root.glob("*") if root.exists() else []:
+            LocalStack(state.name, root=root).down()  # a kept or interrupted scenario's stack
+    seconds = time.perf_counter() - started
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = SUMMARY.findall(text)
+    passed, total = (int(found[-1][0]), int(found[-1][1])) if found else (None, None)
+    failures = [line.strip() for line in text.splitlines() if line.startswith("FAIL")][:10]
+    return {"seconds": round(seconds, 2), "exit": rc, "timed_out": rc is None, "passed": passed,
+            "total": total, "failures": failures, "output_tail": text.strip().splitlines()[-3:]}
+
+
+def catalogue(root: Path, logs: Path, timeout: float) -> dict[str, Any]:
+    """`invoke replay --all` as a user runs it; if it replays nothing, the library's replay_many too."""
+    result = _replay([INVOKE, "replay", "--all", "--junit", str(logs / "replay-all.xml")], root / "replay",
+                     logs / "replay-all.log", timeout)
+    if result["total"] is None:
+        result["library"] = _replay([sys.executable, "-c", LIBRARY_REPLAY], root / "replay-library",
+                                    logs / "replay-library.log", timeout)
+    return result

@@ -1,0 +1,121 @@
+"""Issue 7's targets, and each measured figure judged against its target (pure: results in, rows out)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Row:
+    figure: str
+    target: str
+    measured: str
+    met: bool | None  # None: not measured (skipped or failed), or a figure without a target
+
+    @property
+    def verdict(self) -> str:
+        return {True: "met", False: "MISSED", None: "-"}[self.met]
+
+
+def _get(results: dict[str, Any], *path: str) -> Any:
+    node: Any = results
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _seconds(value: float | None, spread: tuple[float | None, float | None] = (None, None)) -> str:
+    if value is None:
+        return "not measured"
+    low, high = spread
+    return f"{value:.2f} s" + (f" ({low:.2f}-{high:.2f})" if low is not None and high is not None else "")
+
+
+def _first(results: dict[str, Any], key: str, label: str, limit: float) -> Row:
+    r = _get(results, "startup", key) or {}
+    median = r.get("median")
+    measured = _seconds(median, (r.get("min"), r.get("max")))
+    if r.get("cold_seconds") is not None:
+        measured += f"; cold {r['cold_seconds']:.2f} s"
+    met = None if median is None else median <= limit and not r.get("failed_runs")
+    return Row(f"`invoke up` to first {label} callback (median of warm runs, min-max)", f"<= {limit} s",
+               measured, met)
+
+
+def _catalogue(results: dict[str, Any]) -> Row:
+    r = _get(results, "catalogue")
+    if not r or r.get("skipped"):
+        return Row("catalogue replay (`invoke replay --all`)", "<= 60 s", "skipped (quick run)", None)
+    if r.get("error"):
+        return Row("catalogue replay (`invoke replay --all`)", "<= 60 s, all pass", f"failed: {r['error']}", False)
+    tail = " ".join(r.get("output_tail") or [])[:160]
+    passed = f"{r.get('passed')}/{r.get('total')} passed" if r.get("total") else f"exit {r.get('exit')}: {tail}"
+    measured = f"{r['seconds']:.1f} s, {passed}"
+    if lib := r.get("library"):
+        measured += (f"; the same catalogue through scenarios.replay.replay_many: {lib['seconds']:.1f} s, "
+                     f"{lib.get('passed')}/{lib.get('total')} passed")
+    met = r["seconds"] <= 60 and r.get("exit") == 0
+    return Row("catalogue replay (`invoke replay --all`)", "<= 60 s, all pass", measured, met)
+
+
+def _ratio_row(figure: str, ratio: Any, a: Any, b: Any, names: tuple[str, str], floor: float) -> Row:
+    if ratio is None:
+        return Row(figure, f">= {floor}", "not measured", None)
+    measured = f"{ratio:.2f} ({a['per_second']:.0f}/s {names[0]} vs {b['per_second']:.0f}/s {names[1]})"
+    return Row(figure, f">= {floor}", measured, ratio >= floor)
+
+
+def _relay_rows(results: dict[str, Any]) -> list[Row]:
+    keep = _get(results, "relay", "keepalive") or {}
+    new = _get(results, "relay", "new_connection") or {}
+    return [
+        _ratio_row("keep-alive callbacks/s, proxy / direct to pod", keep.get("ratio"), keep.get("proxy"),
+                   keep.get("direct"), ("proxy", "direct"), 0.5),
+        _ratio_row("new-TLS-connection callbacks/s, proxy / nginx", new.get("ratio"), new.get("proxy"),
+                   new.get("nginx"), ("proxy", "nginx"), 0.3),
+    ]
+
+
+def _quic_row(results: dict[str, Any]) -> Row:
+    r = _get(results, "quic") or {}
+    via, direct = _get(r, "via_proxy", "unary"), _get(r, "direct_stack", "unary")
+    if not via or not direct:
+        return Row("QUIC path: gRPC unary calls/s, proxy / direct", "none set", "not measured", None)
+    measured = (f"{r['unary_ratio']:.2f} ({via['per_second']:.0f}/s vs {direct['per_second']:.0f}/s); "
+                f"callback exchanges {r.get('callback_ratio')}")
+    return Row("QUIC path: gRPC unary calls/s, proxy / direct", "none set", measured, None)
+
+
+def _scale_row(results: dict[str, Any]) -> Row:
+    r = _get(results, "scale")
+    if not r or "lost" not in r:
+        return Row("scale: lost, wall time, peak RSS", "0 lost, <= 90 s, <= 1.5 GiB", "not measured", None)
+    done = f"{r['callbacks']}/{r['requested']} callbacks" + (" (deadline hit)" if r.get("deadline_hit") else "")
+    measured = (f"{r['clusters']} clusters, {r['workers']} workers, {done}: {r['lost']} lost, "
+                f"{r['wall_seconds']:.1f} s ({r['up_seconds']:.1f} s up + {r['seconds']:.1f} s callbacks), "
+                f"peak {r['peak_rss_mib']:.0f} MiB")
+    met = (r["lost"] == 0 and r["callbacks"] == r["requested"] and r["wall_seconds"] <= 90
+           and r["peak_rss_mib"] <= 1536)
+    return Row("scale: lost, wall time (up + callbacks), peak RSS of the stack", "0 lost, <= 90 s, <= 1.5 GiB",
+               measured, met)
+
+
+def _dns_row(results: dict[str, Any]) -> Row:
+    r = _get(results, "dns") or {}
+    return _ratio_row("DNS queries/s, resolver / dnsmasq", r.get("ratio"), r.get("resolver"), r.get("dnsmasq"),
+                      ("resolver", "dnsmasq"), 0.2)
+
+
+def judge(results: dict[str, Any]) -> list[Row]:
+    rows: list[Callable[[dict[str, Any]], Row | list[Row]]] = [
+        lambda r: _first(r, "http", "HTTP", 1.5), lambda r: _first(r, "grpc", "gRPC", 2.0),
+        _catalogue, _relay_rows, _quic_row, _scale_row, _dns_row]
+    out: list[Row] = []
+    for make in rows:
+        made = make(results)
+        out.extend(made if isinstance(made, list) else [made])
+    return out

@@ -1,0 +1,46 @@
+"""Steps that act on the stack rather than call through it: faults, certificate rotation, runbooks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from certs.rotate import rotate
+from certs.store import CertStore
+from scenarios.spec import Step
+from sim.faults import FaultInjector
+from sim.runbooks import run as run_runbook
+from sim.runbooks.report import RunbookReport
+
+
+def rotate_step(state_dir: Any, kind: str, worker_domain: str) -> str:
+    return "rotated " + kind + ": " + rotate(CertStore(state_dir / "certs"), kind, worker_domain)
+
+
+async def fault_later(faults: FaultInjector, spec: dict[str, Any], after_ms: int, notes: list[str]) -> None:
+    """Fire a fault while the step's calls are in flight (e.g. SIGKILL a pod mid-callback)."""
+    await asyncio.sleep(after_ms / 1000)  # the scenario's chosen moment, not a readiness wait
+    notes.append(faults.apply(spec) + f" ({after_ms} ms into the calls)")
+
+
+def judge_runbook(step: Step, report: RunbookReport) -> list[str]:
+    """Each broken expectation of a runbook step, naming the step and what the run reported instead."""
+    failures = []
+    for expect in step.expects:
+        if expect.outcome and expect.outcome != report.outcome:
+            why = f": {report.mistake} (fix: {report.fix_step})" if report.mistake else ""
+            failures.append(f"{step.label}: expected outcome {expect.outcome}, but the run ended "
+                            f"{report.outcome}{why}")
+        if expect.error and expect.error.lower() not in (report.mistake or "").lower():
+            failures.append(f"{step.label}: expected the mistake to mention {expect.error!r}, "
+                            f"but it was {report.mistake!r}")
+        if expect.fix and expect.fix.lower() not in (report.fix_step or "").lower():
+            failures.append(f"{step.label}: expected the fix {expect.fix!r}, but the report names "
+                            f"{report.fix_step!r}")
+    return failures
+
+
+def runbook_step(step: Step, state_dir: Any) -> tuple[str, list[str]]:
+    spec = step.runbook or {}
+    report = run_runbook(spec["name"], spec["variant"], state_dir)
+    return report.summary(), judge_runbook(step, report)

@@ -1,0 +1,306 @@
+"""What `invoke render --backend k3d` writes: every k3d config validates against k3d's published JSON
+schema, every manifest validates with kubernetes-validate in strict mode, and the objects say what
+DESIGN.md sections 1 and 4 ask (clusters, CIDRs, ports, Secrets, proxy, compute-side Services)."""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from certs.profiles import FRONTEND_SECRET, GRPC_SECRET, INVOCATION_SECRET, PUBLIC_FRONTEND_SECRET
+from clusters.k3d.engine import CONTEXT_DIRS, context_members
+from clusters.render.bundle import Addresses, manifests_by_cluster, render_bundle
+from clusters.render.control_plane import CertMaterial
+from clusters.render.envoy import render_envoy
+from clusters.render.k3d_config import k3d_configs
+from clusters.render.layout import KUBE_VERSION, NETWORK
+from scenarios.model import catalogue, load_scenario
+from sim.errors import NcpsimError
+from sim.proxy.component import policy_from_values
+from sim.topology import Topology
+from sim.values import deep_merge
+
+# kubernetes-validate re-reads its (large) schema files on every call; caching the reads keeps the
+# strict validation of every rendered object of every scenario to a couple of seconds.
+_utils = pytest.importorskip("kubernetes_validate.utils")
+_utils.schema_contents = functools.lru_cache(maxsize=None)(_utils.schema_contents)
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SCHEMA_PATH = SHARED / "schemas" / "k3d-config-v1alpha5.schema.json"
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+SECRET_NAMES = (FRONTEND_SECRET, INVOCATION_SECRET, GRPC_SECRET, PUBLIC_FRONTEND_SECRET)
+MATERIAL = CertMaterial(
+    secrets={name: (f"{name} crt".encode(), f"{name} key".encode(), b"ca") for name in SECRET_NAMES},
+    stack_ca=b"-----BEGIN CERTIFICATE-----\nstack\n-----END CERTIFICATE-----\n",
+    public_ca=b"-----BEGIN CERTIFICATE-----\npublic\n-----END CERTIFICATE-----\n",
+)
+
+
+def _topologies() -> dict[str, Topology]:
+    out = {}
+    for name, _summary in catalogue():
+        try:
+            scenario = load_scenario(name)
+        except NcpsimError:
+            continue  # scenarios whose values are meant to be refused have nothing to render
+        if getattr(scenario, "expect_error", None) is None:
+            out[name] = scenario.build_topology("default")
+    return out
+
+
+TOPOLOGIES = _topologies()
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft7Validator:
+    if not SCHEMA_PATH.exists():
+        pytest.skip(f"k3d schema not found at {SCHEMA_PATH} (the shared folder beside the repository)")
+    schema = json.loads(SCHEMA_PATH.read_text())
+    return jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+
+
+def rendered_yaml(topology: Topology, addresses: Addresses | None = None) -> dict[str, list[dict]]:
+    """Each rendered file read back as a YAML reader (k3d, kubectl) would."""
+    return {
+        path: list(yaml.safe_load_all(f.text))
+        for path, f in render_bundle(topology, MATERIAL, addresses).items()
+    }
+
+
+def test_catalogue_has_multi_cluster_scenarios() -> None:
+    assert "http-callback" in TOPOLOGIES and any(len(t.compute_clusters) > 1 for t in TOPOLOGIES.values())
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_every_k3d_config_validates_against_the_schema(name: str, validator) -> None:
+    files = rendered_yaml(TOPOLOGIES[name])
+    configs = {path: docs[0] for path, docs in files.items() if path.startswith("k3d/")}
+    assert len(configs) == len(TOPOLOGIES[name].clusters)
+    for path, config in configs.items():
+        errors = sorted(validator.iter_errors(config), key=str)
+        assert not errors, f"{path}: {errors[0].message}"
+
+
+def test_schema_check_is_strict_enough_to_fail(validator) -> None:
+    config = k3d_configs(TOPOLOGIES["http-callback"])["ncpsim-cp"]
+    assert not list(validator.iter_errors(config))
+    for broken in (
+        {**config, "servers": 0},
+        {**config, "options": {**config["options"], "k3d": {"waitForIt": True}}},
+        {**config, "ports": [{"port": 10084}]},  # the schema wants "host:container/proto" strings
+    ):
+        assert list(validator.iter_errors(broken)), broken
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_every_manifest_validates_strictly(name: str) -> None:
+    files = rendered_yaml(TOPOLOGIES[name], Addresses(proxy="172.30.0.3", bus="172.30.0.3"))
+    objects = [obj for path, docs in files.items() if path.startswith("manifests/") for obj in docs]
+    assert objects
+    for obj in objects:
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def test_strict_validation_catches_an_unknown_field() -> None:
+    objects = manifests_by_cluster(
+        TOPOLOGIES["http-callback"], MATERIAL, Addresses.virtual(TOPOLOGIES["http-callback"])
+    )
+    deployment = next(o for o in objects["ncpsim-cp"] if o["kind"] == "Deployment")
+    broken = json.loads(json.dumps(deployment))
+    broken["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy2"] = "Never"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
+
+
+# -- k3d configs ----------------------------------------------------------------------------------
+def test_clusters_share_one_network_with_distinct_ranges() -> None:
+    topology = TOPOLOGIES["multi-compute"]
+    configs = k3d_configs(topology)
+    assert list(configs) == ["ncpsim-cp", "ncpsim-compute-1", "ncpsim-compute-2", "ncpsim-compute-3"]
+    ranges = []
+    for cluster in topology.clusters:
+        config = configs[cluster.name]
+        assert config["apiVersion"] == "k3d.io/v1alpha5" and config["kind"] == "Simple"
+        assert config["network"] == NETWORK and config["options"]["k3d"]["timeout"] == "180s"
+        args = [a["arg"] for a in config["options"]["k3s"]["extraArgs"]]
+        assert (
+            f"--cluster-cidr={cluster.pod_cidr}" in args and f"--service-cidr={cluster.service_cidr}" in args
+        )
+        assert f"--cluster-dns={cluster.dns_ip}" in args
+        ranges += [ipaddress.ip_network(cluster.pod_cidr), ipaddress.ip_network(cluster.service_cidr)]
+    assert not [(a, b) for i, a in enumerate(ranges) for b in ranges[i + 1 :] if a.overlaps(b)]
+
+
+def test_only_the_control_plane_publishes_the_proxy_ports_on_its_load_balancer() -> None:
+    configs = k3d_configs(TOPOLOGIES["http-callback"])
+    assert configs["ncpsim-cp"]["ports"] == [
+        {"port": "10084:10084/tcp", "nodeFilters": ["loadbalancer"]},
+        {"port": "443:443/udp", "nodeFilters": ["loadbalancer"]},
+    ]
+    assert "ports" not in configs["ncpsim-compute-1"]
+    assert configs["ncpsim-cp"]["options"]["kubeconfig"]["switchCurrentContext"] is False
+
+
+# -- control plane --------------------------------------------------------------------------------
+def control_objects(topology: Topology) -> dict[tuple[str, str], dict]:
+    objects = manifests_by_cluster(topology, MATERIAL, Addresses.virtual(topology))["ncpsim-cp"]
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def test_control_plane_objects() -> None:
+    objects = control_objects(TOPOLOGIES["http-callback"])
+    assert next(iter(objects)) == ("Namespace", "nvcf")  # applied first
+    assert {("Secret", name) for name in SECRET_NAMES} <= set(objects)
+    assert objects[("Secret", INVOCATION_SECRET)]["type"] == "kubernetes.io/tls"
+    for service, deployment in (
+        ("invocation", "invocation-service"),
+        ("grpc-headless", "grpc-proxy-deployment"),
+    ):
+        spec = objects[("Service", service)]["spec"]
+        assert spec["clusterIP"] == "None" and spec["selector"] == {"app": deployment}
+        assert ("Deployment", deployment) in objects
+    assert objects[("Deployment", "invocation-service")]["spec"]["replicas"] == 2
+    proxy = objects[("Service", "worker-callback-proxy")]["spec"]
+    assert proxy["type"] == "LoadBalancer"
+    assert [(p["port"], p["protocol"]) for p in proxy["ports"]] == [(10084, "TCP"), (443, "UDP")]
+    assert objects[("Service", "work-bus")]["spec"]["type"] == "LoadBalancer"
+
+
+def test_proxy_runs_envoy_from_values_with_the_rendered_config() -> None:
+    topology = TOPOLOGIES["http-callback"]
+    objects = control_objects(topology)
+    pod = objects[("Deployment", "worker-callback-proxy")]["spec"]["template"]["spec"]
+    image = topology.values["workerCallbackProxy"]["image"]
+    assert pod["containers"][0]["image"] == f"{image['registry']}/{image['repository']}:{image['tag']}"
+    config = objects[("ConfigMap", "worker-callback-proxy-envoy")]["data"]
+    expected = render_envoy(policy_from_values(topology.values), topology.worker_domain)
+    assert yaml.safe_load(config["envoy.yaml"]) == expected.bootstrap
+    assert {k: yaml.safe_load(v) for k, v in config.items() if k.startswith("sds-")} == {
+        f"sds-{k}": v for k, v in expected.sds.items()
+    }
+    secrets = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    # Whole Secret volumes (never subPath), so the kubelet's ..data swap reaches Envoy's watch.
+    assert secrets["frontend"] == {
+        "secretName": FRONTEND_SECRET,
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+    }
+    assert secrets["invocation-ca"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # never the pods' keys
+    assert not [m for m in pod["containers"][0]["volumeMounts"] if "subPath" in m]
+
+
+def test_public_frontend_mounts_the_public_secret() -> None:
+    topology = TOPOLOGIES["public-frontend-cert"]
+    pod = control_objects(topology)[("Deployment", "worker-callback-proxy")]["spec"]["template"]["spec"]
+    frontend = next(v for v in pod["volumes"] if v["name"] == "frontend")
+    assert frontend["secret"]["secretName"] == PUBLIC_FRONTEND_SECRET
+
+
+def test_no_proxy_objects_when_the_proxy_is_disabled() -> None:
+    topology = TOPOLOGIES["single-cluster-direct"]
+    assert not topology.proxy_enabled
+    proxy_objects = [k for k in control_objects(topology) if k[1].startswith("worker-callback-proxy")]
+    assert [k for k in proxy_objects if k[0] != "Secret"] == []  # certificates are issued all the same
+
+
+def test_topology_configmap_round_trips() -> None:
+    topology = TOPOLOGIES["multi-compute"]
+    data = control_objects(topology)[("ConfigMap", "ncpsim-topology")]["data"]["topology.json"]
+    assert Topology.from_json(data) == topology
+
+
+# -- compute clusters -----------------------------------------------------------------------------
+def compute_objects(topology: Topology, cluster: str = "ncpsim-compute-1") -> dict[tuple[str, str], dict]:
+    objects = manifests_by_cluster(topology, MATERIAL, Addresses(proxy="172.30.0.3", bus="172.30.0.4"))[
+        cluster
+    ]
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def test_compute_cluster_reaches_the_proxy_through_a_selectorless_service() -> None:
+    objects = compute_objects(TOPOLOGIES["http-callback"])
+    service = objects[("Service", "worker-callback-proxy")]
+    assert "selector" not in service["spec"] and service["metadata"]["namespace"] == "nvcf"
+    (subset,) = objects[("Endpoints", "worker-callback-proxy")]["subsets"]
+    assert subset["addresses"] == [{"ip": "172.30.0.3"}]
+    assert [(p["name"], p["port"], p["protocol"]) for p in subset["ports"]] == [
+        ("http", 10084, "TCP"),
+        ("h3", 443, "UDP"),
+    ]
+    assert objects[("Endpoints", "work-bus")]["subsets"][0]["addresses"] == [{"ip": "172.30.0.4"}]
+    assert ("ConfigMap", "coredns-custom") in objects
+
+
+def test_workers_get_nvcf_proxy_ca_pem_only_when_configured() -> None:
+    topology = TOPOLOGIES["http-callback"]  # workerCallbackCaPem: "@stack-ca"
+
+    def env_of(t: Topology) -> dict[str, str]:
+        container = compute_objects(t)[("Deployment", "worker-1-0")]["spec"]["template"]["spec"][
+            "containers"
+        ][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert env_of(topology)["NVCF_PROXY_CA_PEM"] == MATERIAL.stack_ca.decode()
+    values = deep_merge(topology.values, {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": ""}}}})
+    assert "NVCF_PROXY_CA_PEM" not in env_of(replace(topology, values=values))
+
+
+def test_scenario_without_the_rewrite_renders_no_coredns_custom() -> None:
+    topology = TOPOLOGIES["dns-missing"]
+    assert not [c for c in topology.clusters if c.kind == "compute" and c.wildcard_dns]
+    assert ("ConfigMap", "coredns-custom") not in compute_objects(topology)
+
+
+def test_every_worker_has_a_deployment_in_its_cluster() -> None:
+    topology = TOPOLOGIES["multi-compute"]
+    for cluster in topology.compute_clusters:
+        names = {key[1] for key in compute_objects(topology, cluster.name) if key[0] == "Deployment"}
+        assert names == {w.name for w in topology.workers_in(cluster.name)}
+
+
+# -- files and the image --------------------------------------------------------------------------
+def test_bundle_files_and_which_hold_private_keys() -> None:
+    files = render_bundle(TOPOLOGIES["http-callback"], MATERIAL)
+    assert sorted(files) == [
+        "envoy/envoy.yaml",
+        "envoy/sds/frontend.yaml",
+        "envoy/sds/grpc_ca.yaml",
+        "envoy/sds/invocation_ca.yaml",
+        "k3d/ncpsim-compute-1.yaml",
+        "k3d/ncpsim-cp.yaml",
+        "manifests/ncpsim-compute-1.yaml",
+        "manifests/ncpsim-cp.yaml",
+    ]
+    assert {p for p, f in files.items() if f.private} == {
+        "manifests/ncpsim-cp.yaml",
+        "manifests/ncpsim-compute-1.yaml",
+    }
+    assert not [p for p, f in files.items() if "&id0" in f.text or "*id0" in f.text]  # no YAML aliases
+
+
+def test_render_task_writes_files_without_running_anything(tmp_path: Path, monkeypatch) -> None:
+    from clusters.k3d import tasks
+
+    monkeypatch.setenv("NCPSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # any command would fail to start
+    assert tasks.render(tmp_path / "out", "http-callback", "default") == 0
+    assert (tmp_path / "out" / "k3d" / "ncpsim-cp.yaml").exists()
+    assert (tmp_path / "out" / "manifests" / "ncpsim-cp.yaml").stat().st_mode & 0o777 == 0o600
+    text = (tmp_path / "out" / "manifests" / "ncpsim-cp.yaml").read_text()
+    assert "PRIVATE KEY" not in text and "tls.key" in text  # Secret data is base64, as Kubernetes wants
+
+
+def test_image_context_is_an_allow_list() -> None:
+    members = {p.as_posix() for p in context_members()}
+    assert {"pyproject.toml", "docker/Dockerfile", "clusters/k3d/pod.py", "sim/run.py"} <= members
+    assert not [m for m in members if m.startswith((".venv", ".ncpsim", "tests/")) or "__pycache__" in m]
+    dockerfile = (Path(__file__).resolve().parents[1] / "docker" / "Dockerfile").read_text()
+    for folder in CONTEXT_DIRS:  # everything sent is copied, and only that
+        assert f"COPY {folder} ./{folder}" in dockerfile

@@ -1,0 +1,419 @@
+"""Teardown: an interrupted `invoke up`, a crashed component and two stacks side by side leave nothing behind.
+
+"Nothing" is checked from outside, the way a user would find a leak: no process whose command line names
+the stack's state folder (scanned in /proc), no socket still listening on a port from its network map, no
+temporary file outside the state folder (TMPDIR points into the test's own folder), and `invoke down`
+succeeding afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusters.stack import LocalStack
+from scenarios.engine import run_scenario
+from scenarios.model import load_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = 20261129
+MOMENTS = 20  # the issue's number: interrupt `invoke up` at 20 seeded random moments
+WINDOW = 1.2  # seconds from the start of `invoke up`: imports, certificates, both launch phases
+WAVE = 4  # interrupted runs side by side, so 20 of them fit in a quarter of a minute on 2 cores
+EXIT_TIMEOUT = 20.0  # an interrupted `invoke up` stops its components (3 s grace each, worst case)
+pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="scans /proc for leftovers")
+
+
+# Looking for leftovers -------------------------------------------------------------------------
+def processes_naming(text: str) -> dict[int, str]:
+    """Live processes whose command line contains `text` (zombies have none and cannot leak ports)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone while we looked
+        if any(text.encode() in arg for arg in args):
+            found[int(entry.name)] = " ".join(a.decode(errors="replace") for a in args)
+    return found
+
+
+def listening_ports() -> dict[int, set[str]]:
+    """Local ports with a TCP listener or a bound UDP socket (IPv4 and IPv6) -> their socket inodes."""
+    ports: dict[int, set[str]] = {}
+    for table, state in (("tcp", "0A"), ("tcp6", "0A"), ("udp", "07"), ("udp6", "07")):
+        path = Path("/proc/net") / table
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == state:
+                ports.setdefault(int(fields[1].rsplit(":", 1)[1], 16), set()).add(fields[9])
+    return ports
+
+
+def socket_owners(inodes: set[str]) -> dict[str, str]:
+    """Command lines of the processes holding these socket inodes ("?" when none is visible)."""
+    owners = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            links = {os.readlink(fd) for fd in (entry / "fd").iterdir()}
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        owners.update({inode: cmd for inode in inodes if f"socket:[{inode}]" in links})
+    return owners
+
+
+def netmap_ports(state: Path) -> set[int]:
+    path = state / "netmap.json"
+    if not path.exists():
+        return set()  # interrupted before the map was written: nothing was bound yet
+    try:
+        return set(json.loads(path.read_text())["bindings"].values())
+    except (ValueError, KeyError):
+        return set()
+
+
+def leftovers(root: Path, name: str) -> list[str]:
+    """Everything stack `name` under `root` left behind, as readable lines (empty when clean)."""
+    state = root / name
+    found = [f"process {pid}: {cmd}" for pid, cmd in processes_naming(str(state)).items()]
+    listening = listening_ports()
+    for port in sorted(netmap_ports(state) & listening.keys()):
+        # Port 0 binds may hand a freed port straight to someone else: only a holder of ours is a leak.
+        owners = socket_owners(listening[port])
+        if not owners or any(str(root) in cmd or "sim.run" in cmd for cmd in owners.values()):
+            found.append(f"port {port} still bound by {sorted(set(owners.values())) or 'an unseen process'}")
+    tmp = root / "tmp"
+    found += [f"temporary file outside the state folder: {p}" for p in tmp.rglob("*")] if tmp.exists() else []
+    found += [f"stray entry beside the state folders: {p}" for p in root.iterdir()
+              if p.name not in ("tmp",) and not p.is_dir()]
+    return found
+
+
+# Running the command line --------------------------------------------------------------------------
+def cli_env(root: Path) -> dict[str, str]:
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "NCPSIM_HOME": str(root), "TMPDIR": str(root / "tmp")}
+
+
+def invoke_up(root: Path, name: str) -> subprocess.Popen:
+    # Its own session, like a shell job: the signal below reaches only `invoke`, as Ctrl-C on a terminal
+    # reaches only the foreground job (the components already run in sessions of their own).
+    return subprocess.Popen([sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack", name],
+                            cwd=REPO, env=cli_env(root), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def invoke_down(root: Path, name: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "down", "--stack", name], check=False, cwd=REPO,
+                          env=cli_env(root), capture_output=True, text=True, timeout=30)
+
+
+def invoke_downs(root: Path, names: list[str]) -> dict[str, tuple[int, str]]:
+    """`invoke down` for several stacks at once (each is an interpreter start: run them side by side)."""
+    procs = {name: subprocess.Popen([sys.executable, "-m", "invoke", "down", "--stack", name], cwd=REPO,
+                                    env=cli_env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for name in names}
+    return {name: (proc.wait(timeout=30), proc.communicate()[0].decode(errors="replace"))
+            for name, proc in procs.items()}
+
+
+def force_clean(root: Path) -> None:
+    """Last resort so a failing test does not leak into the next: SIGKILL whatever names this root."""
+    for pid in processes_naming(str(root)):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    """A state root (NCPSIM_HOME) of the test's own; whatever the outcome, nothing under it survives."""
+    yield tmp_path
+    force_clean(tmp_path)
+
+
+# Ctrl-C / SIGTERM at seeded random moments -----------------------------------------------------------
+@dataclass(frozen=True)
+class Moment:
+    index: int
+    delay: float
+    sig: signal.Signals
+
+    @property
+    def stack(self) -> str:
+        return f"td{self.index}"
+
+
+def moments(seed: int = SEED, count: int = MOMENTS) -> list[Moment]:
+    rng = random.Random(seed)
+    return [Moment(i, round(rng.uniform(0.0, WINDOW), 3), rng.choice([signal.SIGINT, signal.SIGTERM]))
+            for i in range(count)]
+
+
+@dataclass
+class Interrupted:
+    code: int | None
+    output: str
+    phase: str | None  # where `invoke up` was when signalled; None if it had already ended
+
+
+def phase_of(state: Path) -> str:
+    """How far `invoke up` had got, from what it had written (for the report of each moment)."""
+    if (state / "status.json").exists():
+        return "replay"
+    pids = list((state / "pids").glob("*.pid")) if (state / "pids").exists() else []
+    if pids:
+        return "launch"
+    return "prepare" if state.exists() else "start"
+
+
+def interrupt(root: Path, wave: list[Moment]) -> dict[str, Interrupted]:
+    """Start one `invoke up` per moment and signal each at its delay."""
+    started = {m.stack: (m, invoke_up(root, m.stack), time.monotonic()) for m in wave}
+    phases: dict[str, str | None] = {}
+    for m, proc, t0 in sorted(started.values(), key=lambda item: item[0].delay):
+        time.sleep(max(0.0, m.delay - (time.monotonic() - t0)))  # the moment under test, not a readiness wait
+        phases[m.stack] = phase_of(root / m.stack) if proc.poll() is None else None
+        if phases[m.stack] is not None:
+            proc.send_signal(m.sig)
+    results = {}
+    for name, (_, proc, _) in started.items():
+        try:
+            out, _ = proc.communicate(timeout=EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        results[name] = Interrupted(proc.returncode, out.decode(errors="replace")[-800:], phases[name])
+    return results
+
+
+def test_the_moments_are_seeded_and_spread_over_the_window() -> None:
+    first, again = moments(), moments()
+    assert first == again and len(first) == MOMENTS
+    delays = sorted(m.delay for m in first)
+    assert delays[0] < WINDOW / 4 and delays[-1] > 3 * WINDOW / 4
+    assert {m.sig for m in first} == {signal.SIGINT, signal.SIGTERM}
+
+
+def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) -> None:
+    plan = moments()
+    problems: list[str] = []
+    phases: dict[str, int] = {}
+    for start in range(0, len(plan), WAVE):
+        wave = plan[start:start + WAVE]
+        results = interrupt(root, wave)
+        for m in wave:
+            got = results[m.stack]
+            where = f"{m.stack} ({m.sig.name} at {m.delay:.3f}s in {got.phase}, exit {got.code})"
+            phases[str(got.phase)] = phases.get(str(got.phase), 0) + 1
+            if got.phase is None:
+                problems.append(f"{where}: `invoke up` ended before the signal; shrink WINDOW")
+                continue
+            if got.code is None or got.code == 0:
+                problems.append(f"{where}: an interrupted `invoke up` must not report success:\n{got.output}")
+            problems += [f"{where}: {line}" for line in leftovers(root, m.stack)]
+        for name, (code, out) in invoke_downs(root, [m.stack for m in wave]).items():
+            if code != 0:
+                problems.append(f"{name}: `invoke down` failed ({code}): {out}")
+            problems += [f"{name} after down: {line}" for line in leftovers(root, name)]
+        force_clean(root)  # keep one wave's leak from muddying the next wave's timings
+    # Where the moments fell depends on the machine (interpreter start is most of the first second on a
+    # busy one); the launch phase is also interrupted deterministically below.
+    record_property("interrupt_phases", json.dumps(phases, sort_keys=True))
+    assert not problems, f"phases {phases}\n" + "\n".join(problems)
+
+
+# A crashed component, then `invoke down` ---------------------------------------------------------------
+def test_down_after_a_crashed_component(root: Path) -> None:
+    stack = LocalStack("crash", root=root)
+    try:
+        result = run_scenario(load_scenario("http-callback"), stack, keep=True)
+        assert result.ok, result.failures
+        pids = {p.stem: int(p.read_text()) for p in (stack.state_dir / "pids").glob("*.pid")}
+        assert "worker-callback-proxy" in pids
+        os.kill(pids["worker-callback-proxy"], signal.SIGKILL)
+        stack.launcher.children["worker-callback-proxy"].wait(timeout=5)  # our child here: reap the zombie
+        assert "worker-callback-proxy" not in stack.launcher.running()
+        done = invoke_down(root, "crash")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"stopped {len(pids) - 1} processes" in done.stdout
+        assert leftovers(root, "crash") == []
+        assert invoke_down(root, "crash").returncode == 0  # and again: down is idempotent
+    finally:
+        stack.down()
+
+
+# Two stacks side by side ------------------------------------------------------------------------------
+def test_two_stacks_side_by_side_do_not_collide(root: Path) -> None:
+    ups = {name: invoke_up(root, name) for name in ("side-a", "side-b")}  # started at the same moment
+    try:
+        for name, proc in ups.items():
+            out, _ = proc.communicate(timeout=60)
+            assert proc.returncode == 0, f"{name}: {out.decode(errors='replace')[-1500:]}"
+        maps = {name: netmap_ports(root / name) for name in ups}
+        assert maps["side-a"] and maps["side-b"] and not maps["side-a"] & maps["side-b"]
+        running = {name: LocalStack(name, root=root).launcher.running() for name in ups}
+        assert running["side-a"].keys() == running["side-b"].keys() and running["side-a"]
+        assert not set(running["side-a"].values()) & set(running["side-b"].values())
+        # A second `up` under a running name is refused (exit 2), and touches neither stack.
+        again = subprocess.run([sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack",
+                                "side-a"], check=False, cwd=REPO, env=cli_env(root), capture_output=True,
+                               text=True, timeout=30)
+        assert again.returncode == 2 and "already running" in again.stderr
+        # Down one: the other keeps every process and still answers.
+        assert invoke_down(root, "side-a").returncode == 0
+        assert leftovers(root, "side-a") == []
+        assert LocalStack("side-b", root=root).launcher.running() == running["side-b"]
+        assert netmap_ports(root / "side-b") <= listening_ports().keys()
+        assert invoke_down(root, "side-b").returncode == 0
+        assert leftovers(root, "side-b") == []
+    finally:
+        for proc in ups.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        for name in ups:
+            invoke_down(root, name)
+
+
+# Interrupts during the replay, after every component is up ------------------------------------------
+REPLAY_SCRIPT = """
+import sys
+from pathlib import Path
+
+from clusters.local import stop_on_interrupt
+from clusters.stack import LocalStack
+from scenarios.engine import run_scenario
+from scenarios.model import load_scenario
+
+stack = LocalStack(sys.argv[2], root=Path(sys.argv[1]))
+launch = stack.up
+
+
+def announced_up(*args, **kwargs):
+    status = launch(*args, **kwargs)
+    print("up", flush=True)  # the replay starts now: the test's cue
+    return status
+
+
+stack.up = announced_up
+try:
+    with stop_on_interrupt(stack.launcher):
+        run_scenario(load_scenario("http-callback"), stack, keep=True)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_stop_on_interrupt_covers_the_replay(root: Path, sig: signal.Signals) -> None:
+    """clusters.local.stop_on_interrupt around run_scenario (what `invoke up` should do): a signal after
+    every component is ready, mid-replay, still stops them all."""
+    proc = subprocess.Popen([sys.executable, "-c", REPLAY_SCRIPT, str(root), "replay-int"], cwd=REPO,
+                            env=cli_env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"up\n"  # readiness from the process itself, not a sleep
+        assert LocalStack("replay-int", root=root).launcher.running()
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=EXIT_TIMEOUT)
+        assert proc.returncode == 130, out.decode(errors="replace")[-1500:]
+        assert leftovers(root, "replay-int") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.xfail(strict=True, reason="tasks.py `up` does not yet wrap run_scenario in "
+                   "clusters.local.stop_on_interrupt: after launch, SIGTERM kills `invoke up` outright and "
+                   "Ctrl-C leaves the kept stack running")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(root: Path,
+                                                                     sig: signal.Signals) -> None:
+    proc = invoke_up(root, "replay-cli")
+    try:
+        deadline = time.monotonic() + 30
+        # status.json is written the moment launch ends and the replay begins; poll for that condition.
+        while not (root / "replay-cli" / "status.json").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "`invoke up` never finished launching"
+            time.sleep(0.005)
+        assert proc.poll() is None, "the replay ended before the signal"
+        proc.send_signal(sig)
+        proc.communicate(timeout=EXIT_TIMEOUT)
+        assert proc.returncode != 0
+        assert leftovers(root, "replay-cli") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        invoke_down(root, "replay-cli")
+
+
+# Interrupts at exact points of the launch (deterministic: the launcher signals itself) ---------------
+LAUNCH_SCRIPT = """
+import os, signal, subprocess, sys
+from pathlib import Path
+
+import clusters.local as local
+from clusters.stack import LocalStack
+from scenarios.model import load_scenario
+
+root, name, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+stack = LocalStack(name, root=root)
+real_popen, spawned = subprocess.Popen, []
+
+
+class Shim:
+    @staticmethod
+    def Popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        spawned.append(proc.pid)
+        if mode == "inside-spawn" and len(spawned) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # between starting a child and recording it
+        if mode == "between-spawns" and len(spawned) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return proc
+
+
+local.subprocess = type("S", (), {"Popen": Shim.Popen, "DEVNULL": subprocess.DEVNULL,
+                                  "STDOUT": subprocess.STDOUT, "TimeoutExpired": subprocess.TimeoutExpired})
+try:
+    stack.up(load_scenario("http-callback").build_topology(name), "http-callback")
+except KeyboardInterrupt:
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, "the launcher must restore the handlers"
+    print(len(spawned), flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("mode", ["inside-spawn", "between-spawns"])
+def test_a_signal_at_an_exact_point_of_the_launch_stops_every_child(root: Path, mode: str) -> None:
+    """SIGINT right after a child starts but before it is recorded (deferred until it is), and SIGTERM
+    between two spawns (made a KeyboardInterrupt instead of killing the launcher): nothing survives."""
+    done = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT, str(root), "exact", mode], check=False,
+                          cwd=REPO, env=cli_env(root), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert int(done.stdout.split()[-1]) >= 2  # children had been started when the signal came
+    assert leftovers(root, "exact") == []
+    assert not list((root / "exact" / "pids").glob("*.pid"))
