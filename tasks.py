@@ -102,7 +102,7 @@ def down(c, purge=False, stack="default", backend="local"):
     if backend == "k3d":
         from clusters.k3d.backend import down as k3d_down
 
-        raise Exit(code=k3d_down(stack))
+        raise Exit(code=k3d_down(stack, purge=purge))
     stopped = _stack(stack).down(purge=purge)
     print(f"stopped {len(stopped)} processes" + (" and removed the state folder" if purge else ""))
 
@@ -186,6 +186,42 @@ def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, json
                      keep=keep, as_json=json_)
     if not ok:
         raise Exit(code=EXIT_FAILED)
+
+
+@task(help={"out": "folder to write into", "scenario": "catalogue name or YAML path",
+            "backend": "k3d (only k3d renders files)", "stack": "stack whose certificates to use"})
+@user_errors
+def render(c, out, scenario="http-callback", backend="k3d", stack="default"):
+    """Write every k3d config, Kubernetes manifest and the Envoy config; run nothing."""
+    from sim.errors import ConfigError
+
+    if backend != "k3d":
+        raise ConfigError("--backend: only k3d renders files (the local backend runs processes)")
+    from clusters.k3d.tasks import render as k3d_render
+
+    raise Exit(code=k3d_render(out, _scenario_arg(scenario), stack))
+
+
+@task(help={"context": "kubectl context of the compute cluster", "domain": "workerCallbackProxy.workerDomain",
+            "proxy_service": "NAME (namespace nvcf), NAME.NS.svc.cluster.local, or a DNS name",
+            "proxy_address": "proxy load-balancer IP, when the Service must be created",
+            "dry_run": "print what would be applied", "yes": "switch the kubectl context without asking"})
+@user_errors
+def dns_rewrite(c, context, domain, proxy_service="worker-callback-proxy", proxy_address=None,
+                dry_run=False, yes=False):
+    """Add the *.<workerDomain> CoreDNS rewrite (and the proxy's selectorless Service) to a compute cluster."""
+    from clusters.k3d.tasks import dns_rewrite as run
+
+    raise Exit(code=run(context, domain, proxy_service, dry_run, yes, proxy_address))
+
+
+@task
+@user_errors
+def doctor(c):
+    """What this laptop has and lacks for each backend (local, k3d), with the fix for each."""
+    from clusters.k3d.tasks import doctor as run
+
+    raise Exit(code=run())
 
 
 @task(help={"k": "only tests matching this expression (pytest -k)", "long": "include long-running tests"})

@@ -194,19 +194,13 @@ def test_route_table_decides_like_the_policy(
         assert route is None, f"Envoy would route {method} {target} but the policy says 404 NR"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known divergence: sim.proxy.policy answers 404 NR to an upper-case scheme, while Envoy's "
-    "codec lower-cases it (allow_absolute_url_with_mixed_scheme) and forwards; the policy should compare "
-    "the scheme case-insensitively",
-)
 def test_upper_case_scheme_is_forwarded_by_envoy_and_the_policy() -> None:
     target = f"HTTP://{POD}:8443{CALLBACK_PATH}"
     route = select_route(hcm(bootstrap())["route_config"], envoy_headers("GET", target))
     assert route is not None and route["name"] == "request_attach"  # what Envoy does
     assert isinstance(
         decide(RequestHead("GET", target), DEFAULT), Forward
-    )  # what the policy does today: 404 NR
+    )  # and the local policy agrees
 
 
 # -- row: allowed target + request-attach (query ignored) -> forwarded, SNI = pod name -------------

@@ -113,7 +113,8 @@ def protocol_error(head: RequestHead) -> Reject | None:
 
 def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
     """Absolute-form http:// request to a pod name on the worker port, callback path only."""
-    if not head.target.startswith("http://"):
+    # Envoy's HTTP/1 codec lower-cases an absolute URL's scheme before routing: HTTP:// is http://.
+    if head.target[:7].lower() != "http://":
         return Reject(404, "NR", "not an absolute http:// target")
     try:
         parts = urlsplit(head.target)
