@@ -87,17 +87,16 @@ def endpoints_text(status: dict[str, Any]) -> str:
     for cluster, addr in status["dns"].items():
         lines.append(f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)")
     lines.append(f"  stack CA {ca}\n  public-style CA {status['ca']['public']}")
+    lines += ["", "Try it:"]
     if pod:
         target = f"{pod['target']}/v2/nvcf/worker/request-attach"
-        lines += [
-            "",
-            "Try it:",
-            (f"  curl -sv --proxy https://invocation.{wd}:{http['port']} --proxy-cacert {ca} \\\n"
-            f"       --resolve invocation.{wd}:{http['port']}:127.0.0.1 {target}"),
-            (f"  openssl s_client -connect {http['host']}:{http['port']} -servername invocation.{wd} "
-            f"-CAfile {ca} -verify_return_error </dev/null"),
-        ]
-    if dns and dns.get("port"):
-        lines.append(f"  dig @{dns['host']} -p {dns['port']} +short 10-42-0-11.{wd}")
+        lines.append(f"  curl -sv --proxy https://invocation.{wd}:{http['port']} --proxy-cacert {ca} \\\n"
+                     f"       --resolve invocation.{wd}:{http['port']}:127.0.0.1 {target}")
+    if http.get("port"):
+        lines.append(f"  openssl s_client -connect {http['host']}:{http['port']} -servername invocation.{wd} "
+                     f"-CAfile {ca} -verify_return_error </dev/null")
+    any_pod = next((p for p in status["pods"]), None)
+    if dns and dns.get("port") and any_pod:
+        lines.append(f"  dig @{dns['host']} -p {dns['port']} +short {any_pod['ip'].replace('.', '-')}.{wd}")
     lines.append("  invoke logs worker-callback-proxy.access   |   invoke status --json   |   invoke down")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ pod-side check can fail.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -18,12 +19,14 @@ import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from clusters.stack import LocalStack
 from scenarios.engine import ScenarioResult, run_scenario
 from scenarios.model import load_scenario
+from sim import h3
 from sim.proxy.access_log import read_access_log
 
 WD = "grpc-worker.example.com"
@@ -472,3 +475,111 @@ def test_slow_stack_pods_saw_only_allowed_requests(slow_stack: LocalStack) -> No
     seen = {e.get("requestId") for e in pod_events(slow_stack) if e["kind"].startswith("attach.")}
     assert not {rid for rid in seen if rid and rid.startswith("hx-s-head")}  # cut off before routing
     assert {"hx-s-trickle", "hx-s-keep-1", "hx-s-keep-2"} <= seen
+
+
+# The HTTP/3 front (UDP 443): the SNI is the route -----------------------------------------------------
+@dataclass(frozen=True)
+class H3Case:
+    name: str
+    sni: str | None
+    expect: tuple[int, str]  # (status, flag); status 0: the handshake is refused with TLS alert `flag`
+    alpn: tuple[str, ...] = ("h3",)
+    allowed: bool = False  # the request must reach a grpc-proxy pod (which then judges its token)
+
+
+GRPC_POD = "10-42-0-41"
+ALERT_UNRECOGNIZED_NAME, ALERT_NO_APPLICATION_PROTOCOL = 0x100 + 112, 0x100 + 120  # QUIC CRYPTO_ERROR + alert
+H3_CASES = [
+    H3Case("h3-ok", f"{GRPC_POD}.{WD}", (400, "-"), allowed=True),  # the pod's own answer to a bad request id
+    H3Case("h3-other-domain", f"{GRPC_POD}.other.example", (0, "NR")),
+    H3Case("h3-domain-suffix-trick", f"{GRPC_POD}.{WD}.evil.example", (0, "NR")),
+    H3Case("h3-apex", WD, (0, "NR")),
+    H3Case("h3-no-sni", None, (0, "NR")),
+    H3Case("h3-invocation-name", f"invocation.{WD}", (404, "NR")),
+    H3Case("h3-not-an-ip", f"foo.{WD}", (404, "NR")),
+    H3Case("h3-octet-256", f"10-42-0-256.{WD}", (404, "NR")),
+    H3Case("h3-leading-zero", f"10-42-0-041.{WD}", (404, "NR")),
+    H3Case("h3-no-such-pod", f"10-42-0-99.{WD}", (503, "DF")),
+    H3Case("h3-alpn-h2", f"{GRPC_POD}.{WD}", (0, "ALPN"), alpn=("h2",)),
+    H3Case("h3-alpn-hq", f"{GRPC_POD}.{WD}", (0, "ALPN"), alpn=("hq-interop",)),
+]
+
+
+@dataclass
+class H3Outcome:
+    handshake_error: int | None = None
+    status: int | None = None
+
+
+async def h3_attempt(port: int, ca: Path, case: H3Case) -> H3Outcome:
+    """One worker connection: POST /v1/proxy with a made-up token, marked with the case's request id."""
+    config = h3.client_configuration(case.sni or "unused", h3.trust_pem([ca]))
+    config.alpn_protocols = list(case.alpn)
+    if case.sni is None:
+        # No SNI at all: nothing to check the certificate against, so only the proxy's choice is tested.
+        config.server_name, config.verify_mode = None, ssl.CERT_NONE
+    try:
+        client = await h3.connect(("127.0.0.1", port), config, timeout=SHORT)
+    except h3.HandshakeFailed as exc:
+        return H3Outcome(handshake_error=exc.error_code)
+    try:
+        stream = client.open_request([(b":method", b"POST"), (b":scheme", b"https"),
+                                      (b":authority", (case.sni or "").encode()), (b":path", b"/v1/proxy"),
+                                      (b"authorization", b"Bearer " + b"a" * 64),
+                                      (b"x-request-id", f"hx-{case.name}".encode())], end=True)
+        await asyncio.wait_for(stream.headers, SHORT)
+        await asyncio.wait_for(stream.read(), SHORT)
+        return H3Outcome(status=stream.status)
+    finally:
+        h3.close_client(client)
+
+
+@pytest.fixture(scope="module")
+def h3_batch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, dict[str, H3Outcome]]]:
+    stack = LocalStack("hostile-h3", root=tmp_path_factory.mktemp("ncpsim-h3"))
+    try:
+        result = run_scenario(load_scenario("grpc-callback"), stack, keep=True)
+        assert result.ok, result.failures
+        status = stack.status()
+        port, ca = status["proxy"]["h3"]["port"], Path(status["ca"]["stack"])
+
+        async def run_all() -> dict[str, H3Outcome]:
+            return {case.name: await h3_attempt(port, ca, case) for case in H3_CASES}
+
+        yield stack, asyncio.run(run_all())
+    finally:
+        stack.down()
+        assert not stack.launcher.running(), "components still running after down"
+
+
+def proxy_events(stack: LocalStack, kind: str) -> list[dict]:
+    path = stack.state_dir / "events" / "worker-callback-proxy.jsonl"
+    return [e for line in path.read_text().splitlines() if line.strip() and (e := json.loads(line))["kind"] == kind]
+
+
+@pytest.mark.parametrize("case", H3_CASES, ids=[c.name for c in H3_CASES])
+def test_h3_hostile_case(case: H3Case, h3_batch: tuple[LocalStack, dict[str, H3Outcome]]) -> None:
+    stack, outcomes = h3_batch
+    out = outcomes[case.name]
+    status, flag = case.expect
+    if status == 0:
+        alert = ALERT_NO_APPLICATION_PROTOCOL if flag == "ALPN" else ALERT_UNRECOGNIZED_NAME
+        assert (out.handshake_error, out.status) == (alert, None)
+        if flag == "NR":  # no filter chain matches the name: Envoy logs the connection with NR
+            refused = [e for e in proxy_events(stack, "proxy.h3.refused") if e.get("authority") == case.sni]
+            assert refused and refused[-1]["flags"] == "NR"
+        return
+    assert (out.handshake_error, out.status) == (None, status)
+    streams = [e for e in proxy_events(stack, "proxy.h3.stream") if e.get("requestId") == f"hx-{case.name}"]
+    assert [(e["status"], e["flags"]) for e in streams] == [(status, flag)]
+    assert (streams[0]["upstream"] != "-") is case.allowed or flag == "DF"
+
+
+def test_h3_no_forbidden_request_reached_a_grpc_pod(h3_batch: tuple[LocalStack, dict[str, H3Outcome]]) -> None:
+    stack, _ = h3_batch
+    seen = set()
+    for path in (stack.state_dir / "events").glob("grpc-proxy-*.jsonl"):
+        seen |= {json.loads(line).get("requestId") for line in path.read_text().splitlines() if line.strip()}
+    allowed = {f"hx-{c.name}" for c in H3_CASES if c.allowed}
+    assert allowed <= seen, "the control never reached its pod: the check below would prove nothing"
+    assert {rid for rid in seen if isinstance(rid, str) and rid.startswith("hx-")} == allowed
