@@ -2,12 +2,17 @@
 
 One stack: one invocation-service pod, the proxy, one compute cluster with no workers (the benchmark is
 the only worker, see bench.callbacks). The same client, the same minted work and the same pod serve
-every route, so the differences are the relays'. Besides throughput, the relay's own CPU time per
-callback is read from /proc: it does not depend on how fast the Python load generator is.
+every route, so the differences are the relays'. The routes take turns in ROUNDS rounds (the order
+flips each round), so a change in the machine's load during the run hits every route alike; a route's
+rate is its callbacks over its summed time. Besides throughput, the relay's own CPU time per callback is
+read from /proc: it does not depend on how fast the Python load generator is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,43 +24,72 @@ from certs.profiles import FRONTEND_SECRET
 from sim.topology import Pod
 
 WARMUP = 20
+ROUNDS = 5
 NEW_CONN_LANES = 4  # concurrent workers, each opening a new TLS connection per callback
 
 
-def _ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
-    return round(a["per_second"] / b["per_second"], 3) if b.get("per_second") else None
+@dataclass
+class Tally:
+    """One route's callbacks over all rounds."""
+
+    route: Route
+    cpu_pids: list[int]
+    calls: int = 0
+    ok: int = 0
+    seconds: float = 0.0
+    cpu: float = 0.0
+    rates: list[float] = field(default_factory=list)
+
+    def add(self, result: dict[str, Any], cpu_seconds: float) -> None:
+        self.calls += result["calls"]
+        self.ok += result["ok"]
+        self.seconds += result["seconds"]
+        self.cpu += cpu_seconds
+        self.rates.append(result["per_second"])
+
+    def summary(self, lanes: int, reuse: bool) -> dict[str, Any]:
+        out = {"route": self.route.name, "calls": self.calls, "ok": self.ok, "lanes": lanes,
+               "connection": "keep-alive" if reuse else "new TLS connection per callback",
+               "seconds": round(self.seconds, 3), "per_second": round(self.calls / self.seconds, 1),
+               "round_rates": self.rates}
+        if self.cpu_pids:
+            out["relay_cpu_ms_per_call"] = round(self.cpu * 1000 / self.calls, 3)
+        return out
 
 
-async def _measure(minter: Minter, route: Route, bench: BenchStack, pod: Pod, calls: int, lanes: int,
-                   reuse: bool, cpu_pids: list[int]) -> dict[str, Any]:
-    works = await minter.mint(calls)
-    with CpuMeter(lambda: cpu_pids) as cpu:
-        result = await drive(works, route, worker_tls(bench), lanes=lanes, reuse=reuse,
-                             poll_addr=bench.pod_http(pod), bodies=minter.bodies)
-    if cpu_pids:
-        result["relay_cpu_ms_per_call"] = round(cpu.seconds * 1000 / calls, 3)
-    return result
+async def _rounds(minter: Minter, bench: BenchStack, pod: Pod, tallies: list[Tally], calls: int, lanes: int,
+                  reuse: bool) -> dict[str, dict[str, Any]]:
+    tls, per_round = worker_tls(bench), max(calls // ROUNDS, 1)
+    for tally in tallies:  # warm-up: imports, caches and pools, for every route alike
+        await drive(await minter.mint(WARMUP), tally.route, tls, lanes=1, reuse=reuse,
+                    poll_addr=bench.pod_http(pod), bodies=minter.bodies)
+    for n in range(ROUNDS):
+        for tally in tallies if n % 2 == 0 else reversed(tallies):
+            works = await minter.mint(per_round)
+            with CpuMeter(lambda t=tally: t.cpu_pids) as cpu:
+                result = await drive(works, tally.route, tls, lanes=lanes, reuse=reuse,
+                                     poll_addr=bench.pod_http(pod), bodies=minter.bodies)
+            tally.add(result, cpu.seconds)
+    return {t.route.name: t.summary(lanes, reuse) for t in tallies}
+
+
+def _ratio(out: dict[str, dict[str, Any]], a: str, b: str) -> dict[str, Any]:
+    """The ratio of overall rates, and the median and range of the per-round ratios."""
+    rounds = [x / y for x, y in zip(out[a]["round_rates"], out[b]["round_rates"], strict=True) if y]
+    return {"ratio": round(out[a]["per_second"] / out[b]["per_second"], 3),
+            "round_ratio_median": round(statistics.median(rounds), 3),
+            "round_ratio_range": [round(min(rounds), 3), round(max(rounds), 3)]}
 
 
 async def keepalive(bench: BenchStack, calls: int) -> dict[str, Any]:
     """One keep-alive TLS connection to the proxy vs one straight to the pod's 8443, same callbacks."""
     pod = bench.topology.pods_of("invocation")[0]
-    proxy_pid = [bench.component_pid("worker-callback-proxy")]
     async with Minter(bench, pod) as minter:
         sample = (await minter.mint(1))[0]
-        routes = {"proxy": proxy_route(bench, sample), "direct": direct_route(bench, pod)}
-        await _lane_warmup(minter, bench, pod, routes.values())
-        out = {name: await _measure(minter, route, bench, pod, calls, 1, True, proxy_pid if name == "proxy" else [])
-               for name, route in routes.items()}
-    out["ratio"] = _ratio(out["proxy"], out["direct"])
-    return out
-
-
-async def _lane_warmup(minter: Minter, bench: BenchStack, pod: Pod, routes: Any) -> None:
-    """A few callbacks each way first, so imports, caches and pools are warm for both."""
-    for route in routes:
-        await drive(await minter.mint(WARMUP), route, worker_tls(bench), lanes=1, reuse=True,
-                    poll_addr=bench.pod_http(pod), bodies=minter.bodies)
+        tallies = [Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
+                   Tally(direct_route(bench, pod), [])]
+        out: dict[str, Any] = await _rounds(minter, bench, pod, tallies, calls, 1, True)
+    return out | _ratio(out, "proxy", "direct")
 
 
 def _site(bench: BenchStack, pod: Pod, keepalive_upstream: bool) -> NginxSite:
@@ -67,22 +101,18 @@ def _site(bench: BenchStack, pod: Pod, keepalive_upstream: bool) -> NginxSite:
 async def new_connections(bench: BenchStack, calls: int, folder: Path) -> dict[str, Any]:
     """A new TLS connection per callback: ncpsim's proxy vs nginx (shared upstream pool, and without)."""
     pod = bench.topology.pods_of("invocation")[0]
-    proxy_pid = [bench.component_pid("worker-callback-proxy")]
-    out: dict[str, Any] = {"lanes": NEW_CONN_LANES}
-    async with Minter(bench, pod) as minter:
-        sample = (await minter.mint(1))[0]
-        route = proxy_route(bench, sample)
-        out["proxy"] = await _measure(minter, route, bench, pod, calls, NEW_CONN_LANES, False, proxy_pid)
-        for pooled in (True, False):
-            key = "nginx" if pooled else "nginx_no_upstream_keepalive"
-            with nginx(_site(bench, pod, pooled), folder / key) as server:
-                via = proxy_route(bench, sample, ("127.0.0.1", server.port), key)
-                await drive(await minter.mint(WARMUP), via, worker_tls(bench), lanes=1, reuse=False,
-                            poll_addr=bench.pod_http(pod), bodies=minter.bodies)
-                out[key] = await _measure(minter, via, bench, pod, calls, NEW_CONN_LANES, False, server.pids())
-    out["ratio"] = _ratio(out["proxy"], out["nginx"])
-    out["ratio_vs_no_upstream_keepalive"] = _ratio(out["proxy"], out["nginx_no_upstream_keepalive"])
-    return out
+    with contextlib.ExitStack() as servers:
+        pooled = servers.enter_context(nginx(_site(bench, pod, True), folder / "pooled"))
+        unpooled = servers.enter_context(nginx(_site(bench, pod, False), folder / "unpooled"))
+        async with Minter(bench, pod) as minter:
+            sample = (await minter.mint(1))[0]
+            tallies = [Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
+                       Tally(proxy_route(bench, sample, ("127.0.0.1", pooled.port), "nginx"), pooled.pids()),
+                       Tally(proxy_route(bench, sample, ("127.0.0.1", unpooled.port),
+                                         "nginx_no_upstream_keepalive"), unpooled.pids())]
+            out: dict[str, Any] = await _rounds(minter, bench, pod, tallies, calls, NEW_CONN_LANES, False)
+    out["vs_no_upstream_keepalive"] = _ratio(out, "proxy", "nginx_no_upstream_keepalive")
+    return out | _ratio(out, "proxy", "nginx")
 
 
 async def measure(bench: BenchStack, keepalive_calls: int, newconn_calls: int, nginx_folder: Path) -> dict[str, Any]:

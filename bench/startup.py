@@ -28,20 +28,42 @@ INVOKE = str(Path(sys.executable).with_name("invoke"))
 UP_TIMEOUT = 60.0
 
 
-def first_ok_callback(state_dir: Path) -> float | None:
-    """The earliest `ts` of a successful worker callback in the stack's event files."""
-    best: float | None = None
+def _events(state_dir: Path, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    found = []
     for path in (state_dir / "events").glob("*.jsonl"):
         for line in path.read_text(errors="replace").splitlines():
-            if '"worker.callback.result"' not in line:
+            if not any(f'"{kind}"' in line for kind in kinds):
                 continue
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
-                continue
-            if event.get("kind") == "worker.callback.result" and event.get("ok"):
-                best = event["ts"] if best is None else min(best, event["ts"])
-    return best
+                continue  # a line still being written
+            if event.get("kind") in kinds:
+                found.append(event)
+    return found
+
+
+def first_ok_callback(state_dir: Path) -> float | None:
+    """The earliest `ts` of a successful worker callback in the stack's event files."""
+    oks = [e["ts"] for e in _events(state_dir, ("worker.callback.result",)) if e.get("ok")]
+    return min(oks, default=None)
+
+
+def phases(state_dir: Path, spawned: float) -> dict[str, float | None]:
+    """Where the time to the first callback went, from the components' own events (seconds after spawn)."""
+    events = _events(state_dir, ("component.ready", "worker.callback.start", "worker.callback.result"))
+
+    def at(times: list[float], pick: Any = min) -> float | None:
+        return round(pick(times) - spawned, 3) if times else None
+
+    ready = [e for e in events if e["kind"] == "component.ready"]
+    return {
+        "first_component_ready": at([e["ts"] for e in ready]),
+        "control_plane_ready": at([e["ts"] for e in ready if not e["component"].startswith("ncpsim-compute")], max),
+        "workers_ready": at([e["ts"] for e in ready if e["component"].startswith("ncpsim-compute")], max),
+        "first_callback_start": at([e["ts"] for e in events if e["kind"] == "worker.callback.start"]),
+        "first_callback_ok": at([e["ts"] for e in events if e["kind"] == "worker.callback.result" and e.get("ok")]),
+    }
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -61,7 +83,8 @@ def up_once(scenario: str, stack: str, root: Path, logs: Path) -> dict[str, Any]
         stop(proc)
         LocalStack(stack, root=root).down()  # `up` leaves the stack running, by design
     first = first_ok_callback(root / stack)
-    return {"exit": rc, "seconds": None if first is None else round(first - spawned, 3)}
+    return {"exit": rc, "seconds": None if first is None else round(first - spawned, 3),
+            "phases": phases(root / stack, spawned)}
 
 
 def time_to_first_callback(scenario: str, runs: int, root: Path, logs: Path) -> dict[str, Any]:
@@ -70,10 +93,16 @@ def time_to_first_callback(scenario: str, runs: int, root: Path, logs: Path) -> 
     warm = [up_once(scenario, stack, root, logs) for _ in range(runs)]
     times = [w["seconds"] for w in warm if w["seconds"] is not None]
     LocalStack(stack, root=root).down(purge=True)
-    return {"scenario": scenario, "cold_seconds": cold["seconds"], "runs": warm,
+    return {"scenario": scenario, "cold_seconds": cold["seconds"], "runs": warm, "phases": _median_phases(warm),
             "median": round(statistics.median(times), 3) if times else None,
             "min": min(times, default=None), "max": max(times, default=None),
             "failed_runs": sum(w["seconds"] is None or w["exit"] != 0 for w in warm)}
+
+
+def _median_phases(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+    keys = runs[0]["phases"] if runs else {}
+    return {k: (round(statistics.median(v), 3) if (v := [r["phases"][k] for r in runs if r["phases"][k] is not None])
+                else None) for k in keys}
 
 
 SUMMARY = re.compile(r"(\d+)/(\d+) scenarios passed in ([\d.]+)s")

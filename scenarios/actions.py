@@ -13,8 +13,10 @@ from sim.runbooks import run as run_runbook
 from sim.runbooks.report import RunbookReport
 
 
-def rotate_step(state_dir: Any, kind: str, worker_domain: str) -> str:
-    return "rotated " + kind + ": " + rotate(CertStore(state_dir / "certs"), kind, worker_domain)
+async def rotate_step(state_dir: Any, kind: str, worker_domain: str) -> str:
+    """Rotate in a thread: the stack keeps serving calls during the rotation's propagation grace."""
+    done = await asyncio.to_thread(rotate, CertStore(state_dir / "certs"), kind, worker_domain)
+    return f"rotated {kind}: {done}"
 
 
 async def fault_later(faults: FaultInjector, spec: dict[str, Any], after_ms: int, notes: list[str]) -> None:

@@ -91,7 +91,7 @@ class Replay:
         if step.redeploy is not None:
             notes.append(self.redeploy(step.redeploy))
         if step.rotate is not None:
-            notes.append(rotate_step(self.stack.state_dir, step.rotate, self.topology.worker_domain))
+            notes.append(await rotate_step(self.stack.state_dir, step.rotate, self.topology.worker_domain))
         concurrent_fault = step.fault is not None and step.invoke is not None and step.fault_after_ms is not None
         if step.fault is not None and not concurrent_fault:
             notes.append(self.faults.apply(step.fault))

@@ -59,6 +59,7 @@ class ReloadingContext:
         self.on_error = on_error
         self._stamp = secret_stamp(secret_dir)
         self._ctx = factory(secret_dir)  # broken material at start-up is a hard error
+        self._reported: tuple | None = None  # the stamp whose failure was last logged
         self.generation = 1
 
     def current(self) -> ssl.SSLContext:
@@ -68,12 +69,17 @@ class ReloadingContext:
             self.on_error(f"cannot read {self.secret_dir}: {exc}; keeping the previous certificate")
             return self._ctx
         if stamp != self._stamp:
-            self._stamp = stamp
             try:
                 self._ctx = self.factory(self.secret_dir)
-                self.generation += 1
             except (OSError, ssl.SSLError, ValueError) as exc:
-                self.on_error(f"cannot load {self.secret_dir}: {exc}; keeping the previous certificate")
+                # Not marked as seen: a read that raced the next swap is retried on the next handshake,
+                # and truly broken files keep the old material (logged once per version).
+                if self._reported != stamp:
+                    self._reported = stamp
+                    self.on_error(f"cannot load {self.secret_dir}: {exc}; keeping the previous certificate")
+                return self._ctx
+            self._stamp = stamp
+            self.generation += 1
         return self._ctx
 
     def sni_switcher(self) -> ssl.SSLContext:

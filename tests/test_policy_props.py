@@ -60,8 +60,10 @@ def check_decision(head: RequestHead, policy: ProxyPolicy) -> None:
         assert (decision.port, decision.tls) == (policy.upstream_port, policy.upstream_tls), decision
         assert ALLOWED_PATH.fullmatch(decision.path), decision
         # The worker's own target, literally: no normalising, decoding or re-spelling on the way out.
+        # (Only the scheme's case may differ: Envoy lower-cases it, so HTTP:// routes as http://.)
         rebuilt = f"http://{decision.host}:{decision.port}{decision.path}"
-        assert head.target in (rebuilt, rebuilt + "?"), (head.target, decision)
+        target = head.target[:7].lower() + head.target[7:]
+        assert target in (rebuilt, rebuilt + "?"), (head.target, decision)
         assert head.method != "CONNECT" and head.http_version == "1.1", head
         transfer = [v.strip().lower() for k, v in head.headers if k.lower() == "transfer-encoding"]
         assert transfer in ([], ["chunked"]), head.headers

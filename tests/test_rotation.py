@@ -19,6 +19,7 @@ from certs.volume import write_secret
 from clusters.stack import LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
+from scenarios.tail import StackTail
 from sim.client import invoke_http
 from sim.component import Context
 from sim.grpc_client import EchoClient
@@ -57,13 +58,20 @@ def stack(tmp_path: Path) -> Iterator[LocalStack]:
         assert not stack.launcher.running()
 
 
-async def one_callback(client: Context, n: int, result: LoadResult) -> None:
+def worker_failure(tail: StackTail, request_id: str) -> str | None:
+    tail.refresh()
+    outcome = tail.worker_result(request_id)
+    return str(outcome.get("error")) if outcome and not outcome.get("ok") else None
+
+
+async def one_callback(client: Context, tail: StackTail, n: int, result: LoadResult) -> None:
     pods = client.topology.pods
     pod = pods[n % len(pods)]
     body = f"callback {n}".encode()
     result.sent += 1
     if pod.role == "invocation":
-        inv = await invoke_http(client, pod, "http-echo", body, poll_seconds=10, timeout=15)
+        inv = await invoke_http(client, pod, "http-echo", body, poll_seconds=5, timeout=30,
+                                give_up=lambda rid: worker_failure(tail, rid))
         ok, why = inv.status == 200 and inv.body == body, inv.error or f"status {inv.status}"
     else:
         host, port = client.netmap.lookup(CONTROL_CLUSTER, pod.ip, GRPC_CLIENT_PORT)
@@ -81,6 +89,7 @@ async def load_while_rotating(stack: LocalStack, rate: float, seconds: float) ->
     client = Context(stack.state_dir, stack.topology(), "load", CONTROL_CLUSTER)
     store = CertStore(stack.state_dir / "certs")
     result = LoadResult()
+    tail = StackTail(stack.state_dir)
     tasks: list[asyncio.Task] = []
     started = time.monotonic()
     schedule = {i: kind for i, kind in enumerate(KINDS, start=1)}  # rotate at 1/5, 2/5, ... of the run
@@ -88,11 +97,14 @@ async def load_while_rotating(stack: LocalStack, rate: float, seconds: float) ->
     while (elapsed := time.monotonic() - started) < seconds:
         due = int(elapsed * rate)
         while n < due:
-            tasks.append(asyncio.create_task(one_callback(client, n, result), name=f"callback-{n}"))
+            tasks.append(asyncio.create_task(one_callback(client, tail, n, result), name=f"callback-{n}"))
             n += 1
         slot = int(elapsed / seconds * (len(KINDS) + 1))
         if slot in schedule:
-            result.rotations.append(rotate(store, schedule.pop(slot), WD))
+            kind = schedule.pop(slot)
+            client.events.emit("rotation.start", rotation=kind)
+            result.rotations.append(await asyncio.to_thread(rotate, store, kind, WD))
+            client.events.emit("rotation.done", rotation=kind)
         await asyncio.sleep(1 / rate)  # pacing the open-loop load, not waiting for readiness
     await asyncio.gather(*tasks)
     client.events.close()

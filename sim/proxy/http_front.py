@@ -215,22 +215,39 @@ class HttpFront:
     async def _relay(self, down: H11Stream, up: H11Stream, request: h11.Request, record: AccessRecord,
                      started: float, pool: Pool, authority: str) -> bool:
         request_pump = asyncio.create_task(self._pump_body(down, up, record), name="proxy-request-body")
+        response_pump: asyncio.Task[bool] | None = None
         try:
             await up.send(request)
-            ok = await self._pump_response(down, up, record, started)
+            response_pump = asyncio.create_task(self._pump_response(down, up, record, started),
+                                                name="proxy-response")
+            # Whichever side fails first ends the exchange: a malformed or stalled request body must not
+            # wait out the response, which the pod cannot send before it has that body.
+            await asyncio.wait({request_pump, response_pump}, return_when=asyncio.FIRST_EXCEPTION)
+            for task in (request_pump, response_pump):
+                if task.done() and (failure := task.exception()) is not None:
+                    raise failure
+            ok = await response_pump
             await request_pump
         except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:
-            request_pump.cancel()
             pool.pop(authority, None)
             up.close()
-            timeout = isinstance(exc, TimeoutError)
+            if isinstance(exc, TimeoutError):
+                status, flag, reason = 408, "SI", "stream timeout"
+            elif isinstance(exc, h11.RemoteProtocolError) and _raised(request_pump, exc):
+                # The worker's body broke the codec: Envoy answers with the codec's status.
+                status, flag, reason = exc.error_status_hint, "DPE", str(exc)
+            else:
+                status, flag, reason = 503, "UC", "upstream reset"
             if record.status == 0:
-                status, flag = (408, "SI") if timeout else (503, "UC")
-                await self._local_reply(down, record, Reject(status, flag, "upstream reset", close=True))
+                await self._local_reply(down, record, Reject(status, flag, reason, close=True))
+            else:  # the response had started: nothing to answer, but the stream is still logged
+                record.flags = flag
+                self._log(record, down)
             return False
         finally:
-            if not request_pump.done():
-                request_pump.cancel()
+            for task in (request_pump, response_pump):
+                if task is not None and not task.done():
+                    task.cancel()
         self._log(record, down)
         if not up.reusable():
             pool.pop(authority, None)
@@ -287,6 +304,10 @@ class HttpFront:
         record.status = 200
         await _splice(down.reader, down.writer, reader, writer)
         self._log(record, down)
+
+
+def _raised(task: asyncio.Task, exc: BaseException) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is exc
 
 
 async def _splice(r1: asyncio.StreamReader, w1: asyncio.StreamWriter, r2: asyncio.StreamReader,
