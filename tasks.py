@@ -81,7 +81,11 @@ def up(c, scenario=None, file=None, backend="local", stack="default", json_=Fals
         from clusters.k3d.backend import up as k3d_up
 
         raise Exit(code=k3d_up(loaded, stack))
-    result = run_scenario(loaded, _stack(stack), keep=True)
+    from clusters.local import stop_on_interrupt
+
+    stk = _stack(stack)
+    with stop_on_interrupt(stk.launcher):  # Ctrl-C or SIGTERM at any moment: nothing left running
+        result = run_scenario(loaded, stk, keep=True)
     if json_:
         print(json.dumps(to_json(result), indent=2, default=str))
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -110,6 +111,16 @@ def measure_all(plan: Plan, root: Path) -> dict[str, Any]:
     return results
 
 
+def _busy_note(facts: dict[str, Any]) -> str:
+    """Say so when the machine was busy with other work: the rates then understate what ncpsim does."""
+    loads = (facts.get("load_average_start") or [0.0])[:1] + (facts.get("load_average_end") or [0.0])[:1]
+    if max(loads) < 0.5 * (facts.get("nproc") or 1):
+        return ""
+    return (f"other work was running on this machine (1-minute load average {loads[0]} at the start, "
+            f"{loads[-1]} at the end, on {facts.get('nproc')} CPUs): rates are lower and noisier than on an "
+            "idle machine; CPU time per operation is the steadier figure")
+
+
 def run(quick: bool = False, out_dir: Path = DOCS, note: str = "") -> int:
     """Measure, write the JSON and the Markdown table; 0 when every target is met, else 1."""
     plan = QUICK if quick else FULL
@@ -124,6 +135,7 @@ def run(quick: bool = False, out_dir: Path = DOCS, note: str = "") -> int:
     results["parameters"] = asdict(plan) | {"quick": quick, "newconn_lanes": relay.NEW_CONN_LANES,
                                             "dns_window": dnsload.WINDOW, "dns_mix": dnsload.MIX}
     results["total_seconds"] = round(time.perf_counter() - started, 1)
+    note = note or os.environ.get("NCPSIM_BENCH_NOTE", "") or _busy_note(results["machine"])
     if note:
         results["machine"]["note"] = note
     report.write(results, out_dir, "invoke bench --quick" if quick else "invoke bench")

@@ -254,11 +254,17 @@ class Launcher:
 
     def stop_one(self, name: str) -> None:
         pidfile = self.pids_dir / f"{name}.pid"
-        if pidfile.exists():
+        proc = self.children.get(name)
+        if proc is not None:
+            # Our own child: the Popen is proof enough (its pid cannot be reused before we reap it). A
+            # child caught mid-exec shows an empty /proc cmdline, which _is_ours takes for a zombie.
+            if proc.poll() is None:
+                _terminate(proc.pid, proc)
+        elif pidfile.exists():
             pid = int(pidfile.read_text().strip() or 0)
             if pid and _is_ours(pid, self.state_dir):
-                _terminate(pid, self.children.get(name))
-            pidfile.unlink(missing_ok=True)
+                _terminate(pid, None)
+        pidfile.unlink(missing_ok=True)
         self.children.pop(name, None)
 
     def stop_all(self) -> list[str]:

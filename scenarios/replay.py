@@ -11,6 +11,7 @@ from typing import TextIO
 
 from rich.console import Console
 
+from clusters.local import stop_on_interrupt
 from clusters.stack import LocalStack
 from scenarios.engine import ScenarioResult, run_scenario, to_json
 from scenarios.model import catalogue, load_scenario
@@ -25,7 +26,8 @@ def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None)
     stack = LocalStack(f"replay-{scenario.name}"[:40], root=root)
     stack.down(purge=True)  # nothing from an earlier replay
     try:
-        result = run_scenario(scenario, stack, keep=True)
+        with stop_on_interrupt(stack.launcher):
+            result = run_scenario(scenario, stack, keep=True)
     except BackendError as exc:  # one scenario's stack failing to start must not end the whole run
         stack.down()
         result = ScenarioResult(scenario, error=str(exc))

@@ -31,7 +31,8 @@ SAMPLE = {
     "startup": {"http": {"median": 1.2, "min": 1.1, "max": 1.3, "cold_seconds": 1.5, "failed_runs": 0},
                 "grpc": {"median": 2.5, "min": 2.4, "max": 2.6, "cold_seconds": 2.9, "failed_runs": 0}},
     "catalogue": {"seconds": 30.0, "exit": 0, "passed": 16, "total": 16},
-    "relay": {"keepalive": {"ratio": 0.6, "proxy": {"per_second": 60.0}, "direct": {"per_second": 100.0}},
+    "relay": {"keepalive": {"ratio": 0.4, "round_ratio_median": 0.6, "round_ratio_range": [0.3, 0.7],
+                            "proxy": {"per_second": 40.0}, "direct": {"per_second": 100.0}},
               "new_connection": {"ratio": 0.2, "proxy": {"per_second": 20.0}, "nginx": {"per_second": 100.0}}},
     "scale": {"lost": 0, "callbacks": 10, "requested": 10, "clusters": 5, "workers": 20, "wall_seconds": 5.0,
               "up_seconds": 1.0, "seconds": 4.0, "peak_rss_mib": 300.0},
@@ -44,6 +45,7 @@ def test_judge_marks_each_target() -> None:
     assert verdicts["`invoke up` to first HTTP callback"] is True
     assert verdicts["`invoke up` to first gRPC callback"] is False  # 2.5 s against 2 s
     assert verdicts["new-TLS-connection callbacks/s, proxy / nginx"] is False
+    assert verdicts["keep-alive callbacks/s, proxy / direct to pod"] is True
     assert verdicts["scale: lost, wall time"] is True
     assert verdicts["DNS queries/s, resolver / dnsmasq"] is None  # the section failed: not measured
 

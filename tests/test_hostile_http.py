@@ -1,5 +1,6 @@
 """Hostile input against the proxy's fronts (DESIGN.md section 3): HTTP/1.1 over raw TLS sockets to TCP
-10084, TLS-level cases (plaintext, SNI, ALPN), slow clients, and the HTTP/3 front's SNI routing on UDP 443.
+10084, TLS-level cases (plaintext, SNI, ALPN), slow clients, CONNECT switched on, and the HTTP/3 front's
+SNI routing on UDP 443.
 
 Every case checks the answer on the wire, the proxy's record of it (Envoy-format access-log line, or its
 events), and -- the point of the exercise -- that no request the policy forbids ever reached a pod, read
@@ -287,20 +288,24 @@ def pod_events(stack: LocalStack) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def batch(http_stack: tuple[LocalStack, ScenarioResult]) -> tuple[LocalStack, dict[str, Outcome]]:
-    """Send every case once, each on its own connection, in order, noting the log lines it produced."""
     stack, result = http_stack
     assert result.ok, result.failures
+    return stack, send_batch(stack, CASES)
+
+
+def send_batch(stack: LocalStack, cases: list[Case]) -> dict[str, Outcome]:
+    """Send every case once, each on its own connection, in order, noting the log lines it produced."""
     netmap = json.loads((stack.state_dir / "netmap.json").read_text())
     ports = {"pod_port": netmap["bindings"]["10.42.0.11:8443/tcp"], "proxy_port": proxy_port(stack)}
     ctx = client_context(stack.status()["ca"]["stack"])
     outcomes = {}
-    for case in CASES:
+    for case in cases:
         raw = case.raw.replace(b"{pod_port}", str(ports["pod_port"]).encode()).replace(
             b"{proxy_port}", str(ports["proxy_port"]).encode())
         before = len(access_log(stack))
         data, stalled = exchange(ports["proxy_port"], raw, ctx)
         outcomes[case.name] = Outcome(data, stalled, access_log(stack)[before:])
-    return stack, outcomes
+    return outcomes
 
 
 def test_there_are_at_least_forty_cases() -> None:
@@ -310,8 +315,10 @@ def test_there_are_at_least_forty_cases() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_case(case: Case, batch: tuple[LocalStack, dict[str, Outcome]]) -> None:
-    _, outcomes = batch
-    out = outcomes[case.name]
+    check_case(case, batch[1][case.name])
+
+
+def check_case(case: Case, out: Outcome) -> None:
     assert not out.stalled, f"the proxy neither answered nor closed: {out.data[:200]!r}"
     assert statuses(out.data) == [status for status, _ in case.expect], out.data[:300]
     assert [(int(rec["status"]), rec["flags"]) for rec in out.log] == list(case.expect)
@@ -596,3 +603,108 @@ def test_h3_no_forbidden_request_reached_a_grpc_pod(h3_batch: tuple[LocalStack, 
     allowed = {f"hx-{c.name}" for c in H3_CASES if c.allowed}
     assert allowed <= seen, "the control never reached its pod: the check below would prove nothing"
     assert {rid for rid in seen if isinstance(rid, str) and rid.startswith("hx-")} == allowed
+
+
+# CONNECT switched on (workerCallbackProxy.invocation.connect.enabled): only the pod's 8443 tunnels ------
+CONNECT_ON = "workerCallbackProxy:\n  invocation:\n    connect:\n      enabled: true\n"
+CONNECT_CASES = [
+    nr("con-other-host", req("con-other-host", "CONNECT example.com:443 HTTP/1.1", host="example.com:443")),
+    nr("con-other-port", req("con-other-port", f"CONNECT {POD}:22 HTTP/1.1", host=f"{POD}:22")),
+    nr("con-plain-port", req("con-plain-port", f"CONNECT {POD}:8080 HTTP/1.1", host=f"{POD}:8080")),
+    nr("con-loopback", req("con-loopback", "CONNECT 127.0.0.1:{pod_port} HTTP/1.1", host="127.0.0.1")),
+    nr("con-pod-ip", req("con-pod-ip", "CONNECT 10.42.0.11:8443 HTTP/1.1", host="10.42.0.11:8443")),
+    nr("con-grpc-pod", req("con-grpc-pod", "CONNECT 10-42-0-41.grpc-headless.nvcf.svc.cluster.local:8443"
+                                           " HTTP/1.1")),
+    nr("con-upper-host", req("con-upper-host", f"CONNECT {POD.upper()}:8443 HTTP/1.1")),
+    nr("con-absolute", req("con-absolute", f"CONNECT http://{POD}:8443/ HTTP/1.1")),
+    nr("con-userinfo", req("con-userinfo", f"CONNECT u:p@{POD}:8443 HTTP/1.1")),
+    Case("con-no-such-pod", req("con-no-such-pod",
+                                "CONNECT 10-42-0-99.invocation.nvcf.svc.cluster.local:8443 HTTP/1.1"),
+         ((503, "DF"),)),
+]
+
+
+@pytest.fixture(scope="module")
+def connect_batch(tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[tuple[LocalStack, dict[str, Outcome]]]:
+    root = tmp_path_factory.mktemp("ncpsim-connect")
+    values = root / "connect-on.yaml"
+    values.write_text(CONNECT_ON)
+    stack = LocalStack("hostile-connect", root=root)
+    try:
+        result = run_scenario(load_scenario("http-callback", values), stack, keep=True)
+        assert result.ok, result.failures
+        yield stack, send_batch(stack, CONNECT_CASES)
+    finally:
+        stack.down()
+        assert not stack.launcher.running(), "components still running after down"
+
+
+@pytest.mark.parametrize("case", CONNECT_CASES, ids=[c.name for c in CONNECT_CASES])
+def test_connect_enabled_hostile_case(case: Case,
+                                      connect_batch: tuple[LocalStack, dict[str, Outcome]]) -> None:
+    check_case(case, connect_batch[1][case.name])
+
+
+def through_tunnel(tls: ssl.SSLSocket, ctx: ssl.SSLContext, host: str, raw: bytes) -> bytes:
+    """A legacy worker's own TLS session to the pod inside the CONNECT tunnel (memory BIOs over `tls`)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    inner = ctx.wrap_bio(incoming, outgoing, server_hostname=host)
+
+    def exchange_records() -> bool:
+        if data := outgoing.read():
+            tls.sendall(data)
+        chunk = tls.recv(65536)
+        if chunk:
+            incoming.write(chunk)
+        else:
+            incoming.write_eof()
+        return bool(chunk)
+
+    while True:
+        try:
+            inner.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            exchange_records()
+    inner.write(raw)
+    out = b""
+    while True:
+        try:
+            if not (chunk := inner.read(65536)):
+                return out
+            out += chunk
+        except ssl.SSLWantReadError:
+            if not exchange_records():
+                return out
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return out
+
+
+def test_connect_enabled_tunnel_reaches_only_the_named_pod(
+        connect_batch: tuple[LocalStack, dict[str, Outcome]]) -> None:
+    """The allowed control: CONNECT to the pod's 8443 gets 200, then the worker's request inside reaches
+    that pod (401, no token); none of the refused CONNECTs above reached any pod."""
+    stack, _ = connect_batch
+    ca = stack.status()["ca"]["stack"]
+    before = len(access_log(stack))
+    with (socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
+          client_context(ca).wrap_socket(sock, server_hostname=SNI) as tls):
+        tls.sendall(req("con-tunnel", f"CONNECT {POD}:8443 HTTP/1.1", close=False))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += tls.recv(1)  # byte by byte: nothing past the 200's head belongs to this parser
+        assert head.split()[1] == b"200"
+        inner = through_tunnel(tls, client_context(ca), POD, get("con-tunnel-inner", ATTACH))
+    assert statuses(inner) == [401]  # the pod's own answer, through the tunnel
+    deadline = time.monotonic() + SHORT
+    while len(access_log(stack)) == before:  # the tunnel's line is written once both sides closed
+        assert time.monotonic() < deadline, "no access-log line for the tunnel"
+        time.sleep(0.01)
+    rec = access_log(stack)[before]
+    assert (rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) == ("CONNECT", "200", "-",
+                                                                                  "10.42.0.11:8443")
+    seen = {e.get("requestId") for e in pod_events(stack)}
+    assert "hx-con-tunnel-inner" in seen
+    refused = {rid for c in CONNECT_CASES for rid in c.ids}
+    assert not refused & seen, f"refused CONNECTs reached a pod: {sorted(refused & seen)}"

@@ -48,6 +48,7 @@ ROUTES = [
     ("user-info", head("GET", f"http://user:pw@{POD}:8443{ATTACH}"), TLS, 400),
     ("fragment", head("GET", f"http://{POD}:8443{ATTACH}#frag"), TLS, 400),
     ("HTTP/1.0", head("GET", f"http://{POD}:8443{ATTACH}", version="1.0"), TLS, 426),
+    ("lower-case method", head("get", f"http://{POD}:8443{ATTACH}"), TLS, 400),
     ("CONNECT while disabled", head("CONNECT", f"{POD}:8443"), TLS, 404),
     ("CONNECT enabled", head("CONNECT", f"{POD}:8443"), CONNECT_ON, Tunnel(POD, 8443)),
     ("CONNECT to another host", head("CONNECT", "example.com:443"), CONNECT_ON, 404),

@@ -345,9 +345,6 @@ def test_stop_on_interrupt_covers_the_replay(root: Path, sig: signal.Signals) ->
             proc.communicate()
 
 
-@pytest.mark.xfail(strict=True, reason="tasks.py `up` does not yet wrap run_scenario in "
-                   "clusters.local.stop_on_interrupt: after launch, SIGTERM kills `invoke up` outright and "
-                   "Ctrl-C leaves the kept stack running")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(root: Path,
                                                                      sig: signal.Signals) -> None:

@@ -90,6 +90,9 @@ def protocol_error(head: RequestHead) -> Reject | None:
         # Envoy's HTTP/1 codec treats every version but 1.1 as HTTP/1.0 ("basically anything which is not
         # HTTP/1.1") and refuses HTTP/1.0 with 426; HTTP/1.2 or HTTP/2.0 must never reach a pod.
         return Reject(426, "-", f"HTTP/{head.http_version} is not allowed", close=True)
+    if not head.method.isupper():
+        # Methods are case-sensitive tokens; Envoy's codec refuses `get` rather than forward it.
+        return Reject(400, "DPE", f"invalid method {head.method!r}", close=True)
     transfer = [v.strip().lower() for v in head.all("transfer-encoding")]
     if transfer and head.all("content-length"):
         return Reject(400, "DPE", "Content-Length with Transfer-Encoding", close=True)
