@@ -36,7 +36,7 @@ def curl_code(stack: LocalStack, pod: str) -> str:
     out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--proxy",
                           f"https://invocation.{WD}:{port}", "--proxy-cacert", stack.status()["ca"]["stack"],
                           "--resolve", f"invocation.{WD}:{port}:127.0.0.1", f"http://{pod}:8443{ATTACH}"],
-                         capture_output=True, text=True, timeout=10)
+                         capture_output=True, text=True, timeout=10, check=False)
     return out.stdout
 
 
