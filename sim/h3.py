@@ -5,12 +5,12 @@ Three things aioquic's own asyncio helpers do not give us, and why we need them:
 - `connect` keeps the protocol when the handshake fails, so a caller can report *why* (a certificate
   the worker does not trust is the answer the simulator exists to show).
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
-  application has read it. `_install_credit` replaces that policy, for streams an endpoint serves, by
-  "what the application has read plus WINDOW", so a relay that stops reading stops its peer; and
-  `H3Stream.drain` waits while too much written data is still unacknowledged.
-- The server name of a ClientHello. aioquic parses it on the server side but does not keep it;
-  `peek_server_name` looks at the ClientHello just before aioquic handles it (and may refuse it).
-The last two reach into aioquic internals (pinned to aioquic 1.x; tests/test_h3_flow.py guards them).
+  application has read it. sim.h3_quic's `_install_credit` replaces that policy, for streams an endpoint
+  serves, by "what the application has read plus WINDOW", so a relay that stops reading stops its peer;
+  and `H3Stream.drain` waits while too much written data is still unacknowledged.
+- The server name of a ClientHello, which aioquic does not keep: sim.h3_quic's `peek_server_name`.
+Configurations, the trust bundle, certificate reload and those aioquic hooks live in sim.h3_quic;
+their public names are re-exported here, so callers import everything from sim.h3.
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
-from pathlib import Path
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aioquic import tls
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer
-from aioquic.buffer import Buffer
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
@@ -39,20 +37,23 @@ from aioquic.quic.events import (
     StreamDataReceived,
 )
 from aioquic.quic.events import StreamReset as QuicStreamReset
-from aioquic.quic.packet import QuicErrorCode, QuicFrameType
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
+from aioquic.quic.packet import QuicErrorCode
 
-from sim.tls import secret_stamp
+from sim.h3_quic import WINDOW as WINDOW  # re-exported (as below): callers import these from sim.h3
+from sim.h3_quic import AlertUnrecognizedName as AlertUnrecognizedName
+from sim.h3_quic import ReloadingServerConfig as ReloadingServerConfig
+from sim.h3_quic import _install_credit
+from sim.h3_quic import client_configuration as client_configuration
+from sim.h3_quic import peek_server_name as peek_server_name
+from sim.h3_quic import server_configuration as server_configuration
+from sim.h3_quic import trust_pem as trust_pem
 
 Headers = list[tuple[bytes, bytes]]
 log = logging.getLogger(__name__)
 
-WINDOW = 256 * 1024  # stream credit granted beyond what the application has read
 HIGH_WATER = 256 * 1024  # unacknowledged bytes a writer may leave queued before drain() waits
 H3_REQUEST_CANCELLED = 0x10C
 H3_CONNECT_ERROR = 0x10F
-_MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
 # TLS alerts that mean "I do not accept your certificate" (CRYPTO_ERROR + alert, RFC 9001 4.8).
 _CERT_ALERTS = {tls.AlertDescription.bad_certificate, tls.AlertDescription.unsupported_certificate,
                 tls.AlertDescription.certificate_expired, tls.AlertDescription.unknown_ca,
@@ -74,113 +75,6 @@ class HandshakeFailed(ConnectionError):
 
 class StreamError(ConnectionError):
     """The stream was reset by the peer, or its connection closed before the stream finished."""
-
-
-class AlertUnrecognizedName(tls.Alert):
-    """Refuse a ClientHello whose server name we do not serve (RFC 6066 unrecognized_name)."""
-
-    description = tls.AlertDescription.unrecognized_name
-
-
-# -- configurations ------------------------------------------------------------------------------
-def trust_pem(cafiles: Iterable[Path], extra_pem: str = "") -> bytes:
-    """CA certificates as the strict PEM aioquic splits on END lines; b"" trusts nothing.
-
-    aioquic falls back to certifi's roots when given no CA at all, so "trust nothing" must be an
-    explicit empty bundle, never None.
-    """
-    certs: list[x509.Certificate] = []
-    for path in cafiles:
-        certs += x509.load_pem_x509_certificates(Path(path).read_bytes())
-    if extra_pem.strip():
-        certs += x509.load_pem_x509_certificates(extra_pem.encode())
-    return b"".join(cert.public_bytes(Encoding.PEM) for cert in certs)
-
-
-def client_configuration(server_name: str, trust: bytes) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=True, alpn_protocols=list(H3_ALPN), server_name=server_name,
-                               max_stream_data=WINDOW)
-    config.load_verify_locations(cadata=trust)
-    return config
-
-
-def server_configuration(secret_dir: Path) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN), max_stream_data=WINDOW)
-    config.load_cert_chain(secret_dir / "tls.crt", secret_dir / "tls.key")
-    return config
-
-
-class ReloadingServerConfig:
-    """A server configuration that follows its Secret, as sim.tls.ReloadingContext does for TCP.
-
-    aioquic copies the certificate into each connection when it is created, so swapping the fields of
-    the one shared configuration gives new connections the new material and leaves old ones alone.
-    """
-
-    def __init__(self, secret_dir: Path, on_error: Callable[[str], None] = lambda msg: None):
-        self.secret_dir, self.on_error = secret_dir, on_error
-        self._stamp = secret_stamp(secret_dir)
-        self.config = server_configuration(secret_dir)  # broken material at start-up is a hard error
-        self.generation = 1
-
-    def refresh(self) -> QuicConfiguration:
-        try:
-            stamp = secret_stamp(self.secret_dir)
-            if stamp != self._stamp:
-                self._stamp = stamp
-                fresh = server_configuration(self.secret_dir)
-                self.config.certificate = fresh.certificate
-                self.config.certificate_chain = fresh.certificate_chain
-                self.config.private_key = fresh.private_key
-                self.generation += 1
-        except (OSError, ValueError) as exc:
-            self.on_error(f"cannot load {self.secret_dir}: {exc}; keeping the previous certificate")
-        return self.config
-
-
-# -- aioquic hooks -------------------------------------------------------------------------------
-def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -> None:
-    """Grant stream credit from `credit(stream_id)` (None: aioquic's own policy for that stream)."""
-    default = quic._write_stream_limits
-
-    def write_stream_limits(builder: Any, space: Any, stream: Any) -> None:
-        limit = credit(stream.stream_id)
-        if limit is None or not stream.max_stream_data_local:
-            default(builder=builder, space=space, stream=stream)
-            return
-        stream.max_stream_data_local = max(stream.max_stream_data_local, limit)
-        if stream.max_stream_data_local_sent != stream.max_stream_data_local:
-            buf = builder.start_frame(QuicFrameType.MAX_STREAM_DATA, capacity=_MAX_STREAM_DATA_FRAME_CAPACITY,
-                                      handler=quic._on_max_stream_data_delivery, handler_args=(stream,))
-            buf.push_uint_var(stream.stream_id)
-            buf.push_uint_var(stream.max_stream_data_local)
-            stream.max_stream_data_local_sent = stream.max_stream_data_local
-
-    quic._write_stream_limits = write_stream_limits
-
-
-def peek_server_name(quic: QuicConnection, on_hello: Callable[[str | None], None]) -> None:
-    """Call `on_hello(server_name)` with each ClientHello before aioquic handles it.
-
-    `on_hello` may raise a tls.Alert (e.g. AlertUnrecognizedName) to refuse the handshake; aioquic
-    then closes the connection with CRYPTO_ERROR + that alert, as a TLS stack refusing the SNI would.
-    """
-    initialize = quic._initialize
-
-    def initialize_and_hook(peer_cid: bytes) -> None:
-        initialize(peer_cid)
-        handle_hello = quic.tls._server_handle_hello
-
-        def peek(input_buf: Buffer, initial_buf: Buffer, handshake_buf: Buffer) -> None:
-            start = input_buf.tell()
-            hello = tls.pull_client_hello(input_buf)
-            input_buf.seek(start)
-            on_hello(hello.server_name)
-            handle_hello(input_buf, initial_buf, handshake_buf)
-
-        quic.tls._server_handle_hello = peek
-
-    quic._initialize = initialize_and_hook
 
 
 # -- streams and endpoints -----------------------------------------------------------------------

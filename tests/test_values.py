@@ -19,10 +19,10 @@ from sim.values import (
     ValuesIssue,
     check,
     deep_merge,
-    load_values_file,
     proxy_settings,
     validate,
 )
+from sim.values_file import load_values_file
 
 WD = "grpc-worker.example.com"
 

@@ -1,0 +1,78 @@
+"""Reading the stack's environment file: the mapping, plus where each key came from (file, line).
+
+A malformed file gets one line naming the file and line and what to fix, as a render failure would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from sim.errors import ConfigError
+from sim.values import KeyPath, _kind, key_path
+
+
+def _yaml_message(name: str, exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    problem = exc.problem or "malformed YAML"
+    if problem == "found unexpected end of stream" and exc.context_mark is not None:
+        mark = exc.context_mark  # an unclosed quote or bracket: point where it was opened
+    where = f"{name}:{mark.line + 1}" if mark is not None else name
+    text = f"{exc.context}: {problem}" if exc.context else problem
+    if "'\\t'" in problem:
+        hint = "indent with spaces, not tabs"
+    elif "quoted scalar" in (exc.context or ""):
+        hint = "close the quote"
+    elif "block end" in problem or "mapping values are not allowed" in problem:
+        hint = "check the indentation and that each key has one colon"
+    else:
+        hint = "fix the YAML syntax"
+    return " ".join(f"{where}: {text}; {hint}".split())
+
+
+def _collect_origin(node: yaml.Node, parts: KeyPath, name: str, origin: dict, active: set[int]) -> None:
+    if id(node) in active:  # a recursive alias; its keys are already recorded
+        return
+    active.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            here = (*parts, key_node.value)
+            origin[key_path(here)] = (name, key_node.start_mark.line + 1)
+            _collect_origin(value_node, here, name, origin, active)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            origin[key_path((*parts, index))] = (name, item.start_mark.line + 1)
+            _collect_origin(item, (*parts, index), name, origin, active)
+    active.discard(id(node))
+
+
+def load_values_file(path: Path) -> tuple[dict, dict[str, tuple[str, int]]]:
+    """Parse a values file into ``(values, origin)``; origin maps key paths to ``(file, 1-based line)``."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name}: not UTF-8 text; save the values file as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read the values file ({exc.strerror}); check the path") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()  # one parse gives both the marks and the data
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(_yaml_message(name, exc)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(" ".join(f"{name}: {exc}; fix the YAML syntax".split())) from None
+    finally:
+        loader.dispose()
+    if data is None:
+        return {}, {}  # an empty file overrides nothing
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name}:{node.start_mark.line + 1}: top level must be a mapping of keys "
+                          f"(e.g. workerCallbackProxy:), found {_kind(data)}")
+    origin: dict[str, tuple[str, int]] = {}
+    _collect_origin(node, (), name, origin, set())
+    return data, origin
