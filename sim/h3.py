@@ -39,14 +39,23 @@ from aioquic.quic.events import (
 from aioquic.quic.events import StreamReset as QuicStreamReset
 from aioquic.quic.packet import QuicErrorCode
 
-from sim.h3_quic import WINDOW as WINDOW  # re-exported (as below): callers import these from sim.h3
-from sim.h3_quic import AlertUnrecognizedName as AlertUnrecognizedName
-from sim.h3_quic import ReloadingServerConfig as ReloadingServerConfig
-from sim.h3_quic import _install_credit
-from sim.h3_quic import client_configuration as client_configuration
-from sim.h3_quic import peek_server_name as peek_server_name
-from sim.h3_quic import server_configuration as server_configuration
-from sim.h3_quic import trust_pem as trust_pem
+from sim.h3_quic import (
+    WINDOW,
+    AlertUnrecognizedName,
+    ReloadingServerConfig,
+    _install_credit,
+    client_configuration,
+    peek_server_name,
+    server_configuration,
+    trust_pem,
+)
+
+# The public API, including what sim.h3_quic defines: callers import all of it from sim.h3.
+__all__ = [
+    "H3_CONNECT_ERROR", "H3_REQUEST_CANCELLED", "HIGH_WATER", "WINDOW", "AlertUnrecognizedName", "H3Endpoint",
+    "H3Server", "H3Stream", "HandshakeFailed", "Headers", "ReloadingServerConfig", "StreamError", "Tasks",
+    "client_configuration", "close_client", "connect", "peek_server_name", "server_configuration", "trust_pem",
+]
 
 Headers = list[tuple[bytes, bytes]]
 log = logging.getLogger(__name__)

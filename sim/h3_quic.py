@@ -36,7 +36,6 @@ class AlertUnrecognizedName(tls.Alert):
     description = tls.AlertDescription.unrecognized_name
 
 
-
 # -- configurations ------------------------------------------------------------------------------
 def trust_pem(cafiles: Iterable[Path], extra_pem: str = "") -> bytes:
     """CA certificates as the strict PEM aioquic splits on END lines; b"" trusts nothing.
