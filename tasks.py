@@ -228,6 +228,14 @@ def doctor(c):
     raise Exit(code=run())
 
 
+@task(help={"quick": "short run (< 2 min): 2 warm runs, no catalogue, 1,000-callback scale run"})
+def bench(c, quick=False):
+    """Start-up, relays (vs direct, vs nginx), QUIC, scale, DNS (vs dnsmasq): docs/benchmarks.md and .json."""
+    import bench as benchmarks  # the task's name shadows the package here
+
+    raise Exit(code=benchmarks.run(quick))
+
+
 @task(help={"k": "only tests matching this expression (pytest -k)", "long": "include long-running tests"})
 def test(c, k=None, long=False):
     """Run the test suite (the same command CI runs)."""

@@ -14,8 +14,19 @@ from certs.profiles import (
     invocation_profile,
     stack_profiles,
 )
-from certs.store import CaInfo, CertStore, describe_text
-from certs.volume import load_secret, payload_dir, write_secret
+
+# certs.store and certs.volume pull in trustme and cryptography (about 40 ms), which component processes
+# importing only the profile constants never need: load them on first use.
+_LAZY = {"CaInfo": "certs.store", "CertStore": "certs.store", "describe_text": "certs.store",
+         "load_secret": "certs.volume", "payload_dir": "certs.volume", "write_secret": "certs.volume"}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'certs' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 __all__ = [
     "FRONTEND_SECRET",

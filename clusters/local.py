@@ -143,15 +143,20 @@ class Launcher:
         with self.guard.installed():
             try:
                 netmap = self.prepare(topology)
-                for phase in (phase_one(topology), phase_two(topology)):
-                    pipes: dict[str, int] = {}
-                    try:
+                # Worker hosts start with phase one: they import while the control plane starts, then
+                # wait for the bus binding in the network map (written below) before reporting ready.
+                phases: list[dict[str, int]] = []
+                try:
+                    for phase in (phase_one(topology), phase_two(topology)):
+                        phases.append({})
                         for spec in phase:
-                            pipes[spec.name] = self._spawn(spec)
-                    except BaseException:
+                            phases[-1][spec.name] = self._spawn(spec)
+                except BaseException:
+                    for pipes in phases:
                         for fd in pipes.values():
                             os.close(fd)
-                        raise
+                    raise
+                for pipes in phases:
                     for bindings in self._await_ready(pipes).values():
                         netmap.bindings.update(bindings)
                     netmap.save(self.state_dir / "netmap.json")

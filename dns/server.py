@@ -8,12 +8,14 @@ parse and pack, never its threaded DNSServer, and nothing is ever forwarded upst
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
+import socket
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Self, cast
+from typing import Self
 
 from dnslib import CLASS, EDNS0, OPCODE, QTYPE, RCODE, RR, A, DNSHeader, DNSQuestion, DNSRecord
 from dnslib.label import DNSBuffer
@@ -30,6 +32,8 @@ _UDP_PLAIN_LIMIT = 512  # RFC 1035 limit for a client that sent no EDNS OPT reco
 _UDP_EDNS_LIMIT = 1232  # the DNS flag day 2020 payload size: no IP fragmentation anywhere
 _CLASS_ANY = 255  # dnslib spells it "*", so name it here
 _BIND_ATTEMPTS = 8
+UDP_BATCH = 64  # datagrams answered per event-loop wakeup
+REPLY_CACHE_SIZE = 4096  # distinct questions remembered per resolver; past it, answers are computed
 TCP_IDLE_TIMEOUT = 10.0  # seconds a TCP client may sit idle before the connection is closed
 
 
@@ -180,29 +184,42 @@ def _describe(question: DNSQuestion | None) -> tuple[str, str]:
 OnQuery = Callable[[QueryEvent], None]
 
 
-class _Udp(asyncio.DatagramProtocol):
-    def __init__(self, resolver: Resolver, name: str) -> None:
-        self._resolver, self._name = resolver, name
-        self.transport: asyncio.DatagramTransport | None = None
+class _UdpBatch:
+    """The UDP side of a view: up to UDP_BATCH datagrams answered per wakeup of the event loop.
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.DatagramTransport, transport)
+    asyncio's datagram transport reads one datagram per readiness event, so each query costs a trip
+    through epoll; under load the queue is drained in batches here instead.
+    """
 
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        reply = self._resolver._serve(self._name, data, "udp")
-        if reply is not None and self.transport is not None:
-            self.transport.sendto(reply, addr)
+    def __init__(self, resolver: Resolver, name: str, sock: socket.socket) -> None:
+        self._resolver, self._name, self._sock = resolver, name, sock
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._readable)
 
-    def error_received(self, exc: Exception) -> None:
-        # ICMP errors from a client that went away: nothing to answer, nothing to fix.
-        log.debug("DNS view %s: UDP error %s", self._name, exc)
+    def _readable(self) -> None:
+        for _ in range(UDP_BATCH):
+            try:
+                data, addr = self._sock.recvfrom(65535)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # ICMP errors from a client that went away
+                log.debug("DNS view %s: UDP error %s", self._name, exc)
+                continue
+            reply = self._resolver._serve(self._name, data, "udp")
+            if reply is not None:
+                with contextlib.suppress(OSError):  # a full send buffer drops the reply, as UDP may
+                    self._sock.sendto(reply, addr)
+
+    def close(self) -> None:
+        self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
 
 
 @dataclass
 class _Listener:
     port: int
     tcp: asyncio.Server
-    udp: asyncio.DatagramTransport
+    udp: _UdpBatch
 
 
 class Resolver:
@@ -222,6 +239,8 @@ class Resolver:
         self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
         self._started = False
         self._closing = False
+        # (view, transport, query without its id) -> (reply, event): answers depend on nothing else.
+        self._replies: dict[tuple[str, str, bytes], tuple[bytes | None, QueryEvent | None]] = {}
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -258,6 +277,7 @@ class Resolver:
             added, removed = sorted(new.keys() - self._views.keys()), sorted(self._views.keys() - new.keys())
             raise ValueError(f"update() cannot add views {added} or remove views {removed} once started")
         self._views = new
+        self._replies.clear()  # answers from the old data must not outlive it
 
     async def close(self) -> None:
         self._closing = True
@@ -276,28 +296,36 @@ class Resolver:
     async def _listen(self, name: str) -> _Listener:
         """Bind TCP on port 0, then UDP on the same number; another process may hold that UDP
         port, so try again with a fresh TCP port."""
-        loop = asyncio.get_running_loop()
         for _ in range(_BIND_ATTEMPTS):
             tcp = await asyncio.start_server(lambda r, w: self._tcp_client(name, r, w), self._host, 0)
             port = tcp.sockets[0].getsockname()[1]
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             try:
-                udp, _ = await loop.create_datagram_endpoint(
-                    lambda: _Udp(self, name), local_addr=(self._host, port)
-                )
+                sock.bind((self._host, port))
+                sock.setblocking(False)
             except OSError as exc:
+                sock.close()
                 tcp.close()
                 await tcp.wait_closed()
                 if exc.errno != errno.EADDRINUSE:
                     raise
                 continue
-            return _Listener(port, tcp, udp)
+            return _Listener(port, tcp, _UdpBatch(self, name, sock))
         raise OSError(errno.EADDRINUSE, f"no port free for both UDP and TCP for DNS view {name}")
 
     def _serve(self, name: str, data: bytes, transport: str) -> bytes | None:
         view = self._views.get(name)
         if view is None:
             return None
-        reply, event = handle_packet(view, data, transport)
+        key = (name, transport, data[2:])
+        cached = self._replies.get(key)
+        if cached is None:
+            cached = handle_packet(view, data, transport)
+            if len(self._replies) < REPLY_CACHE_SIZE:
+                self._replies[key] = cached
+        reply, event = cached
+        if reply is not None:
+            reply = data[:2] + reply[2:]  # the same answer, under this query's id
         if event is not None and self._on_query is not None:
             try:
                 self._on_query(replace(event, view=name))

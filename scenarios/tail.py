@@ -9,8 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sim.proxy.access_log import parse_line
-from sim.proxy.component import ACCESS_LOG
+from sim.proxy.access_log import ACCESS_LOG, parse_line
 
 POLL_INTERVAL = 0.02  # how often a waiting caller re-reads the files it is waiting on
 

@@ -16,11 +16,13 @@ import signal
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
-from certs.store import CertStore
 from sim.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from certs.store import CertStore
 
 FAULTS_FILE = "faults.json"
 
@@ -145,6 +147,8 @@ class FaultInjector:
         return "links healed"
 
     def _expire(self, which: str) -> str:
+        from certs.store import CertStore  # trustme and cryptography: only when a fault needs them
+
         return expire_certificate(CertStore(self.stack.state_dir / "certs"), which,
                                   self.stack.topology().worker_domain)
 

@@ -35,11 +35,11 @@ class H11Stream:
             self.conn.receive_data(data)
 
     async def send(self, *events: h11.Event) -> None:
-        for event in events:
-            data = self.conn.send(event)
-            if data:
-                self.bytes_out += len(data)
-                self.writer.write(data)
+        # One write for all the events: over TLS each write is its own record and its own send().
+        payload = b"".join(self.conn.send(event) or b"" for event in events)
+        if payload:
+            self.bytes_out += len(payload)
+            self.writer.write(payload)
         await self.writer.drain()
 
     def reusable(self) -> bool:
@@ -86,10 +86,8 @@ async def exchange(stream: H11Stream, method: str, target: str, headers: list[tu
         stream.next_cycle()
     if body or method in ("POST", "PUT"):
         headers = [*headers, ("content-length", str(len(body)))]
-    await stream.send(h11.Request(method=method, target=target, headers=headers))
-    if body:
-        await stream.send(h11.Data(data=body))
-    await stream.send(h11.EndOfMessage())
+    await stream.send(h11.Request(method=method, target=target, headers=headers),
+                      *([h11.Data(data=body)] if body else []), h11.EndOfMessage())
     while True:
         event = await stream.next_event(timeout)
         if isinstance(event, h11.Response):
@@ -107,7 +105,5 @@ async def respond(stream: H11Stream, status: int, body: bytes = b"",
     hdrs.append(("content-length", str(len(body))))
     if close:
         hdrs.append(("connection", "close"))
-    await stream.send(h11.Response(status_code=status, headers=hdrs))
-    if body:
-        await stream.send(h11.Data(data=body))
-    await stream.send(h11.EndOfMessage())
+    await stream.send(h11.Response(status_code=status, headers=hdrs), *([h11.Data(data=body)] if body else []),
+                      h11.EndOfMessage())

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sim.bus import BusClient
 from sim.component import Context, Ready
+from sim.netmap import Refused
 from sim.tls import client_context
 from sim.topology import WorkerSpec
 from sim.worker_http import handle_http_work
@@ -29,6 +31,9 @@ def stack_ca_marker(value: str, ctx: Context) -> str:
     if value.strip() == "@stack-ca":
         return ctx.ca_path("stack").read_text()
     return value
+
+
+_CONTEXTS: dict[tuple[int, tuple], ssl.SSLContext] = {}
 
 
 @dataclass
@@ -57,7 +62,14 @@ class WorkerRuntime:
         return roots
 
     def client_context(self, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
-        return client_context(self.cafiles(), self.proxy_ca_pem, alpn)
+        """Built once per trust material: parsing the CA files for every callback cost ~15% of a worker
+        host's CPU. A changed or added root file (a rollover) makes a new key, so a new context."""
+        files = self.cafiles()
+        key = (alpn, tuple((str(p), p.stat().st_mtime_ns) for p in files if p.exists()))
+        context = _CONTEXTS.get((id(self), key))
+        if context is None:
+            context = _CONTEXTS[(id(self), key)] = client_context(files, self.proxy_ca_pem, alpn)
+        return context
 
 
 def make_workers(ctx: Context) -> dict[str, WorkerRuntime]:
@@ -75,9 +87,20 @@ async def handle_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
         await handle_http_work(worker, work)
 
 
+async def _bus_when_bound(ctx: Context) -> BusClient:
+    """The bus, once the launcher has written its binding (worker hosts start beside the control plane)."""
+    while True:
+        try:
+            return await ctx.bus()
+        except Refused:
+            await asyncio.sleep(0.005)
+
+
 async def run(ctx: Context, ready: Ready) -> None:
+    if "grpc-echo" in ctx.topology.functions:
+        import sim.worker_grpc  # noqa: F401 - aioquic loads now, not on the first callback
     workers = make_workers(ctx)
-    bus = await ctx.bus()
+    bus = await _bus_when_bound(ctx)
     for name in workers:
         for function in ctx.topology.functions:
             await bus.subscribe(function, name)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+ACCESS_LOG = "worker-callback-proxy.access.log"  # under <state>/logs
+
 
 @dataclass
 class AccessRecord:

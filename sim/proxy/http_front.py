@@ -28,6 +28,7 @@ UF_TLS_BODY = ("upstream connect error or disconnect/reset before headers. retri
                "reason: remote connection failure, transport failure reason: TLS_error:|268435581:SSL "
                "routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED:TLS_error_end")
 DNS_CACHE_TTL = 5.0
+MAX_IDLE_PER_AUTHORITY = 64
 Pool = dict[str, tuple[H11Stream, str]]  # authority -> (upstream connection, upstream ip:port)
 
 
@@ -53,6 +54,9 @@ class HttpFront:
         self.stream_idle_timeout = stream_idle_timeout
         self.server: asyncio.Server | None = None
         self._dns_cache: dict[str, tuple[float, str]] = {}
+        # Upstream connections parked by finished downstream connections, shared as Envoy's pool is:
+        # authority -> [(connection, upstream ip:port, trust generation it was verified with)].
+        self._idle: dict[str, list[tuple[H11Stream, str, int]]] = {}
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(connection_handler(self._serve), "127.0.0.1", 0,
@@ -74,9 +78,28 @@ class HttpFront:
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
         finally:
-            for up, _ in pool.values():
-                up.close()
+            for authority, (up, addr) in pool.items():
+                self._park(authority, up, addr)
             writer.close()
+
+    def _park(self, authority: str, up: H11Stream, addr: str) -> None:
+        idle = self._idle.setdefault(authority, [])
+        if up.reusable() and not up.writer.is_closing() and len(idle) < MAX_IDLE_PER_AUTHORITY:
+            idle.append((up, addr, self.upstream_trust.generation))
+        else:
+            up.close()
+
+    def _checkout(self, authority: str) -> tuple[H11Stream, str] | None:
+        """A parked upstream connection still open and verified with the current trust, if any."""
+        self.upstream_trust.current()  # notice a rotated CA before choosing
+        idle = self._idle.get(authority) or []
+        while idle:
+            up, addr, generation = idle.pop()
+            if generation == self.upstream_trust.generation and not up.writer.is_closing() \
+                    and not up.reader.at_eof():
+                return up, addr
+            up.close()
+        return None
 
     async def _one_request(self, down: H11Stream, pool: Pool) -> bool:
         """Serve one request; True when the connection can take another."""
@@ -190,6 +213,8 @@ class HttpFront:
                        fwd: Forward, record: AccessRecord) -> bool:
         started = time.monotonic()
         pooled = pool.get(fwd.authority)
+        if pooled is None and (parked := self._checkout(fwd.authority)) is not None:
+            pooled = pool[fwd.authority] = parked
         try:
             if pooled is None or not pooled[0].reusable():
                 pooled = pool[fwd.authority] = await self._connect(fwd.host, fwd.port, fwd.tls)
@@ -214,26 +239,39 @@ class HttpFront:
 
     async def _relay(self, down: H11Stream, up: H11Stream, request: h11.Request, record: AccessRecord,
                      started: float, pool: Pool, authority: str) -> bool:
-        request_pump = asyncio.create_task(self._pump_body(down, up, record), name="proxy-request-body")
+        request_pump: asyncio.Task[None] | None = None
         response_pump: asyncio.Task[bool] | None = None
+        body_error: h11.RemoteProtocolError | None = None
         try:
-            await up.send(request)
-            response_pump = asyncio.create_task(self._pump_response(down, up, record, started),
-                                                name="proxy-response")
-            # Whichever side fails first ends the exchange: a malformed or stalled request body must not
-            # wait out the response, which the pod cannot send before it has that body.
-            await asyncio.wait({request_pump, response_pump}, return_when=asyncio.FIRST_EXCEPTION)
-            for task in (request_pump, response_pump):
-                if task.done() and (failure := task.exception()) is not None:
-                    raise failure
-            ok = await response_pump
-            await request_pump
+            try:
+                buffered, complete = self._buffered_body(down, record)
+            except h11.RemoteProtocolError as exc:
+                body_error = exc
+                raise
+            if complete:
+                # The whole request is here (a worker's GET or POST, usually): head and body in one write,
+                # and no pump tasks, since nothing more can arrive that the response has to race.
+                await up.send(request, *buffered)
+                ok = await self._pump_response(down, up, record, started)
+            else:
+                request_pump = asyncio.create_task(self._pump_body(down, up, record), name="proxy-request-body")
+                await up.send(request, *buffered)
+                response_pump = asyncio.create_task(self._pump_response(down, up, record, started),
+                                                    name="proxy-response")
+                # Whichever side fails first ends the exchange: a malformed or stalled request body must
+                # not wait out the response, which the pod cannot send before it has that body.
+                await asyncio.wait({request_pump, response_pump}, return_when=asyncio.FIRST_EXCEPTION)
+                for task in (request_pump, response_pump):
+                    if task.done() and (failure := task.exception()) is not None:
+                        raise failure
+                ok = await response_pump
+                await request_pump
         except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:
             pool.pop(authority, None)
             up.close()
             if isinstance(exc, TimeoutError):
                 status, flag, reason = 408, "SI", "stream timeout"
-            elif isinstance(exc, h11.RemoteProtocolError) and _raised(request_pump, exc):
+            elif isinstance(exc, h11.RemoteProtocolError) and (exc is body_error or (request_pump is not None and _raised(request_pump, exc))):
                 # The worker's body broke the codec: Envoy answers with the codec's status.
                 status, flag, reason = exc.error_status_hint, "DPE", str(exc)
             else:
@@ -254,6 +292,20 @@ class HttpFront:
             up.close()
         return ok and down.reusable()
 
+    @staticmethod
+    def _buffered_body(down: H11Stream, record: AccessRecord) -> tuple[list[h11.Event], bool]:
+        """The request body events already received; True when they include the end of the message."""
+        events: list[h11.Event] = []
+        while (event := down.conn.next_event()) is not h11.NEED_DATA:
+            if isinstance(event, h11.Data):
+                record.bytes_received += len(event.data)
+                events.append(h11.Data(data=event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return [*events, h11.EndOfMessage()], True
+            else:
+                raise ConnectionResetError("downstream closed mid-request")
+        return events, False
+
     async def _pump_body(self, down: H11Stream, up: H11Stream, record: AccessRecord) -> None:
         while True:
             event = await down.next_event(self.stream_idle_timeout)
@@ -270,23 +322,32 @@ class HttpFront:
                              started: float) -> bool:
         sent_before = down.bytes_out
         while True:
-            event = await up.next_event(self.stream_idle_timeout)
-            if isinstance(event, h11.Response):
-                if event.status_code < 200:
-                    continue
-                record.status = event.status_code
-                record.upstream_service_time = str(int((time.monotonic() - started) * 1000))
-                headers = [(k, v) for k, v in decode_headers(event.headers) if k not in ("server", "connection")]
-                headers += [("server", "envoy"), ("x-envoy-upstream-service-time", record.upstream_service_time)]
-                await down.send(h11.Response(status_code=event.status_code, headers=headers))
-            elif isinstance(event, h11.Data):
-                await down.send(h11.Data(data=event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                await down.send(h11.EndOfMessage())
-                record.bytes_sent = down.bytes_out - sent_before
-                return True
-            else:
-                raise ConnectionResetError("upstream closed mid-response")
+            # Relay what one read brought (typically head, body and end together) in one write.
+            events = [await up.next_event(self.stream_idle_timeout)]
+            while type(events[-1]) in (h11.Response, h11.InformationalResponse, h11.Data) \
+                    and (more := up.conn.next_event()) is not h11.NEED_DATA:
+                events.append(more)
+            out: list[h11.Event] = []
+            for event in events:
+                if isinstance(event, h11.Response):
+                    out.append(self._response_head(event, record, started))
+                elif isinstance(event, h11.Data):
+                    out.append(h11.Data(data=event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    await down.send(*out, h11.EndOfMessage())
+                    record.bytes_sent = down.bytes_out - sent_before
+                    return True
+                elif not isinstance(event, h11.InformationalResponse):
+                    raise ConnectionResetError("upstream closed mid-response")
+            if out:
+                await down.send(*out)
+
+    def _response_head(self, event: h11.Response, record: AccessRecord, started: float) -> h11.Response:
+        record.status = event.status_code
+        record.upstream_service_time = str(int((time.monotonic() - started) * 1000))
+        headers = [(k, v) for k, v in decode_headers(event.headers) if k not in ("server", "connection")]
+        headers += [("server", "envoy"), ("x-envoy-upstream-service-time", record.upstream_service_time)]
+        return h11.Response(status_code=event.status_code, headers=headers)
 
     async def _tunnel(self, down: H11Stream, tunnel: Tunnel, record: AccessRecord) -> None:
         try:
