@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,28 @@ def load_average() -> list[float]:
         return []
 
 
+def cpu_busy(seconds: float = 1.0) -> float | None:
+    """Share of all CPUs busy over `seconds`, from /proc/stat: what other work takes from the benchmark.
+
+    The load average is no guide on some virtual machines (seen here: 2.7 with every CPU idle).
+    """
+    def sample() -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat") as stat:
+                fields = [int(x) for x in stat.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return idle, sum(fields)
+
+    first = sample()
+    time.sleep(seconds)  # the sampling window, not a wait for readiness
+    second = sample()
+    if first is None or second is None or second[1] == first[1]:
+        return None
+    return round(1 - (second[0] - first[0]) / (second[1] - first[1]), 3)
+
+
 def _version(cmd: list[str]) -> str | None:
     try:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=5)
@@ -59,4 +82,5 @@ def describe() -> dict[str, Any]:
         "nginx": _version(["nginx", "-v"]),
         "dnsmasq": _version(["dnsmasq", "--version"]),
         "load_average_start": load_average(),
+        "cpu_busy_start": cpu_busy(),
     }

@@ -108,17 +108,18 @@ def measure_all(plan: Plan, root: Path) -> dict[str, Any]:
         root / "scale", plan.scale_clusters, plan.scale_workers, plan.scale_callbacks, plan.scale_concurrency,
         plan.scale_deadline))
     results["machine"]["load_average_end"] = machine.load_average()
+    results["machine"]["cpu_busy_end"] = machine.cpu_busy()
     return results
 
 
 def _busy_note(facts: dict[str, Any]) -> str:
     """Say so when the machine was busy with other work: the rates then understate what ncpsim does."""
-    loads = (facts.get("load_average_start") or [0.0])[:1] + (facts.get("load_average_end") or [0.0])[:1]
-    if max(loads) < 0.5 * (facts.get("nproc") or 1):
+    busy = [b for b in (facts.get("cpu_busy_start"), facts.get("cpu_busy_end")) if b is not None]
+    if not busy or max(busy) < 0.25:
         return ""
-    return (f"other work was running on this machine (1-minute load average {loads[0]} at the start, "
-            f"{loads[-1]} at the end, on {facts.get('nproc')} CPUs): rates are lower and noisier than on an "
-            "idle machine; CPU time per operation is the steadier figure")
+    return (f"other work was running on this machine ({max(busy):.0%} of the CPUs busy before or after "
+            "the run): rates are lower and noisier than on an idle machine; CPU time per operation is the "
+            "steadier figure")
 
 
 def run(quick: bool = False, out_dir: Path = DOCS, note: str = "") -> int:
