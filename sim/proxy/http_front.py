@@ -119,10 +119,11 @@ class HttpFront:
         head = request_head(event)
         self._fill_record(record, head)
         decision = decide(head, self.policy)
-        self.ctx.events.emit("proxy.decision", requestId=record.request_id, target=head.target,
-                             method=head.method, decision=type(decision).__name__,
-                             status=getattr(decision, "status", None), flag=getattr(decision, "flag", None),
-                             reason=getattr(decision, "reason", None))
+        if not isinstance(decision, Forward):  # a forwarded request is on record in the access log line
+            self.ctx.events.emit("proxy.decision", requestId=record.request_id, target=head.target,
+                                 method=head.method, decision=type(decision).__name__,
+                                 status=getattr(decision, "status", None), flag=getattr(decision, "flag", None),
+                                 reason=getattr(decision, "reason", None))
         return await self._dispatch(down, pool, head, decision, record)
 
     async def _next_head(self, down: H11Stream) -> h11.Event:
@@ -180,10 +181,7 @@ class HttpFront:
 
     def _log(self, record: AccessRecord, down: H11Stream) -> None:
         record.finish()
-        self.access_log.write(record)
-        self.ctx.events.emit("proxy.access", requestId=record.request_id, status=record.status,
-                             flags=record.flags, authority=record.authority, path=record.path,
-                             method=record.method, upstream=record.upstream_host)
+        self.access_log.write(record)  # the replay reads this log itself: no second copy as an event
 
     # Upstream ------------------------------------------------------------------------------
     async def _resolve(self, host: str) -> str:
