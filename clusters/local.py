@@ -1,9 +1,9 @@
 """The local backend: the Topology as processes on 127.0.0.1, each in its own process group.
 
-Phase 1 starts everything that serves (resolver, work bus, pods, proxy) in parallel; each binds port
-0 and reports its bindings on a ready pipe. The launcher then writes the network map and starts
-phase 2, the worker hosts, which need the map to reach the bus. Nothing here sleeps to wait for a
-component: readiness is the line on its pipe, or EOF if it died first.
+Everything starts at once, so imports overlap: phase 1 (resolver, work bus, pods, proxy) binds port 0
+and reports its bindings on a ready pipe; the launcher writes them into the network map, where the
+phase 2 worker hosts find the bus before they report ready themselves. Nothing here sleeps to wait
+for a component: readiness is the line on its pipe, or EOF if it died first.
 """
 
 from __future__ import annotations
