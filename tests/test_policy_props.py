@@ -247,6 +247,7 @@ def test_malformed_targets_are_refused_not_crashed_on(target: str) -> None:
 
 # Long run: 100,000 inputs ------------------------------------------------------------------------
 @pytest.mark.long
+@pytest.mark.timeout(1800)  # 50,000 inputs take minutes; the suite's 120 s limit is for normal tests
 @settings(max_examples=LONG_EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(heads, policy)
@@ -255,6 +256,7 @@ def test_long_decide_fuzz(head: RequestHead, pol: ProxyPolicy) -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(1800)  # 50,000 inputs take minutes; the suite's 120 s limit is for normal tests
 @settings(max_examples=LONG_EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(wire)
