@@ -12,6 +12,7 @@ from clusters.local import Launcher
 from sim.errors import ConfigError
 from sim.netmap import NetMap
 from sim.topology import PROXY_H3_PORT, PROXY_HTTP_PORT, Topology
+from sim.values import proxy_settings
 
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 
@@ -73,8 +74,11 @@ def build_status(topology: Topology, netmap: NetMap, state: Path, scenario: str)
     def real(ip: str, port: int, proto: str) -> int | None:
         return netmap.bindings.get(f"{ip}:{port}/{proto}")
 
+    # The pod targets workers are handed: the worker TLS port unless upstreamTls is off (DESIGN.md section 1).
+    worker_port = 8443 if proxy_settings(topology.values).upstream_tls else 8080
     pods = [{"name": p.name, "role": p.role, "cluster": p.cluster, "ip": p.ip,
-             "target": (f"http://{p.fqdn}:8443" if p.role == "invocation" else f"https://{p.fqdn.split('.')[0]}.{wd}")}
+             "target": (f"http://{p.fqdn}:{worker_port}" if p.role == "invocation"
+                        else f"https://{p.fqdn.split('.')[0]}.{wd}")}
             for p in topology.pods]
     logs = {path.stem: str(path) for path in sorted((state / "logs").glob("*.log"))}
     return {
