@@ -126,7 +126,8 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return merged
 
 
-def _lookup(values: Any, parts: KeyPath, default: Any = None) -> Any:
+def lookup(values: Any, parts: KeyPath, default: Any = None) -> Any:
+    """The value at a key path, or `default` where the path leaves the mappings."""
     node = values
     for part in parts:
         if not isinstance(node, Mapping) or part not in node:
@@ -207,28 +208,28 @@ def _dns_problem(name: str) -> str | None:
 
 def _rule_booleans(values: Mapping, add: Add) -> None:
     for parts in BOOLEANS:
-        value = _lookup(values, parts)
+        value = lookup(values, parts)
         if not isinstance(value, bool):
             add(parts, f"must be true or false (unquoted), found {_kind(value)}")
 
 
 def _rule_proxy_enabled(values: Mapping, add: Add) -> None:
-    if _lookup(values, ENABLED) is not True:
+    if lookup(values, ENABLED) is not True:
         return
-    domain = _lookup(values, WORKER_DOMAIN)
+    domain = lookup(values, WORKER_DOMAIN)
     if not isinstance(domain, str) or not domain:
         add(WORKER_DOMAIN, "must be set to the DNS name workers reach the proxy under, "
             "e.g. grpc-worker.example.com")
     elif problem := _dns_problem(domain):
         add(WORKER_DOMAIN, f'"{domain}" is not a valid DNS name: {problem}')
     for parts in SPLIT_PLANE_URLS:
-        if _set(_lookup(values, parts)):
+        if _set(lookup(values, parts)):
             add(parts, "must be empty when workerCallbackProxy.enabled is true "
                 "(the proxy replaces split-plane URLs)")
 
 
 def _rule_proxy_url(values: Mapping, add: Add) -> None:
-    url = _lookup(values, PROXY_URL)
+    url = lookup(values, PROXY_URL)
     if not _set(url):
         return
     if not isinstance(url, str):
@@ -245,14 +246,14 @@ def _rule_proxy_url(values: Mapping, add: Add) -> None:
     elif not host:
         add(PROXY_URL, f"has no host; use https://invocation.<workerDomain>:{INVOCATION_PROXY_PORT}")
     else:
-        domain = _lookup(values, WORKER_DOMAIN)
+        domain = lookup(values, WORKER_DOMAIN)
         if isinstance(domain, str) and domain and not covers(f"*.{domain}", host):
             add(PROXY_URL, f"host {host} is not covered by the *.{domain} certificate; "
                 "use exactly one label under workerCallbackProxy.workerDomain")
 
 
 def _rule_frontend_tls(values: Mapping, add: Add) -> None:
-    ref, secret = _lookup(values, ISSUER_REF), _lookup(values, EXISTING_SECRET)
+    ref, secret = lookup(values, ISSUER_REF), lookup(values, EXISTING_SECRET)
     if ref is not None and _set(secret):
         add(EXISTING_SECRET, "cannot be combined with workerCallbackProxy.tls.frontend.certificate."
             "issuerRef; set only one")
@@ -268,17 +269,17 @@ def _rule_frontend_tls(values: Mapping, add: Add) -> None:
 
 
 def _rule_service_type(values: Mapping, add: Add) -> None:
-    kind = _lookup(values, (WCP, "service", "type"))
+    kind = lookup(values, (WCP, "service", "type"))
     if kind not in SERVICE_TYPES:
         add((WCP, "service", "type"), f"must be one of {', '.join(SERVICE_TYPES)}, found {_kind(kind)}")
 
 
 def _rule_nats(values: Mapping, add: Add) -> None:
-    mode = _lookup(values, WORKER_AUTH)
+    mode = lookup(values, WORKER_AUTH)
     if not isinstance(mode, str) or mode not in ("nkey", "token"):
         add(WORKER_AUTH, "nats.workerAuth must be nkey or token")  # the stack's own wording
     elif mode == "token":
-        url = _lookup(values, WEBHOOK_URL)
+        url = lookup(values, WEBHOOK_URL)
         if not isinstance(url, str) or not url.strip():
             add(WEBHOOK_URL, "must be set when nats.workerAuth is token (the auth callout sends worker "
                 f"tokens there), e.g. {DEFAULT_WEBHOOK_URL}")
@@ -294,7 +295,7 @@ def _annotation_key_problem(key: str) -> str | None:
 
 def _rule_annotations(values: Mapping, add: Add) -> None:
     for parts in ANNOTATION_MAPS:
-        for key, value in (_lookup(values, parts) or {}).items():
+        for key, value in (lookup(values, parts) or {}).items():
             here = (*parts, str(key))
             problem = _annotation_key_problem(key) if isinstance(key, str) else "key must be a string"
             if problem:
@@ -362,7 +363,7 @@ def proxy_settings(values: Mapping) -> ProxySettings:
     merged = deep_merge(DEFAULTS, values)
 
     def get(parts: KeyPath) -> Any:
-        return _lookup(merged, parts, _lookup(DEFAULTS, parts))
+        return lookup(merged, parts, lookup(DEFAULTS, parts))
 
     domain = str(get(WORKER_DOMAIN))
     ref, secret = get(ISSUER_REF), get(EXISTING_SECRET)

@@ -20,7 +20,7 @@ from typing import Any
 
 from sim.errors import ConfigError
 from sim.runbooks import nkeys
-from sim.values import DEFAULT_WEBHOOK_URL, deep_merge, validate
+from sim.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup, validate
 
 APP = "APP"
 OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for
@@ -55,14 +55,6 @@ class CalloutConfig:
         return {APP: self.webhook_url} if self.mode == "token" else {}
 
 
-def _get(tree: Any, parts: tuple[str, ...], default: Any = None) -> Any:
-    for part in parts:
-        if not isinstance(tree, Mapping) or part not in tree:
-            return default
-        tree = tree[part]
-    return tree
-
-
 def callout_config(values: Mapping) -> CalloutConfig:
     """What the nats and nats-auth-callout-service releases render; raises ConfigError like the render."""
     issues = [i for i in validate(values) if i.path.startswith("nats.")]
@@ -73,11 +65,11 @@ def callout_config(values: Mapping) -> CalloutConfig:
     merged = deep_merge({"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}}},
                        values)
     # Only serviceConfig.logging reaches the callout; the stack ignores other serviceConfig keys.
-    logging = _get(merged, LOGGING_KEY, {}) or {}
+    logging = lookup(merged, LOGGING_KEY, {}) or {}
     sampling = logging.get("sampling") or {}
     return CalloutConfig(
-        mode=_get(merged, ("nats", "workerAuth"), "nkey"),
-        webhook_url=_get(merged, ("nats", "authCallout", "workerTokenAuth", "webhookUrl")),
+        mode=lookup(merged, ("nats", "workerAuth"), "nkey"),
+        webhook_url=lookup(merged, ("nats", "authCallout", "workerTokenAuth", "webhookUrl")),
         logging=LogSettings(level=str(logging.get("level", "info")),
                             initial=int(sampling.get("initial", 100)),
                             thereafter=int(sampling.get("thereafter", 100))),
