@@ -64,13 +64,6 @@ class NetMap:
         picker = self.pickers.setdefault(cluster, random.Random(f"{self.seed}:{cluster}"))
         return picker.choice(live)
 
-    def reverse(self, real_port: int, proto: str = "tcp") -> str | None:
-        """The virtual ip:port behind a real port (for logs)."""
-        for k, v in self.bindings.items():
-            if v == real_port and k.endswith("/" + proto):
-                return k.rsplit("/", 1)[0]
-        return None
-
     def to_json(self) -> str:
         raw: dict = {"bindings": self.bindings, "reach": self.reach}
         if self.services:
