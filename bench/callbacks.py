@@ -4,7 +4,7 @@ Minting: the benchmark invokes the echo function on the pod's client API with NV
 pod answers 202 at once) and takes the work messages the pod publishes from the work bus, subscribed
 as the only worker. Each message carries the pod target and two single-use tokens, as a worker gets them.
 
-A callback is then exactly what worker-utils does (sim.worker_http): GET the request with the request
+A callback is then exactly what worker-utils does (sim.worker.http_callback): GET the request with the request
 token, run the echo function, POST the response with the response token. The pod answers that POST only
 once the client has read the body, so each callback also has a status poll in flight on a plain
 keep-alive connection to the pod's client port; that cost is the same whichever way the callback goes.
@@ -25,12 +25,13 @@ from urllib.parse import urlsplit
 import h11
 
 from bench.stacks import BenchStack
-from sim.bus import BusClient
-from sim.http1 import H11Stream, exchange
-from sim.invocation_core import H1_TYPE
-from sim.tls import client_context
-from sim.topology import BUS_PORT, Pod
-from sim.worker_http import ATTACH_PATH, echo_function
+from sim.model.topology import Pod
+from sim.pods.bus import BusClient
+from sim.protocols.http1 import H11Stream, exchange
+from sim.protocols.request_attach import H1_TYPE
+from sim.protocols.tls import client_context
+from sim.protocols.wire import NATS_PORT
+from sim.worker.http_callback import ATTACH_PATH, echo_function
 
 FUNCTION = "http-echo"
 PEXEC = f"/v2/nvcf/pexec/functions/{FUNCTION}"
@@ -85,7 +86,7 @@ class Minter:
         self.bodies: dict[str, bytes] = {}
 
     async def __aenter__(self) -> Self:
-        host, port = self.bench.real(self.bench.topology.bus_lb_ip, BUS_PORT)
+        host, port = self.bench.real(self.bench.topology.bus_lb_ip, NATS_PORT)
         self._bus = await BusClient.connect(host, port)
         await self._bus.subscribe(FUNCTION, "bench-worker")
         # Read the bus all the time: an unread socket would stall the bus, then the pod's publish.

@@ -1,4 +1,4 @@
-"""gRPC over the QUIC path: sim.bench_grpc's rates on a fresh stack, with the proxy's ratio to direct.
+"""gRPC over the QUIC path: bench.grpc_path's rates on a fresh stack, with the proxy's ratio to direct.
 
 `unary` is whole gRPC calls through the full path (client, grpc-proxy pod, bus, worker, HTTP/3 callback
 through the proxy, echo in the tunnel); against the same on a stack with the proxy disabled (workers in
@@ -13,9 +13,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from bench.grpc_path import measure as grpc_measure
 from bench.procs import CpuMeter
 from bench.stacks import running, topology, unique_name
-from sim.bench_grpc import measure as grpc_measure
 
 CONCURRENCY = 4
 

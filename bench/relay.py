@@ -21,7 +21,7 @@ from bench.nginx import NginxSite, nginx
 from bench.procs import CpuMeter
 from bench.stacks import BenchStack
 from certs.profiles import FRONTEND_SECRET
-from sim.topology import Pod
+from sim.model.topology import Pod
 
 WARMUP = 20
 ROUNDS = 5

@@ -36,10 +36,10 @@ and memory from `/proc/<pid>/statm`.
   frontend certificate and upstream TLS re-encryption with verification (`proxy_ssl_verify on`,
   `proxy_ssl_trusted_certificate` = stack CA, `proxy_ssl_name` = the pod name, routing by a `map` of
   the target host), upstream keep-alive pool on (as Envoy pools); also shown without the pool.
-- **QUIC path**: `sim.bench_grpc` on a proxied stack and on the same stack with the proxy disabled
+- **QUIC path**: `bench.grpc_path` on a proxied stack and on the same stack with the proxy disabled
   (workers in the control-plane cluster): gRPC unary calls/s through the whole path, and callback
   exchanges (new QUIC session + `POST /v1/proxy`) via the proxy vs straight to the pod.
-- **Scale**: `sim.topology.build` with the compute clusters and workers shown; the benchmark drives
+- **Scale**: `sim.model.topology.build` with the compute clusters and workers shown; the benchmark drives
   invocations (`NVCF-POLL-SECONDS: 60`) over bounded concurrent keep-alive lanes to the two pods; a
   callback is lost when its invocation does not return 200 with its own body. Peak memory is the
   largest sum of RSS of the stack's processes, sampled every 200 ms.

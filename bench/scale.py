@@ -1,6 +1,6 @@
 """Scale: N compute clusters of workers, many callbacks driven concurrently; lost, wall time, peak memory.
 
-The topology is built with sim.topology.build (5 compute clusters of 400 workers for the full run). The
+The topology is built with sim.model.topology.build (5 compute clusters of 400 workers for the full run). The
 benchmark is the function client: `concurrency` lanes, each with a keep-alive connection to one
 invocation-service pod (lanes spread over the pods), invoke the echo function with NVCF-POLL-SECONDS 60
 and wait for the answer. A callback is lost when its invocation does not come back 200 with its own
@@ -23,7 +23,7 @@ import h11
 from bench.callbacks import PEXEC, open_stream
 from bench.procs import RssSampler, cpu_seconds, rss_bytes
 from bench.stacks import BenchStack, running, topology, unique_name
-from sim.http1 import H11Stream, exchange
+from sim.protocols.http1 import H11Stream, exchange
 
 POLL_SECONDS = 60
 CALL_TIMEOUT = POLL_SECONDS + 5.0

@@ -1,4 +1,4 @@
-"""Stacks the benchmark brings up: topologies built with sim.topology.build, run on the local backend.
+"""Stacks the benchmark brings up: topologies built with sim.model.topology.build, run on the local backend.
 
 Every stack lives under the benchmark's own temporary state root with a unique name, and is stopped
 when its `with` block ends, however it ends. The benchmark is a host tool like curl or dig: it reads
@@ -17,18 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from clusters.stack import LocalStack
-from sim.netmap import LOOPBACK
-from sim.topology import (
-    INVOCATION_HTTP_PORT,
-    INVOCATION_TLS_PORT,
-    PROXY_HTTP_PORT,
-    ComputeSpec,
-    Pod,
-    Topology,
-    WorkerSpec,
-    build,
-)
-from sim.values import DEFAULTS, check, deep_merge
+from sim.model.netmap import LOOPBACK
+from sim.model.topology import ComputeSpec, Pod, Topology, WorkerSpec, build
+from sim.model.values import DEFAULTS, check, deep_merge
+from sim.protocols.wire import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, PROXY_HTTP_PORT
 
 WORKER_DOMAIN = "grpc-worker.example.com"
 _serial = itertools.count(1)

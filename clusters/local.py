@@ -26,8 +26,8 @@ from typing import Any
 from certs.profiles import stack_profiles
 from certs.store import CertStore
 from sim.errors import BackendError
-from sim.netmap import NetMap
-from sim.topology import CONTROL_CLUSTER, Topology
+from sim.model.netmap import NetMap
+from sim.model.topology import CONTROL_CLUSTER, Topology
 
 READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
 STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
@@ -168,7 +168,7 @@ class Launcher:
 
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
-        cmd = [sys.executable, "-m", "sim.run", spec.kind, "--state", str(self.state_dir), "--name", spec.name,
+        cmd = [sys.executable, "-m", "sim.runtime.run", spec.kind, "--state", str(self.state_dir), "--name", spec.name,
                "--cluster", spec.cluster, "--ready-fd", str(write_fd)]
         # Started and recorded as one step: an interrupt in between would orphan the child.
         with self.guard.held():
@@ -309,7 +309,7 @@ def _is_ours(pid: int, state_dir: Path) -> bool:
             return False
         if not args or args == [b""]:
             return False  # a zombie: nothing left to stop
-        return b"sim.run" in args and str(state_dir).encode() in args
+        return b"sim.runtime.run" in args and str(state_dir).encode() in args
     return True  # no /proc (macOS): trust the pid file
 
 

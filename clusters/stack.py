@@ -10,9 +10,10 @@ from typing import Any
 
 from clusters.local import Launcher
 from sim.errors import ConfigError
-from sim.netmap import NetMap
-from sim.topology import PROXY_H3_PORT, PROXY_HTTP_PORT, Topology
-from sim.values import proxy_settings
+from sim.model.netmap import NetMap
+from sim.model.topology import Topology
+from sim.model.values import proxy_settings
+from sim.protocols.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
 
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 

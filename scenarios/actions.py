@@ -8,9 +8,9 @@ from typing import Any
 from certs.rotate import rotate
 from certs.store import CertStore
 from scenarios.spec import Step
-from sim.faults import FaultInjector
 from sim.runbooks import run as run_runbook
 from sim.runbooks.report import RunbookReport
+from sim.runtime.faults import FaultInjector
 
 
 async def rotate_step(state_dir: Any, kind: str, worker_domain: str) -> str:

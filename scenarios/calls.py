@@ -8,10 +8,10 @@ from typing import Any
 from scenarios.spec import Step
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace
-from sim.client import invoke_http
-from sim.component import Context
+from sim.client.http_client import invoke_http
 from sim.errors import ScenarioError
-from sim.topology import Pod
+from sim.model.topology import Pod
+from sim.runtime.component import Context
 
 CALL_TIMEOUT = 10.0
 POLL_SECONDS = 1  # NVCF-POLL-SECONDS of each status poll

@@ -11,7 +11,7 @@ from typing import Any
 
 from scenarios.spec import Wait
 from scenarios.tail import StackTail
-from sim.topology import Topology
+from sim.model.topology import Topology
 
 
 def matching_events(wait: Wait, events: list[dict[str, Any]], since: float) -> int:

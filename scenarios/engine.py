@@ -19,11 +19,11 @@ from scenarios.model import Scenario, Step
 from scenarios.probe import probe_call
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
-from sim.component import Context
 from sim.errors import ScenarioError
-from sim.faults import FaultInjector
-from sim.topology import CONTROL_CLUSTER, Topology
-from sim.values import check, deep_merge
+from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.model.values import check, deep_merge
+from sim.runtime.component import Context
+from sim.runtime.faults import FaultInjector
 
 SETTLE_TIMEOUT = 5.0  # how long to wait for the last log lines of finished calls
 

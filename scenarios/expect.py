@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from scenarios.spec import Expect, Step, When
 from scenarios.trace import CallTrace
-from sim.topology import WorkerSpec
+from sim.model.topology import WorkerSpec
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from typing import Any
 from scenarios.model import Step
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace
-from sim.component import Context
-from sim.grpc_client import CallOutcome, EchoClient
-from sim.topology import GRPC_CLIENT_PORT, Pod
+from sim.client.grpc_client import CallOutcome, EchoClient
+from sim.model.topology import Pod
+from sim.protocols.wire import GRPC_CLIENT_PORT
+from sim.runtime.component import Context
 
 CALL_TIMEOUT = 10.0
 

@@ -16,8 +16,8 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from scenarios.spec import ACTIONS, PLACEHOLDER, PLACEHOLDERS, Expect, Scenario, Step, step_from
 from sim.errors import ConfigError, ScenarioError
-from sim.values import DEFAULTS, check, deep_merge, key_path
-from sim.values_file import load_values_file
+from sim.model.values import DEFAULTS, check, deep_merge, key_path
+from sim.model.values_file import load_values_file
 
 __all__ = ["CATALOGUE", "Expect", "Scenario", "Step", "catalogue", "load_scenario", "resolve_ref",
            "scenario_from_data"]

@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 
 from scenarios.spec import PLACEHOLDER, ProbeTarget, Step
 from scenarios.trace import CallTrace
-from sim.component import Context
-from sim.tls import client_context
-from sim.topology import PROXY_HTTP_PORT, Topology
+from sim.model.topology import Topology
+from sim.protocols.tls import client_context
+from sim.protocols.wire import PROXY_HTTP_PORT
+from sim.runtime.component import Context
 
 PROBE_TIMEOUT = 5.0
 

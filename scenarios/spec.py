@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.topology import ComputeSpec, Topology, WorkerSpec, build
+from sim.model.topology import ComputeSpec, Topology, WorkerSpec, build
 
 DEFAULT_WORKER_UTILS = "1.4.0"
 PLACEHOLDER = re.compile(r"\{([A-Za-z0-9]+)\}")  # in probe targets, filled from the topology
@@ -89,7 +89,7 @@ class Step:
     probe: Probe | None = None
     wait: Wait | None = None
     expects: tuple[Expect, ...] = ()
-    fault: dict[str, Any] | None = None  # sim.faults action, e.g. {"kill": "invocation-service-0"}
+    fault: dict[str, Any] | None = None  # sim.runtime.faults action, e.g. {"kill": "invocation-service-0"}
     fault_after_ms: int | None = None  # with invoke: fire the fault this long after the calls start
     rotate: str | None = None  # certs.rotate kind
     runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"}

@@ -17,7 +17,7 @@ class NcpsimError(Exception):
 class ConfigError(NcpsimError):
     """A values file or other configuration is wrong.
 
-    ``issues`` holds every problem found (``sim.values.ValuesIssue``), the message only the first, so a
+    ``issues`` holds every problem found (``sim.model.values.ValuesIssue``), the message only the first, so a
     caller can print one line by default and all of them on request.
     """
 

@@ -6,7 +6,10 @@ import random
 
 import pytest
 
-from sim.invocation_core import (
+from sim.model.netmap import NetMap, Refused, Unreachable
+from sim.model.topology import build
+from sim.model.values import DEFAULTS
+from sim.protocols.request_attach import (
     INCOMPLETE,
     INNER_TE,
     INVALID_TOKEN,
@@ -16,11 +19,8 @@ from sim.invocation_core import (
     parse_inner_response,
     request_h1,
 )
-from sim.netmap import NetMap, Refused, Unreachable
 from sim.proxy.access_log import AccessRecord, format_record, parse_line
-from sim.topology import build
-from sim.values import DEFAULTS
-from sim.worker_http import echo_function
+from sim.worker.http_callback import echo_function
 
 
 def test_tokens_are_single_use_and_per_leg() -> None:

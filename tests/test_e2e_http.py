@@ -15,7 +15,7 @@ import pytest
 from clusters.stack import LocalStack
 from dns.client import resolve_a
 from scenarios.engine import ScenarioResult
-from sim.netmap import LiveNetMap, Unreachable
+from sim.model.netmap import LiveNetMap, Unreachable
 from sim.proxy.access_log import read_access_log
 
 WD = "grpc-worker.example.com"

@@ -12,10 +12,10 @@ from clusters.stack import LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.tail import StackTail
-from sim.client import Invocation, invoke_http
-from sim.component import Context
-from sim.faults import FaultInjector, LinkFault, link_delay
-from sim.topology import CONTROL_CLUSTER
+from sim.client.http_client import Invocation, invoke_http
+from sim.model.topology import CONTROL_CLUSTER
+from sim.runtime.component import Context
+from sim.runtime.faults import FaultInjector, LinkFault, link_delay
 
 
 @pytest.mark.parametrize(("fault", "draw", "expected"), [

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-import sim.worker
+import sim.worker.host
 from certs.profiles import (
     FRONTEND_SECRET,
     GRPC_SECRET,
@@ -30,35 +30,27 @@ from certs.profiles import (
 )
 from certs.store import CertStore
 from dns.server import Resolver
-from sim import h3
-from sim.bus import WorkBus
-from sim.component import Context
-from sim.events import EventLog, of_kind
-from sim.grpc_client import EchoClient
-from sim.grpcproxy import GrpcProxyPod
-from sim.grpcproxy import run as run_pod
-from sim.grpcproxy_rules import (
+from sim.client.grpc_client import EchoClient
+from sim.model.events import EventLog, of_kind
+from sim.model.netmap import NetMap
+from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Topology, WorkerSpec, build
+from sim.pods.bus import WorkBus
+from sim.pods.grpcproxy import GrpcProxyPod
+from sim.pods.grpcproxy import run as run_pod
+from sim.protocols import h3
+from sim.protocols.grpc_callback import (
     INVALID_AUTH,
     INVALID_REQUEST_ID,
     MAX_ATTEMPTS,
     MISSING_AUTH,
     MISSING_REQUEST_ID,
 )
-from sim.netmap import NetMap
+from sim.protocols.wire import DNS_PORT, NATS_PORT, PROXY_H3_PORT
 from sim.proxy.access_log import AccessLog, read_access_log
 from sim.proxy.h3_front import H3Front
-from sim.topology import (
-    BUS_PORT,
-    CONTROL_CLUSTER,
-    DNS_PORT,
-    PROXY_H3_PORT,
-    ComputeSpec,
-    Topology,
-    WorkerSpec,
-    build,
-)
-from sim.worker import WorkerRuntime
-from sim.worker_grpc import handle_work
+from sim.runtime.component import Context
+from sim.worker.grpc_callback import handle_work
+from sim.worker.host import WorkerRuntime
 
 DOMAIN = "grpc-worker.example.com"
 COMPUTE = "ncpsim-compute-1"
@@ -137,7 +129,7 @@ def make_state(tmp_path: Path, *, proxy: bool = True, grpc_identities: tuple[str
 
 
 async def _host_workers(stack: Stack) -> None:
-    """A worker host as small as possible: each work message goes to sim.worker_grpc.handle_work."""
+    """A worker host as small as possible: each work message goes to sim.worker.grpc_callback.handle_work."""
     workers = {w.name: WorkerRuntime(w, stack.host, stack.stack_ca()) for w in stack.topology.workers}
     bus = await stack.host.bus()
     tasks = h3.Tasks()
@@ -168,7 +160,7 @@ async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -
         await resolver.start()
         for cluster in topology.clusters:
             stack.bindings[f"{cluster.dns_ip}:{DNS_PORT}/udp"] = resolver.ports[cluster.name]
-        stack.bindings[f"{topology.bus_lb_ip}:{BUS_PORT}/tcp"] = await bus.start()
+        stack.bindings[f"{topology.bus_lb_ip}:{NATS_PORT}/tcp"] = await bus.start()
         for pod in topology.pods_of("grpc-proxy"):
             ctx = Context(tmp_path, topology, pod.name, CONTROL_CLUSTER)
             contexts.append(ctx)
@@ -182,8 +174,8 @@ async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -
         NetMap(stack.bindings, reach).save(tmp_path / "netmap.json")
         for ctx in contexts:
             watch.attach(ctx.events)
-        if host_kind == "sim.worker":  # the real worker host process's main, run in this loop
-            worker_task = asyncio.create_task(sim.worker.run(host, lambda bindings: None), name="worker-host")
+        if host_kind == "sim.worker.host":  # the real worker host process's main, run in this loop
+            worker_task = asyncio.create_task(sim.worker.host.run(host, lambda bindings: None), name="worker-host")
         else:
             worker_task = asyncio.create_task(_host_workers(stack), name="test-worker-host")
         yield stack
@@ -243,7 +235,7 @@ def pod_sni(stack: Stack, pod: str) -> str:
 
 
 # -- passing paths ------------------------------------------------------------------------------
-@pytest.mark.parametrize("host_kind", ["test", "sim.worker"])
+@pytest.mark.parametrize("host_kind", ["test", "sim.worker.host"])
 def test_unary_and_stream_reach_the_minting_pod(tmp_path: Path, host_kind: str) -> None:
     async def body(stack: Stack) -> None:
         for name in stack.pods:
@@ -312,7 +304,7 @@ def test_callback_rejections_through_the_proxy(tmp_path: Path, headers: dict, st
 
 
 def synthetic_work(stack: Stack, pod: str) -> dict[str, str]:
-    from sim.grpcproxy_rules import work_message
+    from sim.protocols.grpc_callback import work_message
 
     return work_message("3b241101-e2bb-4255-8caf-4136c566a962", "t" * 64, stack.pods[pod].url, pod)
 
@@ -444,7 +436,7 @@ def test_large_messages_cross_every_window(tmp_path: Path) -> None:
 
 
 def test_bench_measures_both_paths_side_by_side(tmp_path: Path) -> None:
-    from sim.bench_grpc import measure
+    from bench.grpc_path import measure
 
     async def body(stack: Stack) -> None:
         report = await measure(stack.state, calls=4, concurrency=2)

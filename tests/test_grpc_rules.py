@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from sim.grpcproxy_h2 import STREAM, UNARY, Deframer, GrpcError, echo_replies, frame_message
-from sim.grpcproxy_rules import (
+from sim.protocols.grpc_callback import (
     INVALID_AUTH,
     INVALID_REQUEST_ID,
     MAX_ATTEMPTS,
@@ -27,6 +26,7 @@ from sim.grpcproxy_rules import (
     parse_connect_url,
     retry_delay,
 )
+from sim.protocols.grpc_tunnel import STREAM, UNARY, Deframer, GrpcError, echo_replies, frame_message
 
 RID = "3b241101-e2bb-4255-8caf-4136c566a962"
 TOKEN = "T" * 64

@@ -1,4 +1,4 @@
-"""sim.h3 on real loopback QUIC: requests, stream credit that follows reading, SNI peeking, handshake errors."""
+"""sim.protocols.h3 on real loopback QUIC: requests, stream credit that follows reading, SNI peeking, handshake errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trustme
 from aioquic.quic.packet import QuicErrorCode
 
 from certs.volume import write_secret
-from sim import h3
+from sim.protocols import h3
 
 NAME = "a.example.test"
 

@@ -28,7 +28,7 @@ import pytest
 from clusters.stack import LocalStack
 from scenarios.engine import ScenarioResult, run_scenario
 from scenarios.model import load_scenario
-from sim import h3
+from sim.protocols import h3
 from sim.proxy.access_log import read_access_log
 
 WD = "grpc-worker.example.com"

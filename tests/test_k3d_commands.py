@@ -272,7 +272,7 @@ def test_doctor_lists_both_backends(tools) -> None:
 def test_proxy_service_type_must_be_a_load_balancer_for_compute_clusters(tools, scenario) -> None:
     from dataclasses import replace
 
-    from sim.values import deep_merge
+    from sim.model.values import deep_merge
 
     values = deep_merge(scenario.values, {"workerCallbackProxy": {"service": {"type": "ClusterIP"}}})
     with pytest.raises(BackendError, match="service.type.*LoadBalancer"):

@@ -22,7 +22,7 @@ from dns.coredns import evaluate_rewrite
 from dns.rule import answer, dashed_ip, normalize_name
 from scenarios.model import load_scenario
 from sim.errors import BackendError
-from sim.topology import Topology
+from sim.model.topology import Topology
 
 FAKEBIN = Path(__file__).resolve().parent / "fakebin"
 _spec = importlib.util.spec_from_file_location("ncpsim_fake_tools", FAKEBIN / "fake.py")

@@ -20,9 +20,9 @@ from clusters.render.bundle import Addresses, manifests_by_cluster
 from clusters.render.control_plane import CertMaterial
 from scenarios.model import load_scenario
 from sim.errors import BackendError, ScenarioError
-from sim.netmap import LiveNetMap, Unreachable
+from sim.model.netmap import LiveNetMap, Unreachable
+from sim.model.topology import Pod
 from sim.proxy.access_log import AccessRecord, format_record
-from sim.topology import Pod
 
 FAKEBIN = Path(__file__).resolve().parent / "fakebin"
 _spec = importlib.util.spec_from_file_location("ncpsim_fake_tools", FAKEBIN / "fake.py")

@@ -17,7 +17,7 @@ import pytest
 from clusters.k3d import pod as entry
 from clusters.k3d.relay import parse_binding, publish
 from scenarios.model import load_scenario
-from sim.bus import BusClient, WorkBus
+from sim.pods.bus import BusClient, WorkBus
 
 TOPOLOGY = load_scenario("http-callback").build_topology("default")
 SHORT = 5.0

@@ -23,9 +23,9 @@ from clusters.render.k3d_config import k3d_configs
 from clusters.render.layout import KUBE_VERSION, NETWORK
 from scenarios.model import catalogue, load_scenario
 from sim.errors import NcpsimError
+from sim.model.topology import Topology
+from sim.model.values import deep_merge
 from sim.proxy.component import policy_from_values
-from sim.topology import Topology
-from sim.values import deep_merge
 
 # kubernetes-validate re-reads its (large) schema files on every call; caching the reads keeps the
 # strict validation of every rendered object of every scenario to a couple of seconds.
@@ -299,7 +299,7 @@ def test_render_task_writes_files_without_running_anything(tmp_path: Path, monke
 
 def test_image_context_is_an_allow_list() -> None:
     members = {p.as_posix() for p in context_members()}
-    assert {"pyproject.toml", "docker/Dockerfile", "clusters/k3d/pod.py", "sim/run.py"} <= members
+    assert {"pyproject.toml", "docker/Dockerfile", "clusters/k3d/pod.py", "sim/runtime/run.py"} <= members
     assert not [m for m in members if m.startswith((".venv", ".ncpsim", "tests/")) or "__pycache__" in m]
     dockerfile = (Path(__file__).resolve().parents[1] / "docker" / "Dockerfile").read_text()
     for folder in CONTEXT_DIRS:  # everything sent is copied, and only that

@@ -12,8 +12,8 @@ from clusters.local import Launcher
 pytest_plugins = ["pytester"]
 
 # Once pyproject.toml registers the pytest11 entry point, the plugin loads by itself; -p would load it twice.
-AUTOLOADED = any(ep.value == "sim.pytest_plugin" for ep in entry_points(group="pytest11"))
-PLUGIN_ARGS = () if AUTOLOADED else ("-p", "sim.pytest_plugin")
+AUTOLOADED = any(ep.value == "scenarios.pytest_plugin" for ep in entry_points(group="pytest11"))
+PLUGIN_ARGS = () if AUTOLOADED else ("-p", "scenarios.pytest_plugin")
 
 USER_TESTS = """
 import json

@@ -20,10 +20,11 @@ from clusters.stack import LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.tail import StackTail
-from sim.client import invoke_http
-from sim.component import Context
-from sim.grpc_client import EchoClient
-from sim.topology import CONTROL_CLUSTER, GRPC_CLIENT_PORT
+from sim.client.grpc_client import EchoClient
+from sim.client.http_client import invoke_http
+from sim.model.topology import CONTROL_CLUSTER
+from sim.protocols.wire import GRPC_CLIENT_PORT
+from sim.runtime.component import Context
 
 WD = "grpc-worker.example.com"
 SCENARIO = {

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from sim.errors import ConfigError
+from sim.model.values import DEFAULT_WEBHOOK_URL
 from sim.runbooks import nkeys
 from sim.runbooks.nats_auth import (
     APP,
@@ -29,7 +30,6 @@ from sim.runbooks.nats_auth import (
 )
 from sim.runbooks.nats_runs import RUNS, STEP_ACCOUNT, STEP_REPLACE, STEP_ROTATE, STEP_URL, audit
 from sim.runbooks.nats_switch import NatsStack
-from sim.values import DEFAULT_WEBHOOK_URL
 
 TOKEN_CONFIG = CalloutConfig("token", DEFAULT_WEBHOOK_URL, LogSettings())
 

@@ -8,7 +8,7 @@ import pytest
 
 from sim import runbooks
 from sim.errors import ScenarioError
-from sim.events import of_kind, read_events
+from sim.model.events import of_kind, read_events
 
 
 @pytest.mark.parametrize("name", sorted(runbooks.RUNBOOKS))

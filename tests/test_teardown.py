@@ -98,7 +98,7 @@ def leftovers(root: Path, name: str) -> list[str]:
     for port in sorted(netmap_ports(state) & listening.keys()):
         # Port 0 binds may hand a freed port straight to someone else: only a holder of ours is a leak.
         owners = socket_owners(listening[port])
-        if not owners or any(str(root) in cmd or "sim.run" in cmd for cmd in owners.values()):
+        if not owners or any(str(root) in cmd or "sim.runtime.run" in cmd for cmd in owners.values()):
             found.append(f"port {port} still bound by {sorted(set(owners.values())) or 'an unseen process'}")
     tmp = root / "tmp"
     found += [f"temporary file outside the state folder: {p}" for p in tmp.rglob("*")] if tmp.exists() else []

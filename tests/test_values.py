@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from certs.profiles import FRONTEND_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET, STACK, frontend_profile
 from sim.errors import ConfigError, NcpsimError
-from sim.values import (
+from sim.model.values import (
     DEFAULTS,
     ProxySettings,
     ValuesIssue,
@@ -22,7 +22,7 @@ from sim.values import (
     proxy_settings,
     validate,
 )
-from sim.values_file import load_values_file
+from sim.model.values_file import load_values_file
 
 WD = "grpc-worker.example.com"
 

@@ -36,7 +36,8 @@ from clusters.render.control_plane import CertMaterial
 from clusters.render.layout import BUS_NAME, CLUSTER_TIMEOUT, NETWORK, PROXY_NAME, STANDIN_IMAGE, kube_context
 from scenarios.model import Scenario
 from sim.errors import BackendError
-from sim.topology import CONTROL_CLUSTER, NAMESPACE, Topology
+from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.protocols.wire import NAMESPACE
 
 OURS = re.compile(rf"^(?:{re.escape(CONTROL_CLUSTER)}|ncpsim-compute-\d+)$")
 LB_ATTEMPTS, LB_INTERVAL = 90, 2.0  # servicelb publishes node IPs within seconds; allow three minutes

@@ -24,7 +24,8 @@ from clusters.render.text import dump_all
 from dns.coredns import render_coredns_custom
 from dns.rule import WildcardRule, normalize_name
 from sim.errors import BackendError, ConfigError
-from sim.topology import CONTROL_CLUSTER, NAMESPACE, PROXY_LB_IP
+from sim.model.topology import CONTROL_CLUSTER, PROXY_LB_IP
+from sim.protocols.wire import NAMESPACE
 
 SERVICE_FQDN = re.compile(r"^(?P<name>[a-z0-9-]+)\.(?P<ns>[a-z0-9-]+)\.svc\.cluster\.local$")
 

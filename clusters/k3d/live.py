@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Self
 from clusters.k3d.runner import CommandRunner
 from clusters.render.layout import GRPC_DEPLOYMENT, INVOCATION_DEPLOYMENT, kube_context
 from sim.errors import BackendError
-from sim.netmap import NetMap
+from sim.model.netmap import NetMap
+from sim.model.topology import CONTROL_CLUSTER, Pod, Topology
+from sim.protocols.wire import GRPC_CLIENT_PORT, INVOCATION_HTTP_PORT, NAMESPACE
 from sim.proxy.access_log import parse_line
 from sim.proxy.component import ACCESS_LOG
-from sim.topology import CONTROL_CLUSTER, GRPC_CLIENT_PORT, INVOCATION_HTTP_PORT, NAMESPACE, Pod, Topology
 
 if TYPE_CHECKING:
     from clusters.k3d.backend import Backend

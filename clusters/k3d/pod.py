@@ -1,5 +1,5 @@
 """Entry point of the stand-in image: ``python -m clusters.k3d.pod KIND`` (bus, invocation, grpc-proxy,
-workers), running the same component code as ``python -m sim.run`` does on the local backend.
+workers), running the same component code as ``python -m sim.runtime.run`` does on the local backend.
 
 What differs in a pod, and only that, is handled here:
 - identity: the pod's real name and IP (downward API) replace the Topology's virtual ones;
@@ -39,18 +39,19 @@ from clusters.render.layout import (
     TOPOLOGY_DIR,
     TOPOLOGY_FILE,
 )
-from sim.bus import BusClient
-from sim.component import CONNECT_TIMEOUT, Context
-from sim.netmap import LiveNetMap
-from sim.run import load_runner
-from sim.topology import DNS_PORT, Pod, Topology
+from sim.model.netmap import LiveNetMap
+from sim.model.topology import Pod, Topology
+from sim.pods.bus import BusClient
+from sim.protocols.wire import DNS_PORT
+from sim.runtime.component import CONNECT_TIMEOUT, Context
+from sim.runtime.run import load_runner
 
 KINDS = ("bus", "invocation", "grpc-proxy", "workers")
 POD_ROLES = {"invocation": "invocation", "grpc-proxy": "grpc-proxy"}
 
 
 class StdoutEvents:
-    """sim.events.EventLog's interface, writing to stdout (the container log) instead of a file."""
+    """sim.model.events.EventLog's interface, writing to stdout (the container log) instead of a file."""
 
     def __init__(self, component: str, stream: TextIO | None = None):
         self.component, self.stream = component, stream or sys.stdout

@@ -39,7 +39,8 @@ from clusters.render.layout import (
 from clusters.render.text import dump_all
 from scenarios.model import Scenario
 from sim.errors import ScenarioError
-from sim.topology import CONTROL_CLUSTER, NAMESPACE, PROXY_HTTP_PORT, Topology
+from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.protocols.wire import NAMESPACE, PROXY_HTTP_PORT
 
 Json = dict[str, Any]
 

@@ -12,8 +12,8 @@ from certs.volume import load_secret
 from clusters.render.bundle import RenderedFile
 from clusters.render.control_plane import CertMaterial
 from clusters.stack import state_dir
-from sim.topology import Topology
-from sim.values import proxy_settings
+from sim.model.topology import Topology
+from sim.model.values import proxy_settings
 
 RENDER_DIR = "rendered"  # <state>/rendered/: what `up` applied, for reading and re-applying by hand
 

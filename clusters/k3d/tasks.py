@@ -10,7 +10,7 @@ from clusters.k3d.doctor import doctor as _doctor
 from clusters.k3d.state import cert_material, stack_state, write_files
 from clusters.render.bundle import render_bundle
 from scenarios.model import Scenario, load_scenario
-from sim.topology import PROXY_SERVICE_FQDN
+from sim.protocols.wire import PROXY_SERVICE_FQDN
 
 DEFAULT_SCENARIO = "http-callback"
 

@@ -12,8 +12,8 @@ from clusters.render.envoy import render_envoy
 from clusters.render.k3d_config import k3d_configs
 from clusters.render.layout import STANDIN_IMAGE
 from clusters.render.text import dump, dump_all
+from sim.model.topology import Topology
 from sim.proxy.component import policy_from_values
-from sim.topology import Topology
 
 Json = dict[str, Any]
 

@@ -9,7 +9,8 @@ from clusters.render import kube, standin
 from clusters.render.control_plane import PROXY_PORTS, CertMaterial, proxy_ca_pem, shared_config
 from clusters.render.layout import BUS_NAME, PROXY_NAME, STANDIN_IMAGE
 from dns.coredns import render_coredns_custom
-from sim.topology import BUS_PORT, NAMESPACE, PROXY_SERVICE_FQDN, Cluster, Topology
+from sim.model.topology import Cluster, Topology
+from sim.protocols.wire import NAMESPACE, NATS_PORT, PROXY_SERVICE_FQDN
 
 Json = dict[str, Any]
 
@@ -24,7 +25,7 @@ def proxy_service(address: str, name: str = PROXY_NAME, namespace: str = NAMESPA
 
 
 def bus_service(address: str) -> list[Json]:
-    ports = [kube.port("bus", BUS_PORT)]
+    ports = [kube.port("bus", NATS_PORT)]
     return [
         kube.service(BUS_NAME, NAMESPACE, ports, None),
         kube.endpoints(BUS_NAME, NAMESPACE, address, ports),

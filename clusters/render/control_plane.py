@@ -22,12 +22,13 @@ from clusters.render.layout import (
     TOPOLOGY_FILE,
 )
 from clusters.render.text import dump
+from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.model.values import proxy_settings
+from sim.protocols.wire import NAMESPACE, NATS_PORT, PROXY_H3_PORT, PROXY_HTTP_PORT
 from sim.proxy.component import policy_from_values
-from sim.topology import BUS_PORT, CONTROL_CLUSTER, NAMESPACE, PROXY_H3_PORT, PROXY_HTTP_PORT, Topology
-from sim.values import proxy_settings
 
 Json = dict[str, Any]
-STACK_CA_MARKER = "@stack-ca"  # scenarios write this for "the stack CA's PEM" (see sim.worker)
+STACK_CA_MARKER = "@stack-ca"  # scenarios write this for "the stack CA's PEM" (see sim.worker.host)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def pod_services() -> list[Json]:
         ),
         # The work bus plays NATS: compute clusters reach it only through the load balancer.
         kube.service(
-            BUS_NAME, NAMESPACE, [kube.port("bus", BUS_PORT)], {"app": BUS_NAME}, kind="LoadBalancer"
+            BUS_NAME, NAMESPACE, [kube.port("bus", NATS_PORT)], {"app": BUS_NAME}, kind="LoadBalancer"
         ),
     ]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.topology import BUS_PORT, NAMESPACE, PROXY_H3_PORT, PROXY_HTTP_PORT
+from sim.protocols.wire import NAMESPACE, NATS_PORT, PROXY_H3_PORT, PROXY_HTTP_PORT
 
 NETWORK = "ncpsim"  # the one Docker network every ncpsim k3d cluster joins
 K3S_IMAGE = "rancher/k3s:v1.30.4-k3s1"
@@ -26,11 +26,11 @@ TOPOLOGY_CONFIGMAP = "ncpsim-topology"
 CAS_CONFIGMAP = "ncpsim-cas"
 WORKER_COMPONENT = "function-worker"
 
-# Inside stand-in pods: the state folder layout sim.component.Context expects.
+# Inside stand-in pods: the state folder layout sim.runtime.component.Context expects.
 POD_STATE_DIR = "/var/run/ncpsim"
 TOPOLOGY_DIR = "/etc/ncpsim"
 TOPOLOGY_FILE = "topology.json"
-BUS_ADDRESS = f"{BUS_NAME}.{NAMESPACE}.svc.cluster.local:{BUS_PORT}"
+BUS_ADDRESS = f"{BUS_NAME}.{NAMESPACE}.svc.cluster.local:{NATS_PORT}"
 
 ENV_POD_NAME = "POD_NAME"
 ENV_POD_IP = "POD_IP"

@@ -1,7 +1,7 @@
 """Deployments of the stand-in image: the same Python components the local backend runs as processes
 (work bus, invocation-service, grpc-proxy, function workers), started by ``clusters.k3d.pod``.
 
-Each pod gets the Topology as a ConfigMap, its Secrets mounted where ``sim.component.Context`` looks
+Each pod gets the Topology as a ConfigMap, its Secrets mounted where ``sim.runtime.component.Context`` looks
 for them (``<state>/certs/secrets/<name>``), the CAs at ``<state>/certs/ca/<issuer>/ca.crt``, and its
 real name and IP from the downward API (pod IPs are the cluster's to assign, not the Topology's).
 """
@@ -32,15 +32,14 @@ from clusters.render.layout import (
     TOPOLOGY_FILE,
     WORKER_COMPONENT,
 )
-from sim.topology import (
-    BUS_PORT,
+from sim.model.topology import Topology, WorkerSpec
+from sim.protocols.wire import (
     GRPC_CALLBACK_PORT,
     GRPC_CLIENT_PORT,
     INVOCATION_HTTP_PORT,
     INVOCATION_TLS_PORT,
     NAMESPACE,
-    Topology,
-    WorkerSpec,
+    NATS_PORT,
 )
 
 Json = dict[str, Any]
@@ -118,7 +117,7 @@ def _deployment(
 
 def bus_deployment(topology: Topology, cluster: str, image: str = STANDIN_IMAGE) -> Json:
     volumes, mounts = _base_volumes()
-    ports = [kube.port("bus", BUS_PORT)]
+    ports = [kube.port("bus", NATS_PORT)]
     container = _container("bus", cluster, ports, mounts, image)
     return _deployment(BUS_NAME, "bus", "work-bus", 1, container, volumes, topology)
 

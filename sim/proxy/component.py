@@ -6,14 +6,14 @@ import asyncio
 import os
 
 from certs.profiles import FRONTEND_SECRET, INVOCATION_SECRET, PUBLIC_FRONTEND_SECRET
-from sim.component import Context, Ready
+from sim.model.values import proxy_settings
+from sim.protocols.tls import ReloadingContext, client_context, server_context
+from sim.protocols.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
 from sim.proxy.access_log import ACCESS_LOG, AccessLog
 from sim.proxy.h3_front import H3Front
 from sim.proxy.http_front import HttpFront
 from sim.proxy.policy import ProxyPolicy
-from sim.tls import ReloadingContext, client_context, server_context
-from sim.topology import PROXY_H3_PORT, PROXY_HTTP_PORT
-from sim.values import proxy_settings
+from sim.runtime.component import Context, Ready
 
 
 def policy_from_values(values: dict) -> ProxyPolicy:

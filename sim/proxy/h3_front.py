@@ -3,7 +3,7 @@
 A worker names its grpc-proxy pod in the SNI, `<dashed-pod-ip>.<workerDomain>`. The front opens its own
 QUIC session to that pod's UDP 10084, verifying `*.grpc-headless.nvcf.svc.cluster.local` against the
 stack CA in Secret `grpc-proxy-worker-tls` (SNI `<dashed-pod-ip>.grpc-headless...`, a name that
-certificate covers), and relays each request stream both ways with backpressure (sim.h3).
+certificate covers), and relays each request stream both ways with backpressure (sim.protocols.h3).
 
 What Envoy would do, as `decide_sni` decides it:
 - SNI missing or not under `*.<workerDomain>`: no filter chain matches, so the handshake is refused
@@ -26,8 +26,7 @@ from aioquic.quic.connection import QuicConnection
 from certs.profiles import FRONTEND_SECRET, GRPC_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET
 from dns.client import NameNotResolved
 from dns.rule import dashed_ip, normalize_name, undash
-from sim.component import CONNECT_TIMEOUT, Context
-from sim.h3 import (
+from sim.protocols.h3 import (
     AlertUnrecognizedName,
     H3Endpoint,
     H3Server,
@@ -42,14 +41,17 @@ from sim.h3 import (
     peek_server_name,
     trust_pem,
 )
+from sim.protocols.wire import (
+    DF_BODY,
+    GRPC_CALLBACK_PORT,
+    GRPC_SUFFIX,
+    UC_BODY,
+    UF_BODY,
+    UF_TLS_BODY,
+    UpstreamFailure,
+)
 from sim.proxy.access_log import AccessLog, AccessRecord
-from sim.topology import GRPC_CALLBACK_PORT, GRPC_SUFFIX
-
-UF_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection failure"
-UF_TLS_BODY = (UF_BODY + ", transport failure reason: TLS_error:|268435581:SSL routines:OPENSSL_internal:"
-               "CERTIFICATE_VERIFY_FAILED:TLS_error_end")
-UC_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
-DF_BODY = "dns resolution failure"
+from sim.runtime.component import CONNECT_TIMEOUT, Context
 
 
 # -- the decision (pure) -------------------------------------------------------------------------
@@ -81,15 +83,9 @@ def decide_sni(sni: str | None, worker_domain: str) -> PodRoute | Refusal:
 
 def frontend_secret(values: dict) -> str:
     """The Secret the front serves: the public-style one when the values bring their own certificate."""
-    from sim.values import proxy_settings
+    from sim.model.values import proxy_settings
 
     return PUBLIC_FRONTEND_SECRET if proxy_settings(values).frontend_issuer == PUBLIC else FRONTEND_SECRET
-
-
-class UpstreamFailure(Exception):
-    def __init__(self, flag: str, body: str, detail: str):
-        super().__init__(detail)
-        self.flag, self.body, self.detail = flag, body, detail
 
 
 def _text(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -15,27 +15,18 @@ from urllib.parse import urlsplit
 import h11
 
 from dns.client import NameNotResolved
-from sim.component import Context, connection_handler
-from sim.http1 import READ_SIZE, H11Stream, decode_headers, respond
+from sim.protocols.http1 import READ_SIZE, H11Stream, decode_headers, respond
+from sim.protocols.tls import ReloadingContext
+from sim.protocols.wire import UF_BODY, UF_TLS_BODY, UpstreamFailure
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.policy import Decision, Forward, ProxyPolicy, Reject, RequestHead, Tunnel, decide
-from sim.tls import ReloadingContext
+from sim.runtime.component import Context, connection_handler
 
 HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "te", "upgrade", "proxy-authorization",
               "transfer-encoding", "content-length"}
-UF_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection failure"
-UF_TLS_BODY = ("upstream connect error or disconnect/reset before headers. retried and the latest reset "
-               "reason: remote connection failure, transport failure reason: TLS_error:|268435581:SSL "
-               "routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED:TLS_error_end")
 DNS_CACHE_TTL = 5.0
 MAX_IDLE_PER_AUTHORITY = 64
 Pool = dict[str, tuple[H11Stream, str]]  # authority -> (upstream connection, upstream ip:port)
-
-
-class UpstreamFailure(Exception):
-    def __init__(self, flag: str, body: str, detail: str):
-        super().__init__(detail)
-        self.flag, self.body, self.detail = flag, body, detail
 
 
 def request_head(event: h11.Request) -> RequestHead:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from dns.rule import undash
+from sim.protocols.wire import ATTACH_PATH, INVOCATION_SUFFIX, INVOCATION_TLS_PORT, invocation_port
 
-CALLBACK_PATH = "/v2/nvcf/worker/request-attach"
-POD_SUFFIX = ".invocation.nvcf.svc.cluster.local"
+CALLBACK_PATH = ATTACH_PATH
+POD_SUFFIX = "." + INVOCATION_SUFFIX
 MAX_HEADERS_BYTES = 60 * 1024  # Envoy max_request_headers_kb default
 MAX_HEADERS_COUNT = 100  # Envoy max_headers_count default
 VISIBLE_ASCII = re.compile(r"[!-~]+")
@@ -27,7 +28,7 @@ class ProxyPolicy:
 
     @property
     def upstream_port(self) -> int:
-        return 8443 if self.upstream_tls else 8080
+        return invocation_port(self.upstream_tls)
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,10 @@ def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
 def route_connect(head: RequestHead, policy: ProxyPolicy) -> Decision:
     if not policy.connect_enabled:
         return Reject(404, "NR", "CONNECT is disabled")
-    host = pod_host(head.target, 8443)
+    host = pod_host(head.target, INVOCATION_TLS_PORT)
     if host is None:
         return Reject(404, "NR", f"no route for CONNECT {head.target}")
-    return Tunnel(host=host, port=8443)
+    return Tunnel(host=host, port=INVOCATION_TLS_PORT)
 
 
 def decide(head: RequestHead, policy: ProxyPolicy) -> Decision:

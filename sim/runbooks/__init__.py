@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.errors import ScenarioError
-from sim.events import EventLog
+from sim.model.events import EventLog
 from sim.runbooks import admin_runs, ess_runs, nats_runs, service_runs
 from sim.runbooks.report import RIGHT, VARIANTS, WRONG, RunbookReport
 

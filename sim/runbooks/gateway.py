@@ -20,7 +20,7 @@ from pathlib import Path
 import h11
 import trustme
 
-from sim.http1 import H11Stream, PeerClosed, read_body, respond
+from sim.protocols.http1 import H11Stream, PeerClosed, read_body, respond
 from sim.runbooks.admin_issuer import KEYS_PATH, EdgeVerdict, Reply, interpret_edge, keys_host
 
 Handler = Callable[[str, str, str], Reply]  # (method, host, path) -> reply

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.model.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup, validate
 from sim.runbooks import nkeys
-from sim.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup, validate
 
 APP = "APP"
 OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for

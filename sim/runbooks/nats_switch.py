@@ -11,6 +11,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sim.model.values import DEFAULT_WEBHOOK_URL
 from sim.runbooks import nkeys
 from sim.runbooks.nats_auth import (
     APP,
@@ -27,7 +28,6 @@ from sim.runbooks.nats_auth import (
     nkey_login,
     token_login,
 )
-from sim.values import DEFAULT_WEBHOOK_URL
 
 TOKEN_LIFETIME = 3600.0  # simulated worker-token lifetime; the seed says only that NKey logins never expire
 

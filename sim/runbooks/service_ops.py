@@ -1,6 +1,6 @@
 """Service operations: pod-annotation values and restart semantics, as a small pure state model.
 
-Annotation rules come from ``sim.values.validate`` (strings only, the reserved
+Annotation rules come from ``sim.model.values.validate`` (strings only, the reserved
 ``nvcf.nvidia.com/nats-worker-auth`` prefix and chart-managed keys refused); this module adds which
 workloads a change rolls. Restarts: a rolling restart replaces Deployment pods and RollingUpdate
 StatefulSet pods (reverse ordinal order); OpenBao's OnDelete pods are replaced only when deleted, and a
@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sim.errors import ConfigError
-from sim.values import ANNOTATION_MAPS, ValuesIssue, deep_merge, key_path, validate
+from sim.model.values import ANNOTATION_MAPS, ValuesIssue, deep_merge, key_path, validate
 
 DEPLOYMENT, STATEFULSET = "Deployment", "StatefulSet"
 ROLLING, ON_DELETE = "RollingUpdate", "OnDelete"
 ROLLOUT_STATUS_ONDELETE = "error: rollout status is only available for RollingUpdate strategy type"
 
-# Annotation key path (as sim.values spells it) -> (namespace, resource, kind, update strategy).
+# Annotation key path (as sim.model.values spells it) -> (namespace, resource, kind, update strategy).
 WORKLOADS: dict[str, tuple[str, str, str, str]] = {
     "api.podAnnotations": ("nvcf", "nvcf-api", DEPLOYMENT, ROLLING),
     "nvctApi.podAnnotations": ("nvcf", "nvct-api", DEPLOYMENT, ROLLING),

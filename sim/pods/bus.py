@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.events import EventLog
+from sim.model.events import EventLog
 
 
 async def send_line(writer: asyncio.StreamWriter, obj: dict[str, Any]) -> None:

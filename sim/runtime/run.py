@@ -1,4 +1,4 @@
-"""Entry point of every component process: `python -m sim.run KIND --state DIR --name NAME --cluster C`.
+"""Entry point of every component process: `python -m sim.runtime.run KIND --state DIR --name NAME --cluster C`.
 
 The launcher starts one process per pod, per compute cluster (hosting its workers), for the proxy,
 the resolver and the work bus. Each binds port 0, reports its virtual-to-real bindings as one JSON
@@ -16,16 +16,16 @@ import signal
 import sys
 from pathlib import Path
 
-from sim.component import Context, Runner
-from sim.topology import Topology
+from sim.model.topology import Topology
+from sim.runtime.component import Context, Runner
 
 RUNNERS = {
-    "resolver": "sim.resolver_component:run",
-    "bus": "sim.bus_component:run",
-    "invocation": "sim.invocation:run",
-    "grpc-proxy": "sim.grpcproxy:run",
+    "resolver": "sim.pods.resolver:run",
+    "bus": "sim.pods.bus_component:run",
+    "invocation": "sim.pods.invocation:run",
+    "grpc-proxy": "sim.pods.grpcproxy:run",
     "proxy": "sim.proxy.component:run",
-    "workers": "sim.worker:run",
+    "workers": "sim.worker.host:run",
 }
 
 
@@ -54,7 +54,7 @@ async def main_async(kind: str, ctx: Context, ready_fd: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.run", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sim.runtime.run", description=__doc__)
     parser.add_argument("kind", choices=sorted(RUNNERS))
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--name", required=True)

@@ -19,7 +19,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from sim.h3 import Tasks
+from sim.protocols.h3 import Tasks
 
 UNARY = "/ncpsim.Echo/Unary"
 STREAM = "/ncpsim.Echo/Stream"
@@ -32,7 +32,7 @@ _PREFIX = struct.Struct(">BI")
 
 
 class Pipe(Protocol):
-    """The tunnel's byte stream (sim.h3.H3Stream fits)."""
+    """The tunnel's byte stream (sim.protocols.h3.H3Stream fits)."""
 
     async def read(self) -> bytes: ...
     def write(self, data: bytes, end: bool = False) -> None: ...

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.bus import BusClient
-from sim.component import Context, Ready
-from sim.netmap import Refused
-from sim.tls import client_context
-from sim.topology import WorkerSpec
-from sim.worker_http import handle_http_work
+from sim.model.netmap import Refused
+from sim.model.topology import WorkerSpec
+from sim.pods.bus import BusClient
+from sim.protocols.tls import client_context
+from sim.runtime.component import Context, Ready
+from sim.worker.http_callback import handle_http_work
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -80,7 +80,7 @@ def make_workers(ctx: Context) -> dict[str, WorkerRuntime]:
 
 async def handle_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
     if work.get("kind") == "grpc":
-        from sim.worker_grpc import handle_work as handle_grpc
+        from sim.worker.grpc_callback import handle_work as handle_grpc
 
         await handle_grpc(worker, work)
     else:
@@ -98,7 +98,7 @@ async def _bus_when_bound(ctx: Context) -> BusClient:
 
 async def run(ctx: Context, ready: Ready) -> None:
     if "grpc-echo" in ctx.topology.functions:
-        import sim.worker_grpc  # noqa: F401 - aioquic loads now, not on the first callback
+        import sim.worker.grpc_callback  # noqa: F401 - aioquic loads now, not on the first callback
     workers = make_workers(ctx)
     bus = await _bus_when_bound(ctx)
     for name in workers:

@@ -1,4 +1,4 @@
-"""The aioquic side of sim.h3: QUIC configurations, the trust bundle, certificate reload, and two hooks
+"""The aioquic side of sim.protocols.h3: QUIC configurations, the trust bundle, certificate reload, and two hooks
 into aioquic internals that its public API does not offer.
 
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
@@ -24,7 +24,7 @@ from aioquic.quic.packet import QuicFrameType
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from sim.tls import secret_stamp
+from sim.protocols.tls import secret_stamp
 
 WINDOW = 256 * 1024  # stream credit granted beyond what the application has read
 _MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
@@ -65,7 +65,7 @@ def server_configuration(secret_dir: Path) -> QuicConfiguration:
 
 
 class ReloadingServerConfig:
-    """A server configuration that follows its Secret, as sim.tls.ReloadingContext does for TCP.
+    """A server configuration that follows its Secret, as sim.protocols.tls.ReloadingContext does for TCP.
 
     aioquic copies the certificate into each connection when it is created, so swapping the fields of
     the one shared configuration gives new connections the new material and leaves old ones alone.

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dns.client import NameNotResolved, resolve_a
-from sim.bus import BusClient
-from sim.events import EventLog
-from sim.faults import link_delay, load_links
-from sim.netmap import LiveNetMap
-from sim.topology import BUS_PORT, DNS_PORT, Topology
+from sim.model.events import EventLog
+from sim.model.netmap import LiveNetMap
+from sim.model.topology import Topology
+from sim.pods.bus import BusClient
+from sim.protocols.wire import DNS_PORT, NATS_PORT
+from sim.runtime.faults import link_delay, load_links
 
 # A component reports the virtual addresses it serves: {"10.42.0.11:8443/tcp": 40123, ...}
 Ready = Callable[[dict[str, int]], None]
@@ -86,7 +87,7 @@ class Context:
         return self.netmap.lookup(self.cluster, ip, port, "udp")
 
     async def bus(self) -> BusClient:
-        host, port = self.netmap.lookup(self.cluster, self.topology.bus_lb_ip, BUS_PORT, "tcp")
+        host, port = self.netmap.lookup(self.cluster, self.topology.bus_lb_ip, NATS_PORT, "tcp")
         return await BusClient.connect(host, port)
 
 

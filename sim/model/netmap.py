@@ -107,7 +107,7 @@ class LiveNetMap:
 
 def _topology_services(state_dir: Path) -> tuple[dict[str, list[str]], int]:
     """Service addresses from the stack's topology.json, for network maps written without them."""
-    from sim.topology import Topology
+    from sim.model.topology import Topology
 
     try:
         topology = Topology.load(state_dir)

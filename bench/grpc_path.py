@@ -1,4 +1,4 @@
-"""Side-by-side gRPC callback throughput on a running stack: `python -m sim.bench_grpc --state DIR`.
+"""Side-by-side gRPC callback throughput on a running stack: `python -m bench.grpc_path --state DIR`.
 
 Three rates, measured in one run against one grpc-proxy pod:
 - `unary`: client unary calls per second through the whole QUIC path (client -> pod over h2c, work on
@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from dns.rule import dashed_ip
-from sim.grpc_client import EchoClient
-from sim.h3 import client_configuration, close_client, connect, trust_pem
-from sim.netmap import LOOPBACK, LiveNetMap
-from sim.topology import GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, GRPC_SUFFIX, PROXY_H3_PORT, Topology
+from sim.client.grpc_client import EchoClient
+from sim.model.netmap import LOOPBACK, LiveNetMap
+from sim.model.topology import Topology
+from sim.protocols.h3 import client_configuration, close_client, connect, trust_pem
+from sim.protocols.wire import GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 
 BENCH_REQUEST_ID = "00000000-0000-4000-8000-000000000000"
 
@@ -80,7 +81,7 @@ async def measure(state_dir: Path, calls: int = 50, concurrency: int = 4, pod_na
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.bench_grpc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.grpc_path", description=__doc__.splitlines()[0])
     parser.add_argument("--state", required=True, type=Path, help="the running stack's state folder")
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=4)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from sim.bus import WorkBus
-from sim.component import Context, Ready
-from sim.topology import BUS_PORT
+from sim.pods.bus import WorkBus
+from sim.protocols.wire import NATS_PORT
+from sim.runtime.component import Context, Ready
 
 
 async def run(ctx: Context, ready: Ready) -> None:
     bus = WorkBus(ctx.events)
     port = await bus.start()
-    ready({f"{ctx.topology.bus_lb_ip}:{BUS_PORT}/tcp": port})
+    ready({f"{ctx.topology.bus_lb_ip}:{NATS_PORT}/tcp": port})
     try:
         await asyncio.Event().wait()
     finally:

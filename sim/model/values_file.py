@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from sim.errors import ConfigError
-from sim.values import KeyPath, _kind, key_path
+from sim.model.values import KeyPath, _kind, key_path
 
 
 def _yaml_message(name: str, exc: yaml.MarkedYAMLError) -> str:

@@ -2,8 +2,8 @@
 
 For each client call the pod mints a single-use token, publishes work for a worker on the bus and waits
 for the worker's `POST /v1/proxy`. Accepted, that request stream becomes the tunnel in which the pod is
-the HTTP/2 client (sim.grpcproxy_h2) and relays the client's call to the worker and the answers back.
-Every decision (token, request check, URL) comes from sim.grpcproxy_rules.
+the HTTP/2 client (sim.protocols.grpc_tunnel) and relays the client's call to the worker and the answers back.
+Every decision (token, request check, URL) comes from sim.protocols.grpc_callback.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import grpc
 from aioquic.quic.connection import QuicConnection
 
 from certs.profiles import GRPC_SECRET
-from sim.bus import BusClient
-from sim.component import Context, Ready
-from sim.grpcproxy_h2 import INTERNAL, STREAM, UNARY, UNAVAILABLE, GrpcError, H2Tunnel
-from sim.grpcproxy_rules import (
+from sim.model.topology import Pod
+from sim.pods.bus import BusClient
+from sim.protocols.grpc_callback import (
     INVALID_AUTH,
     TOKEN_TTL,
     Accept,
@@ -32,8 +31,10 @@ from sim.grpcproxy_rules import (
     new_request_id,
     work_message,
 )
-from sim.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig, Tasks
-from sim.topology import GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, Pod
+from sim.protocols.grpc_tunnel import INTERNAL, STREAM, UNARY, UNAVAILABLE, GrpcError, H2Tunnel
+from sim.protocols.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig, Tasks
+from sim.protocols.wire import GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT
+from sim.runtime.component import Context, Ready
 
 SERVICE = "ncpsim.Echo"
 QUEUE = "grpc-echo"

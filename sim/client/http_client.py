@@ -11,9 +11,10 @@ from typing import Any
 
 import h11
 
-from sim.component import Context
-from sim.http1 import H11Stream, Response, exchange
-from sim.topology import INVOCATION_HTTP_PORT, Pod
+from sim.model.topology import Pod
+from sim.protocols.http1 import H11Stream, Response, exchange
+from sim.protocols.wire import INVOCATION_HTTP_PORT
+from sim.runtime.component import Context
 
 PEXEC = "/v2/nvcf/pexec/functions/"
 

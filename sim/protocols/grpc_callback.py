@@ -1,6 +1,6 @@
 """The gRPC callback contract as pure decisions: tokens, the callback request check, URLs, retries.
 
-grpc-proxy (sim.grpcproxy) and the worker (sim.worker_grpc) only move bytes around these. Time and
+grpc-proxy (sim.pods.grpcproxy) and the worker (sim.worker.grpc_callback) only move bytes around these. Time and
 randomness come in as arguments, so a replay with the same seed mints the same tokens and request ids.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from dns.rule import dashed_ip
-from sim.topology import GRPC_CALLBACK_PORT, GRPC_SUFFIX
+from sim.protocols.wire import GRPC_CALLBACK_PATH, GRPC_CALLBACK_PORT, GRPC_SUFFIX
 
 TOKEN_TTL = 30.0  # seconds a callback token stays valid
 TOKEN_LENGTH = 64
 TOKEN_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-CALLBACK_PATH = "/v1/proxy"
+CALLBACK_PATH = GRPC_CALLBACK_PATH
 
 # grpc-proxy's answers, word for word (DESIGN.md section 2).
 MISSING_AUTH = "HTTP CONNECT request is missing auth"

@@ -2,7 +2,7 @@
 
 A Topology is built once from a scenario's topology section and the merged values, then written to
 the stack's state folder as JSON so every component process reads the same picture. Nothing here
-does I/O beyond (de)serialising; addresses are virtual and are never dialed (see sim.netmap).
+does I/O beyond (de)serialising; addresses are virtual and are never dialed (see sim.model.netmap).
 """
 
 from __future__ import annotations
@@ -14,22 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from dns.rule import View, WildcardRule, dashed_ip
+from sim.protocols.wire import (
+    GRPC_SUFFIX,
+    INVOCATION_HTTP_PORT,
+    INVOCATION_SUFFIX,
+    INVOCATION_TLS_PORT,
+    PROXY_SERVICE_FQDN,
+)
 
 CONTROL_CLUSTER = "ncpsim-cp"
-NAMESPACE = "nvcf"
-INVOCATION_SUFFIX = "invocation.nvcf.svc.cluster.local"
-GRPC_SUFFIX = "grpc-headless.nvcf.svc.cluster.local"
-PROXY_SERVICE_FQDN = "worker-callback-proxy.nvcf.svc.cluster.local"
-
-# Virtual ports, as the real Services and pods expose them.
-INVOCATION_HTTP_PORT = 8080  # client API and plaintext worker API
-INVOCATION_TLS_PORT = 8443  # worker TLS listener (invocation.workerTls)
-GRPC_CLIENT_PORT = 10081  # client-facing gRPC (h2c)
-GRPC_CALLBACK_PORT = 10084  # worker callbacks, HTTP/3 on UDP
-PROXY_HTTP_PORT = 10084  # worker callback proxy, TLS on TCP
-PROXY_H3_PORT = 443  # worker callback proxy, QUIC on UDP
-BUS_PORT = 4222  # work bus (NATS's port)
-DNS_PORT = 53
 
 # The invocation Service's ClusterIP: one name and address in front of every invocation-service pod.
 INVOCATION_SERVICE_FQDN = INVOCATION_SUFFIX

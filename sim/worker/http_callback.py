@@ -16,13 +16,13 @@ from urllib.parse import urlsplit
 import h11
 
 from dns.client import NameNotResolved
-from sim.http1 import H11Stream, PeerClosed, Response, exchange
-from sim.invocation_core import H1_TYPE
+from sim.protocols.http1 import H11Stream, PeerClosed, Response, exchange
+from sim.protocols.request_attach import H1_TYPE
+from sim.protocols.wire import ATTACH_PATH, INVOCATION_TLS_PORT
 
 if TYPE_CHECKING:
-    from sim.worker import WorkerRuntime
+    from sim.worker.host import WorkerRuntime
 
-ATTACH_PATH = "/v2/nvcf/worker/request-attach"
 GET_HEADERS_TIMEOUT = 5.0  # worker-utils waits 5 s for the GET's response headers
 
 
@@ -102,7 +102,7 @@ async def _dial(worker: WorkerRuntime, ip: str, port: int, tls: ssl.SSLContext |
 
 async def _connect_tunnel(worker: WorkerRuntime, stream: H11Stream, pod_host: str, trace: Trace) -> H11Stream:
     """Legacy worker-utils: CONNECT to the pod's 8443, then TLS to the pod inside the tunnel."""
-    authority = f"{pod_host}:8443"
+    authority = f"{pod_host}:{INVOCATION_TLS_PORT}"
     # The request id rides on the CONNECT too, so the proxy's access-log line names the callback.
     headers = [("host", authority), ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
                ("x-request-id", trace.request_id)]

@@ -18,10 +18,11 @@ import h11
 
 from certs.profiles import INVOCATION_SECRET
 from dns.rule import dashed_ip
-from sim.bus import BusClient
-from sim.component import Context, Ready, connection_handler
-from sim.http1 import H11Stream, decode_headers, read_body, respond
-from sim.invocation_core import (
+from sim.model.topology import Pod
+from sim.model.values import proxy_settings
+from sim.pods.bus import BusClient
+from sim.protocols.http1 import H11Stream, decode_headers, read_body, respond
+from sim.protocols.request_attach import (
     H1_TYPE,
     INCOMPLETE,
     InnerResponse,
@@ -29,13 +30,17 @@ from sim.invocation_core import (
     parse_inner_response,
     request_h1,
 )
-from sim.tls import ReloadingContext, server_context
-from sim.topology import INVOCATION_HTTP_PORT, INVOCATION_SUFFIX, INVOCATION_TLS_PORT, Pod
-from sim.values import proxy_settings
+from sim.protocols.tls import ReloadingContext, server_context
+from sim.protocols.wire import (
+    ATTACH_PATH,
+    INVOCATION_HTTP_PORT,
+    INVOCATION_SUFFIX,
+    INVOCATION_TLS_PORT,
+    PEXEC_PREFIX,
+    STATUS_PREFIX,
+)
+from sim.runtime.component import Context, Ready, connection_handler
 
-ATTACH_PATH = "/v2/nvcf/worker/request-attach"
-PEXEC_PREFIX = "/v2/nvcf/pexec/functions/"
-STATUS_PREFIX = "/v2/nvcf/pexec/status/"
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
 
 

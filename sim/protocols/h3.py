@@ -5,12 +5,12 @@ Three things aioquic's own asyncio helpers do not give us, and why we need them:
 - `connect` keeps the protocol when the handshake fails, so a caller can report *why* (a certificate
   the worker does not trust is the answer the simulator exists to show).
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
-  application has read it. sim.h3_quic's `_install_credit` replaces that policy, for streams an endpoint
+  application has read it. sim.protocols.h3_quic's `_install_credit` replaces that policy, for streams an endpoint
   serves, by "what the application has read plus WINDOW", so a relay that stops reading stops its peer;
   and `H3Stream.drain` waits while too much written data is still unacknowledged.
-- The server name of a ClientHello, which aioquic does not keep: sim.h3_quic's `peek_server_name`.
-Configurations, the trust bundle, certificate reload and those aioquic hooks live in sim.h3_quic;
-their public names are re-exported here, so callers import everything from sim.h3.
+- The server name of a ClientHello, which aioquic does not keep: sim.protocols.h3_quic's `peek_server_name`.
+Configurations, the trust bundle, certificate reload and those aioquic hooks live in sim.protocols.h3_quic;
+their public names are re-exported here, so callers import everything from sim.protocols.h3.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from aioquic.quic.events import (
 from aioquic.quic.events import StreamReset as QuicStreamReset
 from aioquic.quic.packet import QuicErrorCode
 
-from sim.h3_quic import (
+from sim.protocols.h3_quic import (
     WINDOW,
     AlertUnrecognizedName,
     ReloadingServerConfig,
@@ -50,7 +50,7 @@ from sim.h3_quic import (
     trust_pem,
 )
 
-# The public API, including what sim.h3_quic defines: callers import all of it from sim.h3.
+# The public API, including what sim.protocols.h3_quic defines: callers import all of it from sim.protocols.h3.
 __all__ = [
     "H3_CONNECT_ERROR", "H3_REQUEST_CANCELLED", "HIGH_WATER", "WINDOW", "AlertUnrecognizedName", "H3Endpoint",
     "H3Server", "H3Stream", "HandshakeFailed", "Headers", "ReloadingServerConfig", "StreamError", "Tasks",

@@ -10,7 +10,7 @@ from typing import Self
 
 import grpc
 
-from sim.grpcproxy_h2 import STREAM, UNARY
+from sim.protocols.grpc_tunnel import STREAM, UNARY
 
 # Never route loopback calls through an HTTP proxy from the environment.
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)

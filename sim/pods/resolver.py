@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from dns.server import QueryEvent, Resolver
-from sim.component import Context, Ready
-from sim.topology import DNS_PORT
+from sim.protocols.wire import DNS_PORT
+from sim.runtime.component import Context, Ready
 
 
 async def run(ctx: Context, ready: Ready) -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dns.client import NameNotResolved
-from sim.component import Context
-from sim.grpcproxy_h2 import GrpcError, H2Tunnel, echo_replies
-from sim.grpcproxy_rules import CallbackTarget, parse_connect_url, retry_delay
-from sim.h3 import (
+from sim.model.topology import WorkerSpec
+from sim.protocols.grpc_callback import CallbackTarget, parse_connect_url, retry_delay
+from sim.protocols.grpc_tunnel import GrpcError, H2Tunnel, echo_replies
+from sim.protocols.h3 import (
     H3Endpoint,
     HandshakeFailed,
     StreamError,
@@ -27,7 +27,7 @@ from sim.h3 import (
     connect,
     trust_pem,
 )
-from sim.topology import WorkerSpec
+from sim.runtime.component import Context
 
 HANDSHAKE_TIMEOUT = 5.0
 RESPONSE_TIMEOUT = 10.0  # for the callback's response headers
@@ -35,7 +35,7 @@ ERROR_BODY_LIMIT = 4096
 
 
 class Worker(Protocol):
-    """What a gRPC callback needs of sim.worker.WorkerRuntime."""
+    """What a gRPC callback needs of sim.worker.host.WorkerRuntime."""
 
     spec: WorkerSpec
     ctx: Context
@@ -86,7 +86,7 @@ async def _attempt(worker: Worker, target: CallbackTarget, work: dict[str, Any],
         addr = worker.ctx.udp_address(ip, target.port)
     except NameNotResolved as exc:
         return Outcome(None, f"DNS lookup of {target.host} failed: {exc.rcode}", "dns")
-    except OSError as exc:  # sim.netmap's Unreachable / Refused
+    except OSError as exc:  # sim.model.netmap's Unreachable / Refused
         return Outcome(None, f"connect to {target.host}:{target.port} failed: {exc}", "connect")
     try:
         endpoint = await connect(addr, client_configuration(target.host, trust), timeout=HANDSHAKE_TIMEOUT)

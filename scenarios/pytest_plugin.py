@@ -1,6 +1,6 @@
 """pytest fixtures for your own ncpsim tests: a real stack on loopback per test, always torn down.
 
-Enable with ``-p sim.pytest_plugin`` (or the ``pytest11`` entry point once installed), then::
+Enable with ``-p scenarios.pytest_plugin`` (or the ``pytest11`` entry point once installed), then::
 
     def test_public_frontend(ncpsim_stack):
         stack = ncpsim_stack("public-frontend-cert")        # catalogue name or YAML path
@@ -36,10 +36,10 @@ from scenarios.engine import Replay, ScenarioResult, StepResult, run_scenario
 from scenarios.model import load_scenario, scenario_from_data
 from scenarios.spec import Scenario, Step, probe_from, wait_from
 from scenarios.trace import CallTrace
-from sim.events import read_events
+from sim.model.events import read_events
+from sim.model.topology import Topology
 from sim.proxy.access_log import read_access_log
 from sim.proxy.component import ACCESS_LOG
-from sim.topology import Topology
 
 DEFAULT_TOPOLOGY = {
     "invocationReplicas": 2,
