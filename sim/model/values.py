@@ -114,7 +114,7 @@ def _plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def deep_merge(base: Mapping, override: Mapping) -> dict:
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Helm's rule for values files: mappings merge key by key, anything else replaces. Inputs untouched."""
     merged = {key: _plain(value) for key, value in base.items()}
     for key, value in override.items():
@@ -171,7 +171,7 @@ class ValuesIssue:
 Add = Callable[[KeyPath, str], None]
 
 
-def _check_shapes(defaults: Mapping, values: dict, parts: KeyPath, add: Add) -> None:
+def _check_shapes(defaults: Mapping[str, Any], values: dict[str, Any], parts: KeyPath, add: Add) -> None:
     """Where the defaults hold a mapping the values must too. A wrong node is reported once and then
     replaced by its default, so the rules below do not report follow-on errors under it."""
     for key, default in defaults.items():
@@ -206,14 +206,14 @@ def _dns_problem(name: str) -> str | None:
     return None
 
 
-def _rule_booleans(values: Mapping, add: Add) -> None:
+def _rule_booleans(values: Mapping[str, Any], add: Add) -> None:
     for parts in BOOLEANS:
         value = lookup(values, parts)
         if not isinstance(value, bool):
             add(parts, f"must be true or false (unquoted), found {_kind(value)}")
 
 
-def _rule_proxy_enabled(values: Mapping, add: Add) -> None:
+def _rule_proxy_enabled(values: Mapping[str, Any], add: Add) -> None:
     if lookup(values, ENABLED) is not True:
         return
     domain = lookup(values, WORKER_DOMAIN)
@@ -228,7 +228,7 @@ def _rule_proxy_enabled(values: Mapping, add: Add) -> None:
                 "(the proxy replaces split-plane URLs)")
 
 
-def _rule_proxy_url(values: Mapping, add: Add) -> None:
+def _rule_proxy_url(values: Mapping[str, Any], add: Add) -> None:
     url = lookup(values, PROXY_URL)
     if not _set(url):
         return
@@ -252,7 +252,7 @@ def _rule_proxy_url(values: Mapping, add: Add) -> None:
                 "use exactly one label under workerCallbackProxy.workerDomain")
 
 
-def _rule_frontend_tls(values: Mapping, add: Add) -> None:
+def _rule_frontend_tls(values: Mapping[str, Any], add: Add) -> None:
     ref, secret = lookup(values, ISSUER_REF), lookup(values, EXISTING_SECRET)
     if ref is not None and _set(secret):
         add(EXISTING_SECRET, "cannot be combined with workerCallbackProxy.tls.frontend.certificate."
@@ -268,13 +268,13 @@ def _rule_frontend_tls(values: Mapping, add: Add) -> None:
         add(EXISTING_SECRET, f"must be the name of a kubernetes.io/tls Secret, found {_kind(secret)}")
 
 
-def _rule_service_type(values: Mapping, add: Add) -> None:
+def _rule_service_type(values: Mapping[str, Any], add: Add) -> None:
     kind = lookup(values, (WCP, "service", "type"))
     if kind not in SERVICE_TYPES:
         add((WCP, "service", "type"), f"must be one of {', '.join(SERVICE_TYPES)}, found {_kind(kind)}")
 
 
-def _rule_nats(values: Mapping, add: Add) -> None:
+def _rule_nats(values: Mapping[str, Any], add: Add) -> None:
     mode = lookup(values, WORKER_AUTH)
     if not isinstance(mode, str) or mode not in ("nkey", "token"):
         add(WORKER_AUTH, "nats.workerAuth must be nkey or token")  # the stack's own wording
@@ -293,7 +293,7 @@ def _annotation_key_problem(key: str) -> str | None:
     return None
 
 
-def _rule_annotations(values: Mapping, add: Add) -> None:
+def _rule_annotations(values: Mapping[str, Any], add: Add) -> None:
     for parts in ANNOTATION_MAPS:
         for key, value in (lookup(values, parts) or {}).items():
             here = (*parts, str(key))
@@ -305,7 +305,7 @@ def _rule_annotations(values: Mapping, add: Add) -> None:
                 add(here, f"value must be a string, found {_kind(value)}; quote it: \"{json.dumps(value)}\"")
 
 
-RULES: tuple[Callable[[Mapping, Add], None], ...] = (
+RULES: tuple[Callable[[Mapping[str, Any], Add], None], ...] = (
     _rule_booleans, _rule_proxy_enabled, _rule_proxy_url, _rule_frontend_tls,
     _rule_service_type, _rule_nats, _rule_annotations,
 )
@@ -320,7 +320,7 @@ def _locate(parts: KeyPath, message: str, origin: Origin) -> ValuesIssue:
     return ValuesIssue(key_path(parts), message)
 
 
-def validate(values: Mapping, origin: Origin | None = None) -> list[ValuesIssue]:
+def validate(values: Mapping[str, Any], origin: Origin | None = None) -> list[ValuesIssue]:
     """Every problem in ``values`` (user overrides or an already merged tree), in rule order."""
     if not isinstance(values, Mapping):
         return [ValuesIssue("", f"top level must be a mapping of keys, found {_kind(values)}")]
@@ -336,7 +336,7 @@ def validate(values: Mapping, origin: Origin | None = None) -> list[ValuesIssue]
     return [_locate(parts, message, origin or {}) for parts, message in found]
 
 
-def check(values: Mapping, origin: Origin | None = None) -> None:
+def check(values: Mapping[str, Any], origin: Origin | None = None) -> None:
     """Raise ``ConfigError`` naming the first problem; all of them are on ``.issues``."""
     issues = validate(values, origin)
     if issues:
@@ -358,7 +358,7 @@ class ProxySettings:
     worker_ca_pem_set: bool
 
 
-def proxy_settings(values: Mapping) -> ProxySettings:
+def proxy_settings(values: Mapping[str, Any]) -> ProxySettings:
     """What the stack would deploy for these values (expects values that pass ``validate``)."""
     merged = deep_merge(DEFAULTS, values)
 

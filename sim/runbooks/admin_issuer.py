@@ -14,6 +14,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography.exceptions import InvalidSignature
@@ -62,7 +63,7 @@ class Plane:
         return set(GRANT) <= self.bao
 
 
-def _flags(values: Mapping) -> tuple[bool, bool]:
+def _flags(values: Mapping[str, Any]) -> tuple[bool, bool]:
     issues = [i for i in validate(values) if i.path.startswith("adminIssuerProxy")]
     if issues:
         raise ConfigError(str(issues[0]))
@@ -70,7 +71,7 @@ def _flags(values: Mapping) -> tuple[bool, bool]:
     return section.get("enabled", True), (section.get("gateway", {}) or {}).get("enabled", True)
 
 
-def sync(plane: Plane, values: Mapping, pdb: bool = False) -> Plane:
+def sync(plane: Plane, values: Mapping[str, Any], pdb: bool = False) -> Plane:
     """Helmfile sync. ``enabled: false`` stops managing the release and skips the OpenBao migration, but
     removes nothing that already exists. ``gateway.enabled: false`` drops only the HTTPRoute."""
     enabled, gateway = _flags(values)
@@ -149,12 +150,12 @@ class Issuer:
         return f"{signing_input}.{_b64(self.key.sign(signing_input.encode()))}"
 
 
-def verify_admin(token: str, public_key: Ed25519PublicKey, now: float) -> dict:
+def verify_admin(token: str, public_key: Ed25519PublicKey, now: float) -> dict[str, Any]:
     """The claims of a valid, unexpired admin token; ValueError says why not."""
     try:
         head, body, signature = token.split(".")
         public_key.verify(_unb64(signature), f"{head}.{body}".encode())
-        claims = json.loads(_unb64(body))
+        claims: dict[str, Any] = json.loads(_unb64(body))
     except (ValueError, InvalidSignature) as exc:
         raise ValueError(f"invalid token: {type(exc).__name__}") from None
     if now >= claims["exp"]:

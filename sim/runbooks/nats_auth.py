@@ -55,7 +55,7 @@ class CalloutConfig:
         return {APP: self.webhook_url} if self.mode == "token" else {}
 
 
-def callout_config(values: Mapping) -> CalloutConfig:
+def callout_config(values: Mapping[str, Any]) -> CalloutConfig:
     """What the nats and nats-auth-callout-service releases render; raises ConfigError like the render."""
     issues = [i for i in validate(values) if i.path.startswith("nats.")]
     if issues:

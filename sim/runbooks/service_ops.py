@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sim.errors import ConfigError
 from sim.model.values import ANNOTATION_MAPS, ValuesIssue, deep_merge, key_path, validate
@@ -36,19 +37,19 @@ WORKLOADS: dict[str, tuple[str, str, str, str]] = {
 
 
 # -- annotations -------------------------------------------------------------------------------------
-def annotation_issues(values: Mapping) -> list[ValuesIssue]:
+def annotation_issues(values: Mapping[str, Any]) -> list[ValuesIssue]:
     prefixes = tuple(key_path(parts) for parts in ANNOTATION_MAPS)
     return [issue for issue in validate(values) if issue.path.startswith(prefixes)]
 
 
-def _annotations(values: Mapping, parts: tuple) -> dict:
-    node = deep_merge({}, values)
+def _annotations(values: Mapping[str, Any], parts: tuple[str | int, ...]) -> dict[str, Any]:
+    node: Any = deep_merge({}, values)
     for part in parts:
         node = node.get(part, {}) if isinstance(node, Mapping) else {}
     return dict(node or {})
 
 
-def render_annotations(values: Mapping) -> dict[str, dict[str, str]]:
+def render_annotations(values: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """Resource name -> the annotations its pods get; unset keys render nothing. Fails like the render."""
     issues = annotation_issues(values)
     if issues:
@@ -63,7 +64,7 @@ def render_annotations(values: Mapping) -> dict[str, dict[str, str]]:
     return rendered
 
 
-def change_effects(old: Mapping, new: Mapping) -> dict[str, str]:
+def change_effects(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, str]:
     """What an annotation change does to each workload it touches."""
     before, after = render_annotations(old), render_annotations(new)
     effects = {}
