@@ -6,7 +6,6 @@ read its results, its JUnit file and the folders it leaves.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import subprocess
 import sys
@@ -21,9 +20,7 @@ from scenarios.model import catalogue, load_scenario
 from scenarios.replay import replay_all, write_junit
 
 REPO = Path(__file__).resolve().parents[1]
-GRPC_READY = importlib.util.find_spec("scenarios.grpc_calls") is not None
 NAMES = [name for name, _ in catalogue()]
-RUN = [n for n in NAMES if GRPC_READY or n != "grpc-callback"]
 BUDGET_SECONDS = 60.0  # issue 4: the whole catalogue on 2 cores
 
 
@@ -37,7 +34,7 @@ class Run:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     root = tmp_path_factory.mktemp("catalogue")
     out = io.StringIO()
-    scenarios = [load_scenario(n, allow_expected_error=True) for n in RUN]
+    scenarios = [load_scenario(n, allow_expected_error=True) for n in NAMES]
     try:
         results, total = replay_all(scenarios, root=root, out=out)
     finally:
@@ -50,22 +47,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_catalogue_scenario_passes(name: str, run: Run) -> None:
-    if name not in run.results:
-        pytest.skip("grpc-callback needs scenarios/grpc_calls.py (the gRPC client, landing separately)")
     result = run.results[name]
     assert result.ok, "\n".join(result.failures)
 
 
 def test_whole_catalogue_within_budget(run: Run) -> None:
     assert run.total < BUDGET_SECONDS, run.text
-    assert f"{len(RUN)}/{len(RUN)} scenarios passed" in run.text
+    assert f"{len(NAMES)}/{len(NAMES)} scenarios passed" in run.text
 
 
 def test_junit_has_one_testcase_per_scenario(run: Run) -> None:
     suite = ET.parse(run.junit).getroot()
     cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == RUN
-    assert suite.get("tests") == str(len(RUN)) and suite.get("failures") == "0"
+    assert [c.get("name") for c in cases] == NAMES
+    assert suite.get("tests") == str(len(NAMES)) and suite.get("failures") == "0"
     assert all(c.find("failure") is None and float(c.get("time", "-1")) >= 0 for c in cases)
 
 

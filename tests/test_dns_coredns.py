@@ -3,6 +3,7 @@ text means the same as the local wildcard rule."""
 
 from __future__ import annotations
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -35,7 +36,6 @@ def test_configmap_is_the_one_k3s_imports(rendered: dict) -> None:
 def test_configmap_survives_yaml_and_kubernetes_schema(rendered: dict) -> None:
     text = yaml.safe_dump(rendered, sort_keys=False)
     assert yaml.safe_load(text) == rendered
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
     kubernetes_validate.validate(yaml.safe_load(text), "1.30", strict=True)
 
 

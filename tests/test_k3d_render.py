@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
+import kubernetes_validate
+import kubernetes_validate.utils
 import pytest
 import yaml
 
@@ -29,12 +31,11 @@ from sim.proxy.component import policy_from_values
 
 # kubernetes-validate re-reads its (large) schema files on every call; caching the reads keeps the
 # strict validation of every rendered object of every scenario to a couple of seconds.
-_utils = pytest.importorskip("kubernetes_validate.utils")
+_utils = kubernetes_validate.utils
 _utils.schema_contents = functools.lru_cache(maxsize=None)(_utils.schema_contents)
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-SCHEMA_PATH = SHARED / "schemas" / "k3d-config-v1alpha5.schema.json"
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
+# k3d's own schema, vendored with its licence (vendor/k3d/README.md says from where).
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "vendor" / "k3d" / "k3d-config-v1alpha5.schema.json"
 
 SECRET_NAMES = (FRONTEND_SECRET, INVOCATION_SECRET, GRPC_SECRET, PUBLIC_FRONTEND_SECRET)
 MATERIAL = CertMaterial(
@@ -61,8 +62,6 @@ TOPOLOGIES = _topologies()
 
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft7Validator:
-    if not SCHEMA_PATH.exists():
-        pytest.skip(f"k3d schema not found at {SCHEMA_PATH} (the shared folder beside the repository)")
     schema = json.loads(SCHEMA_PATH.read_text())
     return jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
 
