@@ -18,7 +18,7 @@ from clusters.k3d.preflight import Check, k3d_checks
 from clusters.k3d.runner import CommandRunner
 from clusters.render.layout import H3_HOST_PORT, HTTP_HOST_PORT
 
-LOCAL_MODULES = ("aioquic", "dnslib", "h11", "h2", "trustme", "cryptography", "httpx", "yaml", "invoke")
+LOCAL_MODULES = ("aioquic", "dnslib", "h11", "h2", "trustme", "cryptography", "yaml", "invoke")
 
 
 def python_check() -> Check:
