@@ -6,14 +6,10 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 import yaml
+from test_dns_rule import RULE, WORKER_DOMAIN_NAMES  # the shared name table (pytest puts tests/ on sys.path)
 
 from dns.coredns import CONFIGMAP_KEY, evaluate_rewrite, render_coredns_custom
 from dns.rule import WildcardRule
-
-try:  # the shared name table; works whether or not tests/ is a package
-    from tests.test_dns_rule import RULE, WORKER_DOMAIN_NAMES
-except ImportError:
-    from test_dns_rule import RULE, WORKER_DOMAIN_NAMES
 
 PROXY_SERVICE = "worker-callback-proxy.nvcf.svc.cluster.local"
 

@@ -21,7 +21,6 @@ class H11Stream:
                  writer: asyncio.StreamWriter):
         self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
         self.reader, self.writer = reader, writer
-        self.bytes_in = 0
         self.bytes_out = 0
 
     async def next_event(self, timeout: float | None = None) -> h11.Event:
@@ -30,7 +29,6 @@ class H11Stream:
             if event is not h11.NEED_DATA:
                 return event
             data = await asyncio.wait_for(self.reader.read(READ_SIZE), timeout)
-            self.bytes_in += len(data)
             # b"" is EOF: h11 then answers ConnectionClosed, or RemoteProtocolError mid-message.
             self.conn.receive_data(data)
 

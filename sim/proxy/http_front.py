@@ -125,7 +125,6 @@ class HttpFront:
             started = bool(down.conn.trailing_data[0])
             data = await asyncio.wait_for(down.reader.read(READ_SIZE),
                                           self.stream_idle_timeout if started else None)
-            down.bytes_in += len(data)
             down.conn.receive_data(data)  # b"" is EOF: ConnectionClosed, or RemoteProtocolError mid-head
         return event
 

@@ -25,7 +25,6 @@ from sim.model.values import validate
 
 NAMESPACE = "api-keys"
 RELEASE = "admin-issuer-proxy"
-RESOURCE = "admin-token-issuer-proxy"
 KEYS_PATH = "/v1/admin/keys"
 AUTH_ROLE = "auth/jwt/role/admin-issuer-proxy"
 POLICY = "sys/policies/acl/services-admin-issuer-proxy-jwt-sign-admin-issuer-proxy-rw"

@@ -91,7 +91,6 @@ class NatsStack:
         self.handed_out: set[str] = set()  # public keys of shared NKeys that left the cluster
         self.log: list[str] = []
         self.restarts: list[str] = []
-        self.logins_logged = 0
 
     # -- operator actions ------------------------------------------------------------------------
     def sync(self, values: Mapping) -> list[str]:
@@ -158,16 +157,9 @@ class NatsStack:
         worker.connection = result
         return result
 
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
     # -- what the operator checks ----------------------------------------------------------------
     def nkey_accepted(self, public: str) -> bool:
         return public == self.shared.public
-
-    def holders_of_retired(self) -> list[Worker]:
-        return [w for w in self.workers if "NKEY_SEED" in w.env
-                and nkeys.public_of_seed(w.env["NKEY_SEED"]) in self.retired_nkeys]
 
     def end_state(self) -> dict:
         return {
