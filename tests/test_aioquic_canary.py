@@ -1,0 +1,165 @@
+"""Canary for the aioquic internals that sim.protocols.h3 and sim.protocols.h3_quic patch or read.
+
+aioquic's public API offers neither receive-side backpressure nor the ClientHello's server name, so the
+HTTP/3 glue reaches into private attributes (pyproject.toml pins aioquic below 2 for that reason). When
+an aioquic release renames or reshapes one of them, these tests say which one, by name, before any
+end-to-end test fails in some less obvious way. The last two tests drive a client and a server
+QuicConnection into each other in memory (no sockets) and check that both hooks still take effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+
+import pytest
+import trustme
+from aioquic import tls
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.buffer import Buffer
+from aioquic.quic import connection as quic_connection
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import HandshakeCompleted
+from aioquic.quic.packet import QuicFrameType, pull_quic_header
+from aioquic.quic.packet_builder import QuicPacketBuilder
+from aioquic.quic.stream import QuicStream
+
+from certs.volume import write_secret
+from sim.protocols import h3_quic
+
+NAME = "pod.example.test"
+HANDSHAKE_ROUNDS = 20  # datagram exchanges allowed for the in-memory handshake (it takes 3-4)
+
+# (owner, private method, the parameters the hook relies on, in order)
+PATCHED_METHODS = [
+    (QuicConnection, "_write_stream_limits", ["builder", "space", "stream"]),  # replaced: h3_quic._install_credit
+    (QuicConnection, "_on_max_stream_data_delivery", ["delivery", "stream"]),  # handler of our MAX_STREAM_DATA
+    (QuicConnection, "_initialize", ["peer_cid"]),  # wrapped: h3_quic.peek_server_name
+    (tls.Context, "_server_handle_hello", ["input_buf", "initial_buf", "handshake_buf"]),  # wrapped: peek
+]
+
+
+def _client_config(trust: bytes) -> QuicConfiguration:
+    return h3_quic.client_configuration(NAME, trust)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    ca = trustme.CA()
+    leaf = ca.issue_cert(NAME)
+    secret = write_secret(tmp_path_factory.mktemp("canary") / "tls", leaf.cert_chain_pems[0].bytes(),
+                          leaf.private_key_pem.bytes(), ca.cert_pem.bytes())
+    return secret, ca.cert_pem.bytes()
+
+
+@pytest.mark.parametrize(("owner", "name", "params"), PATCHED_METHODS,
+                         ids=[f"{o.__name__}.{n}" for o, n, _ in PATCHED_METHODS])
+def test_patched_method_keeps_its_name_and_parameters(owner: type, name: str, params: list[str]) -> None:
+    method = getattr(owner, name, None)
+    assert callable(method), f"aioquic {owner.__qualname__}.{name} is gone: sim/protocols/h3_quic.py hooks it"
+    found = [p for p in inspect.signature(method).parameters if p != "self"]
+    assert found == params, f"aioquic {owner.__qualname__}.{name}{tuple(found)}: the hook expects {params}"
+
+
+def test_connection_fields_the_glue_reads(pki: tuple[Path, bytes]) -> None:
+    quic = QuicConnection(configuration=_client_config(pki[1]))
+    streams = getattr(quic, "_streams", None)
+    assert isinstance(streams, dict), "QuicConnection._streams (stream id -> QuicStream) is gone: h3.py reads it"
+    assert hasattr(quic, "_close_event"), "QuicConnection._close_event is gone: h3.py reads it on each datagram"
+    assert quic._close_event is None
+
+
+def test_stream_fields_the_glue_reads() -> None:
+    stream = QuicStream(stream_id=0, max_stream_data_local=1024, max_stream_data_remote=1024)
+    for field in ("stream_id", "max_stream_data_local", "max_stream_data_local_sent", "sender", "receiver"):
+        assert hasattr(stream, field), f"QuicStream.{field} is gone: h3_quic's credit hook uses it"
+    buffer = getattr(stream.sender, "_buffer", None)
+    assert isinstance(buffer, (bytes, bytearray)), "QuicStreamSender._buffer is gone: H3Endpoint.unacked reads it"
+
+
+def test_frame_capacity_and_builder_arguments_match_aioquic() -> None:
+    assert h3_quic._MAX_STREAM_DATA_FRAME_CAPACITY == quic_connection.MAX_STREAM_DATA_FRAME_CAPACITY
+    params = list(inspect.signature(QuicPacketBuilder.start_frame).parameters)
+    assert params[:5] == ["self", "frame_type", "capacity", "handler", "handler_args"], params
+    assert QuicFrameType.MAX_STREAM_DATA
+
+
+def test_protocol_fields_the_glue_reads(pki: tuple[Path, bytes]) -> None:
+    async def make() -> QuicConnectionProtocol:
+        return QuicConnectionProtocol(QuicConnection(configuration=_client_config(pki[1])))
+
+    protocol = asyncio.run(make())
+    for field in ("_transport", "_timer"):  # close_client takes the socket; abandon cancels the timer
+        assert hasattr(protocol, field), f"QuicConnectionProtocol.{field} is gone: sim/protocols/h3.py uses it"
+
+
+def test_tls_names_the_sni_check_uses() -> None:
+    assert callable(tls.pull_client_hello), "aioquic.tls.pull_client_hello is gone: peek_server_name parses with it"
+    assert "server_name" in inspect.signature(tls.ClientHello).parameters
+    assert issubclass(h3_quic.AlertUnrecognizedName, tls.Alert)
+    assert tls.AlertDescription.unrecognized_name == 112
+
+
+# -- the hooks at work, in memory -----------------------------------------------------------------------
+class Pair:
+    """A client and a server QuicConnection handing datagrams to each other, with simulated time."""
+
+    ADDR = ("127.0.0.1", 4433)
+
+    def __init__(self, secret: Path, trust: bytes, on_server: object = None) -> None:
+        self.now = 0.0
+        self.client = QuicConnection(configuration=_client_config(trust))
+        self.client.connect(self.ADDR, now=self.now)
+        first = self.client.datagrams_to_send(now=self.now)
+        header = pull_quic_header(Buffer(data=first[0][0]), host_cid_length=8)
+        self.server = QuicConnection(configuration=h3_quic.server_configuration(secret),
+                                     original_destination_connection_id=header.destination_cid)
+        if callable(on_server):
+            on_server(self.server)
+        for data, _ in first:
+            self.server.receive_datagram(data, self.ADDR, now=self.now)
+
+    def exchange(self) -> None:
+        for _ in range(HANDSHAKE_ROUNDS):
+            self.now += 0.001
+            moved = 0
+            for sender, receiver in ((self.server, self.client), (self.client, self.server)):
+                for data, _ in sender.datagrams_to_send(now=self.now):
+                    receiver.receive_datagram(data, self.ADDR, now=self.now)
+                    moved += 1
+            if not moved:
+                return
+
+    def handshake_done(self) -> bool:
+        events = []
+        while (event := self.client.next_event()) is not None:
+            events.append(event)
+        return any(isinstance(e, HandshakeCompleted) for e in events)
+
+
+def test_peek_server_name_sees_the_client_hello(pki: tuple[Path, bytes]) -> None:
+    seen: list[str | None] = []
+    pair = Pair(*pki, on_server=lambda server: h3_quic.peek_server_name(server, seen.append))
+    pair.exchange()
+    assert seen == [NAME], "peek_server_name was not called with the ClientHello's server name"
+    assert pair.handshake_done()
+
+
+def test_install_credit_decides_max_stream_data(pki: tuple[Path, bytes]) -> None:
+    granted = 3 * h3_quic.WINDOW
+    asked: list[int] = []
+
+    def credit(stream_id: int) -> int:
+        asked.append(stream_id)
+        return granted
+
+    pair = Pair(*pki, on_server=lambda server: h3_quic._install_credit(server, credit))
+    pair.exchange()
+    assert pair.handshake_done()
+    stream_id = pair.client.get_next_available_stream_id()
+    pair.client.send_stream_data(stream_id, b"x" * 1000)
+    pair.exchange()
+    assert stream_id in asked, "aioquic no longer calls _write_stream_limits for the server's streams"
+    assert pair.client._streams[stream_id].max_stream_data_remote == granted
