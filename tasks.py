@@ -49,17 +49,23 @@ def _scenario_arg(scenario: str | None) -> str:
     return value
 
 
-def _stack(name: str):
-    from clusters.stack import LocalStack
-
-    return LocalStack(name)
-
-
-def _check_backend(backend: str) -> None:
+def _backend(name: str):
+    """The one place a backend is chosen; every task then drives the Stack it returns."""
     from sim.errors import ConfigError
 
-    if backend not in ("local", "k3d"):
-        raise ConfigError(f"--backend {backend!r}: choose local or k3d")
+    if name == "local":
+        from clusters.local import LocalBackend
+
+        return LocalBackend()
+    if name == "k3d":
+        from clusters.k3d.stack import K3dBackend
+
+        return K3dBackend()
+    raise ConfigError(f"--backend {name!r}: choose local or k3d")
+
+
+def _stack(name: str, backend: str = "local"):
+    return _backend(backend).attach(name)
 
 
 @task(positional=["scenario"],
@@ -71,21 +77,15 @@ def _check_backend(backend: str) -> None:
 @user_errors
 def up(c, scenario=None, file=None, backend="local", stack="default", json_=False):
     """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running."""
-    from scenarios.engine import run_scenario, to_json
+    from scenarios.engine import run_scenario
     from scenarios.model import load_scenario
     from scenarios.report import endpoints_text, render_text
+    from scenarios.result import to_json
 
-    _check_backend(backend)
+    chosen = _backend(backend)
     loaded = load_scenario(_scenario_arg(scenario), Path(file) if file else None)
-    if backend == "k3d":
-        from clusters.k3d.backend import up as k3d_up
-
-        raise Exit(code=k3d_up(loaded, stack))
-    from clusters.local import stop_on_interrupt
-
-    stk = _stack(stack)
-    with stop_on_interrupt(stk.launcher):  # Ctrl-C or SIGTERM at any moment: nothing left running
-        result = run_scenario(loaded, stk, keep=True)
+    with chosen.interruptible(stack):  # Ctrl-C or SIGTERM at any moment: nothing left running
+        result = run_scenario(loaded, chosen, stack, keep=True)
     if json_:
         print(json.dumps(to_json(result), indent=2, default=str))
     else:
@@ -102,22 +102,20 @@ def up(c, scenario=None, file=None, backend="local", stack="default", json_=Fals
 @user_errors
 def down(c, purge=False, stack="default", backend="local"):
     """Stop every process of the stack (by process group); --purge removes its state folder."""
-    _check_backend(backend)
+    stopped = _stack(stack, backend).down(purge=purge)
     if backend == "k3d":
-        from clusters.k3d.backend import down as k3d_down
-
-        raise Exit(code=k3d_down(stack, purge=purge))
-    stopped = _stack(stack).down(purge=purge)
+        print(f"deleted {', '.join(stopped)}" if stopped else "nothing to delete: no ncpsim k3d clusters or network")
+        return
     print(f"stopped {len(stopped)} processes" + (" and removed the state folder" if purge else ""))
 
 
-@task(help={"json": "print the status contract as JSON", "stack": "stack name"})
+@task(help={"json": "print the status contract as JSON", "stack": "stack name", "backend": "local or k3d"})
 @user_errors
-def status(c, json_=False, stack="default"):
+def status(c, json_=False, stack="default", backend="local"):
     """Show the running stack: endpoints, DNS views, CAs, pods and logs."""
     from scenarios.report import endpoints_text
 
-    current = _stack(stack).status()
+    current = _stack(stack, backend).status()
     if current is None:
         if json_:
             print(json.dumps({"stack": stack, "running": []}))
@@ -128,25 +126,25 @@ def status(c, json_=False, stack="default"):
         print(json.dumps(current, indent=2))
     else:
         print(endpoints_text(current))
-        print(f"  running: {', '.join(current['running']) or 'nothing'}")
+        if "running" in current:
+            print(f"  running: {', '.join(current['running']) or 'nothing'}")
 
 
 @task(positional=["component"],
       help={"component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
                          "invocation-service-0), or `all`", "lines": "lines from the end",
-            "stack": "stack name"})
+            "stack": "stack name", "backend": "local or k3d"})
 @user_errors
-def logs(c, component=None, lines=40, stack="default"):
+def logs(c, component=None, lines=40, stack="default", backend="local"):
     """Print the last lines of a component's log (the proxy's access log is worker-callback-proxy.access)."""
     from sim.errors import ConfigError
 
-    folder = _stack(stack).state_dir / "logs"
-    paths = sorted(folder.glob("*.log")) if folder.exists() else []
+    known = _stack(stack, backend).logs()
+    paths = [Path(p) for p in known.values()]
     if component and component != "all":
-        paths = [p for p in paths if p.stem == component]
+        paths = [Path(known[component])] if component in known else []
         if not paths:
-            known = ", ".join(p.stem for p in sorted(folder.glob("*.log"))) if folder.exists() else "none"
-            raise ConfigError(f"no log for {component!r}; known: {known}")
+            raise ConfigError(f"no log for {component!r}; known: {', '.join(known) or 'none'}")
     for path in paths:
         text = path.read_text(errors="replace").splitlines()[-int(lines):]
         print(f"==> {path} <==")
@@ -197,13 +195,15 @@ def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, json
 @user_errors
 def render(c, out, scenario="http-callback", backend="k3d", stack="default"):
     """Write every k3d config, Kubernetes manifest and the Envoy config; run nothing."""
+    from scenarios.model import load_scenario
     from sim.errors import ConfigError
 
     if backend != "k3d":
         raise ConfigError("--backend: only k3d renders files (the local backend runs processes)")
     from clusters.k3d.tasks import render as k3d_render
 
-    raise Exit(code=k3d_render(out, _scenario_arg(scenario), stack))
+    loaded = load_scenario(_scenario_arg(scenario))
+    raise Exit(code=k3d_render(out, loaded.build_topology(stack), loaded.name))
 
 
 @task(help={"context": "kubectl context of the compute cluster", "domain": "workerCallbackProxy.workerDomain",

@@ -24,7 +24,7 @@ from typing import Any
 from bench import dnsload, machine, quic, relay, report, scale, startup
 from bench.stacks import running, topology, unique_name
 from bench.targets import judge
-from clusters.stack import LocalStack
+from clusters.local import LocalStack
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusters.stack import LocalStack
+from clusters.local import LocalStack
 from sim.model.netmap import LOOPBACK
 from sim.model.topology import ComputeSpec, Pod, Topology, WorkerSpec, build
 from sim.model.values import DEFAULTS, check, deep_merge
@@ -99,7 +99,7 @@ def running(root: Path, topo: Topology) -> Iterator[BenchStack]:
     """Bring `topo` up under `root`; stop every process of it when the block ends."""
     stack = LocalStack(topo.stack, root=root)
     try:
-        status = stack.up(topo, "bench")
+        status = stack.up(topo, "bench").status()
         yield BenchStack(stack, topo, status)
     finally:
         stack.down()

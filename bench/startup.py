@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.procs import spawn, stop
 from bench.stacks import unique_name
-from clusters.stack import LocalStack
+from clusters.local import LocalStack
 
 REPO = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).with_name("invoke"))

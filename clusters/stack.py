@@ -1,21 +1,28 @@
-"""A named stack on the local backend: its state folder, its processes, and the status contract."""
+"""The Stack: what every backend's ``up(topology)`` returns, and the one `invoke status` contract.
+
+scenarios/ and tasks.py drive a Stack without knowing its backend: the replay engine reads the state
+folder (events, access log, network map), redeploys through the Stack, and asks it for process
+control only for fault steps. Each backend supplies the endpoints it publishes; `build_status` turns
+them into the contract of DESIGN.md section 5, so the backends cannot drift apart.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import re
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from clusters.local import Launcher
 from sim.errors import ConfigError
-from sim.model.netmap import NetMap
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
-from sim.protocols.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
+from sim.protocols.wire import PROXY_HTTP_PORT, invocation_port
+from sim.runtime.faults import Components
 
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+Json = dict[str, Any]
 
 
 def state_root() -> Path:
@@ -28,76 +35,90 @@ def state_dir(stack: str, root: Path | None = None) -> Path:
     return (root or state_root()) / stack
 
 
-class LocalStack:
-    def __init__(self, name: str = "default", root: Path | None = None):
-        self.name = name
-        self.state_dir = state_dir(name, root)
-        self.launcher = Launcher(self.state_dir)
+class Stack(Protocol):
+    """A running stack, whatever runs it."""
 
-    def up(self, topology: Topology, scenario: str) -> dict[str, Any]:
-        if self.launcher.running():
-            raise ConfigError(f"stack {self.name!r} is already running ({self.state_dir}); "
-                              f"run `invoke down` first or pick another --stack name")
-        try:
-            netmap = self.launcher.start(topology)
-        except BaseException:
-            self.launcher.stop_all()  # Ctrl-C or a failed component: leave nothing half-up
-            raise
-        status = build_status(topology, netmap, self.state_dir, scenario)
-        (self.state_dir / "status.json").write_text(json.dumps(status, indent=2))
-        return status
+    name: str
+    backend: str
+    state_dir: Path
+    topology: Topology  # as running now: k3d pods carry the IPs the cluster gave them
 
-    def down(self, purge: bool = False) -> list[str]:
-        stopped = self.launcher.stop_all()
-        if purge:
-            self.launcher.purge()
-        else:
-            (self.state_dir / "status.json").unlink(missing_ok=True)
-        return stopped
+    def redeploy(self, topology: Topology, what: str) -> Topology:
+        """Replace workers|proxy|pods|all as a rollout would, with `topology`'s values; the new topology."""
+        ...
 
-    def status(self) -> dict[str, Any] | None:
-        path = self.state_dir / "status.json"
-        if not path.exists():
-            return None
-        status = json.loads(path.read_text())
-        status["running"] = sorted(self.launcher.running())
-        return status
+    def status(self) -> Json | None: ...
+    def logs(self) -> dict[str, str]: ...
+    def down(self, purge: bool = False) -> list[str]: ...
 
-    def topology(self) -> Topology:
-        return Topology.load(self.state_dir)
+    def close(self) -> None:
+        """Let go of what this process holds for the stack (port-forwards, log copying); it keeps running."""
+        ...
+
+    @property
+    def components(self) -> Components | None: ...
 
 
-def build_status(topology: Topology, netmap: NetMap, state: Path, scenario: str) -> dict[str, Any]:
-    """The `invoke status --json` contract of DESIGN.md section 5."""
+class Backend(Protocol):
+    name: str
+
+    def up(self, topology: Topology, scenario: str) -> Stack: ...
+    def attach(self, stack: str) -> Stack:
+        """The stack of that name as it is (for status, logs and down), running or not."""
+        ...
+
+    def interruptible(self, stack: str) -> AbstractContextManager[None]:
+        """Around a whole `up` and replay: Ctrl-C or SIGTERM at any moment leaves nothing running."""
+        ...
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str | None
+    port: int | None
+    extra: Json = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """What a backend publishes on the laptop: the proxy's two fronts, each cluster's DNS, the logs."""
+
+    proxy_http: Endpoint
+    proxy_h3: Endpoint
+    dns: dict[str, Endpoint]
+    logs: dict[str, str]
+
+
+def build_status(backend: str, topology: Topology, state: Path, scenario: str, endpoints: Endpoints) -> Json:
+    """The `invoke status --json` contract of DESIGN.md section 5, for every backend."""
     wd = topology.worker_domain
-    lb = topology.proxy_lb_ip
-
-    def real(ip: str, port: int, proto: str) -> int | None:
-        return netmap.bindings.get(f"{ip}:{port}/{proto}")
-
     # The pod targets workers are handed: the worker TLS port unless upstreamTls is off (DESIGN.md section 1).
-    worker_port = 8443 if proxy_settings(topology.values).upstream_tls else 8080
+    port = invocation_port(proxy_settings(topology.values).upstream_tls)
     pods = [{"name": p.name, "role": p.role, "cluster": p.cluster, "ip": p.ip,
-             "target": (f"http://{p.fqdn}:{worker_port}" if p.role == "invocation"
+             "target": (f"http://{p.fqdn}:{port}" if p.role == "invocation"
                         else f"https://{p.fqdn.split('.')[0]}.{wd}")}
             for p in topology.pods]
-    logs = {path.stem: str(path) for path in sorted((state / "logs").glob("*.log"))}
     return {
-        "backend": "local",
+        "backend": backend,
         "stack": topology.stack,
         "scenario": scenario,
         "workerDomain": wd,
         "stateDir": str(state),
         "proxy": {
-            "http": {"host": "127.0.0.1", "port": real(lb, PROXY_HTTP_PORT, "tcp"), "name": f"invocation.{wd}",
-                     "url": f"https://invocation.{wd}:{PROXY_HTTP_PORT}"},
-            "h3": {"host": "127.0.0.1", "port": real(lb, PROXY_H3_PORT, "udp"), "name": f"*.{wd}",
+            "http": {"host": endpoints.proxy_http.host, "port": endpoints.proxy_http.port,
+                     "name": f"invocation.{wd}", "url": f"https://invocation.{wd}:{PROXY_HTTP_PORT}"},
+            "h3": {"host": endpoints.proxy_h3.host, "port": endpoints.proxy_h3.port, "name": f"*.{wd}",
                    "url": f"https://<dashed-pod-ip>.{wd}"},
         },
-        "dns": {c.name: {"host": "127.0.0.1", "port": real(c.dns_ip, 53, "udp")} for c in topology.clusters},
+        "dns": {name: {"host": e.host, "port": e.port, **e.extra} for name, e in endpoints.dns.items()},
         "ca": {"stack": str(state / "certs" / "ca" / "stack" / "ca.crt"),
                "public": str(state / "certs" / "ca" / "public" / "ca.crt")},
         "pods": pods,
-        "logs": logs,
+        "logs": endpoints.logs,
         "events": str(state / "events"),
     }
+
+
+def log_files(state: Path) -> dict[str, str]:
+    return {path.stem: str(path) for path in sorted((state / "logs").glob("*.log"))}
+

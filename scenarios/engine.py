@@ -6,17 +6,19 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from clusters.stack import LocalStack
+from clusters.stack import Backend, Stack
 from scenarios import calls
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
 from scenarios.expect import Facts, evaluate
 from scenarios.model import Scenario, Step
 from scenarios.probe import probe_call
+from scenarios.result import ScenarioResult, StepResult, to_json
+from scenarios.sequence_html import write_sequence
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError
@@ -28,44 +30,12 @@ from sim.runtime.faults import FaultInjector
 SETTLE_TIMEOUT = 5.0  # how long to wait for the last log lines of finished calls
 
 
-@dataclass
-class StepResult:
-    step: Step
-    traces: list[CallTrace] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    note: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-
-@dataclass
-class ScenarioResult:
-    scenario: Scenario
-    steps: list[StepResult] = field(default_factory=list)
-    up_seconds: float = 0.0
-    elapsed: float = 0.0
-    first_callback_seconds: float | None = None  # from the start of `up` to the first successful callback
-    error: str | None = None
-    status: dict[str, Any] | None = None
-    refused: str | None = None  # error scenarios: the config error the values got, as expected
-    artifacts: dict[str, str] = field(default_factory=dict)  # report.json, sequence.mmd, sequence.html
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and all(s.ok for s in self.steps)
-
-    @property
-    def failures(self) -> list[str]:
-        return ([self.error] if self.error else []) + [f for s in self.steps for f in s.failures]
-
-
 class Replay:
     """One scenario on one running stack."""
 
-    def __init__(self, scenario: Scenario, stack: LocalStack, topology: Topology):
-        self.scenario, self.stack, self.topology = scenario, stack, topology
+    def __init__(self, scenario: Scenario, stack: Stack):
+        self.scenario, self.stack, self.topology = scenario, stack, stack.topology
+        topology = self.topology
         self.tail = StackTail(stack.state_dir)
         self.client = Context(stack.state_dir, topology, "client", CONTROL_CLUSTER)
         self.facts = Facts({p.name: p.ip for p in topology.pods}, {w.name: w for w in topology.workers})
@@ -125,7 +95,8 @@ class Replay:
         return "values changed (running pods keep what they started with until redeployed)"
 
     def redeploy(self, what: str) -> str:
-        self.stack.launcher.redeploy(self.topology, what)
+        self.topology = self.stack.redeploy(self.topology, what)  # k3d pods come back with new IPs
+        self.facts = replace(self.facts, pod_ips={p.name: p.ip for p in self.topology.pods})
         return f"redeployed {what}"
 
     async def invoke(self, step: Step) -> list[CallTrace]:
@@ -182,19 +153,21 @@ class Replay:
         return traces
 
 
-def run_scenario(scenario: Scenario, stack: LocalStack, keep: bool = True) -> ScenarioResult:
-    """Bring the stack up, replay, and leave it running when `keep` (invoke up) or on request."""
+def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bool = True) -> ScenarioResult:
+    """Bring a stack up on `backend`, replay, and leave it running when `keep` (invoke up)."""
     if scenario.expect_error is not None:
         return judge_refusal(scenario)
     if scenario.stackless:
-        return run_stackless(scenario, stack)
+        return run_stackless(scenario, backend.attach(stack_name).state_dir)
     result = ScenarioResult(scenario)
     started = time.monotonic()
-    topology = scenario.build_topology(stack.name)
+    topology = scenario.build_topology(stack_name)
+    stack: Stack | None = None
     try:
-        result.status = stack.up(topology, scenario.name)
+        stack = backend.up(topology, scenario.name)
+        result.status = stack.status()
         result.up_seconds = time.monotonic() - started
-        replay = Replay(scenario, stack, topology)
+        replay = Replay(scenario, stack)
         try:
             result.steps = asyncio.run(replay.run())
         finally:
@@ -204,26 +177,29 @@ def run_scenario(scenario: Scenario, stack: LocalStack, keep: bool = True) -> Sc
         result.error = str(exc)
     finally:
         result.elapsed = time.monotonic() - started
-        if not keep:
-            stack.down()
-    if stack.state_dir.exists():
-        write_artifacts(result, stack.state_dir)
+        if stack is not None:
+            stack.close()
+            if not keep:
+                stack.down()
+    folder = backend.attach(stack_name).state_dir
+    if folder.exists():
+        write_artifacts(result, folder)
     return result
 
 
-def run_stackless(scenario: Scenario, stack: LocalStack) -> ScenarioResult:
+def run_stackless(scenario: Scenario, state: Path) -> ScenarioResult:
     """Runbook scenarios rehearse control-plane operations on their own models: no cluster to bring up."""
     result = ScenarioResult(scenario)
     started = time.monotonic()
-    (stack.state_dir / "events").mkdir(parents=True, exist_ok=True)
+    (state / "events").mkdir(parents=True, exist_ok=True)
     try:
         for step in scenario.steps:
-            summary, failures = runbook_step(step, stack.state_dir)
+            summary, failures = runbook_step(step, state)
             result.steps.append(StepResult(step, note=summary, failures=failures))
     except ScenarioError as exc:
         result.error = str(exc)
     result.elapsed = time.monotonic() - started
-    write_artifacts(result, stack.state_dir)
+    write_artifacts(result, state)
     return result
 
 
@@ -240,8 +216,6 @@ def judge_refusal(scenario: Scenario) -> ScenarioResult:
 
 
 def write_artifacts(result: ScenarioResult, state_dir: Path) -> None:
-    from scenarios.sequence import write_sequence
-
     reports = state_dir / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     result.artifacts.update(write_sequence(result, reports))
@@ -257,16 +231,3 @@ def first_callback(tail: StackTail, started_monotonic: float) -> float | None:
         return None
     wall_start = time.time() - (time.monotonic() - started_monotonic)
     return min(oks) - wall_start
-
-
-def to_json(result: ScenarioResult) -> dict[str, Any]:
-    return {
-        "scenario": result.scenario.name, "summary": result.scenario.summary, "ok": result.ok,
-        "upSeconds": round(result.up_seconds, 3), "elapsedSeconds": round(result.elapsed, 3),
-        "firstCallbackSeconds": None if result.first_callback_seconds is None
-        else round(result.first_callback_seconds, 3),
-        "error": result.error, "expectError": result.scenario.expect_error, "refused": result.refused,
-        "artifacts": result.artifacts,
-        "steps": [{"index": s.step.index, "name": s.step.name, "ok": s.ok, "note": s.note,
-                   "failures": s.failures, "calls": [t.to_dict() for t in s.traces]} for s in result.steps],
-    }

@@ -31,9 +31,10 @@ from typing import Any
 
 import pytest
 
-from clusters.stack import LocalStack
-from scenarios.engine import Replay, ScenarioResult, StepResult, run_scenario
+from clusters.local import LocalBackend, LocalStack
+from scenarios.engine import Replay, run_scenario
 from scenarios.model import load_scenario, scenario_from_data
+from scenarios.result import ScenarioResult, StepResult
 from scenarios.spec import Scenario, Step, probe_from, wait_from
 from scenarios.trace import CallTrace
 from sim.model.events import read_events
@@ -72,8 +73,8 @@ class SimStack:
 
     def up(self) -> SimStack:
         topology = self.scenario.build_topology(self._stack.name)
-        self.status = self._stack.up(topology, self.scenario.name)
-        self._replay = Replay(self.scenario, self._stack, topology)
+        self.status = self._stack.up(topology, self.scenario.name).status() or {}
+        self._replay = Replay(self.scenario, self._stack)
         return self
 
     def _running(self) -> Replay:
@@ -193,6 +194,6 @@ def ncpsim_replay(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Sce
 
     def replay(scenario: str | os.PathLike, values_file: Path | None = None) -> ScenarioResult:
         loaded = load_scenario(str(scenario), values_file, allow_expected_error=True)
-        return run_scenario(loaded, LocalStack(f"replay-{os.getpid()}-{next(_names)}", root=root), keep=False)
+        return run_scenario(loaded, LocalBackend(root), f"replay-{os.getpid()}-{next(_names)}", keep=False)
 
     return replay

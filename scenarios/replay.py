@@ -11,23 +11,27 @@ from typing import TextIO
 
 from rich.console import Console
 
-from clusters.local import stop_on_interrupt
-from clusters.stack import LocalStack
-from scenarios.engine import ScenarioResult, run_scenario, to_json
+from clusters.local import LocalBackend
+from clusters.stack import Backend
+from scenarios.engine import run_scenario
 from scenarios.model import catalogue, load_scenario
 from scenarios.report import render_text
+from scenarios.result import ScenarioResult, to_json
 from scenarios.spec import Scenario
 from sim.errors import BackendError
 
 
-def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None) -> ScenarioResult:
+def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None,
+               backend: Backend | None = None) -> ScenarioResult:
     """A fresh stack for one scenario. Processes stop afterwards unless it failed and `keep` is set;
     the state folder stays either way, so the reports, logs and events can be read after the run."""
-    stack = LocalStack(f"replay-{scenario.name}"[:40], root=root)
+    backend = backend or LocalBackend(root)
+    name = f"replay-{scenario.name}"[:40]
+    stack = backend.attach(name)
     stack.down(purge=True)  # nothing from an earlier replay
     try:
-        with stop_on_interrupt(stack.launcher):
-            result = run_scenario(scenario, stack, keep=True)
+        with backend.interruptible(name):
+            result = run_scenario(scenario, backend, name, keep=True)
     except BackendError as exc:  # one scenario's stack failing to start must not end the whole run
         stack.down()
         result = ScenarioResult(scenario, error=str(exc))

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from scenarios.engine import ScenarioResult
+from scenarios.result import ScenarioResult
 from scenarios.trace import CallTrace
 
 ARTIFACT_NAMES = {"html": "sequence diagram (HTML)", "mermaid": "sequence diagram (Mermaid)",

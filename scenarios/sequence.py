@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
+from scenarios.result import ScenarioResult, StepResult
 from scenarios.trace import CallTrace
-
-if TYPE_CHECKING:
-    from scenarios.engine import ScenarioResult, StepResult
 
 MAX_GROUPS_PER_STEP = 16  # more distinct shapes than this in one step would drown the picture
 
@@ -209,15 +205,3 @@ def mermaid(d: Diagram) -> str:
         else:
             lines.append(f"    {row.src}{ARROWS[row.style]}{row.dst}: {_clean(row.label)}")
     return "\n".join(lines) + "\n"
-
-
-def write_sequence(result: ScenarioResult, folder: Path) -> dict[str, str]:
-    """Write sequence.mmd and sequence.html; return their paths by kind."""
-    from scenarios.sequence_html import html_page
-
-    d = diagram(result)
-    text = mermaid(d)
-    mmd, page = folder / "sequence.mmd", folder / "sequence.html"
-    mmd.write_text(text)
-    page.write_text(html_page(d, text))
-    return {"mermaid": str(mmd), "html": str(page)}

@@ -8,8 +8,10 @@ row per message or note.
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 
-from scenarios.sequence import Diagram, Message, Note
+from scenarios.result import ScenarioResult
+from scenarios.sequence import Diagram, Message, Note, diagram, mermaid
 
 LANE_GAP = 230  # px between lane centres: room for a target URL in small type
 LEFT = 130
@@ -102,3 +104,13 @@ def html_page(d: Diagram, mermaid_text: str) -> str:
         f'<pre class="mermaid" id="mermaid-source">{escape(mermaid_text)}</pre></details>',
         "</body></html>",
     ])
+
+
+def write_sequence(result: ScenarioResult, folder: Path) -> dict[str, str]:
+    """Write sequence.mmd and sequence.html; return their paths by kind."""
+    d = diagram(result)
+    text = mermaid(d)
+    mmd, page = folder / "sequence.mmd", folder / "sequence.html"
+    mmd.write_text(text)
+    page.write_text(html_page(d, text))
+    return {"mermaid": str(mmd), "html": str(page)}

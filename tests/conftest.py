@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from clusters.stack import LocalStack
-from scenarios.engine import ScenarioResult, run_scenario
+from clusters.local import LocalBackend, LocalStack
+from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
+from scenarios.result import ScenarioResult
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ def http_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Local
     root = tmp_path_factory.mktemp("ncpsim")
     stack = LocalStack("e2e-http", root=root)
     try:
-        result = run_scenario(load_scenario("http-callback"), stack, keep=True)
+        result = run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True)
         yield stack, result
     finally:
         stack.down()

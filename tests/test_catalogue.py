@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from clusters.local import Launcher
-from scenarios.engine import ScenarioResult
+from clusters.local.launcher import Launcher
 from scenarios.model import catalogue, load_scenario
 from scenarios.replay import replay_all, write_junit
+from scenarios.result import ScenarioResult
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = [name for name, _ in catalogue()]

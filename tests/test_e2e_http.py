@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from clusters.stack import LocalStack
+from clusters.local import LocalStack
 from dns.client import resolve_a
-from scenarios.engine import ScenarioResult
+from scenarios.result import ScenarioResult
 from sim.model.netmap import LiveNetMap, Unreachable
 from sim.proxy.access_log import read_access_log
 

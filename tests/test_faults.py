@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from clusters.stack import LocalStack
+from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.tail import StackTail
@@ -43,7 +43,7 @@ def test_link_fault_matches_source_cluster_and_target_range() -> None:
 def stack(tmp_path) -> Iterator[LocalStack]:
     stack = LocalStack("faults", root=tmp_path)
     try:
-        assert run_scenario(load_scenario("http-callback"), stack, keep=True).ok
+        assert run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True).ok
         yield stack
     finally:
         stack.down()
@@ -52,7 +52,7 @@ def stack(tmp_path) -> Iterator[LocalStack]:
 
 def call(stack: LocalStack, pod_index: int = 0) -> Invocation:
     """One invocation; gives up as soon as the worker reports its callback failed."""
-    topology = stack.topology()
+    topology = stack.topology
     tail = StackTail(stack.state_dir)
 
     def give_up(request_id: str) -> str | None:

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from clusters.stack import LocalStack
-from scenarios.engine import ScenarioResult, run_scenario
+from clusters.local import LocalBackend, LocalStack
+from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
+from scenarios.result import ScenarioResult
 from sim.protocols import h3
 from sim.proxy.access_log import read_access_log
 
@@ -420,7 +421,7 @@ def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
     os.environ["NCPSIM_PROXY_STREAM_IDLE"] = str(IDLE)
     try:
         try:
-            result = run_scenario(load_scenario("http-callback"), stack, keep=True)
+            result = run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True)
         finally:
             if saved is None:
                 os.environ.pop("NCPSIM_PROXY_STREAM_IDLE", None)
@@ -556,7 +557,7 @@ async def h3_attempt(port: int, ca: Path, case: H3Case) -> H3Outcome:
 def h3_batch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, dict[str, H3Outcome]]]:
     stack = LocalStack("hostile-h3", root=tmp_path_factory.mktemp("ncpsim-h3"))
     try:
-        result = run_scenario(load_scenario("grpc-callback"), stack, keep=True)
+        result = run_scenario(load_scenario("grpc-callback"), LocalBackend(stack.root), stack.name, keep=True)
         assert result.ok, result.failures
         status = stack.status()
         port, ca = status["proxy"]["h3"]["port"], Path(status["ca"]["stack"])
@@ -632,7 +633,7 @@ def connect_batch(tmp_path_factory: pytest.TempPathFactory
     values.write_text(CONNECT_ON)
     stack = LocalStack("hostile-connect", root=root)
     try:
-        result = run_scenario(load_scenario("http-callback", values), stack, keep=True)
+        result = run_scenario(load_scenario("http-callback", values), LocalBackend(stack.root), stack.name, keep=True)
         assert result.ok, result.failures
         yield stack, send_batch(stack, CONNECT_CASES)
     finally:

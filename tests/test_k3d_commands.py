@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters.k3d import backend
 from clusters.k3d.runner import CommandRunner
+from clusters.k3d.stack import K3dBackend, K3dStack
 from scenarios.model import load_scenario
 from sim.errors import BackendError
 
@@ -40,7 +40,15 @@ class FakeEngine:
 @pytest.fixture
 def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("NCPSIM_HOME", str(tmp_path / "home"))
-    return fake.Harness(tmp_path)
+    harness = fake.Harness(tmp_path)
+    harness.attached = []
+
+    def attach(stack: K3dStack, scenario: str) -> K3dStack:
+        harness.attached.append(stack.topology)
+        return stack
+
+    monkeypatch.setattr(K3dStack, "attach", attach)
+    return harness
 
 
 @pytest.fixture(scope="module")
@@ -48,23 +56,19 @@ def scenario():
     return load_scenario("http-callback")  # one compute cluster with two workers
 
 
+def k3d_up(scenario, runner: CommandRunner, engine) -> K3dStack:
+    return K3dBackend(runner, engine, sleep=lambda _s: None).up(scenario.build_topology("default"), scenario.name)
+
+
+def k3d_down(runner: CommandRunner, purge: bool = False) -> list[str]:
+    return K3dBackend(runner, FakeEngine()).attach("default").down(purge=purge)
+
+
 def run_up(tools, scenario, engine=None) -> tuple[int, CommandRunner, list]:
+    """Up without the attach to live pods (which needs real pods; its parts are in test_k3d_live.py)."""
     runner = CommandRunner(env=tools.env, echo=None)
-    replays = []
-
-    def replay(b, s, t):  # the live replay needs real pods; its parts are tested in test_k3d_live.py
-        replays.append(t)
-        return 0
-
-    code = backend.up(
-        scenario,
-        "default",
-        runner=runner,
-        engine=engine or FakeEngine(),
-        replay=replay,
-        sleep=lambda _s: None,
-    )
-    return code, runner, replays
+    k3d_up(scenario, runner, engine or FakeEngine())
+    return 0, runner, tools.attached
 
 
 def expected_up(home: Path, first: bool) -> list[tuple[str, ...]]:
@@ -140,12 +144,12 @@ def test_second_up_is_idempotent_and_down_removes_everything(tools, scenario, tm
     assert not [c for c in runner.commands if "create" in c or "restart" in c]
     assert len(tools.calls()) == before + len(runner.commands)
     assert tools.state()["clusters"] == ["ncpsim-cp", "ncpsim-compute-1"]
-    backend.down("default", runner=CommandRunner(env=tools.env, echo=None), engine=FakeEngine())
+    k3d_down(CommandRunner(env=tools.env, echo=None))
     assert tools.state()["clusters"] == [] and tools.state()["networks"] == []
     assert (
         tmp_path / "home" / "default" / "certs"
     ).exists()  # kept for the next `up`: workers' trust survives
-    backend.down("default", purge=True, runner=CommandRunner(env=tools.env, echo=None), engine=FakeEngine())
+    k3d_down(CommandRunner(env=tools.env, echo=None), purge=True)
     assert not (tmp_path / "home" / "default").exists()
 
 
@@ -155,14 +159,7 @@ def test_failure_midway_rolls_back_what_this_run_created(tools, scenario) -> Non
     with pytest.raises(
         BackendError, match=r"apply -f .*ncpsim-compute-1.yaml` failed \(exit 1\): Error: injected"
     ):
-        backend.up(
-            scenario,
-            "default",
-            runner=runner,
-            engine=FakeEngine(),
-            replay=lambda *a: 0,
-            sleep=lambda _s: None,
-        )
+        k3d_up(scenario, runner, FakeEngine())
     failed_at = next(i for i, c in enumerate(runner.commands) if "apply" in c and "k3d-ncpsim-compute-1" in c)
     assert runner.commands[failed_at + 1 :] == [
         ("k3d", "cluster", "delete", "ncpsim-compute-1"),
@@ -177,7 +174,7 @@ def test_rollback_leaves_what_existed_before(tools, scenario) -> None:
     tools.fail_on("ncpsim-compute-1.yaml")  # creating the compute cluster fails
     runner = CommandRunner(env=tools.env, echo=None)
     with pytest.raises(BackendError, match="k3d cluster create"):
-        backend.up(scenario, "default", runner=runner, engine=FakeEngine(), replay=lambda *a: 0)
+        k3d_up(scenario, runner, FakeEngine())
     assert runner.commands[-1][:3] == ("k3d", "cluster", "create")  # nothing of ours to delete
     assert tools.state()["clusters"] == ["ncpsim-cp"] and tools.state()["networks"] == ["ncpsim"]
 
@@ -189,7 +186,7 @@ def test_failed_image_build_rolls_back_too(tools, scenario) -> None:
 
     runner = CommandRunner(env=tools.env, echo=None)
     with pytest.raises(BackendError, match="building"):
-        backend.up(scenario, "default", runner=runner, engine=BrokenBuild(), replay=lambda *a: 0)
+        k3d_up(scenario, runner, BrokenBuild())
     assert runner.commands[-3:] == [
         ("k3d", "cluster", "delete", "ncpsim-compute-1"),
         ("k3d", "cluster", "delete", "ncpsim-cp"),
@@ -197,10 +194,10 @@ def test_failed_image_build_rolls_back_too(tools, scenario) -> None:
     ]
 
 
-def test_down_deletes_only_ncpsim_clusters_then_the_network(tools, capsys) -> None:
+def test_down_deletes_only_ncpsim_clusters_then_the_network(tools) -> None:
     tools.preset(networks=["ncpsim", "other-net"], clusters=["ncpsim-cp", "dev", "ncpsim-compute-1"])
     runner = CommandRunner(env=tools.env, echo=None)
-    assert backend.down("default", runner=runner, engine=FakeEngine()) == 0
+    removed = k3d_down(runner)
     assert runner.commands == [
         ("docker", "version", "--format", "{{.Client.Version}}"),
         ("k3d", "version"),
@@ -211,14 +208,13 @@ def test_down_deletes_only_ncpsim_clusters_then_the_network(tools, capsys) -> No
         ("docker", "network", "rm", "ncpsim"),
     ]
     assert tools.state()["clusters"] == ["dev"] and tools.state()["networks"] == ["other-net"]
-    assert "cluster ncpsim-compute-1, cluster ncpsim-cp, network ncpsim" in capsys.readouterr().out
+    assert removed == ["cluster ncpsim-compute-1", "cluster ncpsim-cp", "network ncpsim"]
 
 
-def test_down_when_nothing_is_up(tools, capsys) -> None:
+def test_down_when_nothing_is_up(tools) -> None:
     runner = CommandRunner(env=tools.env, echo=None)
-    assert backend.down("default", runner=runner, engine=FakeEngine()) == 0
+    assert k3d_down(runner) == []
     assert [c for c in runner.commands if "delete" in c or "rm" in c] == []
-    assert "nothing to delete" in capsys.readouterr().out
 
 
 # -- preflight -----------------------------------------------------------------------------------
@@ -229,7 +225,7 @@ def test_preflight_names_each_missing_tool_with_its_install_step(
     only_docker = fake.Harness(tmp_path, tools=("docker",), inherit_path=False)
     runner = CommandRunner(env=only_docker.env, echo=None)
     with pytest.raises(BackendError) as raised:
-        backend.up(scenario, "default", runner=runner, engine=FakeEngine(), replay=lambda *a: 0)
+        k3d_up(scenario, runner, FakeEngine())
     message = str(raised.value)
     assert "k3d not found on PATH" in message and "install.sh" in message
     assert "kubectl not found on PATH" in message and "kubernetes.io/docs/tasks/tools" in message
@@ -240,9 +236,7 @@ def test_preflight_names_each_missing_tool_with_its_install_step(
 def test_preflight_reports_an_unreachable_engine(tools, scenario) -> None:
     runner = CommandRunner(env=tools.env, echo=None)
     with pytest.raises(BackendError, match="docker engine Docker engine not reachable .*start Docker"):
-        backend.up(
-            scenario, "default", runner=runner, engine=FakeEngine(reachable=False), replay=lambda *a: 0
-        )
+        k3d_up(scenario, runner, FakeEngine(reachable=False))
     assert not [c for c in tools.calls() if c[:2] in (("docker", "network"), ("k3d", "cluster"))]
 
 
@@ -276,13 +270,7 @@ def test_proxy_service_type_must_be_a_load_balancer_for_compute_clusters(tools, 
 
     values = deep_merge(scenario.values, {"workerCallbackProxy": {"service": {"type": "ClusterIP"}}})
     with pytest.raises(BackendError, match="service.type.*LoadBalancer"):
-        backend.up(
-            replace(scenario, values=values),
-            "default",
-            runner=CommandRunner(env=tools.env, echo=None),
-            engine=FakeEngine(),
-            replay=lambda *a: 0,
-        )
+        k3d_up(replace(scenario, values=values), CommandRunner(env=tools.env, echo=None), FakeEngine())
 
 
 # -- the runner and the engine seam ----------------------------------------------------------------

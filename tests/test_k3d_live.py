@@ -5,6 +5,7 @@ against them on the machine these tests were written on.)"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -15,10 +16,12 @@ import pytest
 from clusters.k3d.backend import Backend
 from clusters.k3d.live import LogSync, PortForward, live_topology, parse_pods, sort_log_lines, write_netmap
 from clusters.k3d.runner import CommandRunner
-from clusters.k3d.session import ClusterLauncher, select, status
+from clusters.k3d.stack import ClusterLauncher, K3dStack, select, status
 from clusters.render.bundle import Addresses, manifests_by_cluster
 from clusters.render.control_plane import CertMaterial
+from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
+from scenarios.report import render_text
 from sim.errors import BackendError, ScenarioError
 from sim.model.netmap import LiveNetMap, Unreachable
 from sim.model.topology import Pod
@@ -234,11 +237,27 @@ def test_status_file_keeps_the_contract_keys(tmp_path: Path) -> None:
     assert {p["name"] for p in current["pods"]} == {p.name for p in TOPOLOGY.pods}
 
 
-def test_replay_plumbing_runs_end_to_end_against_fakes(tools, tmp_path: Path, capsys) -> None:
+class AttachOnly:
+    """The k3d backend after its clusters are up: `up` only attaches (live pods, forwards, log copying)."""
+
+    name = "k3d"
+
+    def __init__(self, steps: Backend):
+        self.steps = steps
+
+    def up(self, topology, scenario: str) -> K3dStack:
+        return K3dStack(self.steps, topology).attach(scenario)
+
+    def attach(self, stack: str) -> K3dStack:
+        return K3dStack(self.steps, TOPOLOGY)
+
+    def interruptible(self, stack: str):
+        return contextlib.nullcontext()
+
+
+def test_replay_plumbing_runs_end_to_end_against_fakes(tools, tmp_path: Path) -> None:
     """Nothing listens behind the fake port-forwards, so every call fails: the point is that the
     live path (pods, forwards, network map, log sync, the engine, the report) runs and says so."""
-    from clusters.k3d.session import run_replay
-
     (tmp_path / "logs.txt").write_text("")
     tools.env["NCPSIM_FAKE_LOGS"] = str(tmp_path / "logs.txt")
     tools.preset(
@@ -251,14 +270,28 @@ def test_replay_plumbing_runs_end_to_end_against_fakes(tools, tmp_path: Path, ca
         }
     )
     runner = CommandRunner(env=tools.env, echo=None)
-    backend = Backend(runner, engine=None, state=tmp_path / "state")  # type: ignore[arg-type]
-    assert run_replay(backend, SCENARIO, TOPOLOGY) == 1
-    report = capsys.readouterr().out
-    assert report.startswith("FAIL http-callback")
-    assert json.loads((tmp_path / "state" / "status.json").read_text())["backend"] == "k3d"
+    steps = Backend(runner, engine=None, state=tmp_path / "state")  # type: ignore[arg-type]
+    result = run_scenario(SCENARIO, AttachOnly(steps), "default", keep=True)
+    assert not result.ok
+    assert render_text(result).startswith("FAIL http-callback")
+    status_file = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert status_file["backend"] == "k3d"
+    assert status_file["pods"][0]["target"].endswith(":8443")  # upstream TLS on: the shared builder
     assert (tmp_path / "state" / "reports" / "report.json").exists()
     forwards = [c for c in runner.commands if "port-forward" in c]
     assert [c[-2:] for c in forwards] == [
         ("pod/invocation-service-7d9f8-0", ":8080"),
         ("pod/invocation-service-7d9f8-1", ":8080"),
     ]
+
+
+def test_status_pod_targets_follow_upstream_tls(tmp_path: Path) -> None:
+    """The k3d status once hard-coded :8443; both backends now share one builder."""
+    from dataclasses import replace
+
+    from sim.model.values import deep_merge
+
+    plain = replace(TOPOLOGY, values=deep_merge(TOPOLOGY.values, {"workerCallbackProxy": {
+        "invocation": {"upstreamTls": {"enabled": False}}}}))
+    targets = {p["target"].rsplit(":", 1)[1] for p in status(plain, tmp_path, "x")["pods"] if p["role"] == "invocation"}
+    assert targets == {"8080"}

@@ -288,7 +288,8 @@ def test_render_task_writes_files_without_running_anything(tmp_path: Path, monke
 
     monkeypatch.setenv("NCPSIM_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # any command would fail to start
-    assert tasks.render(tmp_path / "out", "http-callback", "default") == 0
+    topology = load_scenario("http-callback").build_topology("default")
+    assert tasks.render(tmp_path / "out", topology, "http-callback") == 0
     assert (tmp_path / "out" / "k3d" / "ncpsim-cp.yaml").exists()
     assert (tmp_path / "out" / "manifests" / "ncpsim-cp.yaml").stat().st_mode & 0o777 == 0o600
     text = (tmp_path / "out" / "manifests" / "ncpsim-cp.yaml").read_text()

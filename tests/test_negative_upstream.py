@@ -10,7 +10,7 @@ import pytest
 
 from certs.profiles import INVOCATION_SECRET, Profile
 from certs.store import CertStore, load_secret, write_secret
-from clusters.stack import LocalStack
+from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from sim.proxy.access_log import read_access_log
@@ -23,7 +23,7 @@ ATTACH = "/v2/nvcf/worker/request-attach"
 def stack(tmp_path) -> Iterator[LocalStack]:
     stack = LocalStack("neg-upstream", root=tmp_path)
     try:
-        result = run_scenario(load_scenario("http-callback"), stack, keep=True)
+        result = run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True)
         assert result.ok, result.failures
         yield stack
     finally:

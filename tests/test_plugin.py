@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.local import Launcher
+from clusters.local.launcher import Launcher
 
 pytest_plugins = ["pytester"]
 

@@ -16,7 +16,7 @@ from certs.profiles import FRONTEND_SECRET, INVOCATION_SECRET
 from certs.rotate import KINDS, rotate
 from certs.store import CertStore
 from certs.volume import write_secret
-from clusters.stack import LocalStack
+from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.tail import StackTail
@@ -51,7 +51,7 @@ def stack(tmp_path: Path) -> Iterator[LocalStack]:
     path.write_text(yaml.safe_dump(SCENARIO))
     stack = LocalStack("rotation", root=tmp_path / "state")
     try:
-        result = run_scenario(load_scenario(str(path)), stack, keep=True)
+        result = run_scenario(load_scenario(str(path)), LocalBackend(stack.root), stack.name, keep=True)
         assert result.ok, result.failures
         yield stack
     finally:
@@ -96,7 +96,7 @@ async def rotate_in_background(store: CertStore, kind: str, client: Context, res
 async def load_while_rotating(stack: LocalStack, rate: float, seconds: float, grpc_every: int = 2) -> LoadResult:
     """Open-loop callbacks at `rate` per second for `seconds`, rotating every kind once along the way
     (in the background: the load does not pause while a rotation waits out its propagation grace)."""
-    client = Context(stack.state_dir, stack.topology(), "load", CONTROL_CLUSTER)
+    client = Context(stack.state_dir, stack.topology, "load", CONTROL_CLUSTER)
     store = CertStore(stack.state_dir / "certs")
     result = LoadResult()
     tail = StackTail(stack.state_dir)

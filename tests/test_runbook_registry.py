@@ -55,13 +55,13 @@ def test_catalogue_has_a_right_and_a_wrong_scenario_per_runbook() -> None:
 @pytest.mark.parametrize("path", runbook_scenarios(), ids=lambda p: p.stem)
 def test_catalogue_scenarios_pass_through_the_replay_engine(path: Path, tmp_path: Path) -> None:
     """Each runbook scenario replays through the same engine as the callback scenarios, and passes."""
-    from clusters.stack import LocalStack
+    from clusters.local import LocalBackend
     from scenarios.engine import run_scenario
     from scenarios.model import load_scenario
 
     scenario = load_scenario(str(path))
     assert scenario.name == path.stem and scenario.stackless
-    result = run_scenario(scenario, LocalStack("runbook", root=tmp_path))
+    result = run_scenario(scenario, LocalBackend(tmp_path), "runbook")
     assert result.ok, result.failures
     wrong = path.stem.endswith("-wrong")
     for step in result.steps:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from clusters.stack import LocalStack
+from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 
@@ -246,7 +246,7 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
 def test_down_after_a_crashed_component(root: Path) -> None:
     stack = LocalStack("crash", root=root)
     try:
-        result = run_scenario(load_scenario("http-callback"), stack, keep=True)
+        result = run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True)
         assert result.ok, result.failures
         pids = {p.stem: int(p.read_text()) for p in (stack.state_dir / "pids").glob("*.pid")}
         assert "worker-callback-proxy" in pids
@@ -300,25 +300,24 @@ REPLAY_SCRIPT = """
 import sys
 from pathlib import Path
 
-from clusters.local import stop_on_interrupt
-from clusters.stack import LocalStack
+from clusters.local import LocalBackend
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 
-stack = LocalStack(sys.argv[2], root=Path(sys.argv[1]))
-launch = stack.up
+backend, name = LocalBackend(Path(sys.argv[1])), sys.argv[2]
+launch = backend.up
 
 
 def announced_up(*args, **kwargs):
-    status = launch(*args, **kwargs)
+    stack = launch(*args, **kwargs)
     print("up", flush=True)  # the replay starts now: the test's cue
-    return status
+    return stack
 
 
-stack.up = announced_up
+backend.up = announced_up
 try:
-    with stop_on_interrupt(stack.launcher):
-        run_scenario(load_scenario("http-callback"), stack, keep=True)
+    with backend.interruptible(name):
+        run_scenario(load_scenario("http-callback"), backend, name, keep=True)
 except KeyboardInterrupt:
     sys.exit(130)
 """
@@ -326,7 +325,7 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_stop_on_interrupt_covers_the_replay(root: Path, sig: signal.Signals) -> None:
-    """clusters.local.stop_on_interrupt around run_scenario (what `invoke up` should do): a signal after
+    """The local backend's interruptible() around run_scenario (what `invoke up` should do): a signal after
     every component is ready, mid-replay, still stops them all."""
     proc = subprocess.Popen([sys.executable, "-c", REPLAY_SCRIPT, str(root), "replay-int"], cwd=REPO,
                             env=cli_env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -372,8 +371,8 @@ LAUNCH_SCRIPT = """
 import os, signal, subprocess, sys
 from pathlib import Path
 
-import clusters.local as local
-from clusters.stack import LocalStack
+import clusters.local.launcher as local
+from clusters.local import LocalBackend, LocalStack
 from scenarios.model import load_scenario
 
 root, name, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -1,9 +1,10 @@
-"""`invoke up --backend k3d` and `invoke down --backend k3d`.
+"""The k3d backend's steps: `invoke up --backend k3d` and `invoke down --backend k3d`.
 
 up = preflight -> shared Docker network -> k3d clusters -> stand-in image (docker SDK build, `k3d image
 import`) -> control-plane manifests -> rollouts -> the proxy's and work bus's load-balancer addresses
 -> compute manifests (selectorless Services to those addresses, coredns-custom, workers) -> CoreDNS
-restart when the rewrite changed -> rollouts -> the scenario replayed with the same engine.
+restart when the rewrite changed -> rollouts; clusters.k3d.stack then attaches to what runs (live pods,
+port-forwards, logs) and hands the replay engine a Stack.
 
 A second `up` creates nothing that exists (`docker network ls`, `k3d cluster list -o json`) and
 re-applies the rest. When a step fails, what this run created (clusters, then the network) is
@@ -21,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusters.k3d.engine import DOCKERFILE, DockerEngine, SdkEngine, build_context
-from clusters.k3d.preflight import preflight
+from clusters.k3d.engine import DOCKERFILE, DockerEngine, build_context
 from clusters.k3d.runner import CommandRunner
-from clusters.k3d.state import RENDER_DIR, cert_material, stack_state, write_files
+from clusters.k3d.state import RENDER_DIR, write_files
 from clusters.render.bundle import (
     Addresses,
     k3d_config_path,
@@ -34,16 +34,12 @@ from clusters.render.bundle import (
 )
 from clusters.render.control_plane import CertMaterial
 from clusters.render.layout import BUS_NAME, CLUSTER_TIMEOUT, NETWORK, PROXY_NAME, STANDIN_IMAGE, kube_context
-from scenarios.model import Scenario
 from sim.errors import BackendError
 from sim.model.topology import CONTROL_CLUSTER, Topology
 from sim.protocols.wire import NAMESPACE
 
 OURS = re.compile(rf"^(?:{re.escape(CONTROL_CLUSTER)}|ncpsim-compute-\d+)$")
 LB_ATTEMPTS, LB_INTERVAL = 90, 2.0  # servicelb publishes node IPs within seconds; allow three minutes
-
-Replay = Callable[["Backend", Scenario, Topology], int]
-
 
 @dataclass
 class Backend:
@@ -175,65 +171,19 @@ def bring_up(backend: Backend, topology: Topology, material: CertMaterial) -> To
     return topology
 
 
-def _default_replay(backend: Backend, scenario: Scenario, topology: Topology) -> int:
-    from clusters.k3d.live import replay_on_clusters
-
-    return replay_on_clusters(backend, scenario, topology)
-
-
-def _judge_refusal(scenario: Scenario) -> int:
-    from scenarios.engine import judge_refusal
-    from scenarios.report import render_text
-
-    result = judge_refusal(scenario)
-    print(render_text(result), end="")
-    return 0 if result.ok else 1
-
-
-def up(
-    scenario: Scenario,
-    stack: str,
-    *,
-    runner: CommandRunner | None = None,
-    engine: DockerEngine | None = None,
-    replay: Replay | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-) -> int:
-    """Bring the clusters up and replay the scenario: 0 when its expectations hold, 1 when not.
-    Usage and environment problems raise BackendError (exit 2 from the task)."""
-    if getattr(scenario, "expect_error", None) is not None:
-        return _judge_refusal(scenario)  # the values are meant to be refused: no cluster is needed
-    runner = runner or CommandRunner()
-    engine = engine or SdkEngine()
-    preflight(runner, engine)
-    topology = scenario.build_topology(stack)
-    if (
-        topology.compute_clusters
-        and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer"
-    ):
+def check_reachable(topology: Topology) -> None:
+    """Compute clusters reach the proxy here only through a LoadBalancer Service."""
+    if topology.compute_clusters and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer":
         raise BackendError(
             "workerCallbackProxy.service.type: the k3d backend reaches the proxy from compute "
             "clusters through its load balancer; set it to LoadBalancer"
         )
-    state = stack_state(stack)
-    backend = Backend(runner, engine, state, sleep)
-    material = cert_material(state / "certs", topology)
-    bring_up(backend, topology, material)
-    return (replay or _default_replay)(backend, scenario, topology)
 
 
-def down(
-    stack: str,
-    *,
-    purge: bool = False,
-    runner: CommandRunner | None = None,
-    engine: DockerEngine | None = None,
-) -> int:
-    """Delete ncpsim's clusters (compute first) and the shared network; 0 also when nothing was up.
+def teardown(backend: Backend, purge: bool = False) -> list[str]:
+    """Delete ncpsim's clusters (compute first) and the shared network; what was removed (maybe nothing).
     `purge` also removes the stack's state folder (certificates, rendered files, events)."""
-    runner, engine = runner or CommandRunner(), engine or SdkEngine()
-    preflight(runner, engine, tools=("docker", "k3d"), with_engine=False)  # the engine may already be gone
-    backend = Backend(runner, engine, stack_state(stack))
+    runner = backend.runner
     ours = sorted(
         (n for n in backend.existing_clusters() if OURS.match(n)), key=lambda n: (n == CONTROL_CLUSTER, n)
     )
@@ -247,7 +197,4 @@ def down(
     if purge:
         shutil.rmtree(backend.state, ignore_errors=True)
         removed.append(f"state folder {backend.state}")
-    print(
-        f"deleted {', '.join(removed)}" if removed else "nothing to delete: no ncpsim k3d clusters or network"
-    )
-    return 0
+    return removed

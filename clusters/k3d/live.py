@@ -1,4 +1,4 @@
-"""Replaying a scenario against the k3d clusters with the same engine (scenarios.engine.Replay).
+"""What the replay engine needs of the k3d clusters, as parts of clusters.k3d.stack.K3dStack.
 
 The engine needs three things from a stack: a client that reaches the pods' client ports, the
 components' events, and the proxy's access log. Here:
@@ -16,7 +16,6 @@ its parts are tested with a fake kubectl.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -28,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import Self
 
 from clusters.k3d.runner import CommandRunner
 from clusters.render.layout import GRPC_DEPLOYMENT, INVOCATION_DEPLOYMENT, kube_context
@@ -38,10 +37,6 @@ from sim.model.topology import CONTROL_CLUSTER, Pod, Topology
 from sim.protocols.wire import GRPC_CLIENT_PORT, INVOCATION_HTTP_PORT, NAMESPACE
 from sim.proxy.access_log import parse_line
 from sim.proxy.component import ACCESS_LOG
-
-if TYPE_CHECKING:
-    from clusters.k3d.backend import Backend
-    from scenarios.model import Scenario
 
 FORWARD_TIMEOUT = 15.0
 SYNC_INTERVAL = 0.5
@@ -218,15 +213,21 @@ class LogSync:
         while not self._stop.wait(self.interval):
             self.sync_once()
 
-    def __enter__(self) -> Self:
+    def start(self) -> Self:
         self.sync_once()
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
         self.sync_once()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
@@ -256,12 +257,6 @@ def live_topology(runner: CommandRunner, topology: Topology) -> Topology:
     return replace(topology, pods=pods)
 
 
-def replay_on_clusters(backend: Backend, scenario: Scenario, topology: Topology) -> int:
-    from clusters.k3d.session import run_replay
-
-    return run_replay(backend, scenario, topology)
-
-
 def start_forwards(runner: CommandRunner, topology: Topology) -> list[PortForward]:
     forwards: list[PortForward] = []
     try:
@@ -273,10 +268,3 @@ def start_forwards(runner: CommandRunner, topology: Topology) -> list[PortForwar
             forward.stop()
         raise
     return forwards
-
-
-def run_engine(replay: Any) -> list[Any]:
-    try:
-        return asyncio.run(replay.run())
-    finally:
-        replay.close()

@@ -9,26 +9,22 @@ from clusters.k3d.dnsrewrite import dns_rewrite as _dns_rewrite
 from clusters.k3d.doctor import doctor as _doctor
 from clusters.k3d.state import cert_material, stack_state, write_files
 from clusters.render.bundle import render_bundle
-from scenarios.model import Scenario, load_scenario
+from sim.model.topology import Topology
 from sim.protocols.wire import PROXY_SERVICE_FQDN
 
-DEFAULT_SCENARIO = "http-callback"
 
-
-def render(out_dir: str | Path, scenario: Scenario | str | None = None, stack: str = "default") -> int:
+def render(out_dir: str | Path, topology: Topology, scenario: str) -> int:
     """Write every k3d config, manifest and the Envoy config under `out_dir`; run nothing.
 
     Certificates come from the stack's state folder (created there if missing), so a later `up`
     applies the same Secrets. Manifest files hold private keys and are written owner-only.
     """
-    loaded = scenario if isinstance(scenario, Scenario) else load_scenario(scenario or DEFAULT_SCENARIO)
-    topology = loaded.build_topology(stack)
-    material = cert_material(stack_state(stack) / "certs", topology)
+    material = cert_material(stack_state(topology.stack) / "certs", topology)
     written = write_files(Path(out_dir), render_bundle(topology, material))
     for path in written:
         print(path)
     print(
-        f"rendered {len(written)} files for scenario {loaded.name}; "
+        f"rendered {len(written)} files for scenario {scenario}; "
         "compute clusters point at the Topology's virtual load-balancer addresses "
         "until `up` fills in the live ones"
     )

@@ -12,17 +12,17 @@ import ipaddress
 import json
 import os
 import random
-import signal
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
 
 if TYPE_CHECKING:
     from certs.store import CertStore
+    from sim.model.topology import Topology
 
 FAULTS_FILE = "faults.json"
 
@@ -93,12 +93,32 @@ def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
     return f"{which} certificate replaced by one that expired yesterday"
 
 
-class FaultInjector:
-    """Applies one fault step to a running LocalStack (clusters.stack) and says what it did."""
+class Components(Protocol):
+    """Process control a backend offers fault steps (the local backend's processes; not k3d yet)."""
 
-    def __init__(self, stack: Any, rng: random.Random):
+    def running(self) -> dict[str, int]: ...
+    def kill(self, name: str) -> int: ...
+    def restart(self, name: str) -> None: ...
+    def stop(self, name: str) -> None: ...
+
+
+class FaultTarget(Protocol):
+    """What a fault step needs of a running stack (clusters.stack.Stack has it)."""
+
+    state_dir: Path
+
+    @property
+    def topology(self) -> Topology: ...
+
+    @property
+    def components(self) -> Components | None: ...
+
+
+class FaultInjector:
+    """Applies one fault step to a running stack and says what it did."""
+
+    def __init__(self, stack: FaultTarget, rng: random.Random):
         self.stack, self.rng = stack, rng
-        self.launcher = stack.launcher
 
     ACTIONS = ("kill", "restart", "scale", "stop", "start", "link", "clear-links", "expire")
 
@@ -108,18 +128,25 @@ class FaultInjector:
             raise ScenarioError(f"fault: unknown action {action!r}; use {', '.join(self.ACTIONS)}")
         return getattr(self, "_" + action.replace("-", "_"))(arg)
 
+    @property
+    def processes(self) -> Components:
+        components = self.stack.components
+        if components is None:
+            raise ScenarioError("fault: this backend offers no process control; "
+                                "kill, restart, stop, start and scale need the local backend")
+        return components
+
     def _kill(self, name: str) -> str:
-        pid = self._pid(name)
-        os.killpg(pid, signal.SIGKILL)
-        self.launcher.reap(name)
+        self._check_running(name)
+        pid = self.processes.kill(name)
         return f"SIGKILL {name} (pid {pid})"
 
     def _restart(self, name: str) -> str:
-        self.launcher.restart(self.stack.topology(), self.launcher.spec_for(self.stack.topology(), name))
+        self.processes.restart(name)
         return f"restarted {name}"
 
     def _stop(self, name: str) -> str:
-        self.launcher.stop_one(name)
+        self.processes.stop(name)
         return f"stopped {name}"
 
     def _start(self, name: str) -> str:
@@ -127,11 +154,11 @@ class FaultInjector:
 
     def _scale(self, arg: dict[str, Any]) -> str:
         role, replicas = arg["role"], int(arg["replicas"])
-        pods = [p.name for p in self.stack.topology().pods if p.role == role]
+        pods = [p.name for p in self.stack.topology.pods if p.role == role]
         for name in pods[replicas:]:
-            self.launcher.stop_one(name)
+            self.processes.stop(name)
         for name in pods[:replicas]:
-            if name not in self.launcher.running():
+            if name not in self.processes.running():
                 self._restart(name)
         return f"scaled {role} to {replicas} of {len(pods)} replicas"
 
@@ -150,12 +177,10 @@ class FaultInjector:
         from certs.store import CertStore  # trustme and cryptography: only when a fault needs them
 
         return expire_certificate(CertStore(self.stack.state_dir / "certs"), which,
-                                  self.stack.topology().worker_domain)
+                                  self.stack.topology.worker_domain)
 
-    def _pid(self, name: str) -> int:
-        pid = self.launcher.running().get(name)
-        if pid is None:
+    def _check_running(self, name: str) -> None:
+        running = self.processes.running()
+        if name not in running:
             raise ScenarioError(f"fault: no running component {name!r}; running: "
-                                f"{', '.join(sorted(self.launcher.running()))}")
-        return pid
-
+                                f"{', '.join(sorted(running))}")

@@ -1,4 +1,4 @@
-"""The local backend: the Topology as processes on 127.0.0.1, each in its own process group.
+"""The local backend's launcher: the Topology as processes on 127.0.0.1, each in its own process group.
 
 Everything starts at once, so imports overlap: phase 1 (resolver, work bus, pods, proxy) binds port 0
 and reports its bindings on a ready pipe; the launcher writes them into the network map, where the

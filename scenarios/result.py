@@ -1,0 +1,55 @@
+"""What a replay found: per step, its call traces and failures; per scenario, the verdict and timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scenarios.spec import Scenario, Step
+from scenarios.trace import CallTrace
+
+
+@dataclass
+class StepResult:
+    step: Step
+    traces: list[CallTrace] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    steps: list[StepResult] = field(default_factory=list)
+    up_seconds: float = 0.0
+    elapsed: float = 0.0
+    first_callback_seconds: float | None = None  # from the start of `up` to the first successful callback
+    error: str | None = None
+    status: dict[str, Any] | None = None
+    refused: str | None = None  # error scenarios: the config error the values got, as expected
+    artifacts: dict[str, str] = field(default_factory=dict)  # report.json, sequence.mmd, sequence.html
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(s.ok for s in self.steps)
+
+    @property
+    def failures(self) -> list[str]:
+        return ([self.error] if self.error else []) + [f for s in self.steps for f in s.failures]
+
+
+def to_json(result: ScenarioResult) -> dict[str, Any]:
+    return {
+        "scenario": result.scenario.name, "summary": result.scenario.summary, "ok": result.ok,
+        "upSeconds": round(result.up_seconds, 3), "elapsedSeconds": round(result.elapsed, 3),
+        "firstCallbackSeconds": None if result.first_callback_seconds is None
+        else round(result.first_callback_seconds, 3),
+        "error": result.error, "expectError": result.scenario.expect_error, "refused": result.refused,
+        "artifacts": result.artifacts,
+        "steps": [{"index": s.step.index, "name": s.step.name, "ok": s.ok, "note": s.note,
+                   "failures": s.failures, "calls": [t.to_dict() for t in s.traces]} for s in result.steps],
+    }
