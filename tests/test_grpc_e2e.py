@@ -55,6 +55,7 @@ from sim.worker.host import WorkerRuntime
 DOMAIN = "grpc-worker.example.com"
 COMPUTE = "ncpsim-compute-1"
 TEST_TIMEOUT = 20.0
+EVENT_TIMEOUT = 10.0  # seconds a component may take to record an event once its client has the answer
 
 
 class Watch:
@@ -78,10 +79,17 @@ class Watch:
     def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return of_kind(self.events, kind, **match)
 
-    async def wait(self, kind: str, count: int = 1, **match: Any) -> list[dict[str, Any]]:
-        while len(found := self.of(kind, **match)) < count:
-            self._changed.clear()
-            await self._changed.wait()
+    async def wait(self, kind: str, count: int = 1, timeout: float = EVENT_TIMEOUT,
+                   **match: Any) -> list[dict[str, Any]]:
+        """At least `count` events of `kind` matching `match`, once they have all been emitted."""
+        try:
+            async with asyncio.timeout(timeout):
+                while len(found := self.of(kind, **match)) < count:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"{len(self.of(kind, **match))} of {count} {kind} events matching {match} "
+                                 f"after {timeout} s") from None
         return found
 
 
@@ -328,9 +336,9 @@ def test_wrong_pod_certificate_gives_503_uf(tmp_path: Path) -> None:
         await handle_work(stack.worker(pem=stack.stack_ca()), synthetic_work(stack, "grpc-proxy-0"))
         [result] = stack.watch.of("worker.callback.result")
         assert (result["status"], result["attempts"]) == (503, MAX_ATTEMPTS)
+        streams = await stack.watch.wait("proxy.h3.stream", MAX_ATTEMPTS)  # logged once both sides ended
         lines = stack.access_log()
         assert len(lines) == MAX_ATTEMPTS and {(x["status"], x["flags"]) for x in lines} == {("503", "UF")}
-        streams = stack.watch.of("proxy.h3.stream")
         assert all("CERTIFICATE_VERIFY_FAILED" in s["details"] for s in streams)
         assert not stack.watch.of("grpc.callback.rejected")  # the pod never saw a request
         # Reissue the right certificate: the pod picks it up for new sessions, without a restart.
@@ -349,9 +357,10 @@ def test_sni_naming_no_pod_is_refused(tmp_path: Path) -> None:
         with pytest.raises(h3.HandshakeFailed) as refused:
             await raw_callback(stack, "10-42-0-41.elsewhere.example.org", auth)
         assert "no filter chain" in refused.value.reason
+        await stack.watch.wait("proxy.h3.stream", 2)  # each stream is logged once both sides ended
+        await stack.watch.wait("proxy.h3.refused", authority="10-42-0-41.elsewhere.example.org")
         lines = stack.access_log()
         assert [(x["status"], x["flags"]) for x in lines] == [("503", "DF"), ("404", "NR"), ("0", "NR")]
-        assert stack.watch.of("proxy.h3.refused", authority="10-42-0-41.elsewhere.example.org")
         assert not stack.watch.of("grpc.callback.rejected")  # nothing reached a pod
 
     run_stack(tmp_path, body)
@@ -379,7 +388,7 @@ def test_client_sees_unavailable_when_the_pod_cannot_publish(tmp_path: Path) -> 
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await unary_once(stack, "grpc-proxy-0")
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
-        [done] = stack.watch.of("grpc.call.done")
+        [done] = await stack.watch.wait("grpc.call.done")  # the pod records the call after answering it
         assert not done["ok"] and "work bus" in done["error"]
 
     run_stack(tmp_path, body)

@@ -21,6 +21,8 @@ from sim.pods.bus import BusClient, WorkBus
 
 TOPOLOGY = load_scenario("http-callback").build_topology("default")
 SHORT = 5.0
+READY_TIMEOUT = 5.0  # seconds for the pod entry point to report component.ready
+POLL_INTERVAL = 0.01  # how often the test re-reads the captured stdout while it waits
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -162,10 +164,9 @@ def test_serve_publishes_what_the_component_reports(monkeypatch: pytest.MonkeyPa
 
     async def scenario() -> bytes:
         task = asyncio.create_task(entry.serve("invocation", ctx), name="serve")
-        for _ in range(200):
-            if "component.ready" in stream.getvalue():
-                break
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(READY_TIMEOUT):  # the ready event on stdout, as kubelet's probe waits for it
+            while "component.ready" not in stream.getvalue():
+                await asyncio.sleep(POLL_INTERVAL)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"through the pod port")
         await writer.drain()
