@@ -1,0 +1,41 @@
+"""A flood of events (one per DNS query) is capped per component, and what was dropped is counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.model.events import EventLog, read_events
+
+
+def test_events_past_the_cap_are_counted_not_written(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, "resolver", max_bytes=4096)
+    for n in range(1000):
+        log.emit("dns.query", qname=f"10-42-0-{n % 250}.grpc-worker.example.com", rcode="NOERROR")
+    log.close()
+    size = (tmp_path / "events" / "resolver.jsonl").stat().st_size
+    assert size < 4096 + 512  # the cap, plus the two records that say so
+    kinds = [e["kind"] for e in read_events(tmp_path)]
+    assert kinds.count("events.capped") == 1
+    dropped = [e for e in read_events(tmp_path) if e["kind"] == "events.dropped"]
+    assert len(dropped) == 1
+    assert dropped[0]["count"] == 1000 - kinds.count("dns.query")
+    assert dropped[0]["count"] > 900
+
+
+def test_a_reopened_log_keeps_counting_from_its_size(tmp_path: Path) -> None:
+    first = EventLog(tmp_path, "proxy", max_bytes=600)
+    first.emit("proxy.refused", reason="x" * 300)
+    first.close()
+    second = EventLog(tmp_path, "proxy", max_bytes=600)
+    second.emit("proxy.refused", reason="y" * 300)  # would cross the cap with what the first wrote
+    second.close()
+    lines = [json.loads(line) for line in (tmp_path / "events" / "proxy.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in lines] == ["proxy.refused", "events.capped", "events.dropped"]
+
+
+def test_under_the_cap_nothing_is_dropped(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, "proxy")
+    log.emit("proxy.refused", reason="route_not_found")
+    log.close()
+    assert [e["kind"] for e in read_events(tmp_path)] == ["proxy.refused"]
