@@ -11,12 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from stack_records import Records
 
 from clusters.local import LocalStack
 from dns.client import resolve_a
 from scenarios.result import ScenarioResult
 from sim.model.netmap import LiveNetMap, Unreachable
-from sim.proxy.access_log import read_access_log
 
 WD = "grpc-worker.example.com"
 POD = "10-42-0-11.invocation.nvcf.svc.cluster.local"
@@ -40,8 +40,8 @@ def curl(stack: LocalStack, target: str, *extra: str, ca: str = "stack") -> tupl
     return (out + ["000", "000"])[0], (out + ["000", "000"])[1]
 
 
-def access_lines(stack: LocalStack) -> list[dict[str, str]]:
-    return read_access_log(stack.state_dir / "logs" / "worker-callback-proxy.access.log")
+def from_curl(user_agent: str | None) -> bool:
+    return (user_agent or "").startswith("curl/")
 
 
 def test_scenario_passes_and_each_callback_reaches_the_pod_holding_it(http_stack) -> None:
@@ -60,26 +60,29 @@ def test_scenario_passes_and_each_callback_reaches_the_pod_holding_it(http_stack
 
 def test_curl_through_the_proxy_gets_the_pods_own_answer(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
     stack, _ = http_stack
+    records = Records(stack.state_dir)
     code, _ = curl(stack, f"http://{POD}:8443{ATTACH}")
     assert code == "401"  # the pod's answer for a missing token, not a proxy error
-    last = access_lines(stack)[-1]
-    assert (last["status"], last["flags"], last["upstream_host"]) == ("401", "-", "10.42.0.11:8443")
+    line = records.access_line(method="GET", path=ATTACH, ua=from_curl)
+    assert (line["status"], line["flags"], line["upstream_host"]) == ("401", "-", "10.42.0.11:8443")
 
 
 def test_curl_other_path_gets_404_nr(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
     stack, _ = http_stack
+    records = Records(stack.state_dir)
     code, _ = curl(stack, f"http://{POD}:8443/v2/nvcf/pexec/functions/x")
     assert code == "404"
-    last = access_lines(stack)[-1]
-    assert (last["status"], last["flags"], last["upstream_host"]) == ("404", "NR", "-")
+    line = records.access_line(method="GET", path="/v2/nvcf/pexec/functions/x", ua=from_curl)
+    assert (line["status"], line["flags"], line["upstream_host"]) == ("404", "NR", "-")
 
 
 def test_curl_proxytunnel_connect_gets_404(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
     stack, _ = http_stack
+    records = Records(stack.state_dir)
     _, connect = curl(stack, f"http://{POD}:8443{ATTACH}", "--proxytunnel")
     assert connect == "404"
-    last = access_lines(stack)[-1]
-    assert (last["method"], last["status"], last["flags"]) == ("CONNECT", "404", "NR")
+    line = records.access_line(method="CONNECT", ua=from_curl)
+    assert (line["status"], line["flags"]) == ("404", "NR")
 
 
 def test_curl_with_the_public_ca_fails_verification(http_stack: tuple[LocalStack, ScenarioResult]) -> None:

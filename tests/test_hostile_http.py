@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
@@ -448,27 +449,30 @@ def slow_exchange(stack: LocalStack, *parts: bytes, gap: float = 0.0) -> tuple[l
     return statuses(data), time.monotonic() - started, stalled
 
 
-def last_line(stack: LocalStack) -> tuple[int, str]:
-    rec = access_log(stack)[-1]
+def logged(records: Records, request_id: str) -> tuple[int, str]:
+    """(status, flags) of the access-log line for `request_id` ("-": a head cut off before its id)."""
+    rec = records.access_line(request_id=request_id)
     return int(rec["status"]), rec["flags"]
 
 
 def test_slow_request_head_gets_408_si(slow_stack: LocalStack) -> None:
     """Half a request head, then silence: the stream exists once its first byte arrived."""
     head = get("s-head", f"http://{POD}:8443{ATTACH}")
+    records = Records(slow_stack.state_dir)
     found, took, stalled = slow_exchange(slow_stack, head[:40])
     assert (found, stalled) == ([408], False)
     assert IDLE <= took < SHORT
-    assert last_line(slow_stack) == (408, "SI")
+    assert logged(records, "-") == (408, "SI")
 
 
 def test_slow_request_body_gets_408_si(slow_stack: LocalStack) -> None:
     """An allowed POST whose body stops half-way: the pod is still waiting, so the proxy answers 408."""
     head = req("s-body", f"POST http://{POD}:8443{ATTACH} HTTP/1.1", ("Content-Length", "10"))
+    records = Records(slow_stack.state_dir)
     found, took, stalled = slow_exchange(slow_stack, head + b"abc")
     assert (found, stalled) == ([408], False)
     assert IDLE <= took < SHORT
-    assert last_line(slow_stack) == (408, "SI")
+    assert logged(records, "hx-s-body") == (408, "SI")
 
 
 def test_a_steady_trickle_is_not_idle(slow_stack: LocalStack) -> None:
@@ -476,9 +480,10 @@ def test_a_steady_trickle_is_not_idle(slow_stack: LocalStack) -> None:
     head = get("s-trickle", f"http://{POD}:8443{ATTACH}")
     step = len(head) // (int(IDLE / TRICKLE) + 2) + 1
     pieces = [head[i:i + step] for i in range(0, len(head), step)]
+    records = Records(slow_stack.state_dir)
     found, took, _ = slow_exchange(slow_stack, *pieces, gap=TRICKLE)
     assert found == [401] and took > IDLE
-    assert last_line(slow_stack) == (401, "-")
+    assert logged(records, "hx-s-trickle") == (401, "-")
 
 
 def test_an_idle_keep_alive_connection_outlives_the_stream_timeout(slow_stack: LocalStack) -> None:
@@ -571,28 +576,25 @@ def h3_batch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSt
         assert not stack.launcher.running(), "components still running after down"
 
 
-def proxy_events(stack: LocalStack, kind: str) -> list[dict]:
-    path = stack.state_dir / "events" / "worker-callback-proxy.jsonl"
-    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [e for e in events if e["kind"] == kind]
-
-
 @pytest.mark.parametrize("case", H3_CASES, ids=[c.name for c in H3_CASES])
 def test_h3_hostile_case(case: H3Case, h3_batch: tuple[LocalStack, dict[str, H3Outcome]]) -> None:
     stack, outcomes = h3_batch
     out = outcomes[case.name]
     status, flag = case.expect
+    records = Records(stack.state_dir, since_start=True)  # the batch ran before this test
     if status == 0:
         alert = ALERT_NO_APPLICATION_PROTOCOL if flag == "ALPN" else ALERT_UNRECOGNIZED_NAME
         assert (out.handshake_error, out.status) == (alert, None)
         if flag == "NR":  # no filter chain matches the name: Envoy logs the connection with NR
-            refused = [e for e in proxy_events(stack, "proxy.h3.refused") if e.get("authority") == case.sni]
-            assert refused and refused[-1]["flags"] == "NR"
+            assert records.event("proxy.h3.refused", authority=case.sni)["flags"] == "NR"
         return
     assert (out.handshake_error, out.status) == (None, status)
-    streams = [e for e in proxy_events(stack, "proxy.h3.stream") if e.get("requestId") == f"hx-{case.name}"]
-    assert [(e["status"], e["flags"]) for e in streams] == [(status, flag)]
-    assert (streams[0]["upstream"] != "-") is case.allowed  # DF: the pod name never resolved
+    # The proxy records a stream once both sides ended, which may be just after the client has its answer.
+    stream = records.event("proxy.h3.stream", requestId=f"hx-{case.name}")
+    assert (stream["status"], stream["flags"]) == (status, flag)
+    assert [e for e in records.events if e.get("requestId") == f"hx-{case.name}"
+            and e["kind"] == "proxy.h3.stream"] == [stream]
+    assert (stream["upstream"] != "-") is case.allowed  # DF: the pod name never resolved
 
 
 def test_h3_no_forbidden_request_reached_a_grpc_pod(h3_batch: tuple[LocalStack, dict[str, H3Outcome]]
@@ -688,7 +690,7 @@ def test_connect_enabled_tunnel_reaches_only_the_named_pod(
     that pod (401, no token); none of the refused CONNECTs above reached any pod."""
     stack, _ = connect_batch
     ca = stack.status()["ca"]["stack"]
-    before = len(access_log(stack))
+    records = Records(stack.state_dir)
     with (socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
           client_context(ca).wrap_socket(sock, server_hostname=SNI) as tls):
         tls.sendall(req("con-tunnel", f"CONNECT {POD}:8443 HTTP/1.1", close=False))
@@ -698,11 +700,7 @@ def test_connect_enabled_tunnel_reaches_only_the_named_pod(
         assert head.split()[1] == b"200"
         inner = through_tunnel(tls, client_context(ca), POD, get("con-tunnel-inner", ATTACH))
     assert statuses(inner) == [401]  # the pod's own answer, through the tunnel
-    deadline = time.monotonic() + SHORT
-    while len(access_log(stack)) == before:  # the tunnel's line is written once both sides closed
-        assert time.monotonic() < deadline, "no access-log line for the tunnel"
-        time.sleep(0.01)
-    rec = access_log(stack)[before]
+    rec = records.access_line(request_id="hx-con-tunnel")  # written once both sides closed
     assert (rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) == ("CONNECT", "200", "-",
                                                                                   "10.42.0.11:8443")
     seen = {e.get("requestId") for e in pod_events(stack)}

@@ -7,13 +7,13 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from stack_records import Records
 
 from certs.profiles import INVOCATION_SECRET, Profile
 from certs.store import CertStore, load_secret, write_secret
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
-from sim.proxy.access_log import read_access_log
 
 WD = "grpc-worker.example.com"
 ATTACH = "/v2/nvcf/worker/request-attach"
@@ -54,16 +54,18 @@ def test_pod_certificate_from_another_ca_or_for_another_name_gives_503_uf(stack,
     crt, key, _ = load_secret(scratch)
     # The pod now serves that certificate while the Secret's ca.crt (what the proxy trusts) stays the stack CA.
     write_secret(store.secret_dir(INVOCATION_SECRET), crt, key, store.ca_path("stack").read_bytes())
+    records = Records(stack.state_dir)
     assert curl_code(stack, pod) == "503", why
-    last = read_access_log(stack.state_dir / "logs" / "worker-callback-proxy.access.log")[-1]
-    assert (last["status"], last["flags"]) == ("503", "UF")
-    events = (stack.state_dir / "events" / "worker-callback-proxy.jsonl").read_text()
-    assert "CERTIFICATE_VERIFY_FAILED" in events
+    line = records.access_line(method="GET", path=ATTACH, authority=f"{pod}:8443")
+    assert (line["status"], line["flags"]) == ("503", "UF")
+    failed = records.event("proxy.upstream.failed", requestId=line["request_id"])
+    assert "CERTIFICATE_VERIFY_FAILED" in failed["detail"]
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is the real client here")
 def test_pod_ip_with_no_pod_gives_503_df(stack) -> None:
     """A well-formed pod name that resolves nowhere: Envoy's dynamic forward proxy answers 503 DF."""
+    records = Records(stack.state_dir)
     assert curl_code(stack, "10-42-0-99.invocation.nvcf.svc.cluster.local") == "503"
-    last = read_access_log(stack.state_dir / "logs" / "worker-callback-proxy.access.log")[-1]
-    assert (last["status"], last["flags"]) == ("503", "DF")
+    line = records.access_line(method="GET", path=ATTACH)
+    assert (line["status"], line["flags"]) == ("503", "DF")

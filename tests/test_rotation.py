@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stack_records import Records
 
 from certs.inspect import fingerprint_sha256
 from certs.profiles import FRONTEND_SECRET, INVOCATION_SECRET
@@ -150,10 +151,10 @@ def test_new_handshakes_use_new_material_and_broken_files_keep_the_old(stack: Lo
     rotate(store, "frontend", WD)
     renewed = served()
     assert renewed != first
+    records = Records(stack.state_dir)
     write_secret(store.secret_dir(FRONTEND_SECRET), b"not a certificate", b"not a key", b"")
     assert served() == renewed  # broken new files: old material stays in use
-    errors = (stack.state_dir / "events" / "worker-callback-proxy.jsonl").read_text()
-    assert "proxy.tls.reload_failed" in errors
+    assert records.event("proxy.tls.reload_failed", component="worker-callback-proxy")
 
 
 @pytest.mark.long
