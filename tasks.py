@@ -7,6 +7,7 @@ Thin tasks: each parses its arguments, calls into the packages, and turns a user
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from invoke import Exit, task
+from invoke import Exit, Task, task
 
 ROOT = Path(__file__).resolve().parent
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -68,22 +69,83 @@ def _stack(name: str, backend: str = "local"):
     return _backend(backend).attach(name)
 
 
-@task(positional=["scenario"],
-      help={"scenario": "catalogue name or path to a scenario YAML (also as scenario=NAME)",
-            "file": "a customer's values file, layered under the scenario's values",
-            "backend": "local (default: processes on 127.0.0.1) or k3d",
-            "stack": "stack name (its state lives in .ncpsim/<stack>/)",
-            "json": "print the report as JSON instead of text"})
+def _bare_words(fn: Callable[..., Any], name: str) -> int:
+    """How many bare words follow task `name` on this command line (flag values are not bare words)."""
+    takes_value = {alias.replace("-", "_"): arg.takes_value
+                   for arg in Task(fn, positional=[]).get_arguments() for alias in arg.names}
+    if name not in sys.argv[1:]:
+        return 0
+    words, skip = 0, False
+    for token in sys.argv[sys.argv.index(name, 1) + 1:]:
+        if skip:
+            skip = False
+        elif token.startswith("-"):
+            flag = token.lstrip("-")
+            skip = "=" not in flag and takes_value.get(flag.replace("-", "_"), False)
+        else:
+            words += 1
+    return words
+
+
+def optional_positional(*names: str, more: str | None = None, **task_options: Any) -> Callable[..., Task]:
+    """@task whose positional arguments may be left out, which invoke itself does not allow.
+
+    Each name is positional only when the command line holds a bare word for it, so `invoke up`,
+    `invoke up NAME` and `invoke up --help` all parse. With `more`, the last name takes every further
+    word too (`invoke set a=1 b=2`): invoke reads a task's signature, so they become parameters.
+    """
+    def decorate(fn: Callable[..., Any]) -> Task:
+        given = _bare_words(fn, task_options.get("name") or fn.__name__.strip("_"))
+        body = fn
+        if more and given > len(names):
+            body = _taking_more(fn, more, given - len(names) + 1)
+        extra = [f"{more}_{n}" for n in range(2, given - len(names) + 2)] if more else []
+        return task(positional=[*names, *extra][:given], **task_options)(body)
+    return decorate
+
+
+def _taking_more(fn: Callable[..., Any], name: str, count: int) -> Callable[..., Any]:
+    """`fn` with `count` words for parameter `name` (a list): parameters name_2..name_N gather them."""
+    signature = inspect.signature(fn)
+    extra = [inspect.Parameter(f"{name}_{n}", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+             for n in range(2, count + 1)]
+
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        words = [kwargs.pop(f"{name}_{n}", None) for n in range(2, count + 1)]
+        kwargs[name] = [kwargs.get(name), *words]
+        return fn(*args, **kwargs)
+
+    body.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), *extra])
+    return body
+
+
+@optional_positional(
+    "scenario",
+    help={"scenario": "catalogue name or path to a scenario YAML (also as scenario=NAME); "
+                      "none: the default topology, idle",
+          "file": "a customer's values file, above the scenario's values (repeatable: later files win)",
+          "set": "key.path=value, YAML-typed, above every file (repeatable)",
+          "backend": "local (default: processes on 127.0.0.1) or k3d",
+          "stack": "stack name (its state lives in .ncpsim/<stack>/)",
+          "json": "print the report as JSON instead of text"},
+    iterable=["file", "set_"])
 @user_errors
-def up(c, scenario=None, file=None, backend="local", stack="default", json_=False):
+def up(c, scenario=None, file=None, set_=None, backend="local", stack="default", json_=False):
     """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running."""
+    from scenarios.devenv import idle_scenario
     from scenarios.engine import run_scenario
     from scenarios.model import load_scenario
-    from scenarios.report import endpoints_text, render_text
+    from scenarios.report import endpoints_text, render_text, values_warnings
     from scenarios.result import to_json
 
     chosen = _backend(backend)
-    loaded = load_scenario(_scenario_arg(scenario), Path(file) if file else None)
+    files, sets = [Path(f) for f in file or []], set_ or []
+    # No scenario: the default topology, idle (a dev environment to poke with call, fault, set, ...).
+    loaded = load_scenario(_scenario_arg(scenario), files, sets=sets) if scenario else idle_scenario(files, sets)
+    for warning in values_warnings([loaded]):  # the real chart is silent about them; the warning is the clue
+        print(f"warning: {warning}", file=sys.stderr)
     with chosen.interruptible(stack):  # Ctrl-C or SIGTERM at any moment: nothing left running
         result = run_scenario(loaded, chosen, stack, keep=True)
     if json_:
@@ -177,15 +239,17 @@ def scenarios(c):
 @task(positional=[] if "--all" in sys.argv else ["scenario"],
       help={"scenario": "catalogue name or YAML path (also as scenario=NAME)", "all": "replay the whole catalogue",
             "junit": "write a JUnit XML report to this file", "keep": "leave a failed scenario's stack running",
-            "file": "a customer's values file, layered under each scenario", "json": "print JSON reports"})
+            "file": "a customer's values file, above each scenario's values (repeatable: later files win)",
+            "set": "key.path=value, YAML-typed, above every file (repeatable)", "json": "print JSON reports"},
+      iterable=["file", "set_"])
 @user_errors
-def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, json_=False):
+def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_=None, json_=False):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails."""
     from scenarios.replay import replay_many
 
     names = None if all_ else [_scenario_arg(scenario)]
-    ok = replay_many(names, values_file=Path(file) if file else None, junit=Path(junit) if junit else None,
-                     keep=keep, as_json=json_)
+    ok = replay_many(names, values_file=[Path(f) for f in file or []], sets=set_ or [],
+                     junit=Path(junit) if junit else None, keep=keep, as_json=json_)
     if not ok:
         raise Exit(code=EXIT_FAILED)
 
@@ -226,6 +290,106 @@ def doctor(c):
     from clusters.k3d.tasks import doctor as run
 
     raise Exit(code=run())
+
+
+# -- a dev environment: one scenario step at a time on the running stack (scenarios/devenv.py) ---------------
+def _run_steps(stack_name: str, backend: str, steps: list[dict[str, Any]], source: str, json_: bool = False,
+               origin: dict[str, tuple[str, int]] | None = None) -> None:
+    from scenarios.devenv import run_steps, session_json, session_text
+
+    session = run_steps(_stack(stack_name, backend), steps, Path(source), origin)
+    print(session_json(session) if json_ else session_text(session), end="" if not json_ else "\n")
+    if not session.ok:
+        raise Exit(code=EXIT_FAILED)
+
+
+_ON_STACK = {"stack": "stack name (default: default)", "backend": "local or k3d"}
+
+
+@task(positional=["function"],
+      help={"function": "http-echo or grpc-echo", "count": "how many calls (they run at once)",
+            "json": "print the traces as JSON", **_ON_STACK})
+@user_errors
+def call(c, function, count=1, json_=False, stack="default", backend="local"):
+    """Invoke a function on the running stack; a trace line per callback; exit 1 if any call failed."""
+    from scenarios.devenv import call_step
+
+    _run_steps(stack, backend, [call_step(function, int(count))], "invoke call", json_)
+
+
+@optional_positional(
+    "action", "target",
+    help={"action": "kill, restart, stop, start (a component), scale (ROLE=N), link (FROM_CLUSTER), "
+                    "clear-links, expire (frontend|public-frontend|invocation|grpc-proxy)",
+          "target": "what the action acts on (see `invoke status` for component names)",
+          "to": "link: the address or CIDR the cluster's dials go to (default: the proxy's load balancer)",
+          "latency_ms": "link: added latency", "drop": "link: share of connections lost (0..1)",
+          "timeout_ms": "link: how long a lost connection hangs", **_ON_STACK})
+@user_errors
+def fault(c, action=None, target=None, to=None, latency_ms=0, drop=0.0, timeout_ms=1000, stack="default",
+          backend="local"):
+    """Inject a fault into the running stack: invoke fault kill invocation-service-0, ..."""
+    from scenarios.devenv import fault_step, link_target
+    from sim.errors import ConfigError
+
+    if not action:
+        raise ConfigError("fault: name an action, e.g. invoke fault kill invocation-service-0 (see --help)")
+    if action == "link":
+        to = link_target(_stack(stack, backend), to)
+    step = fault_step(action, target, to, int(latency_ms), float(drop), int(timeout_ms))
+    _run_steps(stack, backend, [step], "invoke fault")
+
+
+@task(positional=["kind"], help={"kind": "frontend, pod-certs, stack-ca or public-ca", **_ON_STACK})
+@user_errors
+def rotate(c, kind, stack="default", backend="local"):
+    """Rotate certificates on the running stack, as the runbook does; calls keep working throughout."""
+    from scenarios.devenv import rotate_step
+
+    _run_steps(stack, backend, [rotate_step(kind)], "invoke rotate")
+
+
+@optional_positional(
+    "assignment", more="assignment", name="set",
+    help={"assignment": "key.path=value (YAML-typed: true, 3, null); several may follow",
+          "redeploy": "then replace workers, proxy, pods or all, as a rollout would", **_ON_STACK})
+@user_errors
+def set_(c, assignment=None, redeploy=None, stack="default", backend="local"):
+    """Change values on the running stack (running pods keep theirs until --redeploy replaces them)."""
+    from scenarios.devenv import set_step
+
+    assignments = assignment if isinstance(assignment, list) else [assignment] if assignment else []
+    _run_steps(stack, backend, [set_step(assignments, redeploy)], "invoke set")
+
+
+@task(positional=["file"], help={"file": "a YAML step (or `steps: [...]`), `-` for standard input", **_ON_STACK})
+@user_errors
+def step(c, file, stack="default", backend="local"):
+    """Run any scenario step on the running stack, with its expectations checked; exit 1 if one fails."""
+    from scenarios.devenv import steps_from_file
+
+    steps, path, origin = steps_from_file(file, _stack(stack, backend).state_dir)
+    _run_steps(stack, backend, steps, str(path), origin=origin)
+
+
+@task(iterable=["file", "set"],
+      help={"file": "a customer's values file (repeat: later files win)", "set": "key.path=value (repeatable)",
+            "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
+            "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
+            "json": "print the findings as JSON"})
+@user_errors
+X
+    """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
+    from scenarios.diagnose.probe import diagnose as run
+    from scenarios.diagnose.probe import text
+    from sim.errors import ConfigError
+
+    if not file and not set:
+        raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
+    found = run([Path(f) for f in file or []], set or [], symptom, workers)
+    print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
+    if found.findings:
+        raise Exit(code=EXIT_FAILED)
 
 
 @task(help={"quick": "short run (< 2 min): 2 warm runs, no catalogue, 1,000-callback scale run"})

@@ -1,0 +1,134 @@
+"""Observations of a customer's world turned into findings, most serious first (pure).
+
+Render-time refusals come first: in the field the render fails and nothing deploys. Then what the probe
+workers saw, one finding per cause, each carrying the probe and its evidence (DNS rcode, TLS error,
+status and response flag). A healthy world gives no findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scenarios.diagnose.causes import CAUSES, Cause
+
+SPLIT_PLANE_KEYS = ("global.workerEndpoints.invocationServiceURL", "global.workerEndpoints.grpcProxyWorkerConnectURL",
+                    "grpcproxy.workerConnectBaseURL", "invocation.env.WORKER_STREAM_PROPERTIES__SELF_ADDRESS")
+RENDER_CAUSES = (("global.workerEndpoints.invocationProxyURL", "invocation-proxy-url"),
+                 ("nats.authCallout.workerTokenAuth.webhookUrl", "callout-webhook-empty"),
+                 ("nats.workerAuth", "nats-auth-mode"), ("podAnnotations", "pod-annotations"))
+
+
+@dataclass(frozen=True)
+class World:
+    """What the values say, as far as diagnosis needs it."""
+
+    proxy_enabled: bool
+    service_type: str = "LoadBalancer"
+    frontend: str = "stack"  # "stack" (OpenBao issuer) | "brought" (existingSecret or a public issuerRef)
+    pem_set: bool = False
+    connect_enabled: bool = False
+    compute_clusters: int = 1
+
+
+@dataclass(frozen=True)
+class RenderIssue:
+    path: str
+    message: str
+    where: str = ""  # FILE:LINE when known
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One callback a probe worker made, as the stack recorded it."""
+
+    probe: str  # the probe worker, e.g. "1.4.0:stack"
+    function: str
+    ok: bool
+    stage: str | None = None  # dns | connect | tls | get | post | ... (where the worker failed)
+    error: str | None = None
+    dns_rcode: str | None = None
+    statuses: tuple[int, ...] = ()
+    proxy: tuple[tuple[int, str], ...] = ()  # (status, response flag) per access-log line
+
+
+@dataclass(frozen=True)
+class Finding:
+    cause: Cause
+    evidence: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.cause
+        return {"id": c.id, "severity": c.severity, "title": c.title, "section": c.section, "fix": c.fix,
+                "evidence": list(self.evidence)}
+
+
+def render_finding(issue: RenderIssue) -> Finding:
+    cause = "split-plane-url" if issue.path in SPLIT_PLANE_KEYS else next(
+        (c for key, c in RENDER_CAUSES if key in issue.path), "values-refused")
+    where = f"{issue.where}: " if issue.where else ""
+    return Finding(CAUSES[cause], (f"render refused: {where}{issue.path}: {issue.message}",))
+
+
+def cause_of(obs: Observation, world: World) -> str | None:
+    """The documented cause of one failed callback (None when it succeeded)."""
+    if obs.ok:
+        return None
+    error, stage = (obs.error or "").lower(), obs.stage or ""
+    if stage == "dns" or obs.dns_rcode in ("NXDOMAIN", "SERVFAIL"):
+        return "rewrite-missing"
+    if "connect" in error and "404" in error:
+        return "legacy-worker-connect-off"
+    if stage == "connect" or "unreachable" in error or "refused" in error or "timed out" in error:
+        if not world.proxy_enabled:
+            return "proxy-disabled"
+        return "proxy-unreachable" if world.service_type != "LoadBalancer" else "rewrite-wrong-address"
+    if stage == "tls" or "certificate verify failed" in error:
+        return _tls_cause(obs, world, error)
+    return _status_cause(obs)
+
+
+def _tls_cause(obs: Observation, world: World, error: str) -> str:
+    if "expired" in error:
+        return "frontend-expired"
+    if world.pem_set:
+        return "worker-ca-stale"  # the workers got a PEM, and it does not sign what they were shown
+    return "frontend-private-ca" if world.frontend == "brought" else "worker-ca-missing"
+
+
+def _status_cause(obs: Observation) -> str:
+    statuses = set(obs.statuses) | {s for s, _ in obs.proxy}
+    flags = {f for _, f in obs.proxy}
+    if 503 in statuses or "UF" in flags or "CERTIFICATE_VERIFY_FAILED" in (obs.error or ""):
+        return "pod-cert-untrusted" if "CERTIFICATE_VERIFY_FAILED" in (obs.error or "") else "pod-unreachable"
+    if 404 in statuses or "NR" in flags:
+        return "wrong-path"
+    if 401 in statuses:
+        return "callback-wrong-pod"
+    return "pod-unreachable"
+
+
+def judge(issues: list[RenderIssue], observations: list[Observation], world: World) -> list[Finding]:
+    """Every finding, render refusals first, then errors before warnings, each cause once."""
+    findings = [render_finding(i) for i in issues]
+    if findings:
+        return findings  # the render fails in the field: nothing deploys, so nothing else can be probed
+    evidence: dict[str, list[str]] = {}
+    for obs in observations:
+        cause = cause_of(obs, world)
+        if cause is not None:
+            evidence.setdefault(cause, []).append(_evidence(obs))
+    found = [Finding(CAUSES[c], tuple(dict.fromkeys(ev))) for c, ev in evidence.items()]
+    return sorted(found, key=lambda f: f.cause.severity != "error")
+
+
+def _evidence(obs: Observation) -> str:
+    parts = [f"probe worker {obs.probe}, {obs.function}"]
+    if obs.stage:
+        parts.append(f"failed at {obs.stage}")
+    if obs.dns_rcode:
+        parts.append(f"DNS {obs.dns_rcode}")
+    parts += [f"proxy {status} {flag}" for status, flag in obs.proxy]
+    if obs.error:
+        parts.append(obs.error[:200])
+    return "; ".join(parts)

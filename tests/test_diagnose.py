@@ -1,0 +1,171 @@
+"""`invoke diagnose`: the symptom table row by row, the judge from a table of observations, render-time
+refusals from customer files, and live probes of a customer's world on the local backend."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scenarios.diagnose.causes import CAUSES
+from scenarios.diagnose.judge import Observation, World, cause_of, judge
+from scenarios.diagnose.probe import diagnose, parse_workers
+from scenarios.diagnose.symptoms import SYMPTOMS, rank
+from sim.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+DIAGNOSE_TIMEOUT = 60.0
+PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": {"type": "LoadBalancer"}}
+PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
+
+# -- what a worker or client logged -> the documented causes ---------------------------------------------
+SYMPTOM_ROWS = [
+    ("x509: certificate signed by unknown authority", "worker-ca-missing"),
+    ("tls: failed to verify certificate: x509: certificate has expired or is not yet valid", "frontend-expired"),
+    ("x509: certificate is valid for *.grpc-worker.example.com, not callbacks.other.example", "invocation-proxy-url"),
+    ("dial tcp: lookup invocation.grpc-worker.example.com: no such host", "rewrite-missing"),
+    ("dial tcp 10.100.0.10:10084: i/o timeout", "proxy-unreachable"),
+    ("proxyconnect tcp: CONNECT 10-42-0-11.invocation.nvcf.svc.cluster.local:8443 answered 404", "legacy-worker-connect-off"),
+    ("GET request failed with status code 404", "legacy-worker-connect-off"),
+    ("GET request failed with status code 401", "callback-wrong-pod"),
+    ("upstream connect error or disconnect/reset before headers. reset reason: connection failure", "pod-cert-untrusted"),
+    ("nats: Authorization Violation", "nats-auth-rejected"),
+    ("nats.workerAuth must be nkey or token", "nats-auth-mode"),
+    ("nats.authCallout.workerTokenAuth.webhookUrl must be set in token mode", "callout-webhook-empty"),
+    ("global.workerEndpoints.invocationProxyURL must be covered by *.<workerDomain>", "invocation-proxy-url"),
+    ("must be empty when workerCallbackProxy.enabled is true", "split-plane-url"),
+    ("podAnnotations: annotation values must be strings", "pod-annotations"),
+]
+
+
+@pytest.mark.parametrize(("symptom", "first"), SYMPTOM_ROWS, ids=[r[1] + ":" + r[0][:30] for r in SYMPTOM_ROWS])
+def test_symptom_names_its_most_likely_cause_first(symptom: str, first: str) -> None:
+    causes = rank(symptom)
+    assert causes and causes[0].id == first, [c.id for c in causes]
+
+
+def test_every_symptom_row_names_known_causes_and_every_row_is_exercised() -> None:
+    assert all(c in CAUSES for _, causes in SYMPTOMS for c in causes)
+    import re
+
+    hit = {pattern for pattern, _ in SYMPTOMS for text, _ in SYMPTOM_ROWS if re.search(pattern, text, re.IGNORECASE)}
+    assert hit == {pattern for pattern, _ in SYMPTOMS}
+
+
+def test_an_unknown_symptom_names_nothing() -> None:
+    assert rank("the function returned 42") == []
+
+
+# -- observations -> causes (pure) -------------------------------------------------------------------------
+LB, CLUSTER_IP = World(proxy_enabled=True), World(proxy_enabled=True, service_type="ClusterIP")
+OBSERVATION_ROWS = [
+    (Observation("1.4.0:system", "http-echo", False, "dns", "cannot resolve invocation.x: NXDOMAIN", "NXDOMAIN"),
+     LB, "rewrite-missing"),
+    (Observation("1.4.0:system", "http-echo", False, "connect", "OSError: network unreachable"), CLUSTER_IP,
+     "proxy-unreachable"),
+    (Observation("1.4.0:system", "http-echo", False, "connect", "TimeoutError: timed out"), LB,
+     "rewrite-wrong-address"),
+    (Observation("1.4.0:system", "http-echo", False, "connect", "OSError: unreachable"),
+     World(proxy_enabled=False), "proxy-disabled"),
+    (Observation("1.4.0:system", "http-echo", False, "tls", "TLS handshake failed: certificate verify failed"),
+     LB, "worker-ca-missing"),
+    (Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
+     World(proxy_enabled=True, pem_set=True), "worker-ca-stale"),
+    (Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
+     World(proxy_enabled=True, frontend="brought"), "frontend-private-ca"),
+    (Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed: certificate has expired"),
+     LB, "frontend-expired"),
+    (Observation("1.2.9:system", "http-echo", False, "connect", "CONNECT 10-42-0-11...:8443 answered 404",
+                 statuses=(404,)), LB, "legacy-worker-connect-off"),
+    (Observation("1.4.0:system", "http-echo", False, "get", "GET answered 503", statuses=(503,),
+                 proxy=((503, "UF"),)), LB, "pod-unreachable"),
+    (Observation("1.4.0:system", "http-echo", False, "get", "CERTIFICATE_VERIFY_FAILED", statuses=(503,),
+                 proxy=((503, "UF"),)), LB, "pod-cert-untrusted"),
+    (Observation("1.4.0:system", "http-echo", False, "get", "GET answered 401", statuses=(401,)), LB,
+     "callback-wrong-pod"),
+    (Observation("1.4.0:system", "http-echo", True), LB, None),
+]
+
+
+@pytest.mark.parametrize(("obs", "world", "cause"), OBSERVATION_ROWS)
+def test_each_observation_has_its_documented_cause(obs: Observation, world: World, cause: str | None) -> None:
+    assert cause_of(obs, world) == cause
+
+
+def test_judge_gives_each_cause_once_with_all_its_evidence() -> None:
+    obs = OBSERVATION_ROWS[0][0]
+    findings = judge([], [obs, obs, OBSERVATION_ROWS[4][0]], LB)
+    assert [f.cause.id for f in findings] == ["rewrite-missing", "worker-ca-missing"]
+    assert len(findings[0].evidence) == 1 and "NXDOMAIN" in findings[0].evidence[0]
+
+
+# -- render-time refusals: no stack comes up, as in the field ----------------------------------------------
+RENDER_ROWS = [
+    ({"workerCallbackProxy": PROXY, "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}}},
+     "split-plane-url"),
+    ({"workerCallbackProxy": PROXY,
+      "global": {"workerEndpoints": {"invocationProxyURL": "https://invocation.other.example:10084"}}},
+     "invocation-proxy-url"),
+    ({"nats": {"workerAuth": "password"}}, "nats-auth-mode"),
+    ({"nats": {"workerAuth": "token", "authCallout": {"workerTokenAuth": {"webhookUrl": ""}}}},
+     "callout-webhook-empty"),
+    ({"api": {"podAnnotations": {"team": 7}}}, "pod-annotations"),
+]
+
+
+@pytest.mark.parametrize(("values", "cause"), RENDER_ROWS, ids=[r[1] for r in RENDER_ROWS])
+def test_render_refusals_come_first_with_their_fix(tmp_path: Path, values: dict, cause: str) -> None:
+    path = tmp_path / "customer.yaml"
+    path.write_text(yaml.safe_dump(values))
+    found = diagnose([path], root=tmp_path / "state")
+    assert found.findings[0].cause.id == cause
+    assert "render refused: " in found.findings[0].evidence[0] and "customer.yaml" in found.findings[0].evidence[0]
+    assert not (tmp_path / "state").exists()  # nothing was brought up
+
+
+def test_bad_worker_spec_is_one_line() -> None:
+    with pytest.raises(ConfigError, match="VERSION:TRUST"):
+        parse_workers("1.2.9:everything")
+
+
+# -- live: the customer's world on the local backend -------------------------------------------------------
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "invoke", "diagnose", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=DIAGNOSE_TIMEOUT, check=False)
+
+
+def values_file(tmp_path: Path, values: dict) -> str:
+    path = tmp_path / "customer.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def test_healthy_values_give_no_findings_and_exit_0(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "-f", values_file(tmp_path, {"workerCallbackProxy": PROXY, **PEM}), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["findings"] == []
+
+
+def test_missing_pem_is_named_first_with_its_fix(tmp_path: Path) -> None:
+    """The same file as the healthy one, less workerCallbackCaPem: the negative control of the test above."""
+    done = run_cli(tmp_path, "-f", values_file(tmp_path, {"workerCallbackProxy": PROXY}), "--json",
+                   "--symptom", "x509: certificate signed by unknown authority")
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = json.loads(done.stdout)["findings"][0]
+    assert first["id"] == "worker-ca-missing"
+    assert "workerCallbackCaPem" in first["fix"] and "redeploy" in first["fix"]
+    assert any("certificate verify failed" in e for e in first["evidence"])
+
+
+def test_old_workers_with_connect_off(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "-f", values_file(tmp_path, {"workerCallbackProxy": PROXY, **PEM}), "--json",
+                   "--workers", "1.2.9:system")
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = json.loads(done.stdout)["findings"][0]
+    assert first["id"] == "legacy-worker-connect-off" and "connect.enabled: true" in first["fix"]
+    assert any("404 NR" in e for e in first["evidence"])
