@@ -8,6 +8,7 @@ the file, the line and key path, and what was expected.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from scenarios.spec import ACTIONS, PLACEHOLDER, PLACEHOLDERS, Expect, Scenario, Step, step_from
 from sim.errors import ConfigError, ScenarioError
-from sim.model.values import DEFAULTS, check, deep_merge, key_path
-from sim.model.values_file import load_values_file
+from sim.model.layering import STEP, Layer, Layered, defaults_layer, layer, parse_set, scenario_layer, then
+from sim.model.values import key_path
+from sim.model.values_file import file_layer, load_values_file
 
 __all__ = ["CATALOGUE", "Expect", "Scenario", "Step", "catalogue", "load_scenario", "resolve_ref",
            "scenario_from_data"]
@@ -129,27 +131,44 @@ def _values_origin(origin: Origin, prefix: str) -> Origin:
     return {k[len(prefix):]: v for k, v in origin.items() if k.startswith(prefix)}
 
 
-def _check_set_values(values: dict[str, Any], steps: list[dict[str, Any]], origin: Origin) -> None:
+def _check_set_values(layered: Layered, steps: list[dict[str, Any]], origin: Origin) -> None:
     """Each setValues must leave valid values behind, as `helmfile sync` would refuse them at that step."""
     for index, raw in enumerate(steps):
         if "setValues" in raw:
-            values = deep_merge(values, raw["setValues"])
-            check(values, _values_origin(origin, f"steps[{index}].setValues."))
+            step = Layer(STEP, f"step {index + 1}", raw["setValues"],
+                         _values_origin(origin, f"steps[{index}].setValues."))
+            layered = then(layered, step)
+            layered.check()
 
 
-def load_scenario(ref: str, values_file: Path | None = None, allow_expected_error: bool = False) -> Scenario:
-    """Load a catalogue name or YAML path; `values_file` is a customer's values, layered under the scenario.
+def _files(values_files: Path | Sequence[Path] | None) -> tuple[Path, ...]:
+    if values_files is None:
+        return ()
+    return (values_files,) if isinstance(values_files, Path) else tuple(values_files)
 
+
+def load_scenario(ref: str, values_files: Path | Sequence[Path] | None = None, allow_expected_error: bool = False,
+                  sets: Sequence[str] = (), customer: Sequence[Layer] | None = None) -> Scenario:
+    """Load a catalogue name or YAML path with a customer's `-f` files and `--set key.path=value`s on top.
+
+    Precedence is Helm's (sim.model.layering): defaults < scenario values < each file in order < --set.
+    `customer` gives those layers already read (a replay reads the files once for every scenario).
     An error scenario (`expectError`) whose values are refused raises that ConfigError, as `invoke up`
     should; with `allow_expected_error` (replay) it comes back as `Scenario.config_error` instead.
     """
     path = resolve_ref(ref)
     data, origin = load_values_file(path)
-    return scenario_from_data(data, path, origin, values_file, allow_expected_error)
+    return scenario_from_data(data, path, origin, values_files, allow_expected_error, sets, customer)
 
 
-def scenario_from_data(data: Any, path: Path, origin: Origin | None = None, values_file: Path | None = None,
-                       allow_expected_error: bool = False) -> Scenario:
+def customer_layers(values_files: Path | Sequence[Path] | None = None, sets: Sequence[str] = ()) -> list[Layer]:
+    """What a support engineer brings, read once: each `-f` file, then each `--set`."""
+    return [*(file_layer(p) for p in _files(values_files)), *(parse_set(text) for text in sets)]
+
+
+def scenario_from_data(data: Any, path: Path, origin: Origin | None = None,
+                       values_files: Path | Sequence[Path] | None = None, allow_expected_error: bool = False,
+                       sets: Sequence[str] = (), customer: Sequence[Layer] | None = None) -> Scenario:
     origin = origin or {}
     problem = _schema_error(path, data, origin)
     if problem:
@@ -158,26 +177,26 @@ def scenario_from_data(data: Any, path: Path, origin: Origin | None = None, valu
     for index, raw in enumerate(raw_steps):
         if problem := _step_problem(path, index, raw, origin):
             raise ScenarioError(problem)
-    customer, customer_origin = load_values_file(values_file) if values_file else ({}, {})
-    values = deep_merge(deep_merge(DEFAULTS, customer), data.get("values", {}))
-    merged_origin = {**customer_origin, **_values_origin(origin, "values.")}
+    customer = customer_layers(values_files, sets) if customer is None else customer
+    own = scenario_layer(data["name"], data.get("values") or {}, _values_origin(origin, "values."))
+    layered = layer([defaults_layer(), own, *customer])
     expect_error = data.get("expectError")
     try:
-        check(values, merged_origin)
-        _check_set_values(values, raw_steps, origin)
+        layered.check()
+        _check_set_values(layered, raw_steps, origin)
     except ConfigError as exc:
         if expect_error and allow_expected_error:
-            return _scenario(data, path, values, merged_origin, config_error=str(exc))
+            return _scenario(data, path, layered, config_error=str(exc))
         raise
     if expect_error and not allow_expected_error:
         raise ScenarioError(_located(path, ("expectError",), origin, "the values were accepted, but the "
                                      f"scenario expects them refused with {expect_error!r}"))
-    return _scenario(data, path, values, merged_origin)
+    return _scenario(data, path, layered)
 
 
-def _scenario(data: dict[str, Any], path: Path, values: dict[str, Any], origin: Origin,
-              config_error: str | None = None) -> Scenario:
+def _scenario(data: dict[str, Any], path: Path, layered: Layered, config_error: str | None = None) -> Scenario:
     steps = tuple(step_from(i, raw) for i, raw in enumerate(data.get("steps", []), start=1))
     return Scenario(name=data["name"], summary=data["summary"], path=path, seed=data.get("seed", 1),
-                    values=values, topology=data.get("topology", {}), steps=steps, origin=origin,
-                    expect_error=data.get("expectError"), config_error=config_error)
+                    values=layered.values, topology=data.get("topology", {}), steps=steps,
+                    origin=layered.locations(), expect_error=data.get("expectError"), config_error=config_error,
+                    layering=layered)

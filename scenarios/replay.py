@@ -6,6 +6,7 @@ import json
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -14,8 +15,8 @@ from rich.console import Console
 from clusters.local import LocalBackend
 from clusters.stack import Backend
 from scenarios.engine import run_scenario
-from scenarios.model import catalogue, load_scenario
-from scenarios.report import render_text
+from scenarios.model import catalogue, customer_layers, load_scenario
+from scenarios.report import render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
 from scenarios.spec import Scenario
 from sim.errors import BackendError
@@ -40,11 +41,18 @@ def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None,
     return result
 
 
-def replay_many(names: list[str] | None, values_file: Path | None = None, junit: Path | None = None,
-                keep: bool = False, as_json: bool = False, root: Path | None = None) -> bool:
-    """`invoke replay`: every named scenario (the whole catalogue when None); True when all pass."""
+def replay_many(names: list[str] | None, values_file: Path | Sequence[Path] | None = None,
+                junit: Path | None = None, keep: bool = False, as_json: bool = False, root: Path | None = None,
+                sets: Sequence[str] = ()) -> bool:
+    """`invoke replay`: every named scenario (the whole catalogue when None); True when all pass.
+
+    The customer's files and `--set`s sit above each scenario's values; unknown keys are warned about once,
+    on stderr, before anything starts."""
     names = names or [name for name, _ in catalogue()]
-    scenarios = [load_scenario(name, values_file, allow_expected_error=True) for name in names]
+    customer = customer_layers(values_file, sets)  # read once, laid over every scenario
+    scenarios = [load_scenario(name, allow_expected_error=True, customer=customer) for name in names]
+    for warning in values_warnings(scenarios):
+        print(f"warning: {warning}", file=sys.stderr)
     results, total = replay_all(scenarios, keep=keep, as_json=as_json, root=root)
     if junit:
         write_junit(results, junit, total)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from scenarios.result import ScenarioResult
+from scenarios.spec import Scenario
 from scenarios.trace import CallTrace
 
 ARTIFACT_NAMES = {"html": "sequence diagram (HTML)", "mermaid": "sequence diagram (Mermaid)",
@@ -40,6 +42,8 @@ def render_text(result: ScenarioResult, console: Console | None = None, traces: 
         console.print(f"  stack up in {result.up_seconds:.2f}s, scenario {result.elapsed:.2f}s"
                       + (f", first callback {result.first_callback_seconds:.2f}s after `up` started"
                          if result.first_callback_seconds is not None else ""))
+    for line in values_lines(result.scenario):
+        console.print(line, markup=False, soft_wrap=True)
     if result.refused and result.ok:
         console.print(f"  values refused as expected: {result.refused}", markup=False)
     if result.error:
@@ -58,6 +62,26 @@ def render_text(result: ScenarioResult, console: Console | None = None, traces: 
         if kind in result.artifacts:
             console.print(f"  {ARTIFACT_NAMES[kind]}: {result.artifacts[kind]}", markup=False, soft_wrap=True)
     return buffer.getvalue()
+
+
+def values_lines(scenario: Scenario) -> list[str]:
+    """The scenario values a customer file or --set replaced, and the keys the stack does not know."""
+    layering = scenario.layering
+    if layering is None:
+        return []
+    lines = ["  scenario values overridden (Helm's order: later files and --set win):"] if layering.overrides else []
+    lines += [f"    {override}" for override in layering.overrides]
+    lines += [f"  warning: {unknown}" for unknown in layering.unknown]
+    return lines
+
+
+def values_warnings(scenarios: Iterable[Scenario]) -> list[str]:
+    """Each unknown-key warning once, though every scenario of a replay carries the customer's files."""
+    seen: dict[str, None] = {}
+    for scenario in scenarios:
+        for unknown in scenario.layering.unknown if scenario.layering else ():
+            seen.setdefault(str(unknown))
+    return list(seen)
 
 
 def _trace_table(traces: list[CallTrace]) -> Table:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.model.layering import Layered
 from sim.model.topology import ComputeSpec, Topology, WorkerSpec, build
 
 DEFAULT_WORKER_UTILS = "1.4.0"
@@ -110,12 +111,13 @@ class Scenario:
     summary: str
     path: Path
     seed: int
-    values: dict[str, Any]  # merged: defaults <- customer's file <- scenario overrides
+    values: dict[str, Any]  # merged as Helm does: defaults < scenario values < -f files < --set
     topology: dict[str, Any]
     steps: tuple[Step, ...]
-    origin: dict[str, tuple[str, int]] = field(default_factory=dict)
+    origin: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     expect_error: str | None = None  # an error scenario: the values must be refused with this text
     config_error: str | None = None  # what loading refused (error scenarios only)
+    layering: Layered | None = None  # each key's origin, the overridden scenario values, unknown keys
 
     @property
     def stackless(self) -> bool:

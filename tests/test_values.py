@@ -67,7 +67,7 @@ def test_deep_merge_copies() -> None:
     merged["a"]["b"].append(2)
     merged["workerCallbackProxy"]["service"]["type"] = "NodePort"
     assert override == {"a": {"b": [1]}}
-    assert DEFAULTS["workerCallbackProxy"]["service"]["type"] == "LoadBalancer"
+    assert DEFAULTS["workerCallbackProxy"]["service"]["type"] == "ClusterIP"
 
 
 _KEYS = st.sampled_from("abc")
@@ -114,15 +114,20 @@ TYPE = "workerCallbackProxy.service.type"
 AUTH = "nats.workerAuth"
 CLUSTER_ISSUER = {"kind": "ClusterIssuer", "name": "letsencrypt"}
 
+def on(path: str, value: Any) -> dict:
+    """The proxy enabled (it is off by default, as in the stack) and one more key set."""
+    return deep_merge(ON, nested(path, value))
+
+
 FAILING: list[tuple[str, dict, str, str]] = [
-    ("domain underscore", nested(WDP, "grpc_worker.example.com"), WDP, "grpc_worker"),
-    ("domain one label", nested(WDP, "localhost"), WDP, "two labels"),
-    ("domain dash", nested(WDP, "-grpc.example.com"), WDP, '"-grpc"'),
-    ("domain upper", nested(WDP, "Grpc.example.com"), WDP, "lower case"),
-    ("domain dot", nested(WDP, "grpc.example.com."), WDP, "trailing dot"),
-    ("domain wildcard", nested(WDP, "*.example.com"), WDP, "'*'"),
-    ("domain empty", nested(WDP, ""), WDP, "must be set"),
-    ("domain number", nested(WDP, 42), WDP, "must be set"),
+    ("domain underscore", on(WDP, "grpc_worker.example.com"), WDP, "grpc_worker"),
+    ("domain one label", on(WDP, "localhost"), WDP, "two labels"),
+    ("domain dash", on(WDP, "-grpc.example.com"), WDP, '"-grpc"'),
+    ("domain upper", on(WDP, "Grpc.example.com"), WDP, "lower case"),
+    ("domain dot", on(WDP, "grpc.example.com."), WDP, "trailing dot"),
+    ("domain wildcard", on(WDP, "*.example.com"), WDP, "'*'"),
+    ("domain empty", on(WDP, ""), WDP, "must be set"),
+    ("domain number", on(WDP, 42), WDP, "must be set"),
     *[(f"split {p}", deep_merge(ON, nested(p, "http://x:1")), p, "must be empty when") for p in SPLIT],
     ("url http", nested(URL, f"http://invocation.{WD}:10084"), URL, "https"),
     ("url two labels", nested(URL, f"https://a.b.{WD}:10084"), URL, "not covered"),
@@ -165,6 +170,7 @@ def test_rule_fails(values: dict, path: str, fragment: str) -> None:
 
 PASSING: list[tuple[str, dict]] = [
     ("defaults", {}),
+    ("domain unchecked by default: the proxy is off", nested(WDP, "not a domain")),
     ("empty domain with proxy off", deep_merge(OFF, nested(WDP, ""))),
     ("bad domain with proxy off", deep_merge(OFF, nested(WDP, "not a domain"))),
     *[(f"split {p} with proxy off", deep_merge(OFF, nested(p, "http://x:1"))) for p in SPLIT],
@@ -175,7 +181,7 @@ PASSING: list[tuple[str, dict]] = [
     ("issuerRef", nested(REF, CLUSTER_ISSUER)),
     ("existingSecret", nested(SECRET, "worker-public-tls")),
     ("existingSecret empty with issuerRef", deep_merge(nested(REF, CLUSTER_ISSUER), nested(SECRET, ""))),
-    *[(f"service {t}", nested("workerCallbackProxy.service.type", t)) for t in ("ClusterIP", "NodePort")],
+    *[(f"service {t}", nested("workerCallbackProxy.service.type", t)) for t in ("ClusterIP", "NodePort", "LoadBalancer")],
     *[(f"bool {p}", nested(p, False)) for p in BOOLS],
     ("nats token default url", nested("nats.workerAuth", "token")),
     ("nats token url", deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "http://api.x:8080/h"))),
@@ -200,7 +206,7 @@ def test_validate_accepts_merged_values_and_top_level_garbage() -> None:
 
 
 def test_several_issues_in_rule_order() -> None:
-    values = deep_merge(nested("nats.workerAuth", "jwt"), nested(WDP, "bad_domain.example"))
+    values = deep_merge(nested("nats.workerAuth", "jwt"), on(WDP, "bad_domain.example"))
     assert paths(values) == [WDP, "nats.workerAuth"]
 
 
@@ -221,7 +227,7 @@ def test_issue_text(issue: ValuesIssue, text: str) -> None:
 
 
 def test_check_raises_first_issue_with_all_attached() -> None:
-    values = deep_merge(nested("nats.workerAuth", "jwt"), nested(WDP, "bad_domain.example"))
+    values = deep_merge(nested("nats.workerAuth", "jwt"), on(WDP, "bad_domain.example"))
     with pytest.raises(ConfigError) as caught:
         check(values)
     assert isinstance(caught.value, NcpsimError)
@@ -319,14 +325,14 @@ def test_recursive_alias_does_not_hang(tmp_path: Path) -> None:
 
 # -- proxy settings ------------------------------------------------------------------------------------
 DEFAULT_URL = f"https://invocation.{WD}:10084"
-BASE = ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)
+BASE = ProxySettings(False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)  # the stack's defaults
 
 
 @pytest.mark.parametrize(
     ("values", "changes"),
     [
         ({}, {}),
-        (OFF, {"enabled": False}),
+        (ON, {"enabled": True}),
         (nested(SECRET, "my-tls"), {"frontend_issuer": PUBLIC, "frontend_secret": "my-tls"}),
         (nested(REF, CLUSTER_ISSUER), {"frontend_issuer": PUBLIC, "frontend_secret": PUBLIC_FRONTEND_SECRET}),
         (nested("workerCallbackProxy.invocation.upstreamTls.enabled", False), {"upstream_tls": False}),
@@ -338,7 +344,7 @@ BASE = ProxySettings(True, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL,
          {"worker_ca_pem_set": True}),
         (nested("global.nvcaOperator.agent.workerCallbackCaPem", "  \n"), {}),
     ],
-    ids=["defaults", "disabled", "existingSecret", "issuerRef", "plain upstream", "connect", "url override",
+    ids=["defaults", "enabled", "existingSecret", "issuerRef", "plain upstream", "connect", "url override",
          "other domain", "worker CA", "blank worker CA"],
 )
 def test_proxy_settings(values: dict, changes: dict) -> None:
@@ -347,3 +353,37 @@ def test_proxy_settings(values: dict, changes: dict) -> None:
     # The frontend profile for these settings names the Secret the proxy will read.
     profile = frontend_profile(WD, settings.frontend_issuer, secret=settings.frontend_secret)
     assert (profile.secret, profile.issuer) == (settings.frontend_secret, settings.frontend_issuer)
+
+
+# -- the stack's own defaults (seeds), not a demo's ---------------------------------------------------
+STACK_DEFAULTS: list[tuple[str, Any]] = [
+    ("workerCallbackProxy.enabled", False),  # "A single cluster does not need the proxy ... Leave it false"
+    ("workerCallbackProxy.service.type", "ClusterIP"),  # step 1 sets LoadBalancer to expose it
+    (REF, None),  # the frontend certificate comes from the stack's OpenBao issuer by default
+    (SECRET, None),
+    ("workerCallbackProxy.invocation.upstreamTls.enabled", True),  # "unless ... is false"
+    ("workerCallbackProxy.invocation.connect.enabled", False),  # "so it turns CONNECT tunnels off"
+    ("workerCallbackProxy.image.registry", "docker.io"),  # "The chart pulls docker.io/envoyproxy/envoy"
+    ("workerCallbackProxy.image.repository", "envoyproxy/envoy"),
+    *[(p, "") for p in SPLIT],  # "leave ... empty"
+    (URL, ""),  # "Set ... only when workers use another name"
+    ("global.nvcaOperator.agent.workerCallbackCaPem", ""),  # set only once a stack-CA frontend exists
+    (AUTH, "nkey"),  # "nkey (default)"
+    (WEBHOOK, "http://api.nvcf.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"),
+    ("adminIssuerProxy.enabled", True),  # the runbook turns it off
+    ("adminIssuerProxy.gateway.enabled", True),
+    *[(p, {}) for p in ANNOTATIONS],  # "unset keys render nothing"
+]
+
+
+@pytest.mark.parametrize(("path", "value"), STACK_DEFAULTS, ids=[row[0] for row in STACK_DEFAULTS])
+def test_stack_defaults(path: str, value: Any) -> None:
+    node: Any = DEFAULTS
+    for key in path.split("."):
+        node = node[key]
+    assert node == value
+
+
+def test_defaults_deploy_no_proxy() -> None:
+    assert proxy_settings({}).enabled is False
+    assert proxy_settings(ON).enabled is True

@@ -20,7 +20,7 @@ from certs.profiles import FRONTEND_SECRETS, PUBLIC, STACK
 from sim.errors import ConfigError
 
 KeyPath = tuple[str | int, ...]  # str: mapping key, int: sequence index
-Origin = Mapping[str, tuple[str, int]]
+Origin = Mapping[str, tuple[str, int | None]]  # key path -> (file or --set, line)
 
 # The seed's default: the auth callout sends worker tokens to the NVCF API's in-cluster Service.
 DEFAULT_WEBHOOK_URL = "http://api.nvcf.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
@@ -31,11 +31,17 @@ def _annotated(**extra: Any) -> dict[str, Any]:
     return {"podAnnotations": {}, **extra}
 
 
+# The stack's own defaults, from the seeds: the proxy is off until enabled (seed step 1 enables it and
+# exposes it with `service.type: LoadBalancer`, so the chart's Service is a ClusterIP until then); upstream
+# TLS on, CONNECT off, the frontend certificate from the stack's issuer, NKey worker auth. The seed names
+# no workerDomain default; its example stays, because the simulation issues the frontend certificates
+# for every stack (certs.profiles refuses an empty domain) and the render refuses an empty one anyway
+# once the proxy is enabled.
 DEFAULTS: dict[str, Any] = {
     "workerCallbackProxy": {
-        "enabled": True,
+        "enabled": False,
         "workerDomain": "grpc-worker.example.com",
-        "service": {"type": "LoadBalancer"},
+        "service": {"type": "ClusterIP"},
         "tls": {"frontend": {"certificate": {"issuerRef": None}, "existingSecret": None}},
         "invocation": {"upstreamTls": {"enabled": True}, "connect": {"enabled": False}},
         "image": {"registry": "docker.io", "repository": "envoyproxy/envoy", "tag": "v1.31-latest"},

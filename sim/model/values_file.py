@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from sim.errors import ConfigError
+from sim.model.layering import FILE, Layer
 from sim.model.values import KeyPath, _kind, key_path
 
 
@@ -76,3 +77,9 @@ def load_values_file(path: Path) -> tuple[dict, dict[str, tuple[str, int]]]:
     origin: dict[str, tuple[str, int]] = {}
     _collect_origin(node, (), name, origin, set())
     return data, origin
+
+
+def file_layer(path: Path) -> Layer:
+    """A customer's `-f FILE`: its values, each key's line, named as the user wrote the path."""
+    values, origin = load_values_file(path)
+    return Layer(FILE, str(path), values, origin)
