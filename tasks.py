@@ -372,22 +372,40 @@ def step(c, file, stack="default", backend="local"):
     _run_steps(stack, backend, steps, str(path), origin=origin)
 
 
+@task(help=_ON_STACK)
+@user_errors
+def watch(c, stack="default", backend="local"):
+    """Callbacks as they cross the running stack: a live table on a terminal, plain lines otherwise."""
+    from scenarios.devenv import require_running
+    from scenarios.watch import watch as show
+
+    running = _stack(stack, backend)
+    require_running(running)
+    show(running.state_dir, sys.stdout, lambda: running.status() is not None)
+
+
 @task(iterable=["file", "set"],
       help={"file": "a customer's values file (repeat: later files win)", "set": "key.path=value (repeatable)",
             "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
             "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
-            "json": "print the findings as JSON"})
+            "json": "print the findings as JSON",
+            "write_ticket": "write a scenario reproducing the top finding (and its values beside it)"})
 @user_errors
-X
+def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, write_ticket=None):
     """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
     from scenarios.diagnose.probe import diagnose as run
     from scenarios.diagnose.probe import text
+    from scenarios.diagnose.probe import write_ticket as write
     from sim.errors import ConfigError
 
     if not file and not set:
         raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
     found = run([Path(f) for f in file or []], set or [], symptom, workers)
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
+    if write_ticket and found.findings:
+        written = write(found, Path(write_ticket))
+        print(f"ticket: {written[0]} (values: {written[1]}); replay it: invoke replay scenario={written[0]}",
+              file=sys.stderr if json_ else sys.stdout)
     if found.findings:
         raise Exit(code=EXIT_FAILED)
 

@@ -19,14 +19,15 @@ import yaml
 
 from clusters.local import LocalBackend
 from scenarios.diagnose.causes import CAUSES
-from scenarios.diagnose.judge import Finding, Observation, RenderIssue, World, judge
+from scenarios.diagnose.judge import Finding, Observation, RenderIssue, World, cause_of, judge
 from scenarios.diagnose.symptoms import rank
+from scenarios.diagnose.ticket import ticket, write
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
 from scenarios.trace import CallTrace
 from sim.errors import ConfigError
-from sim.model.layering import Layered, defaults_layer, layer, parse_set
+from sim.model.layering import DEFAULT, Layered, defaults_layer, layer, parse_set
 from sim.model.values import lookup, proxy_settings, validate
 from sim.model.values_file import file_layer
 
@@ -51,6 +52,9 @@ class Diagnosis:
     symptom_causes: list[str] = field(default_factory=list)
     probes: list[str] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)  # what only the default older-worker probe hit
+    probe_of: dict[str, str] = field(default_factory=dict)  # cause id -> the first probe worker that hit it
+    values: dict[str, Any] = field(default_factory=dict)  # what the customer set (no chart defaults)
+    refusal: str | None = None  # the first render refusal's message
     seconds: float = 0.0
 
     def ranked(self) -> list[Finding]:
@@ -79,6 +83,28 @@ def parse_workers(spec: str) -> list[Profile]:
 
 def customer_values(files: Sequence[Path], sets: Sequence[str]) -> Layered:
     return layer([defaults_layer(), *(file_layer(f) for f in files), *(parse_set(s) for s in sets)])
+
+
+def customer_only(layered: Layered) -> dict[str, Any]:
+    """The keys the customer's files and --set gave, with their merged values (for a ticket)."""
+    out: dict[str, Any] = {}
+    for path, origin in layered.origins.items():
+        if origin.kind != DEFAULT:
+            parts = tuple(path.split("."))
+            node = out
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = lookup(layered.values, parts)
+    return out
+
+
+def write_ticket(d: Diagnosis, path: Path) -> list[Path]:
+    """The top finding as a scenario that reproduces it and ends with its fix, and the values beside it."""
+    if not d.findings:
+        raise ConfigError("no finding to write a ticket for")
+    top = d.ranked()[0]
+    scenario = ticket(top, d.values, d.probe_of.get(top.cause.id, f"{CURRENT}:system"), d.refusal)
+    return write(path, scenario, d.values)
 
 
 def world_of(values: dict[str, Any]) -> World:
@@ -113,6 +139,12 @@ def diagnose(files: Sequence[Path], sets: Sequence[str] = (), symptom: str | Non
              and f.cause.id not in named]
     result = Diagnosis([f for f in findings if f not in notes], warnings, symptom,
                        [c.id for c in rank(symptom)] if symptom else [], [p.label for p in profiles], notes)
+    for obs in reversed(observations):
+        cause = cause_of(obs, world)
+        if cause is not None:
+            result.probe_of[cause] = obs.probe
+    result.values = customer_only(layered)
+    result.refusal = issues[0].message if issues else None
     result.seconds = time.monotonic() - started
     return result
 
