@@ -6,7 +6,7 @@ into aioquic internals that its public API does not offer.
   "what the application has read plus WINDOW", so a relay that stops reading stops its peer.
 - The server name of a ClientHello. aioquic parses it on the server side but does not keep it;
   `peek_server_name` looks at the ClientHello just before aioquic handles it (and may refuse it).
-Both reach into aioquic internals (pinned to aioquic 1.x; tests/test_h3_flow.py guards them).
+Both reach into aioquic internals (pinned to aioquic 1.x; tests/test_aioquic_canary.py guards them).
 """
 
 from __future__ import annotations
