@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from scenarios.paste import try_commands
 from scenarios.result import ScenarioResult
 from scenarios.spec import Scenario
 from scenarios.trace import CallTrace
@@ -97,10 +98,7 @@ def _trace_table(traces: list[CallTrace]) -> Table:
 def endpoints_text(status: dict[str, Any]) -> str:
     """Ready-to-paste commands against the running stack."""
     http = status["proxy"]["http"]
-    wd = status["workerDomain"]
     ca = status["ca"]["stack"]
-    pod = next((p for p in status["pods"] if p["role"] == "invocation"), None)
-    dns = next(iter(v for k, v in status["dns"].items() if k != "ncpsim-cp"), status["dns"].get("ncpsim-cp"))
     lines = [
         f"Stack {status['stack']} ({status['backend']}), state in {status['stateDir']}",
         f"  proxy HTTP front  {http['url']}  ->  {http['host']}:{http['port']}",
@@ -111,16 +109,5 @@ def endpoints_text(status: dict[str, Any]) -> str:
     for cluster, addr in status["dns"].items():
         lines.append(f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)")
     lines.append(f"  stack CA {ca}\n  public-style CA {status['ca']['public']}")
-    lines += ["", "Try it:"]
-    if pod:
-        target = f"{pod['target']}/v2/nvcf/worker/request-attach"
-        lines.append(f"  curl -sv --proxy https://invocation.{wd}:{http['port']} --proxy-cacert {ca} \\\n"
-                     f"       --resolve invocation.{wd}:{http['port']}:127.0.0.1 {target}")
-    if http.get("port"):
-        lines.append(f"  openssl s_client -connect {http['host']}:{http['port']} -servername invocation.{wd} "
-                     f"-CAfile {ca} -verify_return_error </dev/null")
-    any_pod = next((p for p in status["pods"]), None)
-    if dns and dns.get("port") and any_pod:
-        lines.append(f"  dig @{dns['host']} -p {dns['port']} +short {any_pod['ip'].replace('.', '-')}.{wd}")
-    lines.append("  invoke logs worker-callback-proxy.access   |   invoke status --json   |   invoke down")
+    lines += ["", "Try it:", *(f"  {command}" for command in try_commands(status))]
     return "\n".join(lines)

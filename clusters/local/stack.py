@@ -48,7 +48,19 @@ class LocalStack:
 
     def redeploy(self, topology: Topology, what: str) -> Topology:
         self.launcher.redeploy(topology, what)
+        self._refresh_status()
         return topology
+
+    def _refresh_status(self) -> None:
+        """A replaced proxy or resolver binds new ports: keep status.json (what `invoke status` prints) current."""
+        path = self.state_dir / "status.json"
+        if path.exists():
+            netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
+            topology = self.topology
+            scenario = json.loads(path.read_text()).get("scenario", "")
+            status = build_status(self.backend, topology, self.state_dir, scenario,
+                                  endpoints(topology, netmap, self.state_dir))
+            path.write_text(json.dumps(status, indent=2))
 
     def status(self) -> Json | None:
         path = self.state_dir / "status.json"
@@ -90,6 +102,7 @@ class LocalStack:
     def restart(self, name: str) -> None:
         topology = self.topology
         self.launcher.restart(topology, self.launcher.spec_for(topology, name))
+        self._refresh_status()
 
     def stop(self, name: str) -> None:
         self.launcher.stop_one(name)

@@ -1,0 +1,221 @@
+"""A dev environment on a running stack: `invoke call`, `fault`, `rotate`, `set` and `step`.
+
+Each command is one scenario step, checked by the same schema and rules as a catalogue file and run by
+the replay engine (`Replay.run_step`) on the stack as it is now. Nothing here knows a step kind the
+engine does not: a command only writes the step a scenario author would have written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from clusters.stack import Stack
+from scenarios.engine import Replay
+from scenarios.model import scenario_from_data
+from scenarios.report import call_row
+from scenarios.result import StepResult
+from scenarios.spec import Scenario
+from sim.errors import ConfigError, ScenarioError
+from sim.model.values_file import load_values_file
+
+IDLE_SCENARIO = Path(__file__).parent / "idle.yaml"  # what `invoke up` brings up when no scenario is named
+DEFAULT_STACK = "default"
+REDEPLOY = ("workers", "proxy", "pods", "all")
+TRACE_COLUMNS = ("#", "pod holding it / probe", "worker", "DNS", "proxy (access log)", "pod legs", "outcome")
+
+
+@dataclass
+class Session:
+    """What a command did on the stack: the step results, in order."""
+
+    steps: list[StepResult] = field(default_factory=list)
+
+    @property
+    def calls_failed(self) -> int:
+        return sum(1 for s in self.steps for t in s.traces if t.outcome != "success")
+
+    @property
+    def ok(self) -> bool:
+        return all(step_ok(s) for s in self.steps)
+
+
+def step_ok(result: StepResult) -> bool:
+    """A step's expectations hold; without expectations, every call it made succeeded."""
+    if result.step.expects:
+        return result.ok
+    return result.ok and all(t.outcome == "success" for t in result.traces)
+
+
+def idle_scenario(values_files: Path | Sequence[Path] | None = None, sets: Sequence[str] = ()) -> Scenario:
+    """The default topology with no steps, for `invoke up` without a scenario; values layer as for any other.
+
+    The schema asks every scenario file for steps (a catalogue entry without any is a mistake), so the
+    check runs with one that changes nothing, and the scenario keeps none.
+    """
+    data, origin = load_values_file(IDLE_SCENARIO)
+    checked = scenario_from_data({**data, "steps": [{"name": "nothing", "setValues": {}}]}, IDLE_SCENARIO, origin,
+                                 values_files, sets=sets)
+    return replace(checked, steps=())
+
+
+def stack_flag(stack: str) -> str:
+    """The `--stack NAME` a printed command needs to act on this stack (nothing for the default one)."""
+    return "" if stack == DEFAULT_STACK else f" --stack {stack}"
+
+
+def require_running(stack: Stack) -> None:
+    if stack.status() is None:
+        raise ScenarioError(f"stack {stack.name!r} is not up; start it with `invoke up{stack_flag(stack.name)}`")
+
+
+def run_steps(stack: Stack, raw_steps: list[dict[str, Any]], source: Path,
+              origin: dict[str, tuple[str, int]] | None = None) -> Session:
+    """Check the steps as a scenario file's would be checked, then run them on the running stack."""
+    require_running(stack)
+    topology = stack.topology
+    data = {"name": "session", "summary": f"steps on stack {stack.name}", "values": topology.values,
+            "steps": raw_steps}
+    scenario = scenario_from_data(data, source, origin)
+    replay = Replay(scenario, stack)
+    session = Session()
+
+    async def run_all() -> None:
+        for step in scenario.steps:
+            session.steps.append(await replay.run_step(step))
+
+    try:
+        asyncio.run(run_all())
+    finally:
+        replay.close()
+        stack.close()
+    return session
+
+
+# -- the steps each command writes ---------------------------------------------------------------------
+def call_step(function: str, count: int) -> dict[str, Any]:
+    if count < 1:
+        raise ConfigError(f"--count {count}: make at least one call")
+    return {"name": f"call {function} x{count}", "invoke": {"function": function, "count": count}}
+
+
+def fault_step(action: str, target: str | None, to: str | None = None, latency_ms: int = 0, drop: float = 0.0,
+               timeout_ms: int = 1000) -> dict[str, Any]:
+    """`invoke fault ACTION [TARGET]` as the fault step a scenario would hold."""
+    usage = {"kill": "COMPONENT", "restart": "COMPONENT", "stop": "COMPONENT", "start": "COMPONENT",
+             "scale": "ROLE=REPLICAS (e.g. invocation=1)", "link": "FROM_CLUSTER [--to CIDR] [--latency-ms N] "
+             "[--drop P] [--timeout-ms N]", "expire": "frontend|public-frontend|invocation|grpc-proxy",
+             "clear-links": ""}
+    if action not in usage:
+        raise ConfigError(f"fault {action!r}: choose one of {', '.join(usage)}")
+    if action == "clear-links":
+        return {"name": "clear links", "fault": {"clear-links": True}}
+    if not target:
+        raise ConfigError(f"fault {action} needs {usage[action]}: invoke fault {action} {usage[action]}")
+    if action == "scale":
+        role, _, replicas = target.partition("=")
+        if not replicas.isdigit():
+            raise ConfigError(f"fault scale {target!r}: write ROLE=REPLICAS, e.g. invocation=1")
+        return {"name": f"scale {role}", "fault": {"scale": {"role": role, "replicas": int(replicas)}}}
+    if action == "link":
+        link: dict[str, Any] = {"from": target, "to": to, "latencyMs": latency_ms, "drop": drop,
+                                "timeoutMs": timeout_ms}
+        return {"name": f"link from {target}", "fault": {"link": link}}
+    return {"name": f"{action} {target}", "fault": {action: target}}
+
+
+def link_target(stack: Stack, to: str | None) -> str:
+    """A link fault's default target: the proxy's load-balancer address, where compute clusters dial."""
+    return to or stack.topology.proxy_lb_ip
+
+
+def rotate_step(kind: str) -> dict[str, Any]:
+    return {"name": f"rotate {kind}", "rotate": kind}
+
+
+def set_step(assignments: list[str], redeploy: str | None) -> dict[str, Any]:
+    """`key.path=value` pairs (values in YAML: true, 3, null, "text") as a setValues step."""
+    if not assignments:
+        raise ConfigError("set: give at least one key.path=value, e.g. "
+                          "workerCallbackProxy.invocation.connect.enabled=true")
+    if redeploy is not None and redeploy not in REDEPLOY:
+        raise ConfigError(f"--redeploy {redeploy!r}: choose one of {', '.join(REDEPLOY)}")
+    overrides: dict[str, Any] = {}
+    for assignment in assignments:
+        path, sep, text = assignment.partition("=")
+        if not sep or not path or any(not part for part in path.split(".")):
+            raise ConfigError(f"set {assignment!r}: write key.path=value, e.g. workerCallbackProxy.enabled=true")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            value = text
+        node = overrides
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"set {assignment!r}: {part} is set to a value above; it cannot hold keys")
+        node[leaf] = value
+    step: dict[str, Any] = {"name": "set " + " ".join(assignments), "setValues": overrides}
+    if redeploy:
+        step["redeploy"] = redeploy
+    return step
+
+
+def steps_from_file(ref: str, state_dir: Path) -> tuple[list[dict[str, Any]], Path, dict[str, tuple[str, int]]]:
+    """`invoke step FILE|-`: one step (a mapping), or `steps: [...]`; `-` reads standard input."""
+    if ref == "-":
+        path = state_dir / "step-stdin.yaml"  # kept, so a mistake's FILE:LINE points at real text
+        state_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(sys.stdin.read())
+    else:
+        path = Path(ref)
+    data, origin = load_values_file(path)
+    if not data:
+        raise ConfigError(f"{path}: no step; write one step (e.g. invoke: {{function: http-echo}}) "
+                          f"or steps: [...]")
+    if "steps" in data and len(data) == 1:
+        if not isinstance(data["steps"], list):
+            raise ConfigError(f"{path}: steps: expected a list of steps")
+        return data["steps"], path, origin
+    return [data], path, {f"steps[0].{k}": v for k, v in origin.items()}
+
+
+# -- what a command prints -----------------------------------------------------------------------------
+def session_text(session: Session, width: int | None = None) -> str:
+    """Each step with its note and failures, and the per-callback trace table (as replay reports draw it)."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=False, width=width or 160)
+    for result in session.steps:
+        mark = "✓" if step_ok(result) else "✗"
+        ok = sum(1 for t in result.traces if t.outcome == "success")
+        calls = f" — {ok}/{len(result.traces)} calls succeeded" if result.traces else ""
+        note = f" ({result.note})" if result.note else ""
+        console.print(f"{mark} {result.step.name}{calls}{note}", markup=False, soft_wrap=True)
+        for failure in result.failures:
+            console.print(f"    {failure}", markup=False, soft_wrap=True)
+        if result.traces:
+            table = Table(box=None, padding=(0, 1), show_edge=False)
+            for column in TRACE_COLUMNS:
+                table.add_column(column, overflow="fold")
+            for trace in result.traces:
+                table.add_row(*(escape(cell) for cell in call_row(trace)))
+            console.print(table)
+    return buffer.getvalue()
+
+
+def session_json(session: Session) -> str:
+    return json.dumps({"ok": session.ok, "steps": [
+        {"step": r.step.name, "ok": step_ok(r), "note": r.note, "failures": r.failures,
+         "calls": [t.to_dict() for t in r.traces]} for r in session.steps]}, indent=2, default=str)
