@@ -283,7 +283,7 @@ class H3Endpoint(QuicConnectionProtocol):
 
     def quic_event_received(self, event: QuicEvent) -> None:
         if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
-            self.h3 = H3Connection(self.quic)
+            self.h3 = self.new_h3()
         elif isinstance(event, HandshakeCompleted) and not self.handshake.done():
             self.handshake.set_result(None)
         elif isinstance(event, StreamDataReceived):
@@ -295,6 +295,10 @@ class H3Endpoint(QuicConnectionProtocol):
         if self.h3 is not None:
             for h3_event in self.h3.handle_event(event):
                 self._h3_event(h3_event)
+
+    def new_h3(self) -> H3Connection:
+        """The HTTP/3 layer once ALPN says h3 (the proxy's front brings one that resets malformed streams)."""
+        return H3Connection(self.quic)
 
     def _h3_event(self, event: H3Event) -> None:
         if not isinstance(event, HeadersReceived | DataReceived):

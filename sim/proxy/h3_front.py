@@ -1,26 +1,28 @@
 """The proxy's HTTP/3 front: the load balancer's UDP 443, QUIC with the `*.<workerDomain>` certificate.
 
-A worker names its grpc-proxy pod in the SNI, `<dashed-pod-ip>.<workerDomain>`. The front opens its own
-QUIC session to that pod's UDP 10084, verifying `*.grpc-headless.nvcf.svc.cluster.local` against the
-stack CA in Secret `grpc-proxy-worker-tls` (SNI `<dashed-pod-ip>.grpc-headless...`, a name that
-certificate covers), and relays each request stream both ways with backpressure (sim.protocols.h3).
-
-What Envoy would do, as `decide_sni` decides it:
-- SNI missing or not under `*.<workerDomain>`: no filter chain matches, so the handshake is refused
-  (TLS alert unrecognized_name); Envoy's listener access log records such a connection with `NR`.
-- SNI under the domain but not `<dashed-ip>.<workerDomain>` (`invocation.<domain>`, `foo.<domain>`):
-  the handshake succeeds (the wildcard certificate covers it) and every request gets 404 `NR`.
-- A dashed IP whose pod name does not resolve in the control cluster (no such grpc-proxy pod): 503 `DF`.
+The SNI only chooses the certificate: a name the certificate cannot cover (not under `*.<workerDomain>`,
+or none at all) finds no filter chain, so the handshake is refused (TLS alert unrecognized_name, logged
+with `NR`). Each request stream is then decided on its own by sim.proxy.h3_policy, from `:authority`,
+method, pseudo-headers and the header limits, as the rendered Envoy route table decides it: a stream
+error resets that stream only, a route miss is 404 `NR`, and a forward goes to the pod the `:authority`
+names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084 (one per
+worker connection and pod), verifying `*.grpc-headless.nvcf.svc.cluster.local` against the stack CA in
+Secret `grpc-proxy-worker-tls`, and relays the stream both ways with backpressure (sim.protocols.h3).
+- A pod name that does not resolve in the control cluster (no such grpc-proxy pod): 503 `DF`.
 - Pod unreachable, silent, or with a certificate the stack CA or the name does not verify: 503 `UF`.
-One upstream session per worker connection, opened at its first request. `x-request-id` is passed
-through untouched (never generated or replaced): the pod matches it against the token it minted.
+`x-request-id` is passed through untouched (never generated or replaced): the pod matches it against the
+token it minted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from aioquic.h3.connection import FrameType, H3Connection, MessageError
 from aioquic.quic.connection import QuicConnection
 
 from certs.profiles import FRONTEND_SECRET, GRPC_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET
@@ -51,6 +53,8 @@ from sim.protocols.wire import (
     UpstreamFailure,
 )
 from sim.proxy.access_log import AccessLog, AccessRecord
+from sim.proxy.h3_policy import H3_EXCESSIVE_LOAD, H3_MESSAGE_ERROR, H3Request, Reset, decide
+from sim.proxy.policy import MAX_HEADERS_BYTES, Forward, Reject
 from sim.runtime.component import CONNECT_TIMEOUT, Context
 
 
@@ -88,35 +92,93 @@ def frontend_secret(values: dict) -> str:
     return PUBLIC_FRONTEND_SECRET if proxy_settings(values).frontend_issuer == PUBLIC else FRONTEND_SECRET
 
 
-def _text(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
+class StreamScopedH3(H3Connection):
+    """aioquic answers a malformed request by closing the whole connection; RFC 9114 section 4.1.2, and
+    Envoy, reset only that stream (H3_MESSAGE_ERROR). A HEADERS frame that cannot decode to less than the
+    header limit is reset (H3_EXCESSIVE_LOAD) as soon as its length is known, before it is buffered.
+
+    (A header block blocked on the QPACK encoder stream is validated elsewhere in aioquic and still closes
+    the connection; workers do not block streams.)"""
+
+    def __init__(self, quic: QuicConnection, on_reset: Callable[[int, Reset], None]):
+        super().__init__(quic)
+        self.on_reset = on_reset
+        self.reset_streams: set[int] = set()
+
+    def _receive_request_or_push_data(self, stream: Any, data: bytes, stream_ended: bool) -> list[Any]:
+        if stream.stream_id in self.reset_streams:
+            return []
+        try:
+            events = super()._receive_request_or_push_data(stream, data, stream_ended)
+        except MessageError as exc:
+            if self._is_client:
+                raise
+            self._reset(stream, Reset(H3_MESSAGE_ERROR, "DPE", str(exc)))
+            return []
+        # An encoded field line is never longer than its QPACK size (name + value + 32), so a frame this
+        # long holds more than the limit however it is encoded.
+        if stream.frame_type == FrameType.HEADERS and (stream.frame_size or 0) > MAX_HEADERS_BYTES + 1024:
+            self._reset(stream, Reset(H3_EXCESSIVE_LOAD, "DPE", f"headers frame of {stream.frame_size} bytes"))
+        return events
+
+    def _reset(self, stream: Any, reset: Reset) -> None:
+        self.reset_streams.add(stream.stream_id)
+        stream.buffer = b""
+        for stop in (self._quic.reset_stream, self._quic.stop_stream):
+            with contextlib.suppress(Exception):  # a side that already finished cannot be stopped again
+                stop(stream.stream_id, reset.error_code)
+        self.on_reset(stream.stream_id, reset)
 
 
 # -- I/O -----------------------------------------------------------------------------------------
 class _Connection:
-    """One worker's QUIC connection: its SNI decision and the upstream session it gets."""
+    """One worker's QUIC connection: its SNI (for the logs) and one upstream session per pod it names."""
 
     def __init__(self, front: H3Front):
         self.front = front
         self.sni: str | None = None
-        self.route: PodRoute | Refusal = Refusal(0, "NR", "no ClientHello yet")
-        self.upstream: H3Endpoint | None = None
-        self.upstream_host = "-"
+        self.endpoint: H3Endpoint | None = None
+        self.upstreams: dict[str, H3Endpoint] = {}  # by pod name
+        self.upstream_hosts: dict[str, str] = {}  # pod name -> the ip:port it resolved to (for the log)
+        self.resets: dict[int, Reset] = {}  # streams the codec reset after their headers were handed on
         self.gone = False
 
     def on_hello(self, sni: str | None) -> None:
-        self.sni, self.route = sni, decide_sni(sni, self.front.worker_domain)
-        if isinstance(self.route, Refusal) and self.route.status == 0:
-            self.front.refused(sni, self.route)
-            raise AlertUnrecognizedName(self.route.reason)
+        """The SNI only chooses the certificate: a name it cannot cover finds no filter chain."""
+        self.sni = sni
+        refusal = decide_sni(sni, self.front.worker_domain)
+        if isinstance(refusal, Refusal) and refusal.status == 0:
+            self.front.refused(sni, refusal)
+            raise AlertUnrecognizedName(refusal.reason)
 
     def on_request(self, stream: H3Stream) -> None:
         self.front.tasks.spawn(self.front.relay(self, stream), f"h3-front:{self.sni}:{stream.stream_id}")
 
+    def on_reset(self, stream_id: int, reset: Reset) -> None:
+        stream = self.endpoint.streams.get(stream_id) if self.endpoint is not None else None
+        if stream is None:  # reset before its headers reached us: nothing relays it, so log it here
+            self.front.log_reset(self, reset)
+            return
+        self.resets[stream_id] = reset
+        stream._on_error(StreamError(f"malformed request: {reset.reason}"))
+
     def on_closed(self) -> None:
         self.gone = True
-        if self.upstream is not None:
-            close_client(self.upstream)
+        for upstream in self.upstreams.values():
+            close_client(upstream)
+
+
+class _FrontEndpoint(H3Endpoint):
+    """A worker's connection to the front: its HTTP/3 layer resets malformed streams, not the connection."""
+
+    def __init__(self, quic: QuicConnection, conn: _Connection):
+        super().__init__(quic, on_request=conn.on_request)
+        self.conn = conn
+        conn.endpoint = self
+        self.on_closed = conn.on_closed
+
+    def new_h3(self) -> H3Connection:
+        return StreamScopedH3(self.quic, self.conn.on_reset)
 
 
 class H3Front:
@@ -141,8 +203,7 @@ class H3Front:
 
     def _endpoint(self, quic: QuicConnection) -> H3Endpoint:
         conn = _Connection(self)
-        endpoint = H3Endpoint(quic, on_request=conn.on_request)
-        endpoint.on_closed = conn.on_closed
+        endpoint = _FrontEndpoint(quic, conn)
         peek_server_name(quic, conn.on_hello)
         return endpoint
 
@@ -151,39 +212,56 @@ class H3Front:
         self.access_log.write(record)
         self.ctx.events.emit("proxy.h3.refused", authority=sni, reason=refusal.reason, flags=refusal.flag)
 
+    def log_reset(self, conn: _Connection, reset: Reset) -> None:
+        record = AccessRecord(start=time.time(), protocol="HTTP/3", flags=reset.flag)
+        self._log(conn, record, reset.reason)
+
+    def _log(self, conn: _Connection, record: AccessRecord, detail: str | None) -> None:
+        self.access_log.write(record)
+        self.ctx.events.emit("proxy.h3.stream", requestId=None if record.request_id == "-" else record.request_id,
+                             authority=record.authority, sni=conn.sni, upstream=record.upstream_host,
+                             status=record.status, flags=record.flags, method=record.method, path=record.path,
+                             details=detail)
+
     # One request stream ----------------------------------------------------------------------
     async def relay(self, conn: _Connection, down: H3Stream) -> None:
-        record = AccessRecord(start=time.time(), protocol="HTTP/3", forwarded_for="-", authority=conn.sni or "-")
+        record = AccessRecord(start=time.time(), protocol="HTTP/3", forwarded_for="-")
         detail = None
         try:
             headers = await down.headers
-            head = _text(headers)
-            record.method, record.path = head.get(":method", "-"), head.get(":path", "-")
-            record.user_agent, record.request_id = head.get("user-agent", "-"), head.get("x-request-id", "-")
-            await self._forward(conn, down, headers, record)
+            request = H3Request.of(headers)
+            record.method, record.path = request.get(":method") or "-", request.get(":path") or "-"
+            record.authority = request.get(":authority") or "-"
+            record.user_agent = request.get("user-agent") or "-"
+            record.request_id = request.get("x-request-id") or "-"
+            decision = decide(request, self.worker_domain)
+            if isinstance(decision, Reset):
+                detail, record.flags = decision.reason, decision.flag
+                down.reset(decision.error_code)
+            elif isinstance(decision, Reject):
+                detail = decision.reason
+                self._local_reply(down, record, decision.status, decision.flag, "")
+            else:
+                await self._forward(conn, down, headers, decision, record)
         except UpstreamFailure as failure:
             detail = failure.detail
             self._local_reply(down, record, 503, failure.flag, failure.body)
         except StreamError as exc:  # one side went away mid-stream (flag set by _forward, else DC)
             detail = str(exc)
-            record.flags = record.flags if record.flags != "-" else "DC"
+            reset = conn.resets.pop(down.stream_id, None)
+            record.flags = "DPE" if reset is not None else record.flags if record.flags != "-" else "DC"
         finally:
             record.bytes_received, record.bytes_sent = down.bytes_received, down.bytes_sent
-            record.upstream_host = conn.upstream_host
             record.finish()
-            self.access_log.write(record)
-            self.ctx.events.emit("proxy.h3.stream", requestId=None if record.request_id == "-" else record.request_id,
-                                 authority=record.authority, upstream=conn.upstream_host, status=record.status,
-                                 flags=record.flags, method=record.method, path=record.path, details=detail)
+            self._log(conn, record, detail)
 
     async def _forward(self, conn: _Connection, down: H3Stream, headers: list[tuple[bytes, bytes]],
-                       record: AccessRecord) -> None:
-        if isinstance(conn.route, Refusal):
-            self._local_reply(down, record, conn.route.status, conn.route.flag, "")
-            return
-        upstream = await self._upstream(conn, conn.route)
+                       route: Forward, record: AccessRecord) -> None:
+        upstream = await self._upstream(conn, route, record)
         sent = time.monotonic()
-        forwarded = [(k, v) for k, v in headers if k != b"x-forwarded-proto"]  # Envoy sets it, never trusts it
+        # Envoy sets x-forwarded-proto (never trusts it) and rewrites :authority to the pod it dials.
+        forwarded = [(k, route.authority.encode() if k == b":authority" else v) for k, v in headers
+                     if k != b"x-forwarded-proto"]
         up = upstream.open_request([*forwarded, (b"x-forwarded-proto", b"https")])
         request_body = self.tasks.spawn(_pump(down, up), f"h3-front:request-body:{up.stream_id}")
         try:
@@ -209,17 +287,19 @@ class H3Front:
             if not up.local_ended:  # e.g. a failed upstream: the worker gets a local reply instead
                 up.reset()
 
-    async def _upstream(self, conn: _Connection, route: PodRoute) -> H3Endpoint:
-        if conn.upstream is not None and not conn.upstream.closed:
-            return conn.upstream
-        name = route.upstream_name
+    async def _upstream(self, conn: _Connection, route: Forward, record: AccessRecord) -> H3Endpoint:
+        name = route.host
+        current = conn.upstreams.get(name)
+        if current is not None and not current.closed:
+            record.upstream_host = conn.upstream_hosts[name]
+            return current
         try:
             ip = (await self.ctx.resolve(name))[0]  # the proxy lives in the control cluster
         except NameNotResolved as exc:
             raise UpstreamFailure("DF", DF_BODY, f"{name}: {exc.rcode}") from exc
         except OSError as exc:  # cluster DNS itself unreachable
             raise UpstreamFailure("DF", DF_BODY, f"{name}: {exc}") from exc
-        conn.upstream_host = f"{ip}:{GRPC_CALLBACK_PORT}"
+        record.upstream_host = f"{ip}:{GRPC_CALLBACK_PORT}"
         try:
             addr = self.ctx.udp_address(ip, GRPC_CALLBACK_PORT)
         except OSError as exc:
@@ -235,10 +315,11 @@ class H3Front:
         if conn.gone:  # the worker left while we dialed
             close_client(upstream)
             raise StreamError("downstream connection closed")
-        if conn.upstream is not None and not conn.upstream.closed:  # a concurrent stream won the race
+        current = conn.upstreams.get(name)
+        if current is not None and not current.closed:  # a concurrent stream won the race
             close_client(upstream)
-            return conn.upstream
-        conn.upstream = upstream
+            return current
+        conn.upstreams[name], conn.upstream_hosts[name] = upstream, record.upstream_host
         return upstream
 
     @staticmethod
