@@ -173,6 +173,7 @@ def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bo
         finally:
             replay.close()
         result.first_callback_seconds = first_callback(replay.tail, started)
+        result.status = stack.status()  # as the steps left it: a redeployed proxy or resolver has new ports
     except ScenarioError as exc:
         result.error = str(exc)
     finally:

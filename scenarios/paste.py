@@ -24,6 +24,8 @@ DEFAULT_STACK = "default"
 def invoke_program() -> str:
     """`invoke` when that is what runs now (or is on PATH); else the path this process was started as."""
     argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).parent.name == "invoke" and Path(argv0).name == "__main__.py":
+        return f"{python_program()} -m invoke"
     if Path(argv0).name not in ("invoke", "inv"):
         return "invoke"
     found = shutil.which("invoke")

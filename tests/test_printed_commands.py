@@ -1,0 +1,146 @@
+"""Every command `invoke up` prints under "Try it:" works when pasted into a shell (issue 15).
+
+Each stack is brought up by a real `invoke up`; each printed command runs as printed, through `bash -c`,
+in the same folder and environment, with nothing substituted. The teardown stops the stack whatever
+happened and fails the test if one of its processes is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+INVOKE = str(Path(sys.executable).parent / "invoke")  # the console script, as a user runs it
+UP_TIMEOUT = 60.0  # a stack is up in about a second; a loaded CI machine may take far longer
+COMMAND_TIMEOUT = 30.0  # each pasted command answers in well under a second on a running stack
+
+
+def run_invoke(*args: str, env: dict[str, str], timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run([INVOKE, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def printed_commands(stdout: str) -> list[str]:
+    """The lines under "Try it:", continuation lines (ending in a backslash) joined as a shell joins them."""
+    lines = stdout.split("\nTry it:\n", 1)[1].splitlines()
+    commands: list[str] = []
+    for line in lines:
+        if not line.startswith("  "):
+            break
+        if commands and commands[-1].endswith("\\"):
+            commands[-1] += "\n" + line
+        else:
+            commands.append(line.strip())
+    return commands
+
+
+def stack_processes(state: Path) -> list[int]:
+    """Processes whose command line names this stack's state folder (what `invoke down` must stop)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            zombie = (proc / "stat").read_text().split(")")[-1].split()[0] == "Z"
+        except OSError:
+            continue
+        if str(state).encode() in cmdline and not zombie:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture
+def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """NCPSIM_HOME in a temporary folder; afterwards every stack under it is stopped and checked gone."""
+    env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
+    yield env
+    home = Path(env["NCPSIM_HOME"])
+    for state in sorted(home.iterdir()) if home.exists() else []:
+        run_invoke("down", "--stack", state.name, env=env)
+        assert not stack_processes(state), f"processes of {state.name} left after invoke down"
+
+
+def paste(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT, check=False)
+
+
+def check_command(command: str, env: dict[str, str]) -> None:
+    """Run one pasted command and check it did what its kind promises."""
+    done = paste(command, env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{command}\n{output}"
+    assert "None" not in command
+    if command.startswith("curl"):
+        assert "< HTTP/1.1 401" in output, output  # the pod itself answered, through the proxy
+    elif command.startswith("openssl"):
+        assert "Verify return code: 0 (ok)" in output, output
+    elif "scenarios.h3get" in command:
+        assert done.stdout.startswith("HTTP/3 401") and "missing auth" in done.stdout, output
+    elif command.startswith("dig"):
+        assert done.stdout.strip(), f"{command}: no answer"
+    elif " call " in command:
+        assert "3/3 calls succeeded" in done.stdout, output
+    elif " status --json" in command:
+        assert json.loads(done.stdout)["stack"]
+    elif " down" in command:
+        assert "stopped" in done.stdout
+
+
+def up_and_paste(env: dict[str, str], *up_args: str) -> list[str]:
+    up = run_invoke("up", *up_args, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    commands = printed_commands(up.stdout)
+    assert commands[-1].endswith(" down" + (f" --stack {up_args[-1]}" if "--stack" in up_args else ""))
+    for command in commands:
+        check_command(command, env)
+    return commands
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl") and shutil.which("dig")),
+                    reason="curl, openssl and dig are the clients the printed commands use")
+def test_default_idle_stack_commands_work_as_pasted(shell_env: dict[str, str]) -> None:
+    commands = up_and_paste(shell_env)
+    kinds = " ".join(commands)
+    for kind in ("curl", "openssl s_client", "scenarios.h3get", "dig", " call http-echo", " down"):
+        assert kind in kinds
+    assert "--stack" not in kinds  # the default stack needs no flag
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl") and shutil.which("dig")),
+                    reason="curl, openssl and dig are the clients the printed commands use")
+def test_named_stack_commands_carry_the_stack(shell_env: dict[str, str]) -> None:
+    commands = up_and_paste(shell_env, "--stack", "x")
+    invokes = [c for c in commands if c.startswith(INVOKE)]
+    assert invokes and all(c.endswith("--stack x") for c in invokes)
+    assert all("/x/certs/" in c for c in commands if "--cacert" in c or "-CAfile" in c)
+
+
+@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="curl and openssl")
+def test_public_frontend_commands_trust_the_public_ca(shell_env: dict[str, str]) -> None:
+    commands = up_and_paste(shell_env, "public-frontend-cert")
+    openssl = next(c for c in commands if c.startswith("openssl"))
+    assert "/certs/ca/public/ca.crt" in openssl
+    # Negative control: the same command with the stack CA fails, so the CA printed is the one that matters.
+    run_invoke("up", "public-frontend-cert", "--stack", "pub2", env=shell_env)
+    status = json.loads(run_invoke("status", "--json", "--stack", "pub2", env=shell_env).stdout)
+    http = status["proxy"]["http"]
+    wrong = paste(f"openssl s_client -connect 127.0.0.1:{http['port']} -servername invocation."
+                  f"{status['workerDomain']} -CAfile {status['ca']['stack']} -verify_return_error </dev/null",
+                  shell_env)
+    assert wrong.returncode != 0
+
+
+def test_proxy_disabled_prints_nothing_through_the_proxy(shell_env: dict[str, str]) -> None:
+    commands = up_and_paste(shell_env, "single-cluster-direct")
+    assert not any(c.startswith(("curl", "openssl")) or "h3get" in c for c in commands)
+    assert any(" logs all" in c for c in commands)
