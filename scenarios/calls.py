@@ -7,7 +7,7 @@ from typing import Any
 
 from scenarios.spec import Step
 from scenarios.tail import StackTail
-from scenarios.trace import CallTrace
+from scenarios.trace import CallTrace, proxy_lines
 from sim.client.http_client import invoke_http
 from sim.model.topology import Pod
 from sim.runtime.component import Context
@@ -84,4 +84,5 @@ def recorded(trace: CallTrace, tail: StackTail) -> bool:
 
 
 def _lines(tail: StackTail, request_id: str) -> int:
-    return sum(1 for rec in tail.access if rec.get("request_id") == request_id)
+    """This call's access-log lines so far (workers send no X-Request-Id: see scenarios.trace.join)."""
+    return len(proxy_lines(request_id, tail.events, tail.access))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -51,21 +53,29 @@ PROBE_LEG_KINDS = ("pod.request",)  # a probe must not reach a pod at all, whate
 
 
 def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, str]]) -> CallTrace:
-    """Fill a trace from everything the stack recorded about its request id."""
+    """Fill a trace from everything the stack recorded about its request.
+
+    Workers send no X-Request-Id (worker-utils does not), so the proxy's lines carry ids the proxy made
+    up. A line is this call's when a pod leg of this call received that id (the pod's events record the
+    X-Request-Id the proxy sent, and the fingerprint of the bearer token the worker was handed); a line
+    that never reached a pod (UF, DF, NR, a CONNECT tunnel) is matched by pod name and time (proxy_lines)."""
     rid = trace.request_id
     if rid is None:
         return trace
+    tokens = _tokens(rid, events)
     for event in events:
-        if event.get("requestId") != rid:
-            continue
         kind = event["kind"]
+        if event.get("requestId") != rid and not (kind in ATTACH_KINDS and event.get("token") in tokens):
+            continue
         if kind == "worker.callback.result":
             trace.worker = event.get("worker")
             trace.worker_stage = event.get("stage")
             trace.worker_statuses = list(event.get("statuses") or [])
             trace.dns = event.get("dns") or {}
             if not event.get("ok"):
-                trace.error = trace.error or event.get("error")
+                # The worker's cause (DNS rcode, TLS error, the status and message it got) explains a
+                # failure better than what the client saw of it (a 504, or gRPC's DEADLINE_EXCEEDED).
+                trace.error = event.get("error") or trace.error
         elif kind in (PROBE_LEG_KINDS if trace.kind == "probe" else POD_LEG_KINDS):
             trace.pod_legs.append(_leg(kind, event))
         elif kind == "proxy.decision":
@@ -73,8 +83,75 @@ def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, 
                                                              "reason")})
         elif kind == "worker.callback.start":
             trace.via = "proxy" if event.get("proxy") else "direct"
-    trace.proxy = [rec for rec in access if rec.get("request_id") == rid]
+    trace.proxy = proxy_lines(rid, events, access)
+    ids = {rec["request_id"] for rec in trace.proxy}
+    trace.decisions += [{k: e.get(k) for k in ("method", "target", "decision", "status", "flag", "reason")}
+                        for e in events if e["kind"] == "proxy.decision" and e.get("requestId") in ids - {rid}]
     return trace
+
+
+ATTACH_KINDS = ("attach.get", "attach.post")
+WINDOW_SLACK = 0.01  # START_TIME is truncated to the millisecond; event times are not
+
+
+def _tokens(rid: str, events: list[dict[str, Any]]) -> set[str]:
+    """Fingerprints of the bearer tokens the worker of request `rid` was handed (HTTP callbacks)."""
+    return {t for e in events if e["kind"] == "worker.callback.start" and e.get("requestId") == rid
+            for t in e.get("tokens") or () if t}
+
+
+def proxy_lines(rid: str, events: list[dict[str, Any]], access: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The access-log lines of request `rid`: those carrying its id (gRPC callbacks and probes send one),
+    those whose id a pod leg of this request received, and the one line of a proxied HTTP callback that
+    never reached a pod, matched by pod host and the callback's time."""
+    tokens = _tokens(rid, events)
+    ids = {rid} | {e["xRequestId"] for e in events if e["kind"] in ATTACH_KINDS and e.get("xRequestId")
+                   and (e.get("requestId") == rid or e.get("token") in tokens)}
+    unreached = _unreached(events, access)
+    return [rec for i, rec in enumerate(access) if rec.get("request_id") in ids or unreached.get(i) == rid]
+
+
+def _unreached(events: list[dict[str, Any]], access: list[dict[str, str]]) -> dict[int, str]:
+    """Access-log lines that reached no pod, each given to the proxied HTTP callback it belongs to: same pod
+    host, started within the callback's time, the earliest callback first. A callback has at most one
+    such line: the leg the proxy refused (which ends the callback), or a legacy worker's CONNECT."""
+    reached = {e.get("xRequestId") for e in events if e["kind"] in ATTACH_KINDS} | \
+        {e.get("requestId") for e in events if e["kind"] == "pod.request"}
+    results = {e.get("requestId"): e for e in events if e["kind"] == "worker.callback.result"}
+    owners = {t: e.get("requestId") for e in events if e["kind"] == "worker.callback.start"
+              for t in e.get("tokens") or () if t}
+    legs: dict[str, int] = {}  # lines each callback has through pods (the proxy's id in a pod's event)
+    for e in events:
+        if e["kind"] in ATTACH_KINDS and e.get("xRequestId"):
+            owner = owners.get(e.get("token")) or e.get("requestId") or ""
+            legs[owner] = legs.get(owner, 0) + 1
+    waiting = []
+    for start in sorted((e for e in events if e["kind"] == "worker.callback.start" and e.get("callback") == "http"
+                         and e.get("proxy")), key=lambda e: e.get("ts", 0)):
+        rid, result = start.get("requestId"), results.get(start.get("requestId"))
+        statuses = (result or {}).get("statuses") or []
+        if result is not None and not (statuses and (start.get("connect") or len(statuses) > legs.get(rid, 0))):
+            continue  # answered by pods alone, or no HTTP answer at all (DNS, TLS): no line of its own
+        end = result.get("ts", 0.0) if result else float("inf")
+        waiting.append((rid, urlsplit(str(start.get("target"))).hostname, start.get("ts", 0.0), end))
+    out: dict[int, str] = {}
+    for i, rec in enumerate(access):
+        if rec.get("request_id") in reached or rec.get("protocol") != "HTTP/1.1":
+            continue
+        at, host = _epoch(rec.get("start", "")), rec.get("authority", "").rsplit(":", 1)[0]
+        for n, (rid, target_host, begin, end) in enumerate(waiting):
+            if host == target_host and begin - WINDOW_SLACK <= at <= end + WINDOW_SLACK:
+                out[i] = rid
+                del waiting[n]
+                break
+    return out
+
+
+def _epoch(start: str) -> float:
+    try:
+        return datetime.strptime(start, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _leg(kind: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from sim.protocols.request_attach import (
     TokenBook,
     parse_inner_response,
     request_h1,
+    token_fingerprint,
 )
 from sim.protocols.tls import ReloadingContext, server_context
 from sim.protocols.wire import (
@@ -115,6 +116,7 @@ class InvocationPod:
                              method=req.method.decode(), path=path)
         body = await read_body(stream)
         method = req.method.decode()
+        head = method == "HEAD"  # a HEAD answer has the GET's head and no body (RFC 9110 9.3.2)
         if path == ATTACH_PATH and method == "GET":
             await self.attach_get(stream, dict(headers))
         elif path == ATTACH_PATH and method == "POST":
@@ -124,7 +126,7 @@ class InvocationPod:
         elif path.startswith(STATUS_PREFIX) and method == "GET":
             await self.poll(stream, path[len(STATUS_PREFIX):], dict(headers))
         else:
-            await _problem(stream, 404, "Not Found")
+            await _problem(stream, 404, "Not Found", head)
 
     async def invoke(self, stream: H11Stream, function: str, headers: list[tuple[str, str]],
                      body: bytes) -> None:
@@ -164,8 +166,12 @@ class InvocationPod:
         pending = self.pending.get(request_id or "")
         if status == 200 and pending is None:
             status, message = 404, "Request is no longer pending"
+        # xRequestId: the proxy's id for this request (workers send none), as its access log shows it; token:
+        # which bearer the leg carried, so a leg refused here is still traced to the worker that sent it.
         self.ctx.events.emit("attach.get", requestId=request_id or headers.get("x-request-id"),
-                             pod=self.pod.name, status=status, reason=message)
+                             pod=self.pod.name, status=status, reason=message,
+                             xRequestId=headers.get("x-request-id"),
+                             token=token_fingerprint(headers.get("authorization")))
         if status != 200 or pending is None:
             await _problem(stream, status, message)
         elif H1_TYPE in headers.get("accept", ""):
@@ -182,7 +188,9 @@ class InvocationPod:
         if isinstance(inner, str) and status == 200:
             status, message = 400, inner
         self.ctx.events.emit("attach.post", requestId=request_id or headers.get("x-request-id"),
-                             pod=self.pod.name, status=status, reason=message)
+                             pod=self.pod.name, status=status, reason=message,
+                             xRequestId=headers.get("x-request-id"),
+                             token=token_fingerprint(headers.get("authorization")))
         if status != 200 or pending is None or not isinstance(inner, InnerResponse):
             await _problem(stream, status, message or INCOMPLETE)
             return
@@ -192,9 +200,10 @@ class InvocationPod:
         await respond(stream, 200)
 
 
-async def _problem(stream: H11Stream, status: int, detail: str) -> None:
+async def _problem(stream: H11Stream, status: int, detail: str, head: bool = False) -> None:
+    """A problem+json reply; to HEAD, the same head with its Content-Length and no body."""
     body = json.dumps({"status": status, "detail": detail}).encode()
-    await respond(stream, status, body, [("content-type", "application/problem+json")])
+    await respond(stream, status, body, [("content-type", "application/problem+json")], head=head)
 
 
 async def run(ctx: Context, ready: Ready) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from http import HTTPStatus
 
 import h11
 
@@ -97,11 +98,20 @@ async def exchange(stream: H11Stream, method: str, target: str, headers: list[tu
 
 
 async def respond(stream: H11Stream, status: int, body: bytes = b"",
-                  headers: list[tuple[str, str]] | None = None, close: bool = False) -> None:
-    """Send one complete response (server role)."""
+                  headers: list[tuple[str, str]] | None = None, close: bool = False, head: bool = False) -> None:
+    """Send one complete response (server role); `head`: the answer to HEAD, Content-Length and no body."""
     hdrs = list(headers or [])
     hdrs.append(("content-length", str(len(body))))
     if close:
         hdrs.append(("connection", "close"))
-    await stream.send(h11.Response(status_code=status, headers=hdrs), *([h11.Data(data=body)] if body else []),
-                      h11.EndOfMessage())
+    sent = b"" if head else body
+    await stream.send(h11.Response(status_code=status, headers=hdrs, reason=reason_phrase(status)),
+                      *([h11.Data(data=sent)] if sent else []), h11.EndOfMessage())
+
+
+def reason_phrase(status: int) -> bytes:
+    """The standard reason phrase for a status line ("Unknown" for a code without one)."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b"Unknown"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 
@@ -35,6 +36,15 @@ class TokenBook:
             return 401, INVALID_TOKEN, None
         del self._tokens[authorization[len("Bearer "):].strip()]
         return 200, "", entry[0]
+
+
+def token_fingerprint(authorization: str | None) -> str | None:
+    """A short, one-way name for a bearer token, so events can say which token a leg carried without
+    writing the token: the worker records the ones it was handed, the pod the one it received."""
+    if not authorization:
+        return None
+    token = authorization.removeprefix("Bearer ").strip()
+    return hashlib.sha256(token.encode("latin-1", errors="replace")).hexdigest()[:12]
 
 
 def request_h1(method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> bytes:

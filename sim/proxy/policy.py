@@ -37,6 +37,9 @@ class RequestHead:
     target: str
     http_version: str = "1.1"
     headers: tuple[tuple[str, str], ...] = ()
+    # Every Content-Length field line as the client sent it. h11 folds repeats of one value into one
+    # header before we see the request, where Envoy's codec refuses any repeat; None: take `headers`.
+    content_lengths: tuple[str, ...] | None = None
 
     def header(self, name: str) -> str | None:
         return next((v for k, v in self.headers if k.lower() == name), None)
@@ -95,10 +98,16 @@ def protocol_error(head: RequestHead) -> Reject | None:
         # Methods are case-sensitive tokens; Envoy's codec refuses `get` rather than forward it.
         return Reject(400, "DPE", f"invalid method {head.method!r}", close=True)
     transfer = [v.strip().lower() for v in head.all("transfer-encoding")]
-    if transfer and head.all("content-length"):
+    lengths = head.all("content-length") if head.content_lengths is None else list(head.content_lengths)
+    if transfer and lengths:
         return Reject(400, "DPE", "Content-Length with Transfer-Encoding", close=True)
     if transfer and transfer != ["chunked"]:
         return Reject(501, "DPE", "unsupported Transfer-Encoding", close=True)
+    if len(lengths) > 1 or any("," in v for v in lengths):
+        return Reject(400, "DPE", "duplicate Content-Length", close=True)
+    if head.method == "CONNECT" and (transfer or any(v.strip() != "0" for v in lengths)):
+        # A CONNECT body has no meaning (RFC 9110 9.3.6); Envoy's codec refuses one rather than tunnel it.
+        return Reject(400, "DPE", "CONNECT with a body", close=True)
     if len(head.headers) > MAX_HEADERS_COUNT:
         return Reject(431, "DPE", "too many headers", close=True)
     # Envoy's limit counts the header map, which holds the request target as :path (or :authority), so a
@@ -113,6 +122,42 @@ def protocol_error(head: RequestHead) -> Reject | None:
     if "#" in head.target:
         return Reject(400, "DPE", "fragment in request target", close=True)
     return None
+
+
+def expects_continue(head: RequestHead) -> bool:
+    """Envoy answers `Expect: 100-continue` itself (100 Continue, before routing) and strips the header."""
+    return (head.header("expect") or "").strip().lower() == "100-continue"
+
+
+def raw_field_values(raw_head: bytes, name: str) -> tuple[str, ...]:
+    """The value of every `name` field line in a raw request head, as sent (no folding of repeats)."""
+    wanted = name.lower().encode() + b":"
+    values = []
+    for line in raw_head.split(b"\n")[1:]:
+        line = line.rstrip(b"\r")
+        if not line:
+            break  # the end of the head: what follows is body
+        if line[:len(wanted)].lower() == wanted:
+            values.append(line[len(wanted):].strip().decode("latin-1"))
+    return tuple(values)
+
+
+def with_host_from_url(raw_head: bytes) -> bytes | None:
+    """An absolute-form request head without Host, with `Host: <authority of the URL>` added.
+
+    Envoy takes :authority from an absolute URL and forwards such a request; h11 refuses an HTTP/1.1
+    request without Host. None when the head is anything else (h11's refusal then stands)."""
+    line, sep, rest = raw_head.partition(b"\n")
+    parts = line.rstrip(b"\r").split(b" ")
+    if not sep or len(parts) != 3 or parts[1][:7].lower() != b"http://" or raw_field_values(raw_head, "host"):
+        return None
+    try:
+        authority = urlsplit(parts[1].decode("latin-1")).netloc
+    except ValueError:
+        return None
+    if not authority or not VISIBLE_ASCII.fullmatch(authority):
+        return None
+    return line + sep + b"Host: " + authority.encode("latin-1") + b"\r\n" + rest
 
 
 def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:

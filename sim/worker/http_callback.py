@@ -7,6 +7,7 @@ session to the proxy; older ones send CONNECT and run their own TLS to the pod t
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -17,13 +18,14 @@ import h11
 
 from dns.client import NameNotResolved
 from sim.protocols.http1 import H11Stream, PeerClosed, Response, exchange
-from sim.protocols.request_attach import H1_TYPE
+from sim.protocols.request_attach import H1_TYPE, token_fingerprint
 from sim.protocols.wire import ATTACH_PATH, INVOCATION_TLS_PORT
 
 if TYPE_CHECKING:
     from sim.worker.host import WorkerRuntime
 
 GET_HEADERS_TIMEOUT = 5.0  # worker-utils waits 5 s for the GET's response headers
+log = logging.getLogger("ncpsim.worker.http")
 
 
 class CallbackFailed(Exception):
@@ -103,9 +105,8 @@ async def _dial(worker: WorkerRuntime, ip: str, port: int, tls: ssl.SSLContext |
 async def _connect_tunnel(worker: WorkerRuntime, stream: H11Stream, pod_host: str, trace: Trace) -> H11Stream:
     """Legacy worker-utils: CONNECT to the pod's 8443, then TLS to the pod inside the tunnel."""
     authority = f"{pod_host}:{INVOCATION_TLS_PORT}"
-    # The request id rides on the CONNECT too, so the proxy's access-log line names the callback.
-    headers = [("host", authority), ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
-               ("x-request-id", trace.request_id)]
+    # No X-Request-Id: worker-utils sends none, so the proxy's log line carries the proxy's own id.
+    headers = [("host", authority), ("user-agent", f"worker-utils/{worker.spec.worker_utils}")]
     await stream.send(h11.Request(method="CONNECT", target=authority, headers=headers))
     event = await stream.next_event(GET_HEADERS_TIMEOUT)
     status = getattr(event, "status_code", 0)
@@ -196,8 +197,9 @@ async def callback(worker: WorkerRuntime, work: dict[str, Any], trace: Trace) ->
         # tunnel) the request line carries just the path, as any HTTP client sends it.
         forward = bool(work.get("proxyURI")) and not worker.sends_connect
         url = work["targetURI"].rstrip("/") + ATTACH_PATH if forward else ATTACH_PATH
-        base = [("host", urlsplit(work["targetURI"]).netloc), ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
-                ("x-request-id", work["requestId"])]
+        # No X-Request-Id, as the public worker-utils source sends none: the proxy's access log shows the id
+        # the proxy generated, and the replay links it to this callback through the pod's events.
+        base = [("host", urlsplit(work["targetURI"]).netloc), ("user-agent", f"worker-utils/{worker.spec.worker_utils}")]
         got = await _leg(stream, "GET", url, base + [("authorization", f"Bearer {work['requestToken']}"),
                                                      ("accept", f"{H1_TYPE}, application/octet-stream")],
                          b"", trace, "get")
@@ -214,7 +216,8 @@ async def _leg(stream: H11Stream, method: str, url: str, headers: list[tuple[str
         timeout = GET_HEADERS_TIMEOUT if method == "GET" else None
         response = await exchange(stream, method, url, headers, body, timeout=timeout)
     except (PeerClosed, ConnectionError, h11.ProtocolError, TimeoutError) as exc:
-        raise CallbackFailed(stage, f"{type(exc).__name__}: {exc}") from exc
+        log.debug("%s %s failed: %s: %s", method, url, type(exc).__name__, exc)
+        raise CallbackFailed(stage, f"{method} failed: {leg_failure(exc)}") from exc
     trace.statuses.append(response.status)
     if response.status != 200:
         raise CallbackFailed(stage, f"{method} answered {response.status}: {response.body[:200].decode(errors='replace')}",
@@ -222,11 +225,25 @@ async def _leg(stream: H11Stream, method: str, url: str, headers: list[tuple[str
     return response
 
 
+def leg_failure(exc: BaseException) -> str:
+    """Why a callback leg got no whole answer, in ncpsim's words (h11's own wording stays in the debug log)."""
+    if isinstance(exc, TimeoutError):
+        return f"no response headers within {GET_HEADERS_TIMEOUT:g} s"
+    if isinstance(exc, h11.LocalProtocolError):
+        return "the worker could not frame its request"
+    if isinstance(exc, h11.RemoteProtocolError):
+        return "malformed response"
+    if isinstance(exc, PeerClosed) and "before" in str(exc):
+        return "connection closed before a response"
+    return "connection closed mid-response"
+
+
 async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
     trace = Trace(work["requestId"], worker.name)
     events = worker.ctx.events
+    tokens = [token_fingerprint(f"Bearer {work.get(key)}") for key in ("requestToken", "responseToken")]
     events.emit("worker.callback.start", requestId=trace.request_id, worker=worker.name, callback="http",
-                target=work["targetURI"], proxy=work.get("proxyURI"), connect=worker.sends_connect)
+                target=work["targetURI"], proxy=work.get("proxyURI"), connect=worker.sends_connect, tokens=tokens)
     result: dict[str, Any] = {"ok": True, "stage": "done", "error": None, "status": 200}
     try:
         await callback(worker, work, trace)

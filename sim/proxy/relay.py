@@ -1,0 +1,130 @@
+"""One forwarded exchange: the worker's request body up, the pod's response down, as Envoy's router streams
+them. Bytes and the access-log counts only (%BYTES_RECEIVED% and %BYTES_SENT% are body bytes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import h11
+
+from sim.protocols.http1 import H11Stream, decode_headers
+from sim.proxy.access_log import AccessRecord
+from sim.proxy.downstream import DownstreamClosed, reason
+
+
+class UpstreamClosed(ConnectionError):
+    """The pod's connection ended before its response was complete."""
+
+
+class BodyError(Exception):
+    """The worker's request body broke the codec (Envoy answers with the codec's status, flag DPE)."""
+
+    def __init__(self, error: h11.RemoteProtocolError):
+        super().__init__(str(error))
+        self.status = error.error_status_hint
+
+
+async def exchange(down: H11Stream, up: H11Stream, request: h11.Request, record: AccessRecord,
+                   idle: float) -> bool:
+    """Relay one request and its response; True when the response went out whole.
+
+    Raises BodyError, DownstreamClosed, UpstreamClosed, h11.RemoteProtocolError (from the pod) or
+    TimeoutError (nothing moved for the stream idle timeout)."""
+    started = time.monotonic()
+    buffered, complete = _buffered_body(down, record)
+    if complete:
+        # The whole request is here (a worker's GET or POST, usually): head and body in one write, and no
+        # pump task, since nothing more can arrive that the response has to race.
+        await up.send(request, *buffered)
+        return await _pump_response(down, up, record, started, idle)
+    request_pump = asyncio.create_task(_pump_body(down, up, record, idle), name="proxy-request-body")
+    response_pump: asyncio.Task[bool] | None = None
+    try:
+        await up.send(request, *buffered)
+        response_pump = asyncio.create_task(_pump_response(down, up, record, started, idle),
+                                            name="proxy-response")
+        # Whichever side fails first ends the exchange: a malformed or stalled request body must not
+        # wait out the response, which the pod cannot send before it has that body.
+        await asyncio.wait({request_pump, response_pump}, return_when=asyncio.FIRST_EXCEPTION)
+        for task in (request_pump, response_pump):
+            if task.done() and (failure := task.exception()) is not None:
+                raise failure
+        ok = await response_pump
+        await request_pump
+        return ok
+    finally:
+        for task in (request_pump, response_pump):
+            if task is not None and not task.done():
+                task.cancel()
+
+
+def _body_event(down: H11Stream) -> h11.Event:
+    try:
+        return down.conn.next_event()
+    except h11.RemoteProtocolError as exc:
+        raise BodyError(exc) from exc
+
+
+def _buffered_body(down: H11Stream, record: AccessRecord) -> tuple[list[h11.Event], bool]:
+    """The request body events already received; True when they include the end of the message."""
+    events: list[h11.Event] = []
+    while (event := _body_event(down)) is not h11.NEED_DATA:
+        if isinstance(event, h11.Data):
+            record.bytes_received += len(event.data)
+            events.append(h11.Data(data=event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            return [*events, h11.EndOfMessage()], True
+        else:
+            raise DownstreamClosed("worker connection closed mid-request")
+    return events, False
+
+
+async def _pump_body(down: H11Stream, up: H11Stream, record: AccessRecord, idle: float) -> None:
+    while True:
+        event = _body_event(down)
+        if event is h11.NEED_DATA:
+            data = await asyncio.wait_for(down.reader.read(65536), idle)
+            down.conn.receive_data(data)
+            continue
+        if isinstance(event, h11.Data):
+            record.bytes_received += len(event.data)
+            await up.send(h11.Data(data=event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            await up.send(h11.EndOfMessage())
+            return
+        else:
+            raise DownstreamClosed("worker connection closed mid-request")
+
+
+async def _pump_response(down: H11Stream, up: H11Stream, record: AccessRecord, started: float,
+                         idle: float) -> bool:
+    while True:
+        # Relay what one read brought (typically head, body and end together) in one write.
+        events = [await up.next_event(idle)]
+        while type(events[-1]) in (h11.Response, h11.InformationalResponse, h11.Data) \
+                and (more := up.conn.next_event()) is not h11.NEED_DATA:
+            events.append(more)
+        out: list[h11.Event] = []
+        for event in events:
+            if isinstance(event, h11.Response):
+                out.append(_response_head(event, record, started))
+            elif isinstance(event, h11.Data):
+                out.append(h11.Data(data=event.data))
+                record.bytes_sent += len(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                await down.send(*out, h11.EndOfMessage())
+                return True
+            elif not isinstance(event, h11.InformationalResponse):  # the pod's own 100s are not relayed
+                raise UpstreamClosed("upstream connection closed mid-response")
+        if out:
+            await down.send(*out)
+
+
+def _response_head(event: h11.Response, record: AccessRecord, started: float) -> h11.Response:
+    record.status = event.status_code
+    record.upstream_service_time = str(int((time.monotonic() - started) * 1000))
+    headers = [(k, v) for k, v in decode_headers(event.headers) if k not in ("server", "connection")]
+    headers += [("server", "envoy"), ("x-envoy-upstream-service-time", record.upstream_service_time)]
+    # Envoy's codec writes the standard reason phrase for the code, whatever the pod wrote.
+    return h11.Response(status_code=event.status_code, headers=headers, reason=reason(event.status_code))
