@@ -28,7 +28,8 @@ _serial = itertools.count(1)
 # The catalogue's http-callback values: proxy on, stack-CA frontend, workers given the CA as
 # NVCF_PROXY_CA_PEM; the worker's "system roots" are the public-style CA.
 BENCH_VALUES: dict[str, Any] = {
-    "workerCallbackProxy": {"enabled": True, "workerDomain": WORKER_DOMAIN},
+    # Seed step 1: enable the proxy and expose it to the compute clusters (the stack's defaults do neither).
+    "workerCallbackProxy": {"enabled": True, "workerDomain": WORKER_DOMAIN, "service": {"type": "LoadBalancer"}},
     "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
 }
 
