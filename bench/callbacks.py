@@ -1,8 +1,8 @@
 """An HTTP callback load generator: pre-minted work, then the worker's GET + POST of request-attach.
 
 Minting: the benchmark invokes the echo function on the pod's client API with NVCF-POLL-SECONDS 0 (the
-pod answers 202 at once) and takes the work messages the pod publishes from the work bus, subscribed
-as the only worker. Each message carries the pod target and two single-use tokens, as a worker gets them.
+pod answers 202 at once) and pulls the work messages the pod publishes from the function's JetStream
+stream, as the only worker (signed in as an internal user, so no callout is involved). Each message carries the pod target and two single-use tokens, as a worker gets them.
 
 A callback is then exactly what worker-utils does (sim.worker.http_callback): GET the request with the request
 token, run the echo function, POST the response with the response token. The pod answers that POST only
@@ -26,7 +26,9 @@ import h11
 
 from bench.stacks import BenchStack
 from sim.model.topology import Pod
-from sim.pods.bus import BusClient
+from sim.pods.nats.client import connect_once
+from sim.pods.nats.stack import REGION, StackKeys
+from sim.pods.nats.workqueue import WorkPuller
 from sim.protocols.http1 import H11Stream, exchange
 from sim.protocols.request_attach import H1_TYPE
 from sim.protocols.tls import client_context
@@ -75,22 +77,23 @@ async def open_stream(addr: tuple[str, int], tls: ssl.SSLContext | None = None,
 
 
 class Minter:
-    """Holds the bus subscription and a client connection to one pod; `mint(n)` returns n work messages."""
+    """Holds a pull from the work stream and a client connection to one pod; `mint(n)` returns n work messages."""
 
     def __init__(self, bench: BenchStack, pod: Pod):
         self.bench, self.pod = bench, pod
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._bus: BusClient | None = None
+        self._nats: Any = None
         self._drain: asyncio.Task[None] | None = None
         self._client: H11Stream | None = None
         self.bodies: dict[str, bytes] = {}
 
     async def __aenter__(self) -> Self:
         host, port = self.bench.real(self.bench.topology.bus_lb_ip, NATS_PORT)
-        self._bus = await BusClient.connect(host, port)
-        await self._bus.subscribe(FUNCTION, "bench-worker")
-        # Read the bus all the time: an unread socket would stall the bus, then the pod's publish.
-        self._drain = asyncio.create_task(self._pump(self._bus), name="bench-bus-drain")
+        seed = StackKeys.derive(self.bench.topology.seed).internal["nvcf-api"]
+        self._nats = await connect_once(f"nats://{host}:{port}", reconnect=False, nkeys_seed_str=seed,
+                                        name="bench-minter")
+        puller = await WorkPuller(self._nats, REGION, FUNCTION).start()
+        self._drain = asyncio.create_task(self._pump(puller), name="bench-work-pull")
         self._client = await open_stream(self.bench.pod_http(self.pod))
         return self
 
@@ -101,12 +104,16 @@ class Minter:
                 await self._drain
         if self._client:
             self._client.close()
-        if self._bus:
-            await self._bus.close()
+        if self._nats is not None:
+            await self._nats.close()
 
-    async def _pump(self, bus: BusClient) -> None:
-        async for frame in bus.messages():
-            await self.queue.put(frame["msg"])
+    async def _pump(self, puller: WorkPuller) -> None:
+        """Take every work message as it comes (acked at once: the bench does the callbacks itself)."""
+        while True:
+            msg = await puller.fetch(CALL_TIMEOUT)
+            if msg is not None:
+                await msg.ack()
+                await self.queue.put(json.loads(msg.data))
 
     async def mint(self, count: int) -> list[dict[str, Any]]:
         assert self._client is not None

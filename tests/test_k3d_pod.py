@@ -17,7 +17,11 @@ import pytest
 from clusters.k3d import pod as entry
 from clusters.k3d.relay import parse_binding, publish
 from scenarios.model import load_scenario
-from sim.pods.bus import BusClient, WorkBus
+from sim.pods.nats.client import connect_once
+from sim.pods.nats.server import NatsServer
+from sim.pods.nats.stack import REGION, StackKeys, server_config
+from sim.pods.nats.work import WorkPublisher
+from sim.pods.nats.workqueue import WorkPuller
 
 TOPOLOGY = load_scenario("http-callback").build_topology("default")
 SHORT = 5.0
@@ -181,24 +185,30 @@ def test_serve_publishes_what_the_component_reports(monkeypatch: pytest.MonkeyPa
     assert kinds == ["component.ready", "component.stopped"]
 
 
-def test_kube_context_dials_the_real_network_and_reaches_the_bus(tmp_path: Path) -> None:
-    async def scenario() -> dict:
-        bus = WorkBus(entry.StdoutEvents("work-bus", io.StringIO()))  # type: ignore[arg-type]
-        port = await bus.start()
-        ctx = entry.KubeContext(
-            tmp_path, TOPOLOGY, "worker-1-0", "ncpsim-compute-1", bus_address=f"127.0.0.1:{port}"
-        )
-        assert ctx.udp_address("10.42.0.41", 10084) == ("10.42.0.41", 10084)
-        subscriber, publisher = await ctx.bus(), await BusClient.connect("127.0.0.1", port)
-        await subscriber.subscribe("http-echo", "worker-1-0")
-        await publisher.publish("http-echo", {"requestId": "r1"})
-        frame = await asyncio.wait_for(anext(subscriber.messages()), SHORT)
-        for client in (subscriber, publisher):
-            await client.close()
-        await bus.close()
-        return frame
+def test_kube_context_dials_the_real_network_and_reaches_nats(tmp_path: Path) -> None:
+    """A pod's publisher finds nats-server by the Service address it is given, not the network map."""
+    keys = StackKeys.derive(TOPOLOGY.seed)
+    server = NatsServer(server_config(keys, str(tmp_path / "js")), tmp_path / "nats", tmp_path / "nats.log")
+    server.start()
 
-    assert asyncio.run(scenario())["msg"] == {"requestId": "r1"}
+    async def scenario() -> bytes:
+        assert server.endpoints is not None
+        ctx = entry.KubeContext(tmp_path, TOPOLOGY, "invocation-service-0", "ncpsim-cp",
+                                bus_address=f"127.0.0.1:{server.endpoints.port}")
+        assert ctx.udp_address("10.42.0.41", 10084) == ("10.42.0.41", 10084)
+        publisher = WorkPublisher(ctx, "invocation-service")
+        await publisher.publish("http-echo", "r1", {"requestId": "r1"})  # creates the streams first
+        reader = await connect_once(ctx.nats_url(), reconnect=False, nkeys_seed_str=keys.internal["nvcf-api"])
+        msg = await (await WorkPuller(reader, REGION, "http-echo").start()).fetch(SHORT)
+        assert msg is not None
+        await reader.close()
+        await publisher.close()
+        return msg.data
+
+    try:
+        assert json.loads(asyncio.run(scenario())) == {"requestId": "r1"}
+    finally:
+        server.stop()
 
 
 def test_entrypoint_names_its_kinds() -> None:
@@ -206,4 +216,4 @@ def test_entrypoint_names_its_kinds() -> None:
         [sys.executable, "-m", "clusters.k3d.pod", "--help"], check=False, capture_output=True, text=True
     )
     assert result.returncode == 0
-    assert "{bus,invocation,grpc-proxy,workers}" in result.stdout
+    assert "{nats-callout,invocation,grpc-proxy,workers}" in result.stdout

@@ -1,9 +1,9 @@
-"""Entry point of the stand-in image: ``python -m clusters.k3d.pod KIND`` (bus, invocation, grpc-proxy,
-workers), running the same component code as ``python -m sim.runtime.run`` does on the local backend.
+"""Entry point of the stand-in image: ``python -m clusters.k3d.pod KIND`` (nats-callout, invocation,
+grpc-proxy, workers), running the same component code as ``python -m sim.runtime.run`` does on the local backend.
 
 What differs in a pod, and only that, is handled here:
 - identity: the pod's real name and IP (downward API) replace the Topology's virtual ones;
-- network: dialing, DNS and the work bus use the cluster's real network (cluster DNS from
+- network: dialing, DNS and NATS use the cluster's real network (cluster DNS from
   /etc/resolv.conf, Services by name) instead of the local network map;
 - listening: each loopback binding the component reports is published on the pod's real port;
 - events: JSON lines on stdout, so `kubectl logs` carries them to the replay engine;
@@ -41,12 +41,11 @@ from clusters.render.layout import (
 )
 from sim.model.netmap import LiveNetMap
 from sim.model.topology import Pod, Topology
-from sim.pods.bus import BusClient
 from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import CONNECT_TIMEOUT, Context
 from sim.runtime.run import load_runner
 
-KINDS = ("bus", "invocation", "grpc-proxy", "workers")
+KINDS = ("nats-callout", "invocation", "grpc-proxy", "workers")
 POD_ROLES = {"invocation": "invocation", "grpc-proxy": "grpc-proxy"}
 
 
@@ -111,8 +110,8 @@ class KubeContext(Context):
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return ip, port
 
-    async def bus(self) -> BusClient:
-        return await BusClient.connect(*host_port(self.bus_address))
+    def nats_url(self) -> str:
+        return f"nats://{self.bus_address}"
 
 
 def localize(

@@ -1,6 +1,6 @@
 """A grpc-proxy pod: client-facing gRPC over h2c (TCP 10081) and worker callbacks over HTTP/3 (UDP 10084).
 
-For each client call the pod mints a single-use token, publishes work for a worker on the bus and waits
+For each client call the pod mints a single-use token, publishes work for a worker on NATS and waits
 for the worker's `POST /v1/proxy`. Accepted, that request stream becomes the tunnel in which the pod is
 the HTTP/2 client (sim.protocols.grpc_tunnel) and relays the client's call to the worker and the answers back.
 Every decision (token, request check, URL) comes from sim.protocols.grpc_callback.
@@ -19,7 +19,7 @@ from aioquic.quic.connection import QuicConnection
 
 from certs.profiles import GRPC_SECRET
 from sim.model.topology import Pod
-from sim.pods.bus import BusClient
+from sim.pods.nats.work import WorkPublisher
 from sim.protocols.grpc_callback import (
     INVALID_AUTH,
     TOKEN_TTL,
@@ -67,8 +67,7 @@ class GrpcProxyPod:
         self.tasks = Tasks()
         self.grpc: grpc.aio.Server | None = None
         self.h3: H3Server | None = None
-        self._bus: BusClient | None = None
-        self._bus_lock = asyncio.Lock()
+        self.work = WorkPublisher(ctx, "grpc-proxy")
 
     # Lifecycle -------------------------------------------------------------------------------
     async def start(self) -> dict[str, int]:
@@ -91,8 +90,7 @@ class GrpcProxyPod:
         await self.tasks.cancel_all()
         if self.h3 is not None:
             self.h3.close()
-        if self._bus is not None:
-            await self._bus.close()
+        await self.work.close()
 
     def _tls_error(self, message: str) -> None:
         self.ctx.events.emit("grpc.tls.reload_failed", pod=self.pod.name, error=message)
@@ -143,7 +141,7 @@ class GrpcProxyPod:
         self.waiting[request_id] = waiter
         messages, ok, error = 0, False, None
         try:
-            await self._publish(work_message(request_id, token, self.url, self.pod.name))
+            await self._publish(request_id, work_message(request_id, token, self.url, self.pod.name))
             tunnel = await self._tunnel(request_id, waiter)
             try:
                 async for message in tunnel.call(method, request):
@@ -183,15 +181,12 @@ class GrpcProxyPod:
         with contextlib.suppress(GrpcError, ConnectionError):
             await tunnel.run()
 
-    async def _publish(self, work: dict[str, str]) -> None:
+    async def _publish(self, request_id: str, work: dict[str, str]) -> None:
+        """Into the function version's stream, on rq.<region>.<fvid>.<reqId> (the gRPC work subject)."""
         try:
-            async with self._bus_lock:
-                if self._bus is None:
-                    self._bus = await self.ctx.bus()  # lazily: the bus may be mapped after we are ready
-            await self._bus.publish(QUEUE, work)
-        except (OSError, ConnectionError) as exc:
-            self._bus = None
-            raise GrpcError(UNAVAILABLE, f"work bus unreachable: {exc}") from exc
+            await self.work.publish(QUEUE, request_id, work)
+        except Exception as exc:  # refused, unreachable, no stream: the call is UNAVAILABLE
+            raise GrpcError(UNAVAILABLE, f"NATS unreachable: {type(exc).__name__}: {exc}") from exc
 
 
 async def run(ctx: Context, ready: Ready) -> None:

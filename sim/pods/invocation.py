@@ -1,14 +1,13 @@
 """invocation-service stand-in: one pod's client API and worker API (request-attach).
 
 A client's POST /v2/nvcf/pexec/functions/{id} becomes a pending request with two single-use tokens;
-the work message goes out on the bus with this pod's target and the proxy address; the worker GETs
+the work message goes into the function's JetStream stream with this pod's target and the proxy address; the worker GETs
 the request and POSTs the response to this pod (and only this pod knows its tokens).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import uuid
@@ -20,7 +19,7 @@ from certs.profiles import INVOCATION_SECRET
 from dns.rule import dashed_ip
 from sim.model.topology import Pod
 from sim.model.values import proxy_settings
-from sim.pods.bus import BusClient
+from sim.pods.nats.work import WorkPublisher
 from sim.protocols.http1 import H11Stream, decode_headers, read_body, respond
 from sim.protocols.request_attach import (
     H1_TYPE,
@@ -63,7 +62,7 @@ class InvocationPod:
         self.tokens = TokenBook(rng)
         self.pending: dict[str, Pending] = {}
         self.settings = proxy_settings(ctx.values)
-        self._bus: BusClient | None = None
+        self.work = WorkPublisher(ctx, "invocation-service")
 
     # Work handed to workers ------------------------------------------------------------------
     def work_message(self, pending: Pending) -> dict:
@@ -82,13 +81,11 @@ class InvocationPod:
         }
 
     async def publish(self, pending: Pending) -> None:
-        if self._bus is None:
-            self._bus = await self.ctx.bus()
         work = self.work_message(pending)
         self.ctx.events.emit("token.minted", requestId=pending.request_id, pod=self.pod.name,
                              target=work["targetURI"], proxy=work["proxyURI"])
-        sid = await self._bus.publish(pending.function, work)
-        self.ctx.events.emit("work.published", requestId=pending.request_id, pod=self.pod.name, worker=sid)
+        seq = await self.work.publish(pending.function, pending.request_id, work)
+        self.ctx.events.emit("work.published", requestId=pending.request_id, pod=self.pod.name, seq=seq)
 
     # HTTP ------------------------------------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -224,6 +221,4 @@ async def run(ctx: Context, ready: Ready) -> None:
     finally:
         for srv in servers:
             srv.close()
-        if server._bus:
-            with contextlib.suppress(Exception):
-                await server._bus.close()
+        await server.work.close()

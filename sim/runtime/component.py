@@ -13,7 +13,6 @@ from dns.client import NameNotResolved, resolve_a
 from sim.model.events import EventLog
 from sim.model.netmap import LiveNetMap
 from sim.model.topology import Topology
-from sim.pods.bus import BusClient
 from sim.protocols.wire import DNS_PORT, NATS_PORT
 from sim.runtime.faults import link_delay, load_links
 
@@ -86,9 +85,10 @@ class Context:
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return self.netmap.lookup(self.cluster, ip, port, "udp")
 
-    async def bus(self) -> BusClient:
+    def nats_url(self) -> str:
+        """nats-server as this cluster reaches it: the control plane's load-balancer address, port 4222."""
         host, port = self.netmap.lookup(self.cluster, self.topology.bus_lb_ip, NATS_PORT, "tcp")
-        return await BusClient.connect(host, port)
+        return f"nats://{host}:{port}"
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

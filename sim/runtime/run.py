@@ -1,7 +1,7 @@
 """Entry point of every component process: `python -m sim.runtime.run KIND --state DIR --name NAME --cluster C`.
 
 The launcher starts one process per pod, per compute cluster (hosting its workers), for the proxy,
-the resolver and the work bus. Each binds port 0, reports its virtual-to-real bindings as one JSON
+the resolver, nats-server (a supervisor) and its auth callout. Each binds port 0, reports its virtual-to-real bindings as one JSON
 line on the ready pipe (fd given by --ready-fd), closes it, and runs until SIGTERM or SIGINT.
 """
 
@@ -21,7 +21,8 @@ from sim.runtime.component import Context, Runner
 
 RUNNERS = {
     "resolver": "sim.pods.resolver:run",
-    "bus": "sim.pods.bus_component:run",
+    "nats": "sim.pods.nats.component:run",
+    "nats-callout": "sim.pods.nats.callout_component:run",
     "invocation": "sim.pods.invocation:run",
     "grpc-proxy": "sim.pods.grpcproxy:run",
     "proxy": "sim.proxy.component:run",

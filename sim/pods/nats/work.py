@@ -1,0 +1,129 @@
+"""Work over the stack's NATS: pods publish work messages, workers pull them and ack when done.
+
+Everything dials nats-server at the control plane's load-balancer address (4222) through the
+network map, as seen from the caller's cluster. nats-py reconnects by itself when the server comes
+back (a kill/restart fault brings it back on the same address); a pull that fails while it is away
+is retried, a publish that fails is the caller's error to report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from sim.runtime.component import Context
+
+from .client import connect_once
+from .stack import REGION, NatsValues, StackKeys
+from .workqueue import QueueSettings, WorkPuller, ensure_stream, publish_work
+
+CONNECT_TIMEOUT = 5.0
+RECONNECT_WAIT = 0.1  # seconds between reconnect attempts: a restarted server is back within a second
+PULL_TIMEOUT = 5.0  # seconds one pull waits for work before asking again
+MAX_IN_FLIGHT = 256  # work messages one worker handles at once (its pulls pause beyond this)
+
+
+async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **options: Any) -> Client:
+    """One login attempt (a refusal raises at once), then a client that reconnects for ever; a refused
+    worker backs off as a crash-looping pod would (its caller's loop)."""
+    return await connect_once(ctx.nats_url(), name=name, connect_timeout=CONNECT_TIMEOUT,
+                              reconnect_time_wait=RECONNECT_WAIT, **credentials, **options)
+
+
+class WorkPublisher:
+    """A pod's publishing end: one connection, opened on first use as the pod's internal NATS user."""
+
+    def __init__(self, ctx: Context, role: str) -> None:
+        self.ctx, self.role = ctx, role
+        self.settings = QueueSettings(ack_wait=NatsValues.from_values(ctx.values).ack_wait)
+        self._nc: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def _client(self) -> Client:
+        async with self._lock:
+            if self._nc is None or self._nc.is_closed:
+                seed = StackKeys.derive(self.ctx.topology.seed).internal[self.role]
+                nc = await connect(self.ctx, f"{self.role}/{self.ctx.name}", {"nkeys_seed_str": seed})
+                # The streams may not exist yet where no supervisor made them (a k3d pod); idempotent.
+                js = nc.jetstream()
+                for function in self.ctx.topology.functions:
+                    await ensure_stream(js, REGION, function, self.settings)
+                self._nc = nc
+            return self._nc
+
+    async def publish(self, function: str, request_id: str, work: Mapping[str, Any]) -> int:
+        """Queue ``work`` in the function version's stream; returns its stream sequence."""
+        nc = await self._client()
+        # The message id adds this process: a pod restarted by a fault replays its seeded request ids,
+        # which must not be dropped as duplicates of its previous life's messages (5 s window).
+        return await publish_work(nc.jetstream(), REGION, function, request_id,
+                                  json.dumps(work, separators=(",", ":")).encode(),
+                                  msg_id=f"{request_id}.{os.getpid()}")
+
+    async def close(self) -> None:
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+            self._nc = None
+
+
+Handler = Callable[[dict[str, Any], int], Awaitable[None]]  # (work message, delivery count)
+
+
+async def pull_loop(nc: Client, function: str, handle: Handler, on_error: Callable[[str], None],
+                    started: asyncio.Event | None = None) -> None:
+    """Pull one function version's work for ever; each message is handled in its own task and acked
+    when the handler returns (a worker that dies first leaves it to be redelivered after ack wait)."""
+    puller = WorkPuller(nc, REGION, function)
+    slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+    tasks: set[asyncio.Task[None]] = set()
+    try:
+        await puller.start()
+        if started is not None:
+            started.set()
+        while True:
+            await slots.acquire()
+            try:
+                msg = await puller.fetch(PULL_TIMEOUT)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - server away or refused: wait for the reconnect
+                slots.release()
+                on_error(f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(RECONNECT_WAIT)
+                continue
+            if msg is None:
+                slots.release()
+                continue
+            task = asyncio.create_task(_handle(msg, handle, slots, on_error), name=f"work:{msg.subject}")
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    finally:
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _handle(msg: Msg, handle: Handler, slots: asyncio.Semaphore, on_error: Callable[[str], None]) -> None:
+    try:
+        try:
+            work = json.loads(msg.data)
+        except ValueError as exc:
+            on_error(f"unreadable work message {msg.subject}: {exc}")
+            await msg.term()
+            return
+        await handle(work, msg.metadata.num_delivered or 1)
+        await msg.ack()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a lost ack is redelivered; report it, keep pulling
+        on_error(f"ack failed for {msg.subject}: {type(exc).__name__}: {exc}")
+    finally:
+        slots.release()

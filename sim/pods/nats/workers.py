@@ -1,0 +1,150 @@
+"""The NATS side of one cluster's function workers: sign in as worker-utils does, pull work, ack it.
+
+``nats.workerAuth: nkey``: a worker signs in once with NKEY_SEED (the shared NKey) and pulls every
+function it serves over that connection. ``token``: it signs in with its own worker token, which is
+scoped to one function version, so it holds one connection per function it serves. A refused login
+is retried with a growing delay (a crash-looping pod); the worker gets no work meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from nats.aio.client import Client
+
+from sim.model.netmap import Refused
+from sim.runtime.component import Context
+
+from .stack import NatsValues, StackKeys, worker_credentials
+from .work import connect, pull_loop
+
+LOGIN_BACKOFF = (0.5, 10.0)  # first and longest delay between refused logins
+BIND_POLL = 0.005  # seconds between looks at the network map while nats-server is not mapped yet
+
+
+class Worker(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+WorkHandler = Callable[[Any, dict[str, Any]], Awaitable[None]]  # (worker, work message)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One NATS connection of one worker and the function versions it pulls over it."""
+
+    worker: str
+    functions: tuple[str, ...]
+    credentials: Mapping[str, str]
+    describe: str
+
+
+def plan_links(keys: StackKeys, mode: str, workers: list[str], functions: tuple[str, ...],
+               reads_account: Callable[[str], bool] = lambda _: True) -> list[Link]:
+    """nkey: one connection per worker for all functions; token: one per worker and function (pure)."""
+    links = []
+    for worker in workers:
+        if mode == "nkey":
+            cred = worker_credentials(keys, mode, worker, functions[0] if functions else "")
+            links.append(Link(worker, functions, cred.connect_kwargs, cred.describe))
+            continue
+        for function in functions:
+            cred = worker_credentials(keys, mode, worker, function, reads_account(worker))
+            links.append(Link(worker, (function,), cred.connect_kwargs, cred.describe))
+    return links
+
+
+async def wait_for_nats(ctx: Context) -> None:
+    """Until the launcher has mapped nats-server (worker hosts start beside the control plane)."""
+    while True:
+        try:
+            ctx.nats_url()
+            return
+        except Refused:
+            await asyncio.sleep(BIND_POLL)
+
+
+class WorkerLinks:
+    """Every worker's connections and pull loops of one worker host; ``start`` returns once each link
+    has signed in and bound its consumers, or been refused once (then it keeps trying)."""
+
+    def __init__(self, ctx: Context, workers: Mapping[str, Worker], handle: WorkHandler) -> None:
+        self.ctx, self.workers, self.handle = ctx, workers, handle
+        values = NatsValues.from_values(ctx.values)
+        self.links = plan_links(StackKeys.derive(ctx.topology.seed), values.worker_auth, list(workers),
+                                ctx.topology.functions)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.clients: list[Client] = []
+
+    async def start(self) -> None:
+        await wait_for_nats(self.ctx)
+        first = [asyncio.Event() for _ in self.links]
+        for link, event in zip(self.links, first, strict=True):
+            task = asyncio.create_task(self._serve(link, event), name=f"nats:{link.worker}:{link.functions}")
+            self.tasks.add(task)
+        await asyncio.gather(*(e.wait() for e in first))
+
+    async def _serve(self, link: Link, first: asyncio.Event) -> None:
+        delay = LOGIN_BACKOFF[0]
+        events = self.ctx.events
+        while True:
+            try:
+                nc = await connect(self.ctx, link.worker, link.credentials, error_cb=self._error_cb(link))
+                break
+            except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry like a crash-looping pod
+                events.emit("worker.nats.refused", worker=link.worker, functions=list(link.functions),
+                            credentials=link.describe, error=str(exc) or type(exc).__name__)
+                first.set()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LOGIN_BACKOFF[1])
+        self.clients.append(nc)
+        events.emit("worker.nats.connected", worker=link.worker, functions=list(link.functions),
+                    credentials=link.describe)
+        bound = [asyncio.Event() for _ in link.functions]
+        loops = [asyncio.create_task(pull_loop(nc, f, self._handler(link.worker), self._pull_error(link), b),
+                                     name=f"pull:{link.worker}:{f}")
+                 for f, b in zip(link.functions, bound, strict=True)]
+        try:
+            await asyncio.gather(*(b.wait() for b in bound))
+            first.set()
+            await asyncio.gather(*loops)
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+    def _handler(self, name: str) -> Callable[[dict[str, Any], int], Awaitable[None]]:
+        worker = self.workers[name]
+
+        async def handle(work: dict[str, Any], delivered: int) -> None:
+            if delivered > 1:
+                self.ctx.events.emit("worker.work.redelivered", worker=name, requestId=work.get("requestId"),
+                                     delivered=delivered)
+            await self.handle(worker, work)
+
+        return handle
+
+    def _error_cb(self, link: Link) -> Callable[[Exception], Awaitable[None]]:
+        async def on_error(exc: Exception) -> None:
+            self.ctx.events.emit("worker.nats.error", worker=link.worker, error=str(exc) or type(exc).__name__)
+
+        return on_error
+
+    def _pull_error(self, link: Link) -> Callable[[str], None]:
+        def on_error(error: str) -> None:
+            self.ctx.events.emit("worker.nats.pull_error", worker=link.worker, error=error)
+
+        return on_error
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for nc in self.clients:
+            with contextlib.suppress(Exception):
+                await nc.close()

@@ -1,0 +1,151 @@
+"""JetStream work delivery: one stream and one durable pull consumer per function version.
+
+Why (public NVCF source, WorkerNatsService and the worker's consumer): the stream
+``rq_<region>_<fvid>`` keeps ``rq.<region>.<fvid>.<reqId>`` messages with work-queue
+retention, one message per subject (a request id is never queued twice) and a
+5 s duplicate window; workers share the durable consumer ``<stream>_workers``
+(explicit ack, ack wait 30 s in the field). A worker acks when its callback is
+done. If it dies first, the server hands the message to another worker once the
+ack wait has passed, so nothing is lost silently; an acked message leaves the
+stream and is never delivered again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext, api
+from nats.js.errors import BadRequestError, FetchTimeoutError
+
+from .subjects import consumer_name, stream_name, stream_subjects, work_subject
+
+ACK_WAIT = 30.0  # seconds, the field value
+FETCH_TIMEOUT = 5.0  # seconds a worker's pull waits for work before asking again
+PUBLISH_TIMEOUT = 5.0
+CONSUMER_LIMIT = 10_000  # max ack pending and max waiting pulls
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    ack_wait: float = ACK_WAIT
+    storage: Literal["file", "memory"] = "file"
+    max_msgs: int = 100_000
+    duplicate_window: float = 5.0
+    max_ack_pending: int = CONSUMER_LIMIT
+
+
+def stream_config(region: str, fvid: str, settings: QueueSettings) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=stream_name(region, fvid),
+        subjects=[stream_subjects(region, fvid)],
+        retention=api.RetentionPolicy.WORK_QUEUE,
+        max_msgs_per_subject=1,  # the subject carries the request id
+        discard=api.DiscardPolicy.NEW,
+        discard_new_per_subject=True,  # never replace a queued request
+        max_msgs=settings.max_msgs,
+        storage=api.StorageType(settings.storage),
+        duplicate_window=settings.duplicate_window,
+        allow_direct=True,
+    )
+
+
+def consumer_config(region: str, fvid: str, settings: QueueSettings) -> api.ConsumerConfig:
+    name = consumer_name(region, fvid)
+    return api.ConsumerConfig(
+        name=name,
+        durable_name=name,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=settings.ack_wait,
+        max_ack_pending=settings.max_ack_pending,
+        max_waiting=settings.max_ack_pending,
+    )
+
+
+async def ensure_stream(
+    js: JetStreamContext, region: str, fvid: str, settings: QueueSettings = QueueSettings()
+) -> None:
+    """Create (or bring up to date) the function version's stream and consumer."""
+    config = stream_config(region, fvid, settings)
+    try:
+        await js.add_stream(config)
+    except BadRequestError:  # exists with another configuration
+        await js.update_stream(config)
+    await js.add_consumer(stream_name(region, fvid), consumer_config(region, fvid, settings))
+
+
+async def publish_work(
+    js: JetStreamContext,
+    region: str,
+    fvid: str,
+    req_id: str,
+    data: bytes,
+    headers: dict[str, str] | None = None,
+    timeout: float = PUBLISH_TIMEOUT,
+    msg_id: str | None = None,
+) -> int:
+    """Queue one request's work message; returns its stream sequence.
+
+    ``Nats-Msg-Id`` is ``msg_id`` (default: the request id), so a retried publish
+    within the duplicate window is not queued twice.
+    """
+    ack = await js.publish(
+        work_subject(region, fvid, req_id),
+        data,
+        timeout=timeout,
+        stream=stream_name(region, fvid),
+        headers={"Nats-Msg-Id": msg_id or req_id, **(headers or {})},
+    )
+    return ack.seq
+
+
+def delivery_count(msg: Msg) -> int:
+    """1 on first delivery, 2 after one redelivery, ..."""
+    return msg.metadata.num_delivered or 1
+
+
+class WorkPuller:
+    """A worker's end of the consumer: fetch one message, then ack or nak it.
+
+    Binds to the existing durable consumer without looking it up, so a worker
+    needs only the pull and ack subjects of its own consumer.
+    """
+
+    def __init__(self, nc: Client, region: str, fvid: str) -> None:
+        self.nc, self.region, self.fvid = nc, region, fvid
+        self._sub: Any = None
+
+    async def start(self) -> WorkPuller:
+        js = self.nc.jetstream()
+        self._sub = await js.pull_subscribe_bind(
+            consumer_name(self.region, self.fvid), stream=stream_name(self.region, self.fvid)
+        )
+        return self
+
+    async def fetch(self, timeout: float = FETCH_TIMEOUT) -> Msg | None:
+        """The next work message, or None if none came within ``timeout``."""
+        if self._sub is None:
+            await self.start()
+        try:
+            (msg,) = await self._sub.fetch(1, timeout=timeout)
+        except (NatsTimeoutError, FetchTimeoutError, TimeoutError):
+            return None
+        return cast(Msg, msg)
+
+    @staticmethod
+    async def ack(msg: Msg) -> None:
+        """Done: the message leaves the stream. Waits for the server's confirmation."""
+        await msg.ack_sync()
+
+    @staticmethod
+    async def nak(msg: Msg, delay: float | None = None) -> None:
+        """Give the message back now (or after ``delay``) for another worker."""
+        await msg.nak(delay)
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
