@@ -1,0 +1,202 @@
+"""A dev environment to poke (issue 15): idle `invoke up`, then tasks on the running stack, as a user runs them.
+
+The acceptance test runs each step as a real `invoke` process with NCPSIM_HOME in a temporary folder;
+its teardown stops the stack whatever happened and fails if one of its processes is left. The table
+tests cover the pure parts: the steps each command writes, and the command-line words invoke is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scenarios.devenv import call_step, fault_step, set_step, stack_flag
+from sim.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+INVOKE = str(Path(sys.executable).parent / "invoke")
+COMMAND_TIMEOUT = 90.0  # up, a redeploy or a batch of calls: seconds on a laptop, more on a loaded CI machine
+
+
+def run_invoke(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([INVOKE, *args], cwd=REPO, env=env, capture_output=True, text=True, input=stdin,
+                          timeout=COMMAND_TIMEOUT, check=False)
+
+
+def stack_processes(state: Path) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            zombie = (proc / "stat").read_text().split(")")[-1].split()[0] == "Z"
+        except OSError:
+            continue
+        if str(state).encode() in cmdline and not zombie:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.fixture
+def user_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
+    yield env
+    home = Path(env["NCPSIM_HOME"])
+    for state in sorted(home.iterdir()) if home.exists() else []:
+        run_invoke("down", "--stack", state.name, env=env)
+        assert not stack_processes(state), f"processes of {state.name} left after invoke down"
+
+
+def calls(done: subprocess.CompletedProcess) -> list[dict]:
+    report = json.loads(done.stdout)
+    return [call for step in report["steps"] for call in step["calls"]]
+
+
+def test_idle_stack_poked_as_a_user_would(user_env: dict[str, str]) -> None:
+    up = run_invoke("up", env=user_env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "PASS idle" in up.stdout
+
+    status = json.loads(run_invoke("status", "--json", env=user_env).stdout)
+    roles = [p["role"] for p in status["pods"]]
+    assert roles.count("invocation") == 2 and roles.count("grpc-proxy") == 2
+    assert status["proxy"]["http"]["port"] and "ncpsim-compute-1" in status["dns"]
+
+    first = run_invoke("call", "http-echo", "--count", "3", "--json", env=user_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert [c["outcome"] for c in calls(first)] == ["success"] * 3
+    assert all(c["via"] == "proxy" for c in calls(first))
+
+    kill = run_invoke("fault", "kill", "invocation-service-0", env=user_env)
+    assert kill.returncode == 0 and "SIGKILL invocation-service-0" in kill.stdout, kill.stdout + kill.stderr
+
+    during = run_invoke("call", "http-echo", "--count", "4", env=user_env)
+    assert during.returncode == 1, during.stdout + during.stderr
+    assert "2/4 calls succeeded" in during.stdout and "FAILED" in during.stdout
+
+    restart = run_invoke("fault", "restart", "invocation-service-0", env=user_env)
+    assert restart.returncode == 0, restart.stdout + restart.stderr
+
+    after = run_invoke("call", "http-echo", "--count", "4", "--json", env=user_env)
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert [c["outcome"] for c in calls(after)] == ["success"] * 4
+
+    changed = run_invoke("set", "workerCallbackProxy.invocation.connect.enabled=true", "--redeploy", "proxy",
+                         env=user_env)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "redeployed proxy" in changed.stdout
+    topology = json.loads((Path(user_env["NCPSIM_HOME"]) / "default" / "topology.json").read_text())
+    assert topology["values"]["workerCallbackProxy"]["invocation"]["connect"]["enabled"] is True
+
+    down = run_invoke("down", env=user_env)
+    assert down.returncode == 0 and "stopped" in down.stdout
+    assert not stack_processes(Path(user_env["NCPSIM_HOME"]) / "default")
+
+
+def test_step_from_stdin_checks_its_expectations(user_env: dict[str, str]) -> None:
+    assert run_invoke("up", "--stack", "steps", env=user_env).returncode == 0
+    holds = run_invoke("step", "-", "--stack", "steps", env=user_env,
+                       stdin="invoke: {function: grpc-echo, count: 2}\nexpect: {outcome: success, via: proxy}\n")
+    assert holds.returncode == 0, holds.stdout + holds.stderr
+    assert "2/2 calls succeeded" in holds.stdout
+    broken = run_invoke("step", "-", "--stack", "steps", env=user_env,
+                        stdin="invoke: {function: http-echo}\nexpect: {outcome: failure}\n")
+    assert broken.returncode == 1  # the calls succeed, so the expectation of a failure does not hold
+    assert "expected" in broken.stdout
+    typo = run_invoke("step", "-", "--stack", "steps", env=user_env, stdin="invok: {function: http-echo}\n")
+    assert typo.returncode == 2 and "invok" in typo.stderr and "Traceback" not in typo.stderr
+
+
+def test_tasks_on_a_stack_that_is_not_up(user_env: dict[str, str]) -> None:
+    done = run_invoke("call", "http-echo", "--stack", "nothing", env=user_env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "ncpsim: stack 'nothing' is not up; start it with `invoke up --stack nothing`"
+
+
+@pytest.mark.parametrize(("words", "expected"), [
+    (["a.b=true"], {"a": {"b": True}}),
+    (["a.b=3", "a.c=x"], {"a": {"b": 3, "c": "x"}}),
+    (["workerCallbackProxy.tls.frontend.existingSecret=null"],
+     {"workerCallbackProxy": {"tls": {"frontend": {"existingSecret": None}}}}),
+    (["a.b="], {"a": {"b": ""}}),
+])
+def test_set_writes_set_values(words: list[str], expected: dict) -> None:
+    assert set_step(words, None)["setValues"] == expected
+
+
+@pytest.mark.parametrize(("words", "redeploy", "message"), [
+    ([], None, "give at least one key.path=value"),
+    (["novalue"], None, "write key.path=value"),
+    (["a..b=1"], None, "write key.path=value"),
+    (["a=1", "a.b=2"], None, "cannot hold keys"),
+    (["a=1"], "everything", "choose one of workers, proxy, pods, all"),
+])
+def test_set_mistakes_are_one_line(words: list[str], redeploy: str | None, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        set_step(words, redeploy)
+
+
+@pytest.mark.parametrize(("action", "target", "expected"), [
+    ("kill", "invocation-service-0", {"kill": "invocation-service-0"}),
+    ("scale", "invocation=1", {"scale": {"role": "invocation", "replicas": 1}}),
+    ("expire", "frontend", {"expire": "frontend"}),
+    ("clear-links", None, {"clear-links": True}),
+])
+def test_fault_writes_the_fault_step(action: str, target: str | None, expected: dict) -> None:
+    assert fault_step(action, target)["fault"] == expected
+
+
+def test_fault_link_and_mistakes() -> None:
+    link = fault_step("link", "ncpsim-compute-1", "10.100.0.10", latency_ms=200, drop=0.5)["fault"]["link"]
+    assert link == {"from": "ncpsim-compute-1", "to": "10.100.0.10", "latencyMs": 200, "drop": 0.5,
+                    "timeoutMs": 1000}
+    with pytest.raises(ConfigError, match="choose one of kill"):
+        fault_step("explode", "x")
+    with pytest.raises(ConfigError, match="invoke fault kill COMPONENT"):
+        fault_step("kill", None)
+    with pytest.raises(ConfigError, match="ROLE=REPLICAS"):
+        fault_step("scale", "invocation")
+    with pytest.raises(ConfigError, match="at least one call"):
+        call_step("http-echo", 0)
+
+
+def test_stack_flag_only_for_other_stacks() -> None:
+    assert stack_flag("default") == ""
+    assert stack_flag("x") == " --stack x"
+
+
+@pytest.mark.parametrize(("argv", "parsed"), [
+    (["up"], "{'scenario': None}"),
+    (["up", "http-callback"], "{'scenario': 'http-callback'}"),
+    (["up", "-f", "values.yaml", "--stack", "x"], "{'scenario': None}"),
+    (["up", "--file=values.yaml", "scenario=wrong-path"], "{'scenario': 'scenario=wrong-path'}"),
+    (["set", "a=1", "b=2", "--redeploy", "proxy"], "{'assignment': ['a=1', 'b=2'], 'redeploy': 'proxy'}"),
+    (["fault", "clear-links"], "{'action': 'clear-links', 'target': None}"),
+])
+def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str) -> None:
+    """invoke itself has no optional positional arguments; tasks.py gives them from the words present."""
+    probe = tmp_path / "probe_tasks.py"
+    probe.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from tasks import optional_positional\n"
+        "@optional_positional('scenario')\n"
+        "def up(c, scenario=None, file=None, stack='default'):\n"
+        "    print({'scenario': scenario})\n"
+        "@optional_positional('assignment', more='assignment', name='set')\n"
+        "def set_(c, assignment=None, redeploy=None):\n"
+        "    print({'assignment': assignment, 'redeploy': redeploy})\n"
+        "@optional_positional('action', 'target')\n"
+        "def fault(c, action=None, target=None):\n"
+        "    print({'action': action, 'target': target})\n")
+    done = subprocess.run([INVOKE, "-c", "probe_tasks", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == parsed
