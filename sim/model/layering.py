@@ -154,33 +154,33 @@ def _drop_below(origins: dict[str, KeyOrigin], path: str) -> None:
         del origins[known]
 
 
+def _record(origins: dict[str, KeyOrigin], current: Layer) -> None:
+    for parts, value in _nodes(current.values):
+        path = key_path(parts)
+        if not isinstance(value, Mapping):
+            _drop_below(origins, path)  # a value in place of a mapping replaces everything under it
+        origins[path] = current.origin(path)
+
+
 def layer(layers: Sequence[Layer]) -> Layered:
     """Merge `layers` in order, later ones winning key by key (Helm's rule for values files)."""
     values: dict[str, Any] = {}
     origins: dict[str, KeyOrigin] = {}
     for current in layers:
         values = deep_merge(values, current.values)
-        for parts, value in _nodes(current.values):
-            path = key_path(parts)
-            if not isinstance(value, Mapping):
-                _drop_below(origins, path)  # a value in place of a mapping replaces everything under it
-            origins[path] = current.origin(path)
+        _record(origins, current)
     return Layered(values, origins, _overrides(layers, values, origins), _unknown(layers))
 
 
 def then(layered: Layered, step: Layer) -> Layered:
     """The values after a step's `setValues`, which sits above every other layer."""
-    values = deep_merge(layered.values, step.values)
     origins = dict(layered.origins)
-    for parts, value in _nodes(step.values):
-        path = key_path(parts)
-        if not isinstance(value, Mapping):
-            _drop_below(origins, path)
-        origins[path] = step.origin(path)
-    return Layered(values, origins, layered.overrides, layered.unknown + _unknown([step]))
+    _record(origins, step)
+    return Layered(deep_merge(layered.values, step.values), origins, layered.overrides,
+                   layered.unknown + _unknown([step]))
 
 
-def _overrides(layers: Sequence[Layer], values: Mapping[str, Any],
+def _overrides(layers: Sequence[Layer], values: dict[str, Any],
                origins: Mapping[str, KeyOrigin]) -> tuple[Override, ...]:
     found = []
     merged = Layered(values, origins)
