@@ -74,6 +74,10 @@ def recorded(trace: CallTrace, tail: StackTail) -> bool:
         return not trace.client_status or _lines(tail, rid) >= 1
     result = tail.worker_result(rid)
     if result is None:
+        if trace.function != "http-echo" and trace.outcome != "success" and _start(tail, rid) is not None:
+            # A gRPC client can give up (DEADLINE_EXCEEDED) while its worker still retries: wait for the
+            # worker's result, whose cause (DNS, TLS, the status it got) the trace reports instead.
+            return False
         return trace.outcome != "success"  # a failed call may never have reached a worker
     start = _start(tail, rid)
     if trace.via == "direct" or not (start or {}).get("proxy"):

@@ -17,7 +17,7 @@ import h11
 from dns.client import NameNotResolved
 from sim.protocols.http1 import H11Stream, decode_headers
 from sim.protocols.tls import ReloadingContext
-from sim.protocols.wire import UC_BODY, UF_BODY, UF_TLS_BODY, UpstreamFailure
+from sim.protocols.wire import DF_BODY, UC_BODY, UF_BODY, UF_TLS_BODY, UpstreamFailure
 from sim.proxy import relay
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.downstream import (
@@ -100,6 +100,7 @@ class HttpFront:
         down = H11Stream(h11.SERVER, reader, writer)
         pool: Pool = {}
         ended: BaseException | None = None
+        peer = writer.get_extra_info("peername") or ("?", 0)
         try:
             while await self._one_request(down, pool):
                 down.next_cycle()
@@ -111,7 +112,6 @@ class HttpFront:
             for authority, (up, addr) in pool.items():
                 self._park(authority, up, addr)
             writer.close()
-        peer = writer.get_extra_info("peername") or ("?", 0)
         (log.debug if ended is None else log.info)("connection from %s:%s ended: %s", peer[0], peer[1],
                                                    end_reason(ended))
 
@@ -201,7 +201,12 @@ class HttpFront:
     async def _drain(self, down: H11Stream) -> bool:
         """Read the rest of a rejected request so the connection can be reused."""
         while down.conn.their_state is h11.SEND_BODY:
-            event = await down.next_event(self.stream_idle_timeout)
+            try:
+                event = await down.next_event(self.stream_idle_timeout)
+            except h11.RemoteProtocolError:
+                if down.reader.at_eof():  # h11 calls a hang-up mid-body a protocol error; it is a hang-up
+                    raise DownstreamClosed("worker connection closed mid-request") from None
+                raise
             if isinstance(event, h11.ConnectionClosed):
                 return False
         return down.reusable()
@@ -219,7 +224,7 @@ class HttpFront:
         try:
             ip = (await self.ctx.resolve(host))[0]
         except NameNotResolved as exc:
-            raise UpstreamFailure("DF", "dns resolution failure", f"{host}: {exc.rcode}") from exc
+            raise UpstreamFailure("DF", DF_BODY, f"{host}: {exc.rcode}") from exc
         self._dns_cache[host] = (now + DNS_CACHE_TTL, ip)
         return ip
 

@@ -1,0 +1,466 @@
+"""The proxy answers and logs as Envoy does (DESIGN.md section 3; issue 11 item 4; issue 16 items 4, 6, 9, 10).
+
+The access log is checked against Envoy's default format string itself; everything else is the attack:
+real request bytes over TLS on 127.0.0.1 against a running stack, judged on the wire, in the proxy's
+access log and log file, and in the pods' own events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import ssl
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from stack_records import RECORD_TIMEOUT, Records
+
+from clusters.local import LocalBackend, LocalStack
+from scenarios.engine import run_scenario
+from scenarios.model import load_scenario
+from scenarios.result import ScenarioResult
+from sim.protocols.wire import DF_BODY, UF_BODY, UF_TLS_BODY
+from sim.proxy.access_log import AccessRecord, format_record, parse_line
+from sim.proxy.downstream import IDLE_ENV
+
+WD = "grpc-worker.example.com"
+SNI = f"invocation.{WD}"
+POD = "10-42-0-11.invocation.nvcf.svc.cluster.local"
+NO_POD = "10-42-0-99.invocation.nvcf.svc.cluster.local"  # a well-formed pod name no DNS knows
+ATTACH = "/v2/nvcf/worker/request-attach"
+SHORT = 5.0  # a local reply or a pod's 401 takes milliseconds; this only bounds a broken proxy
+IDLE = 0.5  # NCPSIM_PROXY_CONNECTION_IDLE for the idle stack (Envoy's 1 h, scaled down)
+TRICKLE = 0.1  # gap between a steady tunnel's bytes: well inside IDLE
+
+# Envoy's default access-log format, as its documentation gives it (configuration/observability/access_log).
+ENVOY_DEFAULT_FORMAT = (
+    '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" '
+    "%RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% "
+    '%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%" "%REQ(X-REQUEST-ID)%" '
+    '"%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%"'
+)
+
+
+# The format string, read as Envoy reads it ------------------------------------------------------------
+def envoy_line(record: AccessRecord) -> str:
+    """What Envoy would write for `record`: each command operator of the default format replaced by its
+    value, "-" for an empty one (Envoy's rule for unset values)."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.start)) + f".{int(record.start * 1000) % 1000:03d}Z"
+    values = {
+        "START_TIME": start, "REQ(:METHOD)": record.method, "REQ(X-ENVOY-ORIGINAL-PATH?:PATH)": record.path,
+        "PROTOCOL": record.protocol, "RESPONSE_CODE": str(record.status), "RESPONSE_FLAGS": record.flags,
+        "BYTES_RECEIVED": str(record.bytes_received), "BYTES_SENT": str(record.bytes_sent),
+        "DURATION": str(record.duration_ms), "RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)": record.upstream_service_time,
+        "REQ(X-FORWARDED-FOR)": record.forwarded_for, "REQ(USER-AGENT)": record.user_agent,
+        "REQ(X-REQUEST-ID)": record.request_id, "REQ(:AUTHORITY)": record.authority,
+        "UPSTREAM_HOST": record.upstream_host,
+    }
+    return re.sub(r"%([^%]+)%", lambda m: values[m.group(1)] or "-", ENVOY_DEFAULT_FORMAT)
+
+
+RECORDS = [
+    AccessRecord(start=1767225600.123, method="GET", path=ATTACH, status=200, bytes_sent=211, duration_ms=14,
+                 upstream_service_time="13", user_agent="worker-utils/1.3.2",
+                 request_id="1c2a3b4d-5e6f-4a1b-8c2d-3e4f5a6b7c8d", authority=f"{POD}:8443",
+                 upstream_host="10.42.0.11:8443"),
+    AccessRecord(start=1767225600.5, method="POST", path=ATTACH + "?a=1", status=503, flags="UF",
+                 bytes_received=97, bytes_sent=len(UF_BODY), request_id="x", authority=f"{POD}:8443",
+                 upstream_host="10.42.0.11:8443"),
+    AccessRecord(start=1767225601.0, method="CONNECT", path="-", status=404, flags="NR", authority=f"{POD}:8443"),
+    AccessRecord(start=1767225601.999, status=400, flags="DPE", bytes_sent=11),  # the codec refused the head
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=["forwarded", "uf", "connect-nr", "codec-error"])
+def test_access_log_line_is_envoys_default_format(record: AccessRecord) -> None:
+    line = format_record(record)
+    assert line == envoy_line(record)
+    parsed = parse_line(line)
+    assert parsed is not None
+    assert (parsed["method"], parsed["status"], parsed["flags"], parsed["rx"], parsed["tx"],
+            parsed["request_id"], parsed["upstream_host"]) == (
+        record.method, str(record.status), record.flags, str(record.bytes_received), str(record.bytes_sent),
+        record.request_id, record.upstream_host)
+
+
+# Wire helpers ----------------------------------------------------------------------------------------
+def tls_context(stack: LocalStack) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile=stack.status()["ca"]["stack"])
+    return ctx
+
+
+def connect(stack: LocalStack) -> ssl.SSLSocket:
+    sock = socket.create_connection(("127.0.0.1", stack.status()["proxy"]["http"]["port"]), timeout=SHORT)
+    return tls_context(stack).wrap_socket(sock, server_hostname=SNI)
+
+
+class Wire:
+    """A worker's connection to the proxy, read response by response (Content-Length framing)."""
+
+    def __init__(self, tls: ssl.SSLSocket):
+        self.tls, self.buffer = tls, b""
+
+    def send(self, data: bytes) -> None:
+        self.tls.sendall(data)
+
+    def _fill(self) -> bool:
+        chunk = self.tls.recv(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def head(self) -> tuple[bytes, dict[str, str]]:
+        """The next response head: its status line and headers."""
+        while b"\r\n\r\n" not in self.buffer:
+            assert self._fill(), f"the proxy closed without a response head: {self.buffer!r}"
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        line, *fields = head.decode("latin-1").split("\r\n")
+        return line.encode(), {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+
+    def response(self, head_request: bool = False) -> tuple[bytes, dict[str, str], bytes]:
+        line, headers = self.head()
+        length = 0 if head_request else int(headers.get("content-length", "0"))
+        while len(self.buffer) < length:
+            assert self._fill(), "the proxy closed mid-body"
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return line, headers, body
+
+    def closed_within(self, seconds: float) -> bool:
+        """True if the proxy closes the connection within `seconds` (reading and dropping what it sends)."""
+        self.tls.settimeout(seconds)
+        try:
+            while self._fill():
+                pass
+        except TimeoutError:
+            return False
+        except (ConnectionError, ssl.SSLError):
+            pass
+        return True
+
+
+def request(line: str, *headers: tuple[str, str], body: bytes = b"", host: str | None = f"{POD}:8443") -> bytes:
+    fields = ([("Host", host)] if host else []) + list(headers)
+    return (line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields) + "\r\n").encode("latin-1") + body
+
+
+def marked(name: str) -> tuple[str, str]:
+    return ("X-Request-Id", f"ef-{name}")
+
+
+def pod_events(stack: LocalStack) -> list[dict]:
+    events = []
+    for path in sorted((stack.state_dir / "events").glob("invocation-service-*.jsonl")):
+        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return events
+
+
+def reached_pod(stack: LocalStack, request_id: str) -> bool:
+    return any(e.get("requestId") == request_id for e in pod_events(stack) if e["kind"] == "pod.request")
+
+
+# What the worker callbacks of a replay leave --------------------------------------------------------------
+def test_callback_lines_carry_the_proxys_own_request_id(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
+    """Workers send no X-Request-Id, so each line names an id the proxy generated (a uuid4, as Envoy's),
+    which the pod received; the replay still finds both lines of every callback."""
+    stack, result = http_stack
+    assert result.ok, result.failures
+    received = {e.get("xRequestId") for e in pod_events(stack) if e["kind"].startswith("attach.")}
+    for trace in result.steps[0].traces:
+        assert [rec["method"] for rec in trace.proxy] == ["GET", "POST"]
+        for rec in trace.proxy:
+            assert rec["request_id"] != trace.request_id
+            assert uuid.UUID(rec["request_id"]).version == 4
+            assert rec["request_id"] in received
+        assert trace.proxy[0]["rx"] == "0" and int(trace.proxy[1]["rx"]) > 0  # GET has no body, POST has
+
+
+def test_forwarded_bytes_are_body_bytes(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
+    stack, _ = http_stack
+    records = Records(stack.state_dir)
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"POST http://{POD}:8443{ATTACH} HTTP/1.1", marked("bytes"), ("Content-Length", "2"),
+                          body=b"{}"))
+        line, _, body = wire.response()
+    assert line == b"HTTP/1.1 401 Unauthorized"
+    rec = records.access_line(request_id="ef-bytes")
+    assert (rec["status"], rec["rx"], rec["tx"]) == ("401", "2", str(len(body)))
+
+
+@pytest.mark.parametrize(("name", "target", "status", "flag"), [
+    ("nr", f"http://{POD}:8443/v2/nvcf/pexec/functions/x", 404, "NR"),
+    ("df", f"http://{NO_POD}:8443{ATTACH}", 503, "DF"),
+])
+def test_local_reply_bytes_are_its_body(http_stack, name: str, target: str, status: int, flag: str) -> None:
+    stack, _ = http_stack
+    records = Records(stack.state_dir)
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"GET {target} HTTP/1.1", marked(f"local-{name}")))
+        line, _, body = wire.response()
+    assert int(line.split()[1]) == status
+    rec = records.access_line(request_id=f"ef-local-{name}")
+    assert (rec["status"], rec["flags"], rec["tx"]) == (str(status), flag, str(len(body)))
+    assert (len(body) > 0) is (flag == "DF")  # Envoy's NR reply has no body; DF says why
+
+
+# HEAD (issue 16 item 4) ------------------------------------------------------------------------------------
+def test_head_through_the_proxy_gets_the_pods_head_and_the_connection_goes_on(http_stack) -> None:
+    """The pod answers HEAD with its problem reply's head and no body; the proxy relays that, and the
+    next request on the same connection is read correctly."""
+    stack, _ = http_stack
+    records = Records(stack.state_dir)
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"HEAD http://{POD}:8443{ATTACH} HTTP/1.1", marked("head")))
+        line, headers, _ = wire.response(head_request=True)
+        assert line == b"HTTP/1.1 404 Not Found" and int(headers["content-length"]) > 0
+        wire.send(request(f"GET http://{POD}:8443{ATTACH} HTTP/1.1", marked("after-head")))
+        after, _, _ = wire.response()
+    assert after == b"HTTP/1.1 401 Unauthorized"
+    rec = records.access_line(request_id="ef-head")
+    assert (rec["method"], rec["status"], rec["flags"], rec["tx"]) == ("HEAD", "404", "-", "0")
+    assert rec["upstream_host"] == "10.42.0.11:8443"
+    assert reached_pod(stack, "ef-head")
+
+
+@pytest.mark.parametrize(("name", "target", "status"), [
+    ("nr", f"http://{POD}:8443/v2/nvcf/x", 404), ("df", f"http://{NO_POD}:8443{ATTACH}", 503)])
+def test_head_local_reply_has_no_body(http_stack, name: str, target: str, status: int) -> None:
+    stack, _ = http_stack
+    records = Records(stack.state_dir)
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"HEAD {target} HTTP/1.1", marked(f"head-{name}")))
+        line, headers, _ = wire.response(head_request=True)
+        wire.send(request(f"GET http://{POD}:8443{ATTACH} HTTP/1.1", marked(f"head-{name}-after")))
+        after, _, _ = wire.response()  # a body sent on the HEAD reply would be read here as a status line
+    assert int(line.split()[1]) == status and after == b"HTTP/1.1 401 Unauthorized"
+    assert int(headers["content-length"]) == (len(DF_BODY) if name == "df" else 0)  # the GET's, kept
+    assert records.access_line(request_id=f"ef-head-{name}")["tx"] == "0"
+
+
+# Expect: 100-continue (issue 16 item 9) ---------------------------------------------------------------------
+def test_expect_100_continue_is_answered_by_the_proxy(http_stack) -> None:
+    """A worker that waits for 100 before sending its body gets it from the proxy (Envoy answers it
+    itself), then the pod's answer to the whole request."""
+    stack, _ = http_stack
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"POST http://{POD}:8443{ATTACH} HTTP/1.1", marked("expect"), ("Content-Length", "2"),
+                          ("Expect", "100-continue")))
+        interim, _ = wire.head()
+        assert interim == b"HTTP/1.1 100 Continue"
+        wire.send(b"{}")
+        line, _, _ = wire.response()
+    assert line == b"HTTP/1.1 401 Unauthorized"
+    assert reached_pod(stack, "ef-expect")
+
+
+# Codec refusals Envoy makes before routing (issue 16 item 9) -------------------------------------------------
+CODEC_CASES = [
+    ("connect-content-length", request(f"CONNECT {POD}:8443 HTTP/1.1", marked("connect-content-length"),
+                                       ("Content-Length", "5"), body=b"hello"), b"HTTP/1.1 400 Bad Request"),
+    ("connect-chunked", request(f"CONNECT {POD}:8443 HTTP/1.1", marked("connect-chunked"),
+                                ("Transfer-Encoding", "chunked"), body=b"0\r\n\r\n"), b"HTTP/1.1 400 Bad Request"),
+    ("connect-gzip", request(f"CONNECT {POD}:8443 HTTP/1.1", marked("connect-gzip"), ("Transfer-Encoding", "gzip")),
+     b"HTTP/1.1 501 Not Implemented"),
+    ("duplicate-content-length", request(f"POST http://{POD}:8443{ATTACH} HTTP/1.1", marked("duplicate-content-length"),
+                                         ("Content-Length", "2"), ("Content-Length", "2"), body=b"{}"),
+     b"HTTP/1.1 400 Bad Request"),
+    ("content-length-list", request(f"POST http://{POD}:8443{ATTACH} HTTP/1.1", marked("content-length-list"),
+                                    ("Content-Length", "2, 2"), body=b"{}"), b"HTTP/1.1 400 Bad Request"),
+]
+
+
+@pytest.mark.parametrize(("name", "raw", "status_line"), CODEC_CASES, ids=[c[0] for c in CODEC_CASES])
+def test_codec_refusals(http_stack, name: str, raw: bytes, status_line: bytes) -> None:
+    stack, _ = http_stack
+    records = Records(stack.state_dir)
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(raw)
+        line, headers, body = wire.response()
+        assert wire.closed_within(SHORT)  # a codec error ends the connection
+    assert line == status_line and headers.get("connection") == "close"
+    assert body == status_line.split(b" ", 2)[2]  # Envoy's codec replies with the status text
+    # h11 refuses a Transfer-Encoding other than chunked while parsing, before there is a request id.
+    rec = records.access_line(status=line.split()[1].decode(), flags="DPE",
+                              request_id="-" if name == "connect-gzip" else f"ef-{name}")
+    assert rec["upstream_host"] == "-"
+    assert not reached_pod(stack, f"ef-{name}")
+
+
+def test_absolute_form_without_host_is_forwarded_with_the_urls_authority(http_stack) -> None:
+    stack, _ = http_stack
+    records = Records(stack.state_dir)
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"GET http://{POD}:8443{ATTACH} HTTP/1.1", marked("no-host"), host=None))
+        line, _, _ = wire.response()
+    assert line == b"HTTP/1.1 401 Unauthorized"
+    rec = records.access_line(request_id="ef-no-host")
+    assert (rec["authority"], rec["upstream_host"]) == (f"{POD}:8443", "10.42.0.11:8443")
+    assert reached_pod(stack, "ef-no-host")
+
+
+def test_origin_form_without_host_is_still_refused(http_stack) -> None:
+    """Negative control: only an absolute URL supplies the authority; origin-form without Host is 400."""
+    stack, _ = http_stack
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"GET {ATTACH} HTTP/1.1", marked("origin-no-host"), host=None))
+        line, _, _ = wire.response()
+    assert line == b"HTTP/1.1 400 Bad Request"
+
+
+# One logged line per connection, never a traceback (issue 16 item 6) --------------------------------------------
+def test_an_incomplete_body_after_a_local_reply_ends_in_one_logged_line(http_stack) -> None:
+    """A refused request whose body never completes: the proxy answers 404, then the worker hangs up
+    mid-body. That used to leave an h11 traceback in the proxy's log."""
+    stack, _ = http_stack
+    log = stack.state_dir / "logs" / "worker-callback-proxy.log"
+    before = log.read_text() if log.exists() else ""
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"POST http://{POD}:8443/v2/nvcf/x HTTP/1.1", marked("cut"), ("Content-Length", "10"),
+                          body=b"abc"))
+        line, _, _ = wire.response()
+        assert line == b"HTTP/1.1 404 Not Found"
+    deadline = time.monotonic() + RECORD_TIMEOUT
+    while "ended: worker connection" not in (added := log.read_text()[len(before):]):
+        assert time.monotonic() < deadline, f"no end-of-connection line in the proxy log: {added[-500:]!r}"
+        time.sleep(0.02)
+    assert "Traceback" not in log.read_text()
+
+
+# UF: the host tried (issue 11 item 4); gRPC traces carry the worker's cause (issue 11 item 3) ------------------
+EXPIRED_POD_CERTS = """
+name: expired-pod-certs
+summary: Both kinds of pod serve an expired certificate; the proxy refuses them as upstreams (503 UF)
+seed: 7
+values:
+  workerCallbackProxy: {enabled: true, workerDomain: grpc-worker.example.com, service: {type: LoadBalancer}}
+  global: {nvcaOperator: {agent: {workerCallbackCaPem: "@stack-ca"}}}
+topology:
+  invocationReplicas: 1
+  grpcProxyReplicas: 1
+  computeClusters:
+    - workers: [{count: 1, trust: system}]
+steps:
+  - name: the invocation pod's certificate expired
+    fault: {expire: invocation}
+  - name: HTTP callbacks
+    invoke: {function: http-echo, count: 2}
+    expect: {outcome: failure, proxyStatus: 503, proxyFlag: UF}
+  - name: the grpc-proxy pod's certificate expired
+    fault: {expire: grpc-proxy}
+  - name: a gRPC call the client gives up on first
+    invoke: {function: grpc-echo, count: 1, timeout: 0.3}   # shorter than the worker's five retries
+    expect: {outcome: failure, proxyStatus: 503, proxyFlag: UF}
+"""
+
+
+@pytest.fixture(scope="module")
+def expired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScenarioResult]:
+    root = tmp_path_factory.mktemp("ncpsim-uf")
+    scenario = root / "expired-pod-certs.yaml"
+    scenario.write_text(EXPIRED_POD_CERTS)
+    stack = LocalStack("fidelity-uf", root=root)
+    try:
+        yield run_scenario(load_scenario(str(scenario)), LocalBackend(stack.root), stack.name, keep=True)
+    finally:
+        stack.down()
+        assert not stack.launcher.running(), "components still running after down"
+
+
+def test_uf_names_the_host_tried_and_counts_its_body(expired: ScenarioResult) -> None:
+    """Each callback's GET gets 503 UF; the line names the pod address the proxy dialed and the reply's
+    body bytes, and the replay gives it to the callback though no request id links them."""
+    assert expired.ok, expired.failures
+    traces = expired.steps[1].traces
+    assert len(traces) == 2
+    for trace in traces:
+        assert [(rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) for rec in trace.proxy] == [
+            ("GET", "503", "UF", "10.42.0.11:8443")]
+        assert trace.proxy[0]["tx"] == str(len(UF_TLS_BODY))
+        assert "CERTIFICATE_VERIFY_FAILED" in (trace.error or "")
+    assert len({trace.proxy[0]["request_id"] for trace in traces}) == 2  # one line each, none shared
+
+
+def test_grpc_trace_carries_the_workers_cause(expired: ScenarioResult) -> None:
+    """The client gives up first (DEADLINE_EXCEEDED); the trace still says what the worker got."""
+    (trace,) = expired.steps[3].traces
+    assert trace.outcome == "failure" and trace.worker_stage == "callback"
+    assert "DEADLINE_EXCEEDED" not in (trace.error or "")
+    assert "HTTP 503" in (trace.error or "") and "CERTIFICATE_VERIFY_FAILED" in (trace.error or "")
+
+
+# Idle timeouts (issue 16 item 10) ------------------------------------------------------------------------------
+CONNECT_ON = "workerCallbackProxy:\n  invocation:\n    connect:\n      enabled: true\n"
+
+
+@pytest.fixture(scope="module")
+def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """CONNECT on, and Envoy's 1 h idle timeout shortened to IDLE through the proxy's environment."""
+    root = tmp_path_factory.mktemp("ncpsim-idle")
+    values = root / "connect-on.yaml"
+    values.write_text(CONNECT_ON)
+    stack = LocalStack("fidelity-idle", root=root)
+    saved = os.environ.get(IDLE_ENV)
+    os.environ[IDLE_ENV] = str(IDLE)
+    try:
+        try:
+            result = run_scenario(load_scenario("http-callback", values), LocalBackend(stack.root), stack.name,
+                                  keep=True)
+        finally:
+            if saved is None:
+                os.environ.pop(IDLE_ENV, None)
+            else:
+                os.environ[IDLE_ENV] = saved
+        assert result.ok, result.failures
+        yield stack
+    finally:
+        stack.down()
+        assert not stack.launcher.running(), "components still running after down"
+
+
+def test_an_idle_connection_is_closed(idle_stack: LocalStack) -> None:
+    started = time.monotonic()
+    with connect(idle_stack) as tls:
+        assert Wire(tls).closed_within(SHORT)
+    assert IDLE <= time.monotonic() - started < SHORT
+
+
+def tunnel(stack: LocalStack) -> Wire:
+    wire = Wire(connect(stack))
+    wire.send(request(f"CONNECT {POD}:8443 HTTP/1.1", marked("tunnel")))
+    line, _ = wire.head()
+    assert line == b"HTTP/1.1 200 OK"
+    return wire
+
+
+def test_an_idle_connect_tunnel_is_closed_and_logged(idle_stack: LocalStack) -> None:
+    records = Records(idle_stack.state_dir)
+    started = time.monotonic()
+    wire = tunnel(idle_stack)
+    with wire.tls:
+        assert wire.closed_within(SHORT)
+    assert IDLE <= time.monotonic() - started < SHORT
+    rec = records.access_line(method="CONNECT", request_id="ef-tunnel")
+    assert (rec["status"], rec["flags"], rec["upstream_host"]) == ("200", "-", "10.42.0.11:8443")
+
+
+def test_a_tunnel_with_steady_bytes_is_not_idle(idle_stack: LocalStack) -> None:
+    """Negative control: idle means no bytes either way, not a long tunnel."""
+    wire = tunnel(idle_stack)
+    with wire.tls:
+        wire.send(b"\x16\x03\x01\x40\x00")  # a TLS record head announcing 16 KiB: the pod waits for it all
+        for _ in range(int(2 * IDLE / TRICKLE)):
+            wire.send(b"\x00")  # a byte of that record every TRICKLE seconds
+            time.sleep(TRICKLE)
+        assert not wire.closed_within(TRICKLE)
