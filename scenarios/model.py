@@ -187,11 +187,21 @@ def scenario_from_data(data: Any, path: Path, origin: Origin | None = None,
     except ConfigError as exc:
         if expect_error and allow_expected_error:
             return _scenario(data, path, layered, config_error=str(exc))
-        raise
+        raise _with_unknown_keys(exc, layered) from None
     if expect_error and not allow_expected_error:
         raise ScenarioError(_located(path, ("expectError",), origin, "the values were accepted, but the "
                                      f"scenario expects them refused with {expect_error!r}"))
     return _scenario(data, path, layered)
+
+
+def _with_unknown_keys(error: ConfigError, layered: Layered) -> ConfigError:
+    """A refused render stops `invoke up` before its warnings print, yet a misspelt key is often why it
+    was refused (`workerDomian` leaves workerDomain empty): name them on the same one line."""
+    if not layered.unknown:
+        return error
+    widened = ConfigError(f"{error} (also: {'; '.join(str(u) for u in layered.unknown)})")
+    widened.issues = getattr(error, "issues", ())
+    return widened
 
 
 def _scenario(data: dict[str, Any], path: Path, layered: Layered, config_error: str | None = None) -> Scenario:

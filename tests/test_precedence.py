@@ -203,6 +203,19 @@ def test_misspelt_customer_key_is_one_warning_with_file_line_and_suggestion(tmp_
     assert scenario.values["workerCallbackProxy"]["workerDomain"] == "grpc-worker.example.com"
 
 
+def test_a_refused_render_names_the_misspelling_that_caused_it(tmp_path: Path) -> None:
+    """The proxy on, the domain emptied, and the real one under a misspelt key: one line says both."""
+    customer = write(tmp_path / "customer.yaml", "workerCallbackProxy:\n  enabled: true\n  workerDomain: ''\n"
+                                                 "  workerDomian: callbacks.customer.example\n")
+    with pytest.raises(ConfigError) as caught:
+        load_scenario("http-callback", [customer])
+    message = str(caught.value)
+    assert message.startswith(f"{customer}:3: {WDP}: must be set")
+    assert message.endswith(f"(also: {customer}:4: unknown key workerCallbackProxy.workerDomian "
+                            f"(did you mean {WDP}?))")
+    assert "\n" not in message and [i.path for i in caught.value.issues] == [WDP]
+
+
 def test_catalogue_values_hold_no_unknown_keys_and_name_what_they_need() -> None:
     from scenarios.model import catalogue
 
