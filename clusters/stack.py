@@ -18,7 +18,8 @@ from typing import Any, Protocol
 from sim.errors import ConfigError
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
-from sim.protocols.wire import PROXY_HTTP_PORT, invocation_port
+from sim.pods.nats.stack import MONITOR_PORT as NATS_MONITOR_PORT
+from sim.protocols.wire import NATS_PORT, PROXY_HTTP_PORT, invocation_port
 from sim.runtime.faults import Components
 
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -87,6 +88,14 @@ class Endpoints:
     proxy_h3: Endpoint
     dns: dict[str, Endpoint]
     logs: dict[str, str]
+    nats: Endpoint = Endpoint(None, None)  # nats-server's client port; extra "monitorPort"
+
+
+def nats_endpoint(topology: Topology, bindings: dict[str, int], host: str) -> Endpoint:
+    """nats-server's real client and monitor ports, from the bindings of its load-balancer address."""
+    lb = topology.bus_lb_ip
+    monitor = bindings.get(f"{lb}:{NATS_MONITOR_PORT}/tcp")
+    return Endpoint(host, bindings.get(f"{lb}:{NATS_PORT}/tcp"), {"monitorPort": monitor} if monitor else {})
 
 
 def build_status(backend: str, topology: Topology, state: Path, scenario: str, endpoints: Endpoints) -> Json:
@@ -114,9 +123,17 @@ def build_status(backend: str, topology: Topology, state: Path, scenario: str, e
         "ca": {"stack": str(state / "certs" / "ca" / "stack" / "ca.crt"),
                "public": str(state / "certs" / "ca" / "public" / "ca.crt")},
         "pods": pods,
+        "nats": _nats_status(topology, endpoints.nats),
         "logs": endpoints.logs,
         "events": str(state / "events"),
     }
+
+
+def _nats_status(topology: Topology, nats: Endpoint) -> Json:
+    """``url`` as workers see it (the load balancer's 4222); host/port/monitor real, None when unpublished."""
+    monitor_port = nats.extra.get("monitorPort")
+    return {"host": nats.host, "port": nats.port, "url": f"nats://{topology.bus_lb_ip}:{NATS_PORT}",
+            "monitor": f"http://{nats.host}:{monitor_port}" if nats.host and monitor_port else None}
 
 
 def log_files(state: Path) -> dict[str, str]:

@@ -109,6 +109,12 @@ def _pod_name(pod: dict[str, Any]) -> str:
     return host if pod["role"] == "invocation" else f"{pod['ip'].replace('.', '-')}.grpc-headless.nvcf.svc.cluster.local"
 
 
+def nats_command(status: dict[str, Any]) -> list[str]:
+    """nats-server's monitoring endpoint, as it is: version, connections, JetStream (none if unpublished)."""
+    monitor = (status.get("nats") or {}).get("monitor")
+    return [f"curl -s {monitor}/varz   # nats-server: version, connections, JetStream"] if monitor else []
+
+
 def invoke_commands(status: dict[str, Any]) -> list[str]:
     """The dev-environment tasks, with the flags that point them at this stack."""
     program, flags = invoke_program(), _flags(status)
@@ -125,4 +131,4 @@ def invoke_commands(status: dict[str, Any]) -> list[str]:
 
 def try_commands(status: dict[str, Any]) -> list[str]:
     """Every command, in an order that works when all are pasted at once (`invoke down` last)."""
-    return [*proxy_commands(status), *dns_command(status), *invoke_commands(status)]
+    return [*proxy_commands(status), *dns_command(status), *nats_command(status), *invoke_commands(status)]

@@ -108,6 +108,9 @@ def endpoints_text(status: dict[str, Any]) -> str:
         lines.append(f"  proxy HTTP/3 front {h3['url']} (UDP)  ->  {h3['host']}:{h3['port']}")
     for cluster, addr in status["dns"].items():
         lines.append(f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)")
+    nats = status.get("nats") or {}
+    if nats.get("port"):
+        lines.append(f"  nats-server       {nats['url']}  ->  {nats['host']}:{nats['port']}  (monitor {nats['monitor']})")
     lines.append(f"  stack CA {ca}\n  public-style CA {status['ca']['public']}")
     lines += ["", "Try it:", *(f"  {command}" for command in try_commands(status))]
     return "\n".join(lines)

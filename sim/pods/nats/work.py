@@ -84,6 +84,7 @@ async def pull_loop(nc: Client, function: str, handle: Handler, on_error: Callab
     puller = WorkPuller(nc, REGION, function)
     slots = asyncio.Semaphore(MAX_IN_FLIGHT)
     tasks: set[asyncio.Task[None]] = set()
+    failing = False
     try:
         await puller.start()
         if started is not None:
@@ -92,11 +93,14 @@ async def pull_loop(nc: Client, function: str, handle: Handler, on_error: Callab
             await slots.acquire()
             try:
                 msg = await puller.fetch(PULL_TIMEOUT)
+                failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - server away or refused: wait for the reconnect
                 slots.release()
-                on_error(f"{type(exc).__name__}: {exc}")
+                if not failing:  # once per outage, not once per retry
+                    on_error(f"{type(exc).__name__}: {exc}")
+                failing = True
                 await asyncio.sleep(RECONNECT_WAIT)
                 continue
             if msg is None:

@@ -94,7 +94,9 @@ class WorkerLinks:
         events = self.ctx.events
         while True:
             try:
-                nc = await connect(self.ctx, link.worker, link.credentials, error_cb=self._error_cb(link))
+                nc = await connect(self.ctx, link.worker, link.credentials, error_cb=self._error_cb(link),
+                                   disconnected_cb=self._state_cb(link, "worker.nats.disconnected"),
+                                   reconnected_cb=self._state_cb(link, "worker.nats.reconnected"))
                 break
             except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry like a crash-looping pod
                 events.emit("worker.nats.refused", worker=link.worker, functions=list(link.functions),
@@ -134,6 +136,12 @@ class WorkerLinks:
             self.ctx.events.emit("worker.nats.error", worker=link.worker, error=str(exc) or type(exc).__name__)
 
         return on_error
+
+    def _state_cb(self, link: Link, kind: str) -> Callable[[], Awaitable[None]]:
+        async def on_change() -> None:
+            self.ctx.events.emit(kind, worker=link.worker, functions=list(link.functions))
+
+        return on_change
 
     def _pull_error(self, link: Link) -> Callable[[str], None]:
         def on_error(error: str) -> None:

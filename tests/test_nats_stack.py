@@ -1,0 +1,194 @@
+"""The stack's real nats-server on the local backend: status, worker sign-in from the values, faults.
+
+Each module-scoped stack is a real `up` of http-callback (nkey mode by default, token mode by
+``--set nats.workerAuth=token``); clients here are plain nats-py clients with the credentials a
+worker is handed, so the refusals are nats-server's own. The teardown fails if a process survives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats.errors
+import pytest
+from nats_support import SHORT, connect, refused, run
+from stack_records import Records
+
+from clusters.local import LocalBackend, LocalStack
+from clusters.local.launcher import NATS_CALLOUT, NATS_SERVER
+from scenarios.engine import run_scenario
+from scenarios.model import load_scenario
+from sim.pods.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
+from sim.runtime.faults import FaultInjector
+
+VIOLATION = "Authorization Violation"
+RECONNECT_TIMEOUT = 15.0  # seconds for every worker to be back after nats-server restarts
+CALL_TIMEOUT = 15.0
+
+
+def _up(root, name: str, sets: tuple[str, ...] = ()) -> LocalStack:  # type: ignore[no-untyped-def]
+    stack = LocalStack(name, root=root)
+    result = run_scenario(load_scenario("http-callback", sets=sets), LocalBackend(stack.root), stack.name,
+                          keep=True)
+    assert result.ok, result
+    return stack
+
+
+def _down(stack: LocalStack) -> None:
+    stack.down()
+    assert not stack.launcher.running(), "components still running after down"
+
+
+@pytest.fixture(scope="module")
+def nkey_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    stack = _up(tmp_path_factory.mktemp("nats-nkey"), "nats-nkey")
+    try:
+        yield stack
+    finally:
+        _down(stack)
+
+
+@pytest.fixture(scope="module")
+def token_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    stack = _up(tmp_path_factory.mktemp("nats-token"), "nats-token", ("nats.workerAuth=token",))
+    try:
+        yield stack
+    finally:
+        _down(stack)
+
+
+def nats_status(stack: LocalStack) -> dict:
+    status = stack.status()
+    assert status is not None
+    return status["nats"]
+
+
+def client_url(stack: LocalStack) -> str:
+    nats = nats_status(stack)
+    return f"nats://{nats['host']}:{nats['port']}"
+
+
+def callout_log(stack: LocalStack) -> str:
+    return (stack.state_dir / "logs" / f"{NATS_CALLOUT}.log").read_text(errors="replace")
+
+
+def test_status_names_the_real_server(nkey_stack: LocalStack) -> None:
+    nats = nats_status(nkey_stack)
+    assert nats["url"] == f"nats://{nkey_stack.topology.bus_lb_ip}:4222"  # as workers see it
+    host, port = nats["monitor"].removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=SHORT)
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().status == 200
+    conn.close()
+    # nats-server runs in the supervisor's process group, so `invoke down` and SIGKILL reach it.
+    supervisor = nkey_stack.launcher.running()[NATS_SERVER]
+    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == supervisor]
+    server = [p for p in children if b"nats-server" in _cmdline(p)]
+    assert len(server) == 1 and os.getpgid(server[0]) == supervisor
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_nkey_mode_refuses_strangers_and_admits_the_shared_key(nkey_stack: LocalStack) -> None:
+    url = client_url(nkey_stack)
+    keys = StackKeys.derive(nkey_stack.topology.seed)
+    stranger = StackKeys.derive(nkey_stack.topology.seed + 1).worker
+
+    async def body() -> None:
+        assert VIOLATION in await refused(url)
+        assert VIOLATION in await refused(url, nkeys_seed_str=stranger)
+        cred = worker_credentials(keys, "nkey", "worker-x", "http-echo")
+        nc, rec = await connect(url, name="shared-nkey-client", **cred.connect_kwargs)
+        for function in ("http-echo", "grpc-echo"):  # the shared key reaches all of APP
+            await nc.subscribe(f"rq.{REGION}.{function}.>")
+        await nc.flush()
+        assert rec.errors == []
+        await nc.close()
+
+    run(body())
+    log = callout_log(nkey_stack)
+    assert '"client_name": "shared-nkey-client", "plugin": "nkey"' in log
+    assert "nkey not found in mappings" in log
+
+
+def test_token_mode_scopes_a_worker_to_its_function(token_stack: LocalStack) -> None:
+    url = client_url(token_stack)
+    keys = StackKeys.derive(token_stack.topology.seed)
+
+    async def body() -> None:
+        assert VIOLATION in await refused(url)
+        assert VIOLATION in await refused(url, nkeys_seed_str=StackKeys.derive(1234).worker)
+        forged = worker_credentials(StackKeys.derive(1234), "token", "worker-1-0", "http-echo")
+        assert VIOLATION in await refused(url, **forged.connect_kwargs)
+        old = worker_credentials(keys, "token", "worker-1-0", "http-echo", reads_account=False)
+        assert VIOLATION in await refused(url, **old.connect_kwargs)
+        cred = worker_credentials(keys, "token", "worker-1-0", "http-echo")
+        nc, rec = await connect(url, name="token-client", **cred.connect_kwargs)
+        await nc.subscribe(f"rq.{REGION}.http-echo.>")
+        await nc.flush()
+        assert rec.errors == []
+        await nc.subscribe(f"rq.{REGION}.grpc-echo.>")
+        await rec.wait_for(f'permissions violation for subscription to "rq.{REGION}.grpc-echo.>"')
+        await nc.close()
+
+    run(body())
+    log = callout_log(token_stack)
+    assert '"client_name": "token-client", "plugin": "webhook", "user_id": "worker-http-echo"' in log
+    assert "plugin webhook not found for account Worker" in log
+    assert 'Authentication denied {"status_code": 403}' in log
+    assert mint_worker_token(keys, "worker-1-0", "http-echo") not in log  # tokens are never logged
+
+
+def _call_ok(stack: LocalStack) -> None:
+    from test_faults import call  # the fault tests' one invocation, giving up on a failed callback
+
+    result = call(stack)
+    assert result.status == 200, result
+
+
+def test_workers_reconnect_after_nats_server_is_killed_and_restarted(nkey_stack: LocalStack) -> None:
+    faults = FaultInjector(nkey_stack, random.Random(1))
+    workers = [w.name for w in nkey_stack.topology.workers]
+    records = Records(nkey_stack.state_dir)
+    assert f"SIGKILL {NATS_SERVER}" in faults.apply({"kill": NATS_SERVER})
+    assert NATS_SERVER not in nkey_stack.launcher.running()
+    for worker in workers:
+        records.event("worker.nats.disconnected", worker=worker)
+    faults.apply({"restart": NATS_SERVER})
+    for worker in workers:
+        records.event("worker.nats.reconnected", worker=worker, timeout=RECONNECT_TIMEOUT)
+    _call_ok(nkey_stack)
+
+
+def test_new_logins_need_the_callout_running_ones_do_not(nkey_stack: LocalStack) -> None:
+    faults = FaultInjector(nkey_stack, random.Random(1))
+    url = client_url(nkey_stack)
+    cred = worker_credentials(StackKeys.derive(nkey_stack.topology.seed), "nkey", "w", "http-echo")
+    faults.apply({"kill": NATS_CALLOUT})
+    _call_ok(nkey_stack)  # connected workers keep working without the callout
+    with pytest.raises(nats.errors.Error, match=VIOLATION):  # the server times the login out
+        run(_login(url, cred.connect_kwargs))
+    faults.apply({"restart": NATS_CALLOUT})
+    run(_login(url, cred.connect_kwargs))
+
+
+async def _login(url: str, kwargs: dict) -> None:
+    nc, _ = await asyncio.wait_for(connect(url, **kwargs), CALL_TIMEOUT)
+    await nc.close()
