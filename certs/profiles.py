@@ -1,7 +1,8 @@
 """Certificate profiles: which Secret holds which names, signed by which CA.
 
 Pure data, no I/O. The names come from the worker-callback-proxy seed: the pod certificates always come
-from the stack CA (OpenBao PKI); only the proxy frontend may come from a public CA.
+from the stack CA (OpenBao PKI); only the proxy frontend may come from a public CA, or from whatever CA
+signed a Secret the customer brings (`existingSecret`), e.g. their corporate CA (PRIVATE here).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from dataclasses import dataclass
 
 STACK = "stack"    # plays the stack's OpenBao PKI (ClusterIssuer/nvcf-openbao-pki)
 PUBLIC = "public"  # plays a public CA such as Let's Encrypt; simulated workers trust it as system roots
-ISSUERS = (STACK, PUBLIC)
+PRIVATE = "private"  # plays a customer's corporate CA: no simulated worker trusts it unless handed its PEM
+ISSUERS = (STACK, PUBLIC, PRIVATE)
 
 FRONTEND_SECRET = "worker-callback-proxy-frontend-tls"
 PUBLIC_FRONTEND_SECRET = "worker-public-tls"
@@ -52,6 +54,13 @@ def frontend_profile(worker_domain: str, issuer: str = STACK, *, secret: str | N
     if issuer not in FRONTEND_SECRETS:
         raise ValueError(f"issuer must be one of {ISSUERS}, got {issuer!r}")
     return Profile(secret=secret or FRONTEND_SECRETS[issuer], identities=(f"*.{domain}",), issuer=issuer)
+
+
+def secret_profile(secret: str, worker_domain: str, issuer: str = PUBLIC,
+                   names: tuple[str, ...] = ()) -> Profile:
+    """A frontend Secret a scenario declares (`topology.secrets.NAME`): ``*.<workerDomain>`` unless named."""
+    return Profile(secret=secret, identities=names or frontend_profile(worker_domain, PUBLIC).identities,
+                   issuer=issuer)
 
 
 def invocation_profile() -> Profile:

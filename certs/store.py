@@ -1,9 +1,10 @@
-"""The stack's two CAs and the Secret folders they sign, under one state folder.
+"""The stack's three CAs and the Secret folders they sign, under one state folder.
 
 Layout under ``root`` (e.g. ``.ncpsim/<stack>/certs``)::
 
     ca/stack/{ca.crt,ca.key[,ca.prev.crt]}    plays the OpenBao PKI behind ClusterIssuer/nvcf-openbao-pki
     ca/public/{ca.crt,ca.key[,ca.prev.crt]}   plays a public CA; simulated workers trust it as system roots
+    ca/private/{ca.crt,ca.key}                plays a customer's corporate CA; no worker trusts it by default
     secrets/<secret name>/                    Secret-shaped folders, see certs.volume
 
 Several processes of one stack may share the folder, so CA creation and rotation happen under an
@@ -25,13 +26,14 @@ from pathlib import Path
 import trustme
 
 from certs import inspect
-from certs.profiles import ISSUERS, PUBLIC, STACK, Profile
+from certs.profiles import ISSUERS, PRIVATE, PUBLIC, STACK, Profile
 from certs.volume import load_secret, write_secret
 from sim.errors import ConfigError
 
 __all__ = ["CaInfo", "CertStore", "describe_text", "load_secret", "write_secret"]
 
-CA_ORGANIZATIONS = {STACK: "ncpsim stack CA (OpenBao PKI)", PUBLIC: "ncpsim public-style CA"}
+CA_ORGANIZATIONS = {STACK: "ncpsim stack CA (OpenBao PKI)", PUBLIC: "ncpsim public-style CA",
+                    PRIVATE: "ncpsim private CA (a customer's corporate CA)"}
 LEAF_ORGANIZATION = "ncpsim"
 _CN_MAX = 64  # X.520 upper bound; longer names stay in the SAN only
 
@@ -65,7 +67,7 @@ def _atomic_write(path: Path, data: bytes, mode: int) -> None:
 
 
 class CertStore:
-    """Creates, loads and rotates the two CAs and issues profiles into Secret folders."""
+    """Creates, loads and rotates the CAs and issues profiles into Secret folders."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -94,7 +96,7 @@ class CertStore:
             yield  # closing the file releases the lock
 
     def ensure_cas(self) -> None:
-        """Create both CAs, or keep the ones already on disk (so restarts keep workers' trust)."""
+        """Create every CA, or keep the ones already on disk (so restarts keep workers' trust)."""
         with self._locked():
             for issuer in ISSUERS:
                 self._load_or_create(issuer)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from certs.store import CertStore
 from clusters.stack import Backend, Stack
 from scenarios import calls
 from scenarios.actions import fault_later, rotate_step, runbook_step
@@ -22,7 +23,7 @@ from scenarios.sequence_html import write_sequence
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError
-from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.model.topology import CONTROL_CLUSTER
 from sim.model.values import check, deep_merge
 from sim.runtime.component import Context
 from sim.runtime.faults import FaultInjector
@@ -90,7 +91,10 @@ class Replay:
     def set_values(self, overrides: dict[str, Any]) -> str:
         values = deep_merge(self.topology.values, overrides)
         check(values)
-        self.topology = Topology(**{**self.topology.__dict__, "values": values})
+        # Applied now: a `@stack-ca` marker becomes the CA's PEM as it is at this step, and stays that text.
+        store = CertStore(self.stack.state_dir / "certs")
+        self.topology = replace(self.topology, values=values).with_ca_pem(
+            lambda issuer: store.ca_path(issuer).read_text())
         (self.stack.state_dir / "topology.json").write_text(self.topology.to_json())
         return "values changed (running pods keep what they started with until redeployed)"
 

@@ -53,7 +53,8 @@ def parse_head(head: bytes) -> tuple[int, int]:
 
 async def send_probe(ctx: Context, topology: Topology, method: str, target: str, request_id: str) -> int:
     tls = client_context([ctx.ca_path("stack"), ctx.ca_path("public")])
-    reader, writer = await ctx.open_tcp(topology.proxy_lb_ip, PROXY_HTTP_PORT, tls=tls,
+    ip, port = topology.proxy_addresses(PROXY_HTTP_PORT)[0]
+    reader, writer = await ctx.open_tcp(ip, port, tls=tls,
                                         server_hostname=f"invocation.{topology.worker_domain}")
     try:
         writer.write(request_bytes(method, target, request_id))

@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from sim.model.layering import Layered
-from sim.model.topology import ComputeSpec, Topology, WorkerSpec, build
+from sim.model.topology import (
+    NO_REWRITE,
+    REWRITE_TO_PROXY,
+    ComputeSpec,
+    DnsRewrite,
+    SecretSpec,
+    Topology,
+    WorkerSpec,
+    build,
+)
 
 DEFAULT_WORKER_UTILS = "1.4.0"
 PLACEHOLDER = re.compile(r"\{([A-Za-z0-9]+)\}")  # in probe targets, filled from the topology
@@ -127,13 +136,30 @@ class Scenario:
     def build_topology(self, stack: str, values: dict[str, Any] | None = None) -> Topology:
         spec = self.topology
         compute = tuple(
-            ComputeSpec(workers=_workers(c.get("workers", []), f"worker-{n}"),
-                        wildcard_dns=c.get("wildcardDns", True))
+            ComputeSpec(workers=_workers(c.get("workers", []), f"worker-{n}"), rewrite=_rewrite(c) or DnsRewrite())
             for n, c in enumerate(spec.get("computeClusters", []), start=1))
         return build(stack, values if values is not None else self.values,
                      invocation_replicas=spec.get("invocationReplicas", 2),
                      grpc_replicas=spec.get("grpcProxyReplicas", 2), compute=compute,
-                     control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"), seed=self.seed)
+                     control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"),
+                     control_rewrite=_rewrite(spec.get("controlPlane", {})), secrets=_secrets(spec),
+                     seed=self.seed)
+
+
+def _rewrite(cluster: dict[str, Any]) -> DnsRewrite | None:
+    """`dnsRewrite: {domain, target}`; `wildcardDns: false` is the older spelling of `target: none`."""
+    if "dnsRewrite" in cluster:
+        raw = cluster["dnsRewrite"]
+        return DnsRewrite(domain=raw.get("domain"), target=raw.get("target", REWRITE_TO_PROXY))
+    if cluster.get("wildcardDns") is False:
+        return DnsRewrite(target=NO_REWRITE)
+    return None
+
+
+def _secrets(spec: dict[str, Any]) -> tuple[SecretSpec, ...]:
+    return tuple(SecretSpec(name, raw.get("issuer", "public"), tuple(raw.get("names", ())),
+                            bool(raw.get("expired", False)), raw.get("source"))
+                 for name, raw in (spec.get("secrets") or {}).items())
 
 
 def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...]:

@@ -1,4 +1,4 @@
-"""Profiles, issuance, the two CAs and the wildcard rule, checked with cryptography, ssl and openssl."""
+"""Profiles, issuance, the three CAs and the wildcard rule, checked with cryptography, ssl and openssl."""
 
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def test_ensure_cas_is_idempotent(tmp_path: Path) -> None:
     store.ensure_cas()
     CertStore(tmp_path).ensure_cas()  # a second process on the same state folder
     assert [info.sha256 for info in store.describe()] == first
-    assert len(set(first)) == 2
+    assert len(set(first)) == 3  # stack, public-style and private CAs
     org = x509.NameOID.ORGANIZATION_NAME
     orgs = {issuer: _cert(store.ca_path(issuer)).subject.get_attributes_for_oid(org)[0].value
             for issuer in (STACK, PUBLIC)}
@@ -232,7 +232,7 @@ def test_rotate_ca(tmp_path: Path) -> None:
     _cert(new_folder / "tls.crt").verify_directly_issued_by(_cert(store.ca_path(STACK)))
     x509.load_pem_x509_certificate(old_leaf).verify_directly_issued_by(x509.load_pem_x509_certificate(old_ca))
     names = [info.name for info in store.describe()]
-    assert names == ["stack", "stack previous", "public"]
+    assert names == ["stack", "stack previous", "public", "private"]
 
 
 def test_describe_text(tmp_path: Path) -> None:

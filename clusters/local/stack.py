@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from clusters.local.launcher import Launcher, stop_on_interrupt
-from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint, state_dir
+from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, state_dir
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap
 from sim.model.topology import Topology
@@ -112,10 +112,11 @@ def endpoints(topology: Topology, netmap: NetMap, state: Path) -> Endpoints:
     def real(ip: str, port: int, proto: str) -> Endpoint:
         return Endpoint(LOOPBACK, netmap.bindings.get(f"{ip}:{port}/{proto}"))
 
-    lb = topology.proxy_lb_ip
-    return Endpoints(proxy_http=real(lb, PROXY_HTTP_PORT, "tcp"), proxy_h3=real(lb, PROXY_H3_PORT, "udp"),
+    (http_ip, http_port), = topology.proxy_addresses(PROXY_HTTP_PORT)[:1]
+    (h3_ip, h3_port), = topology.proxy_addresses(PROXY_H3_PORT)[:1]
+    return Endpoints(proxy_http=real(http_ip, http_port, "tcp"), proxy_h3=real(h3_ip, h3_port, "udp"),
                      dns={c.name: real(c.dns_ip, DNS_PORT, "udp") for c in topology.clusters},
-                     logs=log_files(state), nats=nats_endpoint(topology, netmap.bindings, LOOPBACK))
+                     logs=log_files(state))
 
 
 class LocalBackend:

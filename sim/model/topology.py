@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dns.rule import View, WildcardRule, dashed_ip
+from sim.errors import ConfigError
 from sim.protocols.wire import (
     GRPC_SUFFIX,
     INVOCATION_HTTP_PORT,
     INVOCATION_SUFFIX,
     INVOCATION_TLS_PORT,
+    PROXY_H3_PORT,
+    PROXY_HTTP_PORT,
     PROXY_SERVICE_FQDN,
 )
 
@@ -31,6 +35,39 @@ INVOCATION_SERVICE_IP = "10.43.0.20"
 LB_POOL = "10.100.0.0/24"  # load-balancer addresses, reachable from every cluster
 PROXY_LB_IP = "10.100.0.10"
 BUS_LB_IP = "10.100.0.11"
+# The proxy Service's ClusterIP: inside the control plane's service range, which no other cluster routes to.
+PROXY_CLUSTER_IP = "10.43.0.10"
+# The nodes' own network (k3d's docker network): every cluster's pods reach every node address.
+NODE_POOL = "172.18.0.0/16"
+CONTROL_NODE_IP = "172.18.0.2"
+# A NodePort Service answers on every node at a port from 30000-32767, not at the Service port; the
+# simulation allocates these (Kubernetes would pick at random unless the chart pins them).
+NODE_PORTS = {PROXY_HTTP_PORT: 30084, PROXY_H3_PORT: 30443}
+SERVICE_TYPES = ("LoadBalancer", "ClusterIP", "NodePort")
+
+# workerCallbackCaPem markers: a scenario cannot know a CA's PEM in advance, so it names the CA, and the
+# PEM is pasted in when the values are applied, as a customer pastes it into the environment file.
+CA_MARKERS = {"@stack-ca": "stack", "@public-ca": "public", "@private-ca": "private"}
+REWRITE_TO_PROXY, NO_REWRITE = "proxy", "none"
+
+
+@dataclass(frozen=True)
+class DnsRewrite:
+    """A cluster's CoreDNS rewrite as a scenario asks for it: names under `domain` answer `target`."""
+
+    domain: str | None = None  # None: the workerDomain
+    target: str = REWRITE_TO_PROXY  # "proxy" (the proxy Service's address) | "none" | an IPv4 address
+
+
+@dataclass(frozen=True)
+class SecretSpec:
+    """A Secret the stack holds before the proxy starts (`existingSecret`): declared, or a user's folder."""
+
+    name: str
+    issuer: str = "public"  # "public" | "stack" | "private" (a CA no simulated worker trusts by default)
+    names: tuple[str, ...] = ()  # SANs; empty: *.<workerDomain>
+    expired: bool = False
+    source: str | None = None  # a real folder with tls.crt, tls.key[, ca.crt], used as it is
 
 
 @dataclass(frozen=True)
@@ -39,7 +76,9 @@ class Cluster:
     kind: str  # "control" | "compute"
     pod_cidr: str
     service_cidr: str
-    wildcard_dns: bool = True  # compute clusters: the *.<workerDomain> rewrite is installed
+    # The cluster's CoreDNS rewrite: names under rewrite_domain answer rewrite_target ("": no rewrite).
+    rewrite_domain: str = ""
+    rewrite_target: str = ""
 
     @property
     def dns_ip(self) -> str:
@@ -79,6 +118,7 @@ class Topology:
     bus_lb_ip: str = BUS_LB_IP
     seed: int = 0
     functions: tuple[str, ...] = field(default=("http-echo", "grpc-echo"))
+    secrets: tuple[SecretSpec, ...] = ()
 
     def cluster(self, name: str) -> Cluster:
         for c in self.clusters:
@@ -103,23 +143,44 @@ class Topology:
     def proxy_enabled(self) -> bool:
         return bool(self.values.get("workerCallbackProxy", {}).get("enabled", True))
 
+    @property
+    def proxy_service_type(self) -> str:
+        """workerCallbackProxy.service.type: decides where the proxy answers and who can route there."""
+        service = self.values.get("workerCallbackProxy", {}).get("service") or {}
+        return str(service.get("type") or "LoadBalancer")
+
+    @property
+    def proxy_ip(self) -> str:
+        """Where the proxy Service answers, by service.type: its load-balancer address, its ClusterIP
+        (routable only inside the control plane), or the control plane's node address."""
+        return {"ClusterIP": PROXY_CLUSTER_IP, "NodePort": CONTROL_NODE_IP}.get(self.proxy_service_type,
+                                                                               self.proxy_lb_ip)
+
+    def proxy_addresses(self, service_port: int) -> list[tuple[str, int]]:
+        """Virtual (ip, port)s at which the proxy's Service port (10084/tcp, 443/udp) answers; the first is
+        what the proxy's DNS rewrite points at. A NodePort Service also keeps its ClusterIP."""
+        if self.proxy_service_type == "NodePort":
+            return [(CONTROL_NODE_IP, NODE_PORTS[service_port]), (PROXY_CLUSTER_IP, service_port)]
+        return [(self.proxy_ip, service_port)]
+
     def reachable_ranges(self, cluster: str) -> list[str]:
-        """What a pod of `cluster` can route to: its own pod and service ranges and the LB pool."""
+        """What a pod of `cluster` can route to: its own pod and service ranges, the LB pool, the nodes."""
         c = self.cluster(cluster)
-        return [c.pod_cidr, c.service_cidr, LB_POOL]
+        return [c.pod_cidr, c.service_cidr, LB_POOL, NODE_POOL]
 
     def dns_views(self) -> dict[str, View]:
         """One DNS view per cluster: the control view knows pod names, compute views the rewrite."""
         views: dict[str, View] = {}
         for c in self.clusters:
+            rule = WildcardRule(c.rewrite_domain, c.rewrite_target) if c.rewrite_target else None
+            hosts: tuple[tuple[str, str], ...] = ()
             if c.kind == "control":
                 hosts = tuple((p.fqdn, p.ip) for p in self.pods)
-                hosts += ((PROXY_SERVICE_FQDN, self.proxy_lb_ip),
-                          (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
-                views[c.name] = View(cluster=c.name, hosts=hosts)
-            else:
-                rule = WildcardRule(self.worker_domain, self.proxy_lb_ip) if c.wildcard_dns else None
-                views[c.name] = View(cluster=c.name, wildcard=rule)
+                # In cluster the Service name answers its ClusterIP (a NodePort Service has one too); the
+                # simulation keeps the LB address for LoadBalancer, where both reach the same proxy.
+                service_ip = self.proxy_lb_ip if self.proxy_service_type == "LoadBalancer" else PROXY_CLUSTER_IP
+                hosts += ((PROXY_SERVICE_FQDN, service_ip), (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
+            views[c.name] = View(cluster=c.name, hosts=hosts, wildcard=rule)
         return views
 
     def service_endpoints(self) -> dict[str, list[str]]:
@@ -129,6 +190,24 @@ class Topology:
             return {}
         return {f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
                 for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)}
+
+    def with_ca_pem(self, pem_of: Callable[[str], str]) -> Topology:
+        """The values as applied: a workerCallbackCaPem marker replaced by that CA's PEM text now, once.
+
+        Worker pods read the text, never the CA file, so a CA rotated after this keeps the old PEM in
+        every worker pod created later, until the values are applied again (as in the field).
+        """
+        pem = self.values.get("global", {}).get("nvcaOperator", {}).get("agent", {}).get("workerCallbackCaPem")
+        if not isinstance(pem, str) or not pem.strip().startswith("@"):
+            return self
+        issuer = CA_MARKERS.get(pem.strip())
+        if issuer is None:
+            raise ConfigError(f"global.nvcaOperator.agent.workerCallbackCaPem: unknown marker {pem.strip()!r}; "
+                              f"paste PEM text or use one of {', '.join(CA_MARKERS)}")
+        agent = {**self.values["global"]["nvcaOperator"]["agent"], "workerCallbackCaPem": pem_of(issuer)}
+        nvca = {**self.values["global"]["nvcaOperator"], "agent": agent}
+        values = {**self.values, "global": {**self.values["global"], "nvcaOperator": nvca}}
+        return replace(self, values=values)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -147,6 +226,7 @@ class Topology:
             bus_lb_ip=raw["bus_lb_ip"],
             seed=raw["seed"],
             functions=tuple(raw["functions"]),
+            secrets=tuple(SecretSpec(**{**s, "names": tuple(s["names"])}) for s in raw.get("secrets", ())),
         )
 
     @classmethod
@@ -159,7 +239,14 @@ class ComputeSpec:
     """A compute cluster as a scenario asks for it."""
 
     workers: tuple[WorkerSpec, ...]
-    wildcard_dns: bool = True
+    rewrite: DnsRewrite = DnsRewrite()  # default: *.<workerDomain> -> the proxy's address (seed step 2)
+
+
+def _rewrite(rule: DnsRewrite | None, worker_domain: str, proxy_ip: str) -> tuple[str, str]:
+    """(domain, IPv4) a cluster's CoreDNS rewrite answers with; ("", "") for none."""
+    if rule is None or rule.target == NO_REWRITE:
+        return "", ""
+    return rule.domain or worker_domain, proxy_ip if rule.target == REWRITE_TO_PROXY else rule.target
 
 
 def build(
@@ -170,11 +257,21 @@ def build(
     grpc_replicas: int = 2,
     compute: tuple[ComputeSpec, ...] = (),
     control_workers: tuple[WorkerSpec, ...] = (),
+    control_rewrite: DnsRewrite | None = None,
+    secrets: tuple[SecretSpec, ...] = (),
     seed: int = 0,
 ) -> Topology:
-    """Lay out addresses: control pods in 10.42/16, compute cluster N in 10.(42+10N)/16."""
+    """Lay out addresses: control pods in 10.42/16, compute cluster N in 10.(42+10N)/16.
+
+    The control plane's DNS has no rewrite unless asked (a single cluster normally calls pods directly);
+    each compute cluster's rewrite defaults to *.<workerDomain> -> the proxy's address.
+    """
     worker_domain = values["workerCallbackProxy"]["workerDomain"]
-    clusters = [Cluster(CONTROL_CLUSTER, "control", "10.42.0.0/16", "10.43.0.0/16")]
+    # A rewrite to "proxy" is written once with the Service's address now, as a DNS record would be: a
+    # later service.type change gives the proxy a new address that the record does not follow.
+    proxy_ip = Topology("", worker_domain, values, (), ()).proxy_ip
+    domain, target = _rewrite(control_rewrite, worker_domain, proxy_ip)
+    clusters = [Cluster(CONTROL_CLUSTER, "control", "10.42.0.0/16", "10.43.0.0/16", domain, target)]
     pods = [Pod(f"invocation-service-{i}", "invocation", CONTROL_CLUSTER, f"10.42.0.{11 + i}")
             for i in range(invocation_replicas)]
     pods += [Pod(f"grpc-proxy-{i}", "grpc-proxy", CONTROL_CLUSTER, f"10.42.0.{41 + i}")
@@ -183,8 +280,9 @@ def build(
     for n, spec in enumerate(compute, start=1):
         name = f"ncpsim-compute-{n}"
         second = 42 + 10 * n
+        domain, target = _rewrite(spec.rewrite, worker_domain, proxy_ip)
         clusters.append(Cluster(name, "compute", f"10.{second}.0.0/16", f"10.{second + 1}.0.0/16",
-                                wildcard_dns=spec.wildcard_dns))
+                                domain, target))
         workers += [WorkerSpec(w.name, name, w.worker_utils, w.trust) for w in spec.workers]
     return Topology(stack=stack, worker_domain=worker_domain, values=values, clusters=tuple(clusters),
-                    pods=tuple(pods), workers=tuple(workers), seed=seed)
+                    pods=tuple(pods), workers=tuple(workers), seed=seed, secrets=secrets)

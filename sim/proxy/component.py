@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from certs.profiles import FRONTEND_SECRET, INVOCATION_SECRET, PUBLIC_FRONTEND_SECRET
+from certs.profiles import INVOCATION_SECRET
 from sim.model.values import proxy_settings
 from sim.protocols.tls import ReloadingContext, client_context, server_context
 from sim.protocols.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
@@ -23,12 +23,11 @@ def policy_from_values(values: dict) -> ProxyPolicy:
 
 async def run(ctx: Context, ready: Ready) -> None:
     settings = proxy_settings(ctx.values)
-    frontend_secret = PUBLIC_FRONTEND_SECRET if settings.frontend_issuer == "public" else FRONTEND_SECRET
 
     def tls_error(message: str) -> None:
         ctx.events.emit("proxy.tls.reload_failed", error=message)
 
-    frontend = ReloadingContext(ctx.secret(frontend_secret), server_context, tls_error)
+    frontend = ReloadingContext(ctx.secret(settings.frontend_secret), server_context, tls_error)
     upstream = ReloadingContext(ctx.secret(INVOCATION_SECRET),
                                 lambda d: client_context([d / "ca.crt"]), tls_error)
     access_log = AccessLog(ctx.state_dir / "logs" / ACCESS_LOG)
@@ -36,10 +35,11 @@ async def run(ctx: Context, ready: Ready) -> None:
     idle = float(os.environ.get("NCPSIM_PROXY_STREAM_IDLE", "300"))
     http = HttpFront(ctx, policy_from_values(ctx.values), access_log, frontend, upstream, idle)
     h3 = H3Front(ctx, access_log)
-    lb = ctx.topology.proxy_lb_ip
     try:
-        bindings = {f"{lb}:{PROXY_HTTP_PORT}/tcp": await http.start(),
-                    f"{lb}:{PROXY_H3_PORT}/udp": await h3.start()}
+        http_port, h3_port = await http.start(), await h3.start()
+        # Every address service.type gives the Service (LB, ClusterIP, node port) reaches the same fronts.
+        bindings = {f"{ip}:{port}/tcp": http_port for ip, port in ctx.topology.proxy_addresses(PROXY_HTTP_PORT)}
+        bindings.update({f"{ip}:{port}/udp": h3_port for ip, port in ctx.topology.proxy_addresses(PROXY_H3_PORT)})
         ready(bindings)
         await asyncio.Event().wait()
     finally:

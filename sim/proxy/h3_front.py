@@ -25,7 +25,7 @@ from typing import Any
 from aioquic.h3.connection import FrameType, H3Connection, MessageError
 from aioquic.quic.connection import QuicConnection
 
-from certs.profiles import FRONTEND_SECRET, GRPC_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET
+from certs.profiles import GRPC_SECRET
 from dns.client import NameNotResolved
 from dns.rule import dashed_ip, normalize_name, undash
 from sim.protocols.h3 import (
@@ -86,10 +86,10 @@ def decide_sni(sni: str | None, worker_domain: str) -> PodRoute | Refusal:
 
 
 def frontend_secret(values: dict) -> str:
-    """The Secret the front serves: the public-style one when the values bring their own certificate."""
+    """The Secret the front serves: the stack's own, the issuerRef one, or the `existingSecret` named."""
     from sim.model.values import proxy_settings
 
-    return PUBLIC_FRONTEND_SECRET if proxy_settings(values).frontend_issuer == PUBLIC else FRONTEND_SECRET
+    return proxy_settings(values).frontend_secret
 
 
 class StreamScopedH3(H3Connection):

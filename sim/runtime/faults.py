@@ -3,7 +3,8 @@
 Process faults act on the launcher (SIGKILL a pod, restart it, scale a role to zero and back, stop and
 start DNS); link faults are written to <state>/faults.json, which every component's Context consults
 when it dials or resolves (latency, and dropped connections that time out as a dead link would);
-`expire` swaps a Secret to a certificate whose validity ended yesterday.
+`expire` swaps a Secret to a certificate whose validity ended yesterday; `pod-cert` makes a pod serve a
+certificate for the wrong name or from another CA.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import ipaddress
 import json
 import os
 import random
+import shutil
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -84,6 +86,30 @@ EXPIRABLE = {
 }
 
 
+POD_CERTIFICATES = {"invocation": invocation_profile, "grpc-proxy": grpc_profile}
+
+
+def misissue_pod_certificate(store: CertStore, spec: dict[str, Any]) -> str:
+    """The pod serves a certificate for other names or from another CA; the Secret's ca.crt (what the proxy
+    verifies against) stays, so the proxy's upstream handshake fails with CERTIFICATE_VERIFY_FAILED."""
+    from certs.profiles import Profile
+    from certs.volume import load_secret, write_secret
+
+    which = spec.get("pod")
+    if which not in POD_CERTIFICATES:
+        raise ScenarioError(f"pod-cert: pod {which!r}; choose one of {', '.join(POD_CERTIFICATES)}")
+    right = POD_CERTIFICATES[which]()
+    names, issuer = tuple(spec.get("names") or right.identities), spec.get("issuer", STACK)
+    if names == right.identities and issuer == STACK:
+        raise ScenarioError("pod-cert: give names or an issuer that differ from the right certificate's")
+    scratch = store.issue(Profile(f"fault-{right.secret}", names, issuer))
+    crt, key, _ = load_secret(scratch)
+    _, _, trusted = load_secret(store.secret_dir(right.secret))
+    write_secret(store.secret_dir(right.secret), crt, key, trusted)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return f"{which} pod certificate replaced by one for {', '.join(names)} from the {issuer} CA"
+
+
 def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
     if which not in EXPIRABLE:
         raise ScenarioError(f"expire: {which!r}; choose one of {', '.join(EXPIRABLE)}")
@@ -120,7 +146,7 @@ class FaultInjector:
     def __init__(self, stack: FaultTarget, rng: random.Random):
         self.stack, self.rng = stack, rng
 
-    ACTIONS = ("kill", "restart", "scale", "stop", "start", "link", "clear-links", "expire")
+    ACTIONS = ("kill", "restart", "scale", "stop", "start", "link", "clear-links", "expire", "pod-cert")
 
     def apply(self, spec: dict[str, Any]) -> str:
         (action, arg), = spec.items()
@@ -178,6 +204,13 @@ class FaultInjector:
 
         return expire_certificate(CertStore(self.stack.state_dir / "certs"), which,
                                   self.stack.topology.worker_domain)
+
+    def _pod_cert(self, spec: dict[str, Any]) -> str:
+        from certs.store import CertStore
+
+        if not isinstance(spec, dict):
+            raise ScenarioError("pod-cert: give {pod: invocation|grpc-proxy, names: [...], issuer: ...}")
+        return misissue_pod_certificate(CertStore(self.stack.state_dir / "certs"), spec)
 
     def _check_running(self, name: str) -> None:
         running = self.processes.running()

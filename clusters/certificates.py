@@ -1,0 +1,57 @@
+"""The certificates a stack holds before its pods start, whatever backend runs it.
+
+The CAs (stack, public-style, private), the stack's own Secrets, and the frontend Secret the values name:
+an `existingSecret` is what the user brought (`invoke up --secret NAME=DIR`, used as it is), what the
+scenario declares (`topology.secrets.NAME`), or, undeclared, a certificate from the public-style CA (the
+seed's reason to bring one). The values are then applied: a workerCallbackCaPem marker becomes PEM text.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from certs.profiles import PUBLIC, secret_profile, stack_profiles
+from certs.store import CertStore
+from certs.volume import CA, CRT, KEY, write_secret
+from sim.errors import ConfigError
+from sim.model.topology import SecretSpec, Topology
+from sim.model.values import proxy_settings
+
+
+def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
+    """Issue what is missing, place every declared or brought Secret; the topology with its values applied."""
+    store.ensure_cas()
+    for profile in stack_profiles(topology.worker_domain):
+        if not store.secret_dir(profile.secret).joinpath(CRT).exists():
+            store.issue(profile)
+    declared = {spec.name for spec in topology.secrets}
+    for spec in topology.secrets:
+        place_secret(store, spec, topology.worker_domain)
+    settings = proxy_settings(topology.values)
+    frontend = store.secret_dir(settings.frontend_secret)
+    if settings.frontend_secret not in declared and not frontend.joinpath(CRT).exists():
+        store.issue(secret_profile(settings.frontend_secret, topology.worker_domain, PUBLIC))
+    return topology.with_ca_pem(lambda issuer: store.ca_path(issuer).read_text())
+
+
+def place_secret(store: CertStore, spec: SecretSpec, worker_domain: str) -> Path:
+    """A brought folder copied as it is, or a declared certificate issued (again: declarations may change)."""
+    if spec.source is not None:
+        crt, key, ca = read_brought(Path(spec.source), spec.name)
+        return write_secret(store.secret_dir(spec.name), crt, key, ca)
+    window: dict[str, datetime] = {}
+    if spec.expired:
+        now = datetime.now(UTC)
+        window = {"not_before": now - timedelta(days=30), "not_after": now - timedelta(days=1)}
+    return store.issue(secret_profile(spec.name, worker_domain, spec.issuer, spec.names), **window)
+
+
+def read_brought(folder: Path, name: str) -> tuple[bytes, bytes, bytes]:
+    """tls.crt, tls.key and (optional) ca.crt from a user's folder, as `kubectl create secret tls` takes."""
+    missing = [f for f in (CRT, KEY) if not (folder / f).is_file()]
+    if missing:
+        raise ConfigError(f"--secret {name}={folder}: no {' or '.join(missing)} in that folder "
+                          f"(a kubernetes.io/tls Secret needs {CRT} and {KEY}; {CA} is optional)")
+    ca = (folder / CA).read_bytes() if (folder / CA).is_file() else b""
+    return (folder / CRT).read_bytes(), (folder / KEY).read_bytes(), ca

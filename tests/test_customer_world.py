@@ -1,0 +1,171 @@
+"""The customer's world as the model lays it out (pure): service.type, DNS rewrites, Secrets, the CA PEM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from certs.profiles import ISSUERS, PRIVATE, Profile, secret_profile
+from dns.rule import answer
+from scenarios.secrets import parse_secret_arg, with_brought_secrets
+from scenarios.spec import Scenario
+from sim.errors import ConfigError
+from sim.model.netmap import NetMap, Refused, Unreachable
+from sim.model.topology import (
+    CONTROL_CLUSTER,
+    CONTROL_NODE_IP,
+    NODE_PORTS,
+    PROXY_CLUSTER_IP,
+    PROXY_LB_IP,
+    ComputeSpec,
+    DnsRewrite,
+    SecretSpec,
+    Topology,
+    build,
+)
+from sim.model.values import DEFAULTS, deep_merge
+
+WD = "grpc-worker.example.com"
+COMPUTE = "ncpsim-compute-1"
+
+
+def values(service_type: str = "LoadBalancer", **agent: str) -> dict:
+    proxy = {"enabled": True, "workerDomain": WD, "service": {"type": service_type}}
+    return deep_merge(DEFAULTS, {"workerCallbackProxy": proxy,
+                                 "global": {"nvcaOperator": {"agent": agent}}})
+
+
+DEFAULT_REWRITE = DnsRewrite()
+
+
+def topology(service_type: str = "LoadBalancer", rewrite: DnsRewrite = DEFAULT_REWRITE,
+             control: DnsRewrite | None = None) -> Topology:
+    return build("t", values(service_type), compute=(ComputeSpec((), rewrite),), control_rewrite=control)
+
+
+def bound(t: Topology, port: int) -> NetMap:
+    """The network map with the proxy's fronts bound as the proxy component binds them."""
+    bindings = {f"{ip}:{p}/tcp": 40000 for ip, p in t.proxy_addresses(port)}
+    return NetMap(bindings=bindings, reach={c.name: t.reachable_ranges(c.name) for c in t.clusters})
+
+
+# -- workerCallbackProxy.service.type -----------------------------------------------------------------
+@pytest.mark.parametrize(("kind", "proxy_ip", "from_compute"), [
+    ("LoadBalancer", PROXY_LB_IP, "reached"),
+    ("ClusterIP", PROXY_CLUSTER_IP, "unreachable"),
+    ("NodePort", CONTROL_NODE_IP, "refused at the Service port"),
+])
+def test_service_type_decides_where_the_proxy_answers_and_who_reaches_it(kind: str, proxy_ip: str,
+                                                                        from_compute: str) -> None:
+    t = topology(kind)
+    assert t.proxy_ip == proxy_ip
+    netmap = bound(t, 10084)
+    if from_compute == "reached":
+        assert netmap.lookup(COMPUTE, proxy_ip, 10084) == ("127.0.0.1", 40000)
+    elif from_compute == "unreachable":
+        with pytest.raises(Unreachable, match="no route to host 10.43.0.10"):
+            netmap.lookup(COMPUTE, proxy_ip, 10084)
+    else:
+        with pytest.raises(Refused):
+            netmap.lookup(COMPUTE, proxy_ip, 10084)
+        assert netmap.lookup(COMPUTE, proxy_ip, NODE_PORTS[10084]) == ("127.0.0.1", 40000)
+    # Inside the control plane the Service answers whatever its type (its ClusterIP at least).
+    inside = t.proxy_addresses(10084)[-1]
+    assert netmap.lookup(CONTROL_CLUSTER, *inside) == ("127.0.0.1", 40000)
+
+
+def test_service_type_follows_the_values_as_applied() -> None:
+    t = topology("LoadBalancer")
+    changed = Topology(**{**t.__dict__, "values": values("ClusterIP")})
+    assert (t.proxy_ip, changed.proxy_ip) == (PROXY_LB_IP, PROXY_CLUSTER_IP)
+    # The DNS record was written for the old address and does not follow it (as a real record would not).
+    assert changed.cluster(COMPUTE).rewrite_target == PROXY_LB_IP
+
+
+# -- DNS rewrites -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("rewrite", "name", "rcode", "address"), [
+    (DnsRewrite(), f"invocation.{WD}", "NOERROR", PROXY_LB_IP),
+    (DnsRewrite(), f"10-42-0-11.{WD}", "NOERROR", PROXY_LB_IP),
+    (DnsRewrite(domain="grpc-workers.example.com"), f"invocation.{WD}", "NXDOMAIN", None),
+    (DnsRewrite(domain="grpc-workers.example.com"), "invocation.grpc-workers.example.com", "NOERROR",
+     PROXY_LB_IP),
+    (DnsRewrite(target="10.100.0.99"), f"invocation.{WD}", "NOERROR", "10.100.0.99"),
+    (DnsRewrite(target="none"), f"invocation.{WD}", "NXDOMAIN", None),
+])
+def test_compute_dns_rewrite(rewrite: DnsRewrite, name: str, rcode: str, address: str | None) -> None:
+    view = topology(rewrite=rewrite).dns_views()[COMPUTE]
+    got = answer(view, name, "A")
+    assert got.rcode == rcode
+    assert got.addresses == ((address,) if address else ())
+
+
+def test_rewrite_to_proxy_follows_the_service_type() -> None:
+    for kind, ip in (("ClusterIP", PROXY_CLUSTER_IP), ("NodePort", CONTROL_NODE_IP)):
+        view = topology(kind).dns_views()[COMPUTE]
+        assert answer(view, f"invocation.{WD}", "A").addresses == (ip,)
+
+
+def test_control_plane_rewrite_publishes_the_names_beside_the_pod_records() -> None:
+    plain = topology().dns_views()[CONTROL_CLUSTER]
+    assert answer(plain, f"invocation.{WD}", "A").rcode == "NXDOMAIN"  # the default: no rewrite
+    published = topology(control=DnsRewrite()).dns_views()[CONTROL_CLUSTER]
+    assert answer(published, f"invocation.{WD}", "A").addresses == (PROXY_LB_IP,)
+    pod = "10-42-0-11.invocation.nvcf.svc.cluster.local"
+    assert answer(published, pod, "A").addresses == ("10.42.0.11",)
+
+
+# -- Secrets and the third CA -------------------------------------------------------------------------
+def test_private_is_a_third_issuer_and_a_declared_secret_defaults_to_the_wildcard() -> None:
+    assert PRIVATE in ISSUERS
+    assert secret_profile("corp-tls", WD, PRIVATE) == Profile("corp-tls", (f"*.{WD}",), PRIVATE)
+    assert secret_profile("x", WD, names=("a.example.com",)).identities == ("a.example.com",)
+    with pytest.raises(ValueError, match="issuer"):
+        Profile("x", ("a",), "corporate")
+
+
+def test_topology_keeps_secrets_through_its_state_file() -> None:
+    secrets = (SecretSpec("corp-tls", PRIVATE, ("*.a.example.com",), expired=True),
+               SecretSpec("brought", source="/tmp/x"))
+    t = build("t", values(), secrets=secrets)
+    assert Topology.from_json(t.to_json()) == t
+
+
+def test_secret_argument_parses_and_joins_the_scenario(tmp_path: Path) -> None:
+    folder = tmp_path / "certs"
+    folder.mkdir()
+    assert parse_secret_arg(f"corp-tls={folder}") == ("corp-tls", folder.resolve())
+    scenario = Scenario("s", "s", tmp_path / "s.yaml", 1, values(), {"secrets": {"corp-tls": {"issuer": "stack"}}}, ())
+    joined = with_brought_secrets(scenario, [f"corp-tls={folder}"])
+    assert joined.topology["secrets"] == {"corp-tls": {"source": str(folder.resolve())}}
+    assert joined.build_topology("t").secrets == (SecretSpec("corp-tls", source=str(folder.resolve())),)
+
+
+@pytest.mark.parametrize(("arg", "message"), [
+    ("corp-tls", "use NAME=DIR"),
+    ("Corp=/tmp", "a Secret name has only"),
+    ("corp-tls=/no/such/folder", "no such folder"),
+])
+def test_secret_argument_mistakes_are_one_line(arg: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_secret_arg(arg)
+
+
+# -- workerCallbackCaPem, applied once -----------------------------------------------------------------
+def test_ca_marker_becomes_pem_text_when_the_values_are_applied() -> None:
+    pems = {"stack": "STACK-1", "private": "CORP", "public": "PUBLIC"}
+    for marker, issuer in (("@stack-ca", "stack"), ("@private-ca", "private"), ("@public-ca", "public")):
+        t = build("t", values(workerCallbackCaPem=marker))
+        applied = t.with_ca_pem(pems.__getitem__)
+        assert applied.values["global"]["nvcaOperator"]["agent"]["workerCallbackCaPem"] == pems[issuer]
+        assert t.values["global"]["nvcaOperator"]["agent"]["workerCallbackCaPem"] == marker  # untouched
+    # Applied text stays text: a rotated CA (a new answer from pem_of) does not reach it.
+    applied = build("t", values(workerCallbackCaPem="@stack-ca")).with_ca_pem(pems.__getitem__)
+    assert applied.with_ca_pem(lambda _: "STACK-2") == applied
+
+
+def test_literal_pem_passes_and_an_unknown_marker_is_one_line() -> None:
+    literal = build("t", values(workerCallbackCaPem="-----BEGIN CERTIFICATE-----\n..."))
+    assert literal.with_ca_pem(lambda _: "never") == literal
+    with pytest.raises(ConfigError, match="unknown marker '@corp-ca'"):
+        build("t", values(workerCallbackCaPem="@corp-ca")).with_ca_pem(lambda _: "")

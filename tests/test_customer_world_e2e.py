@@ -1,0 +1,163 @@
+"""Every value takes effect, end to end on the local backend, each with its negative control.
+
+The catalogue test replays the new scenarios as they are; here each runs without the thing it depends
+on (the fix, or the fault) and must then fail for the stated reason, so the passing run cannot be luck.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+import yaml
+
+from clusters.local import LocalBackend
+from scenarios.engine import run_scenario
+from scenarios.model import CATALOGUE, load_scenario
+from scenarios.result import ScenarioResult
+from scenarios.secrets import with_brought_secrets
+
+WD = "grpc-worker.example.com"
+Data = dict[str, Any]
+
+
+def catalogue(name: str) -> Data:
+    return yaml.safe_load((CATALOGUE / f"{name}.yaml").read_text())
+
+
+def replay(tmp_path: Path, data: Data, secrets: list[str] | None = None) -> ScenarioResult:
+    """One scenario on a fresh stack under tmp_path; the stack is stopped whatever happens."""
+    path = tmp_path / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    backend = LocalBackend(tmp_path / "state")
+    stack = backend.attach("world")
+    try:
+        scenario = with_brought_secrets(load_scenario(str(path)), secrets or [])
+        return run_scenario(scenario, backend, stack.name, keep=False)
+    finally:
+        stack.down()
+        assert not stack.launcher.running(), "components still running after down"
+
+
+def without(name: str, change: Callable[[Data], None]) -> Data:
+    data = copy.deepcopy(catalogue(name))
+    data["name"] = f"{name}-control"
+    change(data)
+    return data
+
+
+def failures_of(result: ScenarioResult, step: int) -> str:
+    return "\n".join(f for f in result.failures if f.startswith(f"step {step} "))
+
+
+def assert_fails_at(result: ScenarioResult, step: int, reason: str) -> None:
+    assert not result.ok, "the negative control passed: the scenario does not depend on what it removed"
+    assert reason in failures_of(result, step), result.failures
+
+
+def drop_set_values(step: int) -> Callable[[Data], None]:
+    def change(data: Data) -> None:
+        del data["steps"][step - 1]["setValues"]
+    return change
+
+
+# -- negative controls of the catalogue scenarios ---------------------------------------------------
+CONTROLS = [
+    # (scenario, what is taken away, the step that must then fail, the reason it fails)
+    ("private-ca-frontend", drop_set_values(2), 3, "certificate verify failed"),
+    ("stale-ca-pem-after-rotation", drop_set_values(6), 7, "certificate verify failed"),
+    ("clusterip-service",
+     lambda d: d["values"]["workerCallbackProxy"]["service"].update(type="LoadBalancer"), 1,
+     "outcome failure, but it succeeded"),
+    ("dns-rewrite-wrong-domain", lambda d: d["topology"]["computeClusters"][0].pop("dnsRewrite"), 1,
+     "outcome failure, but it succeeded"),
+    ("dns-rewrite-wrong-address", lambda d: d["topology"]["computeClusters"][0].pop("dnsRewrite"), 1,
+     "outcome failure, but it succeeded"),
+    ("single-cluster-names-published", lambda d: d["topology"].pop("controlPlane"), 1,
+     "cannot resolve invocation.grpc-worker.example.com"),
+    ("wrong-name-pod-cert", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "step", "reason"), CONTROLS, ids=[c[0] for c in CONTROLS])
+def test_negative_control(tmp_path: Path, name: str, change: Callable[[Data], None], step: int,
+                          reason: str) -> None:
+    assert_fails_at(replay(tmp_path, without(name, change)), step, reason)
+
+
+# -- effects the catalogue shows only in part -------------------------------------------------------
+def base(name: str, steps: list[Data], **proxy: Any) -> Data:
+    wcp = {"enabled": True, "workerDomain": WD, "service": {"type": "LoadBalancer"}, **proxy}
+    return {"name": name, "summary": name, "seed": 5, "values": {"workerCallbackProxy": wcp},
+            "topology": {"invocationReplicas": 1, "grpcProxyReplicas": 0,
+                         "computeClusters": [{"workers": [{"count": 1, "trust": "system"}]}]},
+            "steps": steps}
+
+
+HTTP_OK = {"invoke": {"function": "http-echo", "count": 2}, "expect": {"outcome": "success", "via": "proxy"}}
+REDEPLOY_WORKERS = {"redeploy": "workers"}  # returns once the new worker pods are ready (subscribed)
+
+
+def http_fails(error: str) -> Data:
+    return {"invoke": {"function": "http-echo", "count": 1}, "expect": {"outcome": "failure", "error": error}}
+
+
+def test_node_port_answers_on_the_node_address_at_its_node_port(tmp_path: Path) -> None:
+    """Workers resolve to the node; the Service port 10084 is closed there, the node port 30084 is not."""
+    trust = {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}
+    closed = base("node-port", [http_fails("connection refused: 172.18.0.2:10084/tcp")],
+                  service={"type": "NodePort"})
+    closed["values"]["global"] = trust
+    result = replay(tmp_path, closed)
+    assert result.ok, result.failures
+    opened = base("node-port-url", [HTTP_OK], service={"type": "NodePort"})
+    opened["values"]["global"] = {**trust, "workerEndpoints": {
+        "invocationProxyURL": f"https://invocation.{WD}:30084"}}
+    result = replay(tmp_path, opened)
+    assert result.ok, result.failures
+
+
+def test_undeclared_existing_secret_is_public_and_workers_trust_it(tmp_path: Path) -> None:
+    data = base("undeclared-secret", [HTTP_OK], tls={"frontend": {"existingSecret": "customer-tls"}})
+    result = replay(tmp_path, data)
+    assert result.ok, result.failures
+    control = base("declared-private", [HTTP_OK], tls={"frontend": {"existingSecret": "customer-tls"}})
+    control["topology"]["secrets"] = {"customer-tls": {"issuer": "private"}}
+    assert_fails_at(replay(tmp_path, control), 1, "certificate verify failed")
+
+
+def test_declared_expired_secret(tmp_path: Path) -> None:
+    data = base("expired-secret", [http_fails("certificate has expired")],
+                tls={"frontend": {"existingSecret": "customer-tls"}})
+    data["topology"]["secrets"] = {"customer-tls": {"issuer": "public", "expired": True}}
+    result = replay(tmp_path, data)
+    assert result.ok, result.failures
+
+
+def brought_folder(tmp_path: Path) -> tuple[Path, str]:
+    """A customer's certificate from a CA the simulation never made, as `kubectl create secret tls` takes it."""
+    corporate = trustme.CA(organization_name="Customer Corp")
+    leaf = corporate.issue_cert(f"*.{WD}")
+    folder = tmp_path / "brought"
+    folder.mkdir()
+    (folder / "tls.crt").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    (folder / "tls.key").write_bytes(leaf.private_key_pem.bytes())
+    return folder, corporate.cert_pem.bytes().decode()
+
+
+def test_brought_secret_is_served_as_it_is_and_trusted_through_pasted_pem(tmp_path: Path) -> None:
+    folder, corporate_pem = brought_folder(tmp_path)
+    paste = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": corporate_pem}}}}
+    data = base("brought-secret", [http_fails("certificate verify failed"),
+                                   {"setValues": paste, **REDEPLOY_WORKERS}, HTTP_OK],
+                tls={"frontend": {"existingSecret": "customer-tls"}})
+    # Declared as public: the brought folder must win over the declaration, or step 1 would pass.
+    data["topology"]["secrets"] = {"customer-tls": {"issuer": "public"}}
+    result = replay(tmp_path, data, secrets=[f"customer-tls={folder}"])
+    assert result.ok, result.failures
+    served = tmp_path / "state" / "world" / "certs" / "secrets" / "customer-tls" / "tls.crt"
+    assert served.read_bytes() == (folder / "tls.crt").read_bytes()
