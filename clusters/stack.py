@@ -8,13 +8,13 @@ them into the contract of DESIGN.md section 5, so the backends cannot drift apar
 
 from __future__ import annotations
 
-import os
 import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from clusters.state import state_root  # NCPSIM_HOME, checked (clusters.state)
 from sim.errors import ConfigError
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
@@ -24,10 +24,6 @@ from sim.runtime.faults import Components
 
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 Json = dict[str, Any]
-
-
-def state_root() -> Path:
-    return Path(os.environ.get("NCPSIM_HOME", Path.cwd() / ".ncpsim"))
 
 
 def state_dir(stack: str, root: Path | None = None) -> Path:

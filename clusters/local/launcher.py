@@ -23,8 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from certs.store import CertStore
 from clusters.certificates import prepare_certificates
+from clusters.state import purge as purge_state
+from clusters.state import write_file
 from sim.errors import BackendError
 from sim.model.netmap import NetMap
 from sim.model.topology import CONTROL_CLUSTER, Topology
@@ -180,7 +184,7 @@ class Launcher:
                 os.close(write_fd)
                 log.close()
             self.children[spec.name] = proc
-            (self.pids_dir / f"{spec.name}.pid").write_text(str(proc.pid))
+            write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
         return read_fd
 
     def _await_ready(self, pipes: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -280,7 +284,7 @@ class Launcher:
 
     def purge(self) -> None:
         self.stop_all()
-        shutil.rmtree(self.state_dir, ignore_errors=True)
+        purge_state(self.state_dir)  # only a real folder carrying ncpsim's marker
 
 
 def _stop_order(name: str) -> int:
@@ -291,23 +295,16 @@ def _stop_order(name: str) -> int:
 
 
 def _is_ours(pid: int, state_dir: Path) -> bool:
-    """True if `pid` is alive and is one of this stack's components (not a recycled pid)."""
+    """True if `pid` is alive and is one of this stack's components (not a recycled pid), on Linux and macOS
+    alike: psutil reads the command line there too, so a pid file is never trusted on its own."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False  # nothing left to stop
+        args = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, or another user's: not ours
         return False
-    except PermissionError:
-        return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            return False
-        if not args or args == [b""]:
-            return False  # a zombie: nothing left to stop
-        return b"sim.runtime.run" in args and str(state_dir).encode() in args
-    return True  # no /proc (macOS): trust the pid file
+    return "sim.runtime.run" in args and str(state_dir) in args
 
 
 def _terminate(pid: int, proc: subprocess.Popen | None) -> None:
@@ -338,16 +335,11 @@ def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float) -> bool:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        try:
-            return stat.read_text().split(")")[-1].split()[0] != "Z"
-        except OSError:
-            return False
-    return True
+    except psutil.AccessDenied:
+        return True  # exists, and not ours to inspect
 
 
 def redeploy_specs(topology: Topology, what: str) -> list[ProcessSpec]:

@@ -8,8 +8,10 @@ import signal
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from clusters.local.launcher import Launcher, stop_on_interrupt
+from clusters.local.launcher import Launcher, phase_one, phase_two, stop_on_interrupt
 from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, state_dir
+from clusters.state import StackLock, check_links, create_stack_dir, is_stack_dir, write_file
+from clusters.state import purge as purge_state
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap
 from sim.model.topology import Topology
@@ -27,28 +29,35 @@ class LocalStack:
         self.name, self.root = name, root
         self.state_dir = state_dir(name, root)
         self.launcher = Launcher(self.state_dir)
+        self.lock = StackLock(self.state_dir)  # held by up, down and redeploys (re-entrant in this process)
 
     @property
     def topology(self) -> Topology:
         return Topology.load(self.state_dir)
 
     def up(self, topology: Topology, scenario: str) -> LocalStack:
-        if self.launcher.running():
-            raise ConfigError(f"stack {self.name!r} is already running ({self.state_dir}); "
-                              f"run `invoke down` first or pick another --stack name")
-        try:
-            netmap = self.launcher.start(topology)
-        except BaseException:
-            self.launcher.stop_all()  # Ctrl-C or a failed component: leave nothing half-up
-            raise
-        status = build_status(self.backend, topology, self.state_dir, scenario, endpoints(topology, netmap,
-                                                                                         self.state_dir))
-        (self.state_dir / "status.json").write_text(json.dumps(status, indent=2))
+        create_stack_dir(self.state_dir)
+        # Under the lock, so two `invoke up` runs cannot both pass the check; a loser stops nothing.
+        with self.lock.held():
+            if self.launcher.running():
+                raise ConfigError(f"stack {self.name!r} is already running ({self.state_dir}); "
+                                  f"run `invoke down` first or pick another --stack name")
+            check_links(self.state_dir)
+            (self.state_dir / "status.json").unlink(missing_ok=True)  # until this start completes
+            try:
+                netmap = self.launcher.start(topology)
+            except BaseException:
+                self.launcher.stop_all()  # Ctrl-C or a failed component: leave nothing half-up
+                raise
+            status = build_status(self.backend, topology, self.state_dir, scenario,
+                                  endpoints(topology, netmap, self.state_dir))
+            write_file(self.state_dir / "status.json", json.dumps(status, indent=2))
         return self
 
     def redeploy(self, topology: Topology, what: str) -> Topology:
-        self.launcher.redeploy(topology, what)
-        self._refresh_status()
+        with self.lock.held():
+            self.launcher.redeploy(topology, what)
+            self._refresh_status()
         return topology
 
     def _refresh_status(self) -> None:
@@ -60,25 +69,56 @@ class LocalStack:
             scenario = json.loads(path.read_text()).get("scenario", "")
             status = build_status(self.backend, topology, self.state_dir, scenario,
                                   endpoints(topology, netmap, self.state_dir))
-            path.write_text(json.dumps(status, indent=2))
+            write_file(path, json.dumps(status, indent=2))
+
+    def expected(self) -> list[str]:
+        """The components this stack's topology runs (empty when there is no readable topology.json)."""
+        try:
+            topology = self.topology
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        return [spec.name for spec in phase_one(topology) + phase_two(topology)]
 
     def status(self) -> Json | None:
-        path = self.state_dir / "status.json"
-        if not path.exists():
+        """The status contract, with `running` and `down` read from the pid files (checked for liveness).
+
+        status.json is written only once a start completes; a start cut short (a SIGKILLed `invoke up`)
+        leaves components running without it, and the status says so (`complete: false`) rather than
+        "not up"."""
+        if not is_stack_dir(self.state_dir):
             return None
-        status = json.loads(path.read_text())
-        status["running"] = sorted(self.launcher.running())
+        running = sorted(self.launcher.running())
+        path = self.state_dir / "status.json"
+        if path.is_file() and not path.is_symlink():
+            status = json.loads(path.read_text())
+            status["complete"] = True
+        elif running:
+            status = {"backend": self.backend, "stack": self.name, "stateDir": str(self.state_dir),
+                      "complete": False}
+        else:
+            return None
+        status["running"] = running
+        status["down"] = [name for name in self.expected() if name not in running]
         return status
 
     def logs(self) -> dict[str, str]:
         return log_files(self.state_dir)
 
     def down(self, purge: bool = False) -> list[str]:
-        stopped = self.launcher.stop_all()
-        if purge:
-            self.launcher.purge()
-        else:
-            (self.state_dir / "status.json").unlink(missing_ok=True)
+        """Stop every component; with `purge`, delete the stack folder, only if it is one ncpsim made."""
+        if self.state_dir.is_symlink():
+            raise ConfigError(f"{self.state_dir} is a symbolic link, not a stack folder: nothing stopped or removed")
+        if not self.state_dir.exists():
+            return []
+        if not is_stack_dir(self.state_dir):
+            raise ConfigError(f"{self.state_dir} is not an ncpsim stack folder (no marker): "
+                              f"nothing stopped or removed")
+        with self.lock.held():
+            stopped = self.launcher.stop_all()
+            if purge:
+                purge_state(self.state_dir)
+            else:
+                (self.state_dir / "status.json").unlink(missing_ok=True)
         return stopped
 
     def close(self) -> None:
@@ -100,8 +140,9 @@ class LocalStack:
         return pid
 
     def restart(self, name: str) -> None:
-        topology = self.topology
-        self.launcher.restart(topology, self.launcher.spec_for(topology, name))
+        with self.lock.held():
+            topology = self.topology
+            self.launcher.restart(topology, self.launcher.spec_for(topology, name))
         self._refresh_status()
 
     def stop(self, name: str) -> None:

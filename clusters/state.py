@@ -1,0 +1,156 @@
+"""The state folder on the laptop: where it is, what makes a folder ours, and how we write into it.
+
+The state root is `NCPSIM_HOME`, or `./.ncpsim` when it is unset; each stack has a folder under it. Three
+rules keep a hostile or mistaken setup from turning ncpsim against the user's own files:
+- The root must be usable: `NCPSIM_HOME` empty (which would put state in the current folder), a file, or
+  a folder that cannot be written is one line naming it, never a traceback.
+- A stack folder carries a marker written when ncpsim creates it; `down --purge` deletes only a real
+  folder (not a link) with that marker, so `--stack sim` from a clone can never delete the source package.
+- Nothing of ours is reached through a symbolic link: the stack folder, `topology.json`, `status.json`,
+  `logs/`, `events/`, `reports/`, `certs/` ... planted as links are refused, files are opened with
+  O_NOFOLLOW, and the folder is owner-only.
+A per-stack lock (flock on `<stack>/.lock`) serialises `up`, `down` and redeploys; the kernel drops it when
+its holder dies, so a SIGKILLed `up` never leaves the stack locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+MARKER = ".ncpsim-stack"  # written at creation: this folder is an ncpsim stack folder
+LOCK = ".lock"
+# Every name ncpsim writes directly under a stack folder; none may be a symbolic link.
+OURS = (MARKER, LOCK, "topology.json", "status.json", "netmap.json", "logs", "events", "reports", "certs",
+        "pids", "rendered")
+
+
+def state_root() -> Path:
+    raw = os.environ.get("NCPSIM_HOME")
+    if raw is None:
+        return Path.cwd() / ".ncpsim"
+    if not raw.strip():
+        raise ConfigError("NCPSIM_HOME is set but empty: unset it (state goes to ./.ncpsim) or name a folder")
+    root = Path(raw).expanduser()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"NCPSIM_HOME={raw}: not a folder; name a folder for ncpsim's state")
+    return root
+
+
+def refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise ConfigError(f"{path} is a symbolic link where ncpsim keeps its own state; "
+                          f"refusing to follow it (remove the link)")
+
+
+def check_links(stack_dir: Path) -> None:
+    """The stack folder and everything of ours in it are real files and folders, not planted links."""
+    refuse_link(stack_dir)
+    for name in OURS:
+        refuse_link(stack_dir / name)
+
+
+def create_stack_dir(stack_dir: Path) -> None:
+    """Create the stack folder (owner-only, with its marker), or check an existing one is ours."""
+    root = stack_dir.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "permission denied")
+        check_links(stack_dir)
+        stack_dir.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"state folder {stack_dir}: {exc.strerror or exc}; "
+                          f"set NCPSIM_HOME to a folder you can write") from None
+    if not stack_dir.is_dir():
+        raise ConfigError(f"{stack_dir} is not a folder; pick another --stack name or NCPSIM_HOME")
+    if is_stack_dir(stack_dir):
+        return
+    if any(stack_dir.iterdir()):
+        raise ConfigError(f"{stack_dir} exists but ncpsim did not create it (no {MARKER}); "
+                          f"pick another --stack name or NCPSIM_HOME")
+    write_file(stack_dir / MARKER, json.dumps({"ncpsim": "stack", "name": stack_dir.name}) + "\n")
+
+
+def is_stack_dir(stack_dir: Path) -> bool:
+    marker = stack_dir / MARKER
+    return not stack_dir.is_symlink() and stack_dir.is_dir() and not marker.is_symlink() and marker.is_file()
+
+
+def write_file(path: Path, text: str, mode: int = 0o644) -> None:
+    """Create or replace the file at `path`, refusing to write through a symbolic link planted there."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{path} is a symbolic link where ncpsim keeps its own state; "
+                              f"refusing to follow it (remove the link)") from None
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def purge(stack_dir: Path) -> bool:
+    """Delete a stack folder that is ours; False when there was nothing to delete. Refuses anything else."""
+    if stack_dir.is_symlink():
+        raise ConfigError(f"{stack_dir} is a symbolic link, not a stack folder: nothing removed")
+    if not stack_dir.exists():
+        return False
+    if not is_stack_dir(stack_dir):
+        raise ConfigError(f"{stack_dir} is not an ncpsim stack folder (no {MARKER}): nothing removed")
+    shutil.rmtree(stack_dir)
+    return True
+
+
+class StackLock:
+    """flock on `<stack>/.lock`, re-entrant within one holder (up's replay redeploys under up's lock)."""
+
+    def __init__(self, stack_dir: Path):
+        self.path = stack_dir / LOCK
+        self._fd: int | None = None
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        if self._depth == 0:
+            self._acquire()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._release()
+
+    def _acquire(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(f"{self.path} is a symbolic link; refusing to follow it (remove the link)") from None
+            raise ConfigError(f"cannot open {self.path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ConfigError(f"stack folder {self.path.parent} is busy: `invoke up`, `down` or a redeploy "
+                              f"(pid {holder}) holds {self.path}; wait for it, or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None

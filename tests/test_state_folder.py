@@ -1,0 +1,291 @@
+"""The state folder attacked as a user on the same machine, or a mistake, would (issue 16, items 3, 5, 7, 8):
+an unusable NCPSIM_HOME, `down --purge` aimed at a folder ncpsim did not make, symbolic links planted where
+ncpsim writes, two `invoke up` at once, an `invoke up` SIGKILLed mid-start, a component killed under a
+running stack. Every case runs the real command line; a refusal is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = 60.0  # a refusal, a status or a down: well under a few seconds even on a busy machine
+UP = 180.0  # a whole `invoke up` with its scenario replay
+START = 30.0  # until the components of an `invoke up` have reported ready (READY_TIMEOUT is 15 s a phase)
+POLL = 0.005  # between looks at the pid folder: a worker must be caught long before it could be ready
+SCENARIO = "http-callback"
+STACK = "st"
+
+
+def invoke(*args: str, env: dict[str, str], cwd: Path = REPO, timeout: float = QUICK
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """A user-facing refusal: exit 2, one line, no traceback, naming what is wrong."""
+    line = result.stderr.strip()
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    for word in words:
+        assert word in line, line
+    return line
+
+
+def home(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "NCPSIM_HOME": str(tmp_path / "state")}
+
+
+def component_pids(state: Path) -> dict[str, int]:
+    folder = state / "pids"
+    return {p.stem: int(p.read_text()) for p in folder.glob("*.pid")} if folder.exists() else {}
+
+
+def living(pids: dict[str, int]) -> set[str]:
+    out = set()
+    for name, pid in pids.items():
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.add(name)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.fixture
+def teardown(tmp_path: Path) -> Iterator[list[dict[str, int]]]:
+    """Every component a test saw is gone when it ends, whatever happened (`invoke down`, then SIGKILL)."""
+    seen: list[dict[str, int]] = []
+    yield seen
+    invoke("down", "--stack", STACK, env=home(tmp_path))
+    left = {name: pid for pids in seen for name, pid in pids.items() if name in living(pids)}
+    for pid in left.values():
+        os.killpg(pid, signal.SIGKILL)
+    assert not left, f"components still running after the test: {left}"
+
+
+# NCPSIM_HOME unusable (item 3, item 7) ----------------------------------------------------------------
+def test_empty_ncpsim_home_is_refused_and_the_current_folder_untouched(tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    (clone / "sim").mkdir(parents=True)
+    (clone / "sim" / "__init__.py").write_text("# the source package\n")
+    env = {**os.environ, "NCPSIM_HOME": ""}
+    refused(invoke("down", "--purge", "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
+    refused(invoke("status", "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
+    refused(invoke("up", SCENARIO, "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
+    assert (clone / "sim" / "__init__.py").read_text() == "# the source package\n"
+    assert sorted(p.name for p in clone.iterdir()) == ["sim"]
+
+
+@pytest.mark.parametrize("command", [("status",), ("up", SCENARIO), ("down", "--purge")])
+def test_ncpsim_home_a_file_is_refused(tmp_path: Path, command: tuple[str, ...]) -> None:
+    state = tmp_path / "a-file"
+    state.write_text("not a folder\n")
+    refused(invoke(*command, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}), "not a folder")
+    assert state.read_text() == "not a folder\n"
+
+
+@pytest.mark.parametrize("where", ["/proc/self/ncpsim", "/proc/ncpsim-state"])
+def test_ncpsim_home_where_nothing_can_be_created_is_refused(where: str) -> None:
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    refused(invoke("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": where}), "NCPSIM_HOME")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway")
+def test_ncpsim_home_read_only_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "ro"
+    state.mkdir(mode=0o500)
+    try:
+        refused(invoke("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}),
+                "NCPSIM_HOME")
+    finally:
+        state.chmod(0o700)
+
+
+# down --purge deletes only a stack folder ncpsim made (item 3, item 5) ---------------------------------------
+def test_purge_refuses_a_folder_ncpsim_did_not_make(tmp_path: Path) -> None:
+    """NCPSIM_HOME pointing at a clone: `--stack sim` names the source package, which must survive."""
+    clone = tmp_path / "clone"
+    (clone / "sim").mkdir(parents=True)
+    (clone / "sim" / "__init__.py").write_text("# the source package\n")
+    env = {**os.environ, "NCPSIM_HOME": str(clone)}
+    down = invoke("down", "--purge", "--stack", "sim", env=env)
+    refused(down, "not an ncpsim stack folder", "nothing stopped or removed")
+    assert "removed the state folder" not in down.stdout
+    assert sorted(p.name for p in (clone / "sim").iterdir()) == ["__init__.py"]
+
+
+def test_purge_refuses_a_stack_folder_that_is_a_link(tmp_path: Path) -> None:
+    from clusters.state import create_stack_dir
+
+    target = tmp_path / "precious"
+    create_stack_dir(target)  # even a marked folder: the link is not ours
+    (target / "keep.txt").write_text("keep\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / STACK).symlink_to(target)
+    down = invoke("down", "--purge", "--stack", STACK, env=home(tmp_path))
+    refused(down, "symbolic link", "nothing")
+    assert "removed the state folder" not in down.stdout
+    assert (target / "keep.txt").read_text() == "keep\n"
+
+
+def test_purge_removes_a_stack_folder_ncpsim_made(tmp_path: Path) -> None:
+    from clusters.state import create_stack_dir
+
+    create_stack_dir(tmp_path / "state" / STACK)
+    down = invoke("down", "--purge", "--stack", STACK, env=home(tmp_path))
+    assert down.returncode == 0 and "removed the state folder" in down.stdout, down.stderr
+    assert not (tmp_path / "state" / STACK).exists()
+
+
+# Symbolic links planted where ncpsim writes (item 5) -----------------------------------------------------------
+@pytest.mark.parametrize("name", ["topology.json", "status.json", "netmap.json", "logs", "events", "reports",
+                                  "certs", "pids"])
+def test_up_refuses_a_planted_link(tmp_path: Path, name: str, teardown: list[dict[str, int]]) -> None:
+    from clusters.state import create_stack_dir
+
+    stack = tmp_path / "state" / STACK
+    create_stack_dir(stack)
+    victim = tmp_path / "victim"
+    if name.endswith(".json"):
+        victim.write_text("the victim's file\n")
+    else:
+        victim.mkdir()
+    (stack / name).symlink_to(victim)
+    up = invoke("up", SCENARIO, "--stack", STACK, env=home(tmp_path), timeout=UP)
+    teardown.append(component_pids(stack))
+    refused(up, name, "symbolic link")
+    if victim.is_dir():
+        assert list(victim.iterdir()) == [], "files were written through the planted link"
+    else:
+        assert victim.read_text() == "the victim's file\n"
+    assert not component_pids(stack), "components started although the state folder was refused"
+
+
+# Two `invoke up` at once, and a component killed under a running stack (item 8) ------------------------------
+def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(tmp_path: Path,
+                                                                   teardown: list[dict[str, int]]) -> None:
+    env, stack = home(tmp_path), tmp_path / "state" / STACK
+    command = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", SCENARIO, "--stack", STACK]
+    runs = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    try:
+        results = [run.communicate(timeout=UP) for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    pids = component_pids(stack)
+    teardown.append(pids)
+    codes = sorted(run.returncode for run in runs)
+    assert codes == [0, 2], results
+    loser = results[[run.returncode for run in runs].index(2)]
+    assert len(loser[1].strip().splitlines()) == 1 and "Traceback" not in loser[1], loser[1]
+    assert "busy" in loser[1] or "already running" in loser[1], loser[1]
+    # The loser stopped none of the winner's components: every one of them still runs.
+    status = invoke("status", "--json", "--stack", STACK, env=env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    current = json.loads(status.stdout)
+    assert current["down"] == [] and current["running"] and living(pids) == set(pids) == set(current["running"])
+
+    # Item 8: the proxy killed under the running stack; status must not print it as if it ran, and exits 1.
+    proxy = pids["worker-callback-proxy"]
+    os.killpg(proxy, signal.SIGKILL)
+    wait_for("the proxy to go", lambda: "worker-callback-proxy" not in living(pids), QUICK)
+    text = invoke("status", "--stack", STACK, env=env)
+    assert text.returncode == 1, text.stdout
+    assert "down: worker-callback-proxy" in text.stdout
+    assert json.loads(invoke("status", "--json", "--stack", STACK, env=env).stdout)["down"] == \
+        ["worker-callback-proxy"]
+
+
+# `invoke up` SIGKILLed mid-start (item 8) -----------------------------------------------------------------------
+def wait_for(what: str, check, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(POLL)
+
+
+def phase_one_read(stack: Path) -> bool:
+    """The launcher has read every control-plane component's ready line: it then saves their bindings in
+    the network map (empty until then), so none of them can die writing to a dead `up`'s pipe."""
+    try:
+        return bool(json.loads((stack / "netmap.json").read_text())["bindings"])
+    except (OSError, ValueError, KeyError):
+        return False  # not written yet, or caught mid-write
+
+
+def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[dict[str, int]]) -> None:
+    """The control plane is ready, the worker hosts are held (SIGSTOP) so the start cannot finish, and then
+    `invoke up` is SIGKILLed: its components keep running without status.json, and status must say so."""
+    env, stack = home(tmp_path), tmp_path / "state" / STACK
+    up = subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", SCENARIO,
+                           "--stack", STACK], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    held: dict[str, int] = {}
+    try:
+        def workers_held() -> bool:
+            for name, pid in component_pids(stack).items():
+                if name.startswith("ncpsim-compute") and name not in held:
+                    os.killpg(pid, signal.SIGSTOP)
+                    held[name] = pid
+            return bool(held) and (stack / "topology.json").exists()
+
+        wait_for("the worker hosts to start", workers_held, START)
+        pids = component_pids(stack)
+        teardown.append(pids)
+        control = set(pids) - set(held)
+        wait_for("the control plane to be ready", lambda: phase_one_read(stack), START)
+        assert not (stack / "status.json").exists()
+    finally:
+        up.kill()
+        up.wait(QUICK)
+    for pid in held.values():  # the held workers cannot report ready to a dead `up`: they are down
+        os.killpg(pid, signal.SIGKILL)
+    wait_for("the held workers to go", lambda: not living(held), QUICK)
+
+    text = invoke("status", "--stack", STACK, env=env)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert "not up" not in text.stdout and "partly up" in text.stdout, text.stdout
+    current = json.loads(invoke("status", "--json", "--stack", STACK, env=env).stdout)
+    assert current["complete"] is False
+    assert set(current["running"]) == control == living(pids) - set(held)
+    assert set(current["down"]) == set(held)
+
+    down = invoke("down", "--stack", STACK, env=env)
+    assert down.returncode == 0 and f"stopped {len(control)} processes" in down.stdout, down.stdout + down.stderr
+    assert not living(pids)
+
+
+def test_a_pid_file_naming_a_foreign_process_is_not_a_component(tmp_path: Path) -> None:
+    """Ownership is checked (psutil, also on macOS): a pid file pointing at another process is not trusted."""
+    from clusters.state import create_stack_dir
+
+    stack = tmp_path / "state" / STACK
+    create_stack_dir(stack)
+    (stack / "pids").mkdir()
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) as other:
+        try:
+            (stack / "pids" / "worker-callback-proxy.pid").write_text(str(other.pid))
+            status = invoke("status", "--stack", STACK, env=home(tmp_path))
+            assert status.returncode == 1 and "not up" in status.stdout, status.stdout
+            down = invoke("down", "--stack", STACK, env=home(tmp_path))
+            assert down.returncode == 0 and other.poll() is None, "down stopped a process that is not ours"
+        finally:
+            other.stdin.close()  # type: ignore[union-attr]
+            other.wait(QUICK)
