@@ -169,3 +169,31 @@ def test_old_workers_with_connect_off(tmp_path: Path) -> None:
     first = json.loads(done.stdout)["findings"][0]
     assert first["id"] == "legacy-worker-connect-off" and "connect.enabled: true" in first["fix"]
     assert any("404 NR" in e for e in first["evidence"])
+
+
+# -- tickets: the top finding as a scenario that replays and passes ----------------------------------------
+def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
+    env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "invoke", "replay", f"scenario={scenario}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=DIAGNOSE_TIMEOUT, check=False)
+
+
+TICKET_ROWS = [
+    ({"workerCallbackProxy": PROXY}, (), "worker-ca-missing"),
+    ({"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.2.9:system"), "legacy-worker-connect-off"),
+    ({"workerCallbackProxy": PROXY, "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}}}, (),
+     "split-plane-url"),
+]
+
+
+@pytest.mark.parametrize(("values", "extra", "cause"), TICKET_ROWS, ids=[r[2] for r in TICKET_ROWS])
+def test_the_written_ticket_replays_and_passes(tmp_path: Path, values: dict, extra: tuple[str, ...],
+                                               cause: str) -> None:
+    ticket = tmp_path / "ticket.yaml"
+    done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--write-ticket", str(ticket), *extra)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert yaml.safe_load(ticket.read_text())["name"] == f"ticket-{cause}"
+    assert (tmp_path / "ticket.values.yaml").exists()
+    replayed = replay(tmp_path, ticket)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "1/1 scenarios passed" in replayed.stdout
