@@ -13,13 +13,20 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from clusters.state import state_root  # NCPSIM_HOME, checked (clusters.state)
 from sim.errors import ConfigError
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
 from sim.pods.nats.stack import MONITOR_PORT as NATS_MONITOR_PORT
-from sim.protocols.wire import NATS_PORT, PROXY_HTTP_PORT, invocation_port
+from sim.protocols.wire import (
+    GRPC_CALLBACK_PORT,
+    GRPC_SUFFIX,
+    INVOCATION_HTTP_PORT,
+    NATS_PORT,
+    invocation_port,
+)
 from sim.runtime.faults import Components
 
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -97,11 +104,14 @@ def nats_endpoint(topology: Topology, bindings: dict[str, int], host: str) -> En
 def build_status(backend: str, topology: Topology, state: Path, scenario: str, endpoints: Endpoints) -> Json:
     """The `invoke status --json` contract of DESIGN.md section 5, for every backend."""
     wd = topology.worker_domain
-    # The pod targets workers are handed: the worker TLS port unless upstreamTls is off (DESIGN.md section 1).
-    port = invocation_port(proxy_settings(topology.values).upstream_tls)
+    settings = proxy_settings(topology.values)
+    # The pod targets workers are handed, as the pods hand them out: the worker TLS port unless upstreamTls
+    # is off (DESIGN.md section 1); without the proxy, the plaintext port and grpc-proxy's own name.
+    port = invocation_port(settings.upstream_tls) if settings.enabled else INVOCATION_HTTP_PORT
     pods = [{"name": p.name, "role": p.role, "cluster": p.cluster, "ip": p.ip,
              "target": (f"http://{p.fqdn}:{port}" if p.role == "invocation"
-                        else f"https://{p.fqdn.split('.')[0]}.{wd}")}
+                        else f"https://{p.fqdn.split('.')[0]}.{wd}" if settings.enabled
+                        else f"https://{p.fqdn.split('.')[0]}.{GRPC_SUFFIX}:{GRPC_CALLBACK_PORT}")}
             for p in topology.pods]
     return {
         "backend": backend,
@@ -109,12 +119,7 @@ def build_status(backend: str, topology: Topology, state: Path, scenario: str, e
         "scenario": scenario,
         "workerDomain": wd,
         "stateDir": str(state),
-        "proxy": {
-            "http": {"host": endpoints.proxy_http.host, "port": endpoints.proxy_http.port,
-                     "name": f"invocation.{wd}", "url": f"https://invocation.{wd}:{PROXY_HTTP_PORT}"},
-            "h3": {"host": endpoints.proxy_h3.host, "port": endpoints.proxy_h3.port, "name": f"*.{wd}",
-                   "url": f"https://<dashed-pod-ip>.{wd}"},
-        },
+        "proxy": _proxy_status(topology, endpoints) if settings.enabled else None,
         "dns": {name: {"host": e.host, "port": e.port, **e.extra} for name, e in endpoints.dns.items()},
         "ca": {"stack": str(state / "certs" / "ca" / "stack" / "ca.crt"),
                "public": str(state / "certs" / "ca" / "public" / "ca.crt")},
@@ -122,6 +127,21 @@ def build_status(backend: str, topology: Topology, state: Path, scenario: str, e
         "nats": _nats_status(topology, endpoints.nats),
         "logs": endpoints.logs,
         "events": str(state / "events"),
+    }
+
+
+def _proxy_status(topology: Topology, endpoints: Endpoints) -> Json:
+    """The proxy's two fronts: real host and port, and the name and URL workers are handed. The HTTP URL is
+    global.workerEndpoints.invocationProxyURL when set; the HTTP/3 block names one real pod name too."""
+    wd = topology.worker_domain
+    url = proxy_settings(topology.values).invocation_proxy_url
+    grpc = topology.pods_of("grpc-proxy")
+    example = f"{grpc[0].fqdn.split('.')[0]}.{wd}" if grpc else None
+    return {
+        "http": {"host": endpoints.proxy_http.host, "port": endpoints.proxy_http.port,
+                 "name": urlsplit(url).hostname or f"invocation.{wd}", "url": url},
+        "h3": {"host": endpoints.proxy_h3.host, "port": endpoints.proxy_h3.port, "name": f"*.{wd}",
+               "url": f"https://<dashed-pod-ip>.{wd}", "example": example},
     }
 
 

@@ -69,9 +69,10 @@ def _pods(status: dict[str, Any], role: str) -> list[dict[str, Any]]:
 
 def proxy_commands(status: dict[str, Any]) -> list[str]:
     """curl, openssl s_client and an HTTP/3 request through the proxy's fronts (none when it is off)."""
-    http, h3 = status["proxy"]["http"], status["proxy"].get("h3") or {}
+    proxy = status.get("proxy") or {}  # null when the proxy is off
+    http, h3 = proxy.get("http") or {}, proxy.get("h3") or {}
     wd, ca = status["workerDomain"], shlex.quote(frontend_ca(status))
-    name = f"invocation.{wd}"
+    name = http.get("name") or f"invocation.{wd}"  # global.workerEndpoints.invocationProxyURL's host if set
     lines = []
     invocation = _pods(status, "invocation")
     if http.get("port") and invocation:
@@ -123,7 +124,7 @@ def invoke_commands(status: dict[str, Any]) -> list[str]:
         lines.append(f"{program} call http-echo --count 3{flags}")
     elif _pods(status, "grpc-proxy"):
         lines.append(f"{program} call grpc-echo --count 3{flags}")
-    proxied = bool(status["proxy"]["http"].get("port"))
+    proxied = bool(((status.get("proxy") or {}).get("http") or {}).get("port"))
     lines.append(f"{program} logs {'worker-callback-proxy.access' if proxied else 'all'}{flags}")
     lines += [f"{program} status --json{flags}", f"{program} down{flags}"]
     return lines

@@ -97,17 +97,20 @@ def _trace_table(traces: list[CallTrace]) -> Table:
 
 def endpoints_text(status: dict[str, Any]) -> str:
     """Ready-to-paste commands against the running stack."""
-    http = status["proxy"]["http"]
+    proxy = status.get("proxy") or {}  # null when workerCallbackProxy.enabled is false
+    http = proxy.get("http") or {}
     ca = status["ca"]["stack"]
     lines = [
         f"Stack {status['stack']} ({status['backend']}), state in {status['stateDir']}",
-        f"  proxy HTTP front  {http['url']}  ->  {http['host']}:{http['port']}",
+        f"  proxy HTTP front  {http['url']}  ->  {http['host']}:{http['port']}" if http.get("port")
+        else "  proxy             off (workerCallbackProxy.enabled is false): workers call pods directly",
     ]
-    h3 = status["proxy"].get("h3") or {}
+    h3 = proxy.get("h3") or {}
     if h3.get("port"):
         lines.append(f"  proxy HTTP/3 front {h3['url']} (UDP)  ->  {h3['host']}:{h3['port']}")
     for cluster, addr in status["dns"].items():
-        lines.append(f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)")
+        lines.append(f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)" if addr.get("port")
+                     else f"  DNS view {cluster:<18} inside the cluster only (kubectl context {addr.get('context')})")
     nats = status.get("nats") or {}
     if nats.get("port"):
         lines.append(f"  nats-server       {nats['url']}  ->  {nats['host']}:{nats['port']}  (monitor {nats['monitor']})")
