@@ -75,6 +75,8 @@ def cause_of(obs: Observation, world: World) -> str | None:
     if obs.ok:
         return None
     error, stage = (obs.error or "").lower(), obs.stage or ""
+    if stage == "nats":
+        return "nats-auth-rejected"
     if stage == "dns" or obs.dns_rcode in ("NXDOMAIN", "SERVFAIL"):
         return "rewrite-missing"
     if "connect" in error and "404" in error:

@@ -27,6 +27,7 @@ from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
 from scenarios.trace import CallTrace
 from sim.errors import ConfigError
+from sim.model.events import of_kind, read_events
 from sim.model.layering import DEFAULT, Layered, defaults_layer, layer, parse_set
 from sim.model.values import lookup, proxy_settings, validate
 from sim.model.values_file import file_layer
@@ -157,7 +158,8 @@ def observe(values: dict[str, Any], profiles: list[Profile], root: Path | None) 
             path = Path(scratch) / f"probe-{n}.yaml"
             path.write_text(yaml.safe_dump(probe_scenario(values, profile), sort_keys=False))
             result = run_scenario(load_scenario(str(path)), backend, f"diagnose-{n}", keep=False)
-            found += observations_of(result, profile)
+            refused = of_kind(read_events(backend.attach(f"diagnose-{n}").state_dir), "worker.nats.refused")
+            found += observations_of(result, profile, refused)
             backend.attach(f"diagnose-{n}").down(purge=True)
         return found
 
@@ -177,10 +179,19 @@ def probe_scenario(values: dict[str, Any], profile: Profile) -> dict[str, Any]:
             "steps": steps}
 
 
-def observations_of(result: ScenarioResult, profile: Profile) -> list[Observation]:
+def observations_of(result: ScenarioResult, profile: Profile, refused: list[dict[str, Any]] = ()
+                    ) -> list[Observation]:
+    """Each call's observation; a worker that NATS refused never took work, so the calls it never took
+    are explained by the refusal (its error as the callout and the server gave it), not by a timeout."""
     if result.error and not result.steps:
         return [Observation(profile.label, "-", False, "stack", result.error)]
-    return [observation(t, profile) for step in result.steps for t in step.traces]
+    traces = [t for step in result.steps for t in step.traces]
+    if refused:
+        first = refused[0]
+        nats = Observation(profile.label, ",".join(first.get("functions", [])), False, "nats",
+                           f"NATS sign-in refused ({first.get('credentials')}): {first.get('error')}")
+        return [nats] + [observation(t, profile) for t in traces if t.worker is not None]
+    return [observation(t, profile) for t in traces]
 
 
 def observation(t: CallTrace, profile: Profile) -> Observation:
