@@ -56,6 +56,24 @@ def check_links(stack_dir: Path) -> None:
     refuse_link(stack_dir)
     for name in OURS:
         refuse_link(stack_dir / name)
+    escaping = link_out_of(stack_dir / "certs")
+    if escaping is not None:
+        raise ConfigError(f"{escaping} is a symbolic link out of its Secret folder; refusing to follow it "
+                          f"(remove the link)")
+
+
+def link_out_of(folder: Path) -> Path | None:
+    """A link under `folder` that can lead out of its own folder. Secret folders hold links of their own
+    (`..data -> ..<timestamp>`, `tls.crt -> ..data/tls.crt`, as a kubelet writes them): relative, with no
+    `..` step, so they stay inside; a planted link to anywhere else is what this finds."""
+    for where, folders, files in os.walk(folder):  # not following links: a linked folder is listed, not entered
+        for name in folders + files:
+            path = Path(where) / name
+            if path.is_symlink():
+                target = os.readlink(path)
+                if os.path.isabs(target) or ".." in Path(target).parts:
+                    return path
+    return None
 
 
 def create_stack_dir(stack_dir: Path) -> None:

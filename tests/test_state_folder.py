@@ -152,17 +152,18 @@ def test_purge_removes_a_stack_folder_ncpsim_made(tmp_path: Path) -> None:
 
 # Symbolic links planted where ncpsim writes (item 5) -----------------------------------------------------------
 @pytest.mark.parametrize("name", ["topology.json", "status.json", "netmap.json", "logs", "events", "reports",
-                                  "certs", "pids"])
+                                  "certs", "pids", "certs/ca", "certs/secrets/grpc-proxy-worker-tls/tls.key"])
 def test_up_refuses_a_planted_link(tmp_path: Path, name: str, teardown: list[dict[str, int]]) -> None:
     from clusters.state import create_stack_dir
 
     stack = tmp_path / "state" / STACK
     create_stack_dir(stack)
     victim = tmp_path / "victim"
-    if name.endswith(".json"):
+    if "." in name:
         victim.write_text("the victim's file\n")
     else:
         victim.mkdir()
+    (stack / name).parent.mkdir(parents=True, exist_ok=True)
     (stack / name).symlink_to(victim)
     up = invoke("up", SCENARIO, "--stack", STACK, env=home(tmp_path), timeout=UP)
     teardown.append(component_pids(stack))
