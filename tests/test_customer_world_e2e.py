@@ -7,6 +7,8 @@ on (the fix, or the fault) and must then fail for the stated reason, so the pass
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from scenarios.result import ScenarioResult
 from scenarios.secrets import with_brought_secrets
 
 WD = "grpc-worker.example.com"
+REPO = Path(__file__).resolve().parents[1]
+CLI_TIMEOUT = 60.0  # one `invoke up` of a one-step scenario takes a few seconds
 Data = dict[str, Any]
 
 
@@ -161,3 +165,29 @@ def test_brought_secret_is_served_as_it_is_and_trusted_through_pasted_pem(tmp_pa
     assert result.ok, result.failures
     served = tmp_path / "state" / "world" / "certs" / "secrets" / "customer-tls" / "tls.crt"
     assert served.read_bytes() == (folder / "tls.crt").read_bytes()
+
+
+def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env: dict[str, str]) -> None:
+    """`invoke up --secret NAME=DIR` as a user types it: the brought certificate is what the proxy serves."""
+    folder, _ = brought_folder(tmp_path)
+    data = base("brought-cli", [http_fails("certificate verify failed")],
+                tls={"frontend": {"existingSecret": "customer-tls"}})
+    path = tmp_path / "brought-cli.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    state = Path(invoke_env["NCPSIM_HOME"]) / "cli-secret"
+    try:
+        up = invoke("up", f"scenario={path}", "--secret", f"customer-tls={folder}", "--stack", "cli-secret",
+                    env=invoke_env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        served = state / "certs" / "secrets" / "customer-tls" / "tls.crt"
+        assert served.read_bytes() == (folder / "tls.crt").read_bytes()
+    finally:
+        down = invoke("down", "--stack", "cli-secret", env=invoke_env)
+    assert down.returncode == 0, down.stderr
+    bad = invoke("up", f"scenario={path}", "--secret", "customer-tls", "--stack", "cli-secret", env=invoke_env)
+    assert bad.returncode == 2 and "use NAME=DIR" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=CLI_TIMEOUT, check=False)

@@ -252,7 +252,7 @@ def test_workers_get_nvcf_proxy_ca_pem_only_when_configured() -> None:
 
 def test_scenario_without_the_rewrite_renders_no_coredns_custom() -> None:
     topology = TOPOLOGIES["dns-missing"]
-    assert not [c for c in topology.clusters if c.kind == "compute" and c.wildcard_dns]
+    assert not [c for c in topology.clusters if c.kind == "compute" and c.rewrite_target]
     assert ("ConfigMap", "coredns-custom") not in compute_objects(topology)
 
 

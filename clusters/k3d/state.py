@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from certs.profiles import frontend_profile, stack_profiles
+from certs.profiles import stack_profiles
 from certs.store import CertStore
 from certs.volume import load_secret
+from clusters.certificates import prepare_certificates
 from clusters.render.bundle import RenderedFile
 from clusters.render.control_plane import CertMaterial
 from clusters.stack import state_dir
@@ -23,22 +24,13 @@ def stack_state(stack: str) -> Path:
 
 
 def cert_material(certs_dir: Path, topology: Topology) -> CertMaterial:
-    """Issue what is missing (keeping what exists, so workers' trust survives a second `up`) and read it."""
+    """Issue what is missing (keeping what exists, so workers' trust survives a second `up`), place the
+    Secrets the scenario declares or the user brought (clusters.certificates), and read them all."""
     store = CertStore(certs_dir)
-    store.ensure_cas()
-    settings = proxy_settings(topology.values)
-    profiles = stack_profiles(topology.worker_domain)
-    if settings.frontend_secret not in {p.secret for p in profiles}:
-        # A customer's existingSecret name: the simulation issues the public-style frontend into it.
-        profiles.append(
-            frontend_profile(
-                topology.worker_domain, settings.frontend_issuer, secret=settings.frontend_secret
-            )
-        )
-    for profile in profiles:
-        if not (store.secret_dir(profile.secret) / "tls.crt").exists():
-            store.issue(profile)
-    secrets = {p.secret: load_secret(store.secret_dir(p.secret)) for p in profiles}
+    prepare_certificates(store, topology)
+    names = [p.secret for p in stack_profiles(topology.worker_domain)]
+    names += [proxy_settings(topology.values).frontend_secret, *(s.name for s in topology.secrets)]
+    secrets = {name: load_secret(store.secret_dir(name)) for name in dict.fromkeys(names)}
     return CertMaterial(
         secrets=secrets,
         stack_ca=store.ca_path("stack").read_bytes(),
