@@ -168,11 +168,14 @@ def up(c, scenario=None, file=None, set_=None, backend="local", stack="default",
 @user_errors
 def down(c, purge=False, stack="default", backend="local"):
     """Stop every process of the stack (by process group); --purge removes its state folder."""
-    stopped = _stack(stack, backend).down(purge=purge)
+    target = _stack(stack, backend)
+    existed = target.state_dir.exists()
+    stopped = target.down(purge=purge)
     if backend == "k3d":
         print(f"deleted {', '.join(stopped)}" if stopped else "nothing to delete: no ncpsim k3d clusters or network")
         return
-    print(f"stopped {len(stopped)} processes" + (" and removed the state folder" if purge else ""))
+    removed = " and removed the state folder" if purge and existed else ""
+    print(f"stopped {len(stopped)} processes{removed}")
 
 
 @task(help={"json": "print the status contract as JSON", "stack": "stack name", "backend": "local or k3d"})
@@ -188,12 +191,20 @@ def status(c, json_=False, stack="default", backend="local"):
         else:
             print(f"stack {stack!r} is not up (invoke up scenario=grpc-callback)")
         raise Exit(code=EXIT_FAILED)
+    down, complete = current.get("down") or [], current.get("complete", True)
     if json_:
         print(json.dumps(current, indent=2))
     else:
-        print(endpoints_text(current))
+        if complete:
+            print(endpoints_text(current))
+        else:
+            print(f"stack {stack!r} is partly up: its start did not finish (`invoke down` stops what runs)")
         if "running" in current:
             print(f"  running: {', '.join(current['running']) or 'nothing'}")
+        if down:
+            print(f"  down: {', '.join(down)}")
+    if down or not complete:  # a component of the stack is not running: say so in the exit code too
+        raise Exit(code=EXIT_FAILED)
 
 
 @task(positional=["component"],

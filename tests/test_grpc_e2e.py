@@ -1,6 +1,6 @@
-"""gRPC callbacks end to end on loopback: real DNS, bus, QUIC through the proxy's HTTP/3 front, h2 in the tunnel.
+"""gRPC callbacks end to end on loopback: real DNS, real NATS, QUIC through the proxy's HTTP/3 front, h2 in the tunnel.
 
-Each test builds a state folder, starts every part in this event loop (resolver, bus, grpc-proxy pods,
+Each test builds a state folder, starts every part in this event loop (resolver, nats-server and its callout, grpc-proxy pods,
 the proxy front, a worker host) and stops them all in `finally`, even when the test fails.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
+from nats_support import nats_components
 
 import sim.worker.host
 from certs.profiles import (
@@ -34,9 +35,9 @@ from sim.client.grpc_client import EchoClient
 from sim.model.events import EventLog, of_kind
 from sim.model.netmap import NetMap
 from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Topology, WorkerSpec, build
-from sim.pods.bus import WorkBus
 from sim.pods.grpcproxy import GrpcProxyPod
 from sim.pods.grpcproxy import run as run_pod
+from sim.pods.nats.workers import WorkerLinks
 from sim.protocols import h3
 from sim.protocols.grpc_callback import (
     INVALID_AUTH,
@@ -45,7 +46,7 @@ from sim.protocols.grpc_callback import (
     MISSING_AUTH,
     MISSING_REQUEST_ID,
 )
-from sim.protocols.wire import DNS_PORT, NATS_PORT, PROXY_H3_PORT
+from sim.protocols.wire import DNS_PORT, PROXY_H3_PORT
 from sim.proxy.access_log import AccessLog, read_access_log
 from sim.proxy.h3_front import H3Front
 from sim.runtime.component import Context
@@ -141,17 +142,18 @@ def make_state(tmp_path: Path, *, proxy: bool = True, grpc_identities: tuple[str
 async def _host_workers(stack: Stack) -> None:
     """A worker host as small as possible: each work message goes to sim.worker.grpc_callback.handle_work."""
     workers = {w.name: WorkerRuntime(w, stack.host, stack.stack_ca()) for w in stack.topology.workers}
-    bus = await stack.host.bus()
-    tasks = h3.Tasks()
+
+    async def record_and_handle(worker: WorkerRuntime, work: dict[str, Any]) -> None:
+        stack.work.append(work)
+        if work.get("kind") == "grpc":
+            await handle_work(worker, work)
+
+    links = WorkerLinks(stack.host, workers, record_and_handle)
     try:
-        for name in workers:
-            await bus.subscribe("grpc-echo", name)
-        async for frame in bus.messages():
-            stack.work.append(frame["msg"])
-            tasks.spawn(handle_work(workers[frame["sid"]], frame["msg"]), f"work-{frame['msg']['requestId']}")
+        await links.start()
+        await asyncio.Event().wait()
     finally:
-        await tasks.cancel_all()
-        await bus.close()
+        await links.close()
 
 
 @contextlib.asynccontextmanager
@@ -162,7 +164,7 @@ async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -
     stack = Stack(tmp_path, topology, watch, host)
     contexts = [host]
     resolver = Resolver(topology.dns_views())
-    bus = WorkBus(EventLog(tmp_path, "bus"))
+    nats_parts = nats_components(tmp_path, topology)
     access_log = AccessLog(tmp_path / "logs" / "worker-callback-proxy.access.log")
     front: H3Front | None = None
     worker_task: asyncio.Task | None = None
@@ -170,7 +172,7 @@ async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -
         await resolver.start()
         for cluster in topology.clusters:
             stack.bindings[f"{cluster.dns_ip}:{DNS_PORT}/udp"] = resolver.ports[cluster.name]
-        stack.bindings[f"{topology.bus_lb_ip}:{NATS_PORT}/tcp"] = await bus.start()
+        stack.bindings.update(await nats_parts.__aenter__())
         for pod in topology.pods_of("grpc-proxy"):
             ctx = Context(tmp_path, topology, pod.name, CONTROL_CLUSTER)
             contexts.append(ctx)
@@ -197,12 +199,11 @@ async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -
             await pod.close()
         if front is not None:
             await front.close()
-        await bus.close()
+        await nats_parts.__aexit__(None, None, None)
         await resolver.close()
         access_log.close()
         for ctx in contexts:
             ctx.events.close()
-        bus.events.close()
 
 
 async def assert_no_tasks_left() -> None:
@@ -391,7 +392,7 @@ def test_client_sees_unavailable_when_the_pod_cannot_publish(tmp_path: Path) -> 
             await unary_once(stack, "grpc-proxy-0")
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
         [done] = await stack.watch.wait("grpc.call.done")  # the pod records the call after answering it
-        assert not done["ok"] and "work bus" in done["error"]
+        assert not done["ok"] and "NATS unreachable" in done["error"]
 
     run_stack(tmp_path, body)
 
@@ -418,7 +419,7 @@ def test_pod_runner_binds_reports_and_stops(tmp_path: Path) -> None:
         try:
             bindings = await asyncio.wait_for(ready, 5)
             assert set(bindings) == {"10.42.0.42:10084/udp", "10.42.0.42:10081/tcp"}
-            # Nothing is mapped yet, so the work bus is unreachable: the client hears UNAVAILABLE at once.
+            # Nothing is mapped yet, so NATS is unreachable: the client hears UNAVAILABLE at once.
             with pytest.raises(grpc.aio.AioRpcError) as failed:
                 async with EchoClient(("127.0.0.1", bindings["10.42.0.42:10081/tcp"])) as echo:
                     await echo.unary(b"x", timeout=5)

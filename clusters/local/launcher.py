@@ -1,8 +1,8 @@
 """The local backend's launcher: the Topology as processes on 127.0.0.1, each in its own process group.
 
-Everything starts at once, so imports overlap: phase 1 (resolver, work bus, pods, proxy) binds port 0
+Everything starts at once, so imports overlap: phase 1 (resolver, nats-server, callout, pods, proxy) binds port 0
 and reports its bindings on a ready pipe; the launcher writes them into the network map, where the
-phase 2 worker hosts find the bus before they report ready themselves. Nothing here sleeps to wait
+phase 2 worker hosts find nats-server before they report ready themselves. Nothing here sleeps to wait
 for a component: readiness is the line on its pipe, or EOF if it died first.
 """
 
@@ -35,6 +35,8 @@ from sim.model.topology import CONTROL_CLUSTER, Topology
 
 READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
 STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
+NATS_SERVER = "nats-server"  # the supervisor and nats-server, one process group
+NATS_CALLOUT = "nats-auth-callout"  # the auth callout service
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class ProcessSpec:
 
 
 def phase_one(topology: Topology) -> list[ProcessSpec]:
-    specs = [ProcessSpec("resolver", "resolver", CONTROL_CLUSTER), ProcessSpec("bus", "work-bus", CONTROL_CLUSTER)]
+    specs = [ProcessSpec("resolver", "resolver", CONTROL_CLUSTER), ProcessSpec("nats", NATS_SERVER, CONTROL_CLUSTER),
+             ProcessSpec("nats-callout", NATS_CALLOUT, CONTROL_CLUSTER)]
     specs += [ProcessSpec("invocation" if p.role == "invocation" else "grpc-proxy", p.name, p.cluster)
               for p in topology.pods]
     if topology.proxy_enabled:
@@ -145,7 +148,7 @@ class Launcher:
             try:
                 netmap = self.prepare(topology)
                 # Worker hosts start with phase one: they import while the control plane starts, then
-                # wait for the bus binding in the network map (written below) before reporting ready.
+                # wait for the nats-server binding in the network map (written below) before reporting ready.
                 phases: list[dict[str, int]] = []
                 try:
                     for phase in (phase_one(topology), phase_two(topology)):
@@ -288,10 +291,10 @@ class Launcher:
 
 
 def _stop_order(name: str) -> int:
-    """Workers first (they call the others), then the proxy and pods, the bus and DNS last."""
+    """Workers first (they call the others), then the proxy and pods, nats-server and DNS last."""
     if name.startswith("ncpsim-compute") or name == "ncpsim-cp":
         return 0
-    return {"worker-callback-proxy": 1, "work-bus": 3, "resolver": 4}.get(name, 2)
+    return {"worker-callback-proxy": 1, NATS_SERVER: 3, "resolver": 4}.get(name, 2)
 
 
 def _is_ours(pid: int, state_dir: Path) -> bool:

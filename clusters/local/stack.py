@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from clusters.local.launcher import Launcher, phase_one, phase_two, stop_on_interrupt
-from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, state_dir
+from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint, state_dir
 from clusters.state import StackLock, check_links, create_stack_dir, is_stack_dir, write_file
 from clusters.state import purge as purge_state
 from sim.errors import ConfigError
@@ -157,7 +157,7 @@ def endpoints(topology: Topology, netmap: NetMap, state: Path) -> Endpoints:
     (h3_ip, h3_port), = topology.proxy_addresses(PROXY_H3_PORT)[:1]
     return Endpoints(proxy_http=real(http_ip, http_port, "tcp"), proxy_h3=real(h3_ip, h3_port, "udp"),
                      dns={c.name: real(c.dns_ip, DNS_PORT, "udp") for c in topology.clusters},
-                     logs=log_files(state))
+                     logs=log_files(state), nats=nats_endpoint(topology, netmap.bindings, LOOPBACK))
 
 
 class LocalBackend:
@@ -167,12 +167,15 @@ class LocalBackend:
 
     def __init__(self, root: Path | None = None):
         self.root = root
+        self._stacks: dict[str, LocalStack] = {}  # one launcher per stack: it holds the children it started
 
     def up(self, topology: Topology, scenario: str) -> LocalStack:
         return self.attach(topology.stack).up(topology, scenario)
 
     def attach(self, stack: str) -> LocalStack:
-        return LocalStack(stack, self.root)
+        if stack not in self._stacks:
+            self._stacks[stack] = LocalStack(stack, self.root)
+        return self._stacks[stack]
 
     def interruptible(self, stack: str) -> AbstractContextManager[None]:
         return stop_on_interrupt(self.attach(stack).launcher)

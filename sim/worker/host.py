@@ -1,6 +1,6 @@
 """Function workers of one cluster (one process per compute cluster), as worker-utils behaves.
 
-Each worker subscribes to the functions' work queues; for each work message it calls back to the pod
+Each worker pulls its functions' work from NATS (JetStream); for each work message it calls back to the pod
 that holds the request: through the proxy when the message carries a proxy address, else directly.
 Workers ignore HTTP(S)_PROXY: only the proxy address in the work message counts.
 """
@@ -8,15 +8,13 @@ Workers ignore HTTP(S)_PROXY: only the proxy address in the work message counts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.model.netmap import Refused
 from sim.model.topology import WorkerSpec
-from sim.pods.bus import BusClient
+from sim.pods.nats.workers import WorkerLinks
 from sim.protocols.tls import client_context
 from sim.runtime.component import Context, Ready
 from sim.worker.http_callback import handle_http_work
@@ -91,38 +89,15 @@ async def handle_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
         await handle_http_work(worker, work)
 
 
-async def _bus_when_bound(ctx: Context) -> BusClient:
-    """The bus, once the launcher has written its binding (worker hosts start beside the control plane)."""
-    while True:
-        try:
-            return await ctx.bus()
-        except Refused:
-            await asyncio.sleep(0.005)
-
-
 async def run(ctx: Context, ready: Ready) -> None:
     if "grpc-echo" in ctx.topology.functions:
         import sim.worker.grpc_callback  # noqa: F401 - aioquic loads now, not on the first callback
-    workers = make_workers(ctx)
-    bus = await _bus_when_bound(ctx)
-    for name in workers:
-        for function in ctx.topology.functions:
-            await bus.subscribe(function, name)
-    ready({})
-    tasks: set[asyncio.Task] = set()
+    # Each worker signs in to NATS and pulls its functions' work; a message is acked when its callback
+    # is done, so work held by a worker that dies is redelivered to another.
+    links = WorkerLinks(ctx, make_workers(ctx), handle_work)
     try:
-        async for frame in bus.messages():
-            worker = workers.get(frame["sid"])
-            if worker is None:
-                continue
-            task = asyncio.create_task(handle_work(worker, frame["msg"]),
-                                       name=f"{frame['sid']}:{frame['msg'].get('requestId')}")
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        await asyncio.Event().wait()  # the bus went away: stay up (as a pod would) until stopped
+        await links.start()
+        ready({})
+        await asyncio.Event().wait()  # until stopped
     finally:
-        for task in list(tasks):
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*tasks, return_exceptions=True)
-        await bus.close()
+        await links.close()
