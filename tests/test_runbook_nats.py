@@ -1,9 +1,13 @@
-"""Worker NATS authentication runbook: NKey encoding, the simulated auth callout, sampling, switching."""
+"""Worker NATS authentication runbook: NKeys (the real library), the values, sampling, and the rehearsals on a
+real nats-server and auth callout."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
@@ -14,24 +18,31 @@ from sim.runbooks.nats_auth import (
     APP,
     CalloutConfig,
     Grant,
-    Login,
     LogRecord,
     LogSampler,
     LogSettings,
     Refused,
-    WebhookReply,
-    WebhookUnreachable,
     callout_config,
     callout_restart_reasons,
     may_access,
-    nkey_login,
     subject_matches,
-    token_login,
 )
 from sim.runbooks.nats_runs import RUNS, STEP_ACCOUNT, STEP_REPLACE, STEP_ROTATE, STEP_URL, audit
 from sim.runbooks.nats_switch import NatsStack
 
-TOKEN_CONFIG = CalloutConfig("token", DEFAULT_WEBHOOK_URL, LogSettings())
+T = TypeVar("T")
+REHEARSAL_TIMEOUT = 30.0  # seconds for one rehearsal on a real nats-server
+
+
+def live(body: Callable[[NatsStack], Awaitable[T]], values: dict | None = None) -> T:
+    """Run ``body`` on a rehearsal stack (a real nats-server and callout, stopped afterwards)."""
+    async def go() -> T:
+        async with NatsStack.running(values or {}, random.Random(3)) as stack:
+            return await body(stack)
+
+    return asyncio.run(asyncio.wait_for(go(), REHEARSAL_TIMEOUT))
+
+
 
 
 # -- NKeys -------------------------------------------------------------------------------------------
@@ -49,7 +60,7 @@ def test_nkey_checksum_catches_a_typo() -> None:
     public = nkeys.NKey.generate(random.Random(1)).public
     typo = public[:10] + ("A" if public[10] != "A" else "B") + public[11:]
     with pytest.raises(ValueError, match="checksum"):
-        nkeys._decode(typo)
+        nkeys.decode_public(typo)
     assert not nkeys.verify(typo, b"n", b"x" * 64)
 
 
@@ -89,58 +100,7 @@ def test_callout_restarts_on_mode_url_and_logging(new: dict, reasons: list[str])
     assert callout_restart_reasons(callout_config({}), callout_config(new)) == reasons
 
 
-# -- the callout's decision and its log lines ----------------------------------------------------------
-def _webhook(status: int = 200, unreachable: bool = False):
-    def call(url: str, token: str, account: str) -> WebhookReply:
-        if unreachable:
-            raise WebhookUnreachable("connection refused")
-        return WebhookReply(status, "worker-fn-v1", ("nvcf.fn.fn.v1.>",), 100.0)
-    return call
-
-
-@pytest.mark.parametrize(("account", "webhook", "msg", "detail"), [
-    (APP, _webhook(200), "Authentication successful", ("user", "worker-fn-v1")),
-    ("Worker", _webhook(200), "Authentication failed",
-     ("error", "plugin webhook not found for account Worker")),
-    (APP, _webhook(401), "Authentication denied", ("status_code", 401)),
-    (APP, _webhook(403), "Authentication denied", ("status_code", 403)),
-    (APP, _webhook(unreachable=True), "Authentication failed",
-     ("error", "webhook request failed: connection refused")),
-])
-def test_token_login_table(account: str, webhook, msg: str, detail: tuple) -> None:
-    result, records = token_login(Login("w-0", account, token="t"), TOKEN_CONFIG, webhook)
-    line = json.loads(records[-1].line(0.0))
-    assert line["msg"] == msg and line[detail[0]] == detail[1] and line["account"] == account
-    assert isinstance(result, Grant) == (msg == "Authentication successful")
-
-
-def test_successful_line_passes_the_seeds_grep() -> None:
-    _, records = token_login(Login("w-0", APP, token="t"), TOKEN_CONFIG, _webhook(200))
-    line = records[-1].line(1.0)
-    assert "Authentication successful" in line and "worker-" in line and '"account":"APP"' in line
-
-
-def test_nkey_mode_has_no_webhook_plugin() -> None:
-    config = CalloutConfig("nkey", DEFAULT_WEBHOOK_URL, LogSettings())
-    result, _records = token_login(Login("w", APP, token="t"), config, _webhook(200))
-    assert result == Refused("plugin webhook not found for account APP")
-
-
-def test_debug_level_logs_each_webhook_request() -> None:
-    config = CalloutConfig("token", DEFAULT_WEBHOOK_URL, LogSettings("debug", 0, 100))
-    _, records = token_login(Login("w", APP, token="t"), config, _webhook(200))
-    assert [r.msg for r in records] == ["webhook request", "Authentication successful"]
-    assert records[0].fields["url"] == DEFAULT_WEBHOOK_URL
-
-
-def test_nkey_login_checks_the_trusted_key_and_signature() -> None:
-    key, other = nkeys.NKey.generate(random.Random(1)), nkeys.NKey.generate(random.Random(2))
-    good = Login("w", APP, nkey=key.public, signature=key.sign(b"n1"))
-    assert nkey_login(good, b"n1", frozenset({key.public})) == Grant(APP, key.public, (">",), None, "nkey")
-    assert isinstance(nkey_login(good, b"n2", frozenset({key.public})), Refused)  # replayed signature
-    assert isinstance(nkey_login(good, b"n1", frozenset({other.public})), Refused)  # rotated away
-
-
+# -- subjects and grants ------------------------------------------------------------------------------
 @pytest.mark.parametrize(("pattern", "subject", "match"), [
     (">", "a.b", True), ("a.>", "a.b.c", True), ("a.>", "a", False), ("a.*", "a.b", True),
     ("a.*", "a.b.c", False), ("a.b", "a.b", True), ("a.b", "a.c", False), ("a.*.c", "a.x.c", True),
@@ -179,18 +139,21 @@ def test_sampler_counts_per_second_and_per_message() -> None:
 
 # -- the switch ----------------------------------------------------------------------------------------
 def test_running_workers_keep_the_nkey_after_the_switch() -> None:
-    stack = NatsStack({}, random.Random(3))
-    old = stack.launch("fn-a")
-    assert "NKEY_SEED" in old.env and old.connected
-    stack.sync({"nats": {"workerAuth": "token"}})
-    new = stack.launch("fn-b")
-    assert old.connected and "NKEY_SEED" not in new.env and new.env["NVCF_NATS_ACCOUNT"] == APP
-    assert audit(stack)[0][1] == STEP_REPLACE
-    stack.redeploy(old)
-    assert audit(stack)[0][1] == STEP_ROTATE
-    retired = stack.shared.public
-    stack.rotate_nkey()
-    assert audit(stack) == [] and not stack.nkey_accepted(retired)
+    async def body(stack: NatsStack) -> None:
+        old = await stack.launch("fn-a")
+        assert "NKEY_SEED" in old.env and old.connected
+        await stack.sync({"nats": {"workerAuth": "token"}})
+        new = await stack.launch("fn-b")
+        assert old.connected and "NKEY_SEED" not in new.env and new.env["NVCF_NATS_ACCOUNT"] == APP
+        assert audit(stack)[0][1] == STEP_REPLACE
+        await stack.redeploy(old)
+        assert audit(stack)[0][1] == STEP_ROTATE
+        retired = stack.shared.public
+        await stack.rotate_nkey()
+        assert audit(stack) == [] and not stack.nkey_accepted(retired)
+        assert all(w.connected for w in stack.workers)  # every worker signed in again after NATS rolled
+
+    live(body)
 
 
 @pytest.mark.parametrize(("name", "fix", "log_text"), [
@@ -205,6 +168,9 @@ def test_done_wrong_runs_name_the_mistake_and_fix(name: str, fix: str, log_text:
     assert not wrong.ok and wrong.fix_step == fix and wrong.mistake
     if log_text:
         assert any(log_text in line for line in wrong.log_lines)
+        # nats-server's own line, from the real server's log
+        assert any(line.startswith("nats-server: ") and f"Auth callout service returned an error: {log_text}" in line
+                   for line in wrong.log_lines)
 
 
 def test_token_switch_right_end_state() -> None:
@@ -227,24 +193,28 @@ def test_values_run() -> None:
 
 
 def test_switching_back_restores_the_shared_key_for_new_workers() -> None:
-    stack = NatsStack({"nats": {"workerAuth": "token"}}, random.Random(3))
-    token_worker = stack.launch("fn-a")
-    assert stack.sync({}) == ["nats.workerAuth changed from token to nkey"]
-    new = stack.launch("fn-b")
-    assert new.env["NKEY_SEED"] == stack.shared.seed and new.connected
-    assert token_worker.connected  # running workers keep what they logged in with
+    async def body(stack: NatsStack) -> None:
+        token_worker = await stack.launch("fn-a")
+        assert await stack.sync({}) == ["nats.workerAuth changed from token to nkey"]
+        new = await stack.launch("fn-b")
+        assert new.env["NKEY_SEED"] == stack.shared.seed and new.connected
+        assert token_worker.connected  # running workers keep what they logged in with
+
+    live(body, {"nats": {"workerAuth": "token"}})
 
 
 @pytest.mark.parametrize(("tamper", "status"), [("unknown", 401), ("revoked", 403)])
 def test_api_refusals_are_logged_as_denied(tamper: str, status: int) -> None:
-    stack = NatsStack({"nats": {"workerAuth": "token"}}, random.Random(3))
-    worker = stack.launch("fn-a")
-    token = worker.env["NVCF_WORKER_TOKEN"]
-    if tamper == "unknown":
-        worker.env["NVCF_WORKER_TOKEN"] = "not-a-token"
-    else:
-        stack.api.revoked.add(token)
-    assert stack.connect(worker) == Refused(f"status_code {status}")
-    denied = json.loads(stack.log[-1])
-    assert (denied["msg"], denied["status_code"]) == ("Authentication denied", status)
-    assert "check the NVCF API's logs" in audit(stack)[0][1]
+    async def body(stack: NatsStack) -> None:
+        worker = await stack.launch("fn-a")
+        token = worker.env["NVCF_WORKER_TOKEN"]
+        if tamper == "unknown":
+            worker.env["NVCF_WORKER_TOKEN"] = "not-a-token"
+        else:
+            stack.api.revoked.add(token)
+        assert await stack.connect(worker) == Refused(f"status_code {status}")
+        denied = [json.loads(line) for line in stack.log if '"Authentication denied"' in line]
+        assert denied[-1]["status_code"] == status
+        assert "check the NVCF API's logs" in audit(stack)[0][1]
+
+    live(body, {"nats": {"workerAuth": "token"}})

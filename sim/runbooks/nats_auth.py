@@ -1,26 +1,26 @@
-"""Worker NATS authentication (``nats.workerAuth``): the pure core of the auth decision and its logs.
+"""Worker NATS authentication (``nats.workerAuth``): what the values render, and how the callout logs.
 
-nkey mode: the NVCF API hands every worker the control plane's shared NKey (NKEY_SEED). NATS checks it
-itself; the login reaches all of the APP account and never expires.
+nkey mode: the NVCF API hands every worker the control plane's shared NKey (NKEY_SEED); the auth callout
+maps it to APP, so the login reaches all of the APP account and never expires.
 token mode: each worker presents its own worker token. NATS hands it to the auth callout, whose APP
 account has a webhook plugin that POSTs it to the NVCF API's webhook URL; the API's answer decides, and
 the grant covers only that worker's function-version subjects in APP.
 
-Debian's nats-server is 2.9, which has no auth callout, so the callout is simulated here in-process:
-the account-to-plugin lookup, the webhook call and its failure modes, and the log lines the seed quotes
-(``Authentication successful`` / ``denied`` / ``failed``), including the callout's log sampling.
+The decisions themselves are made by a real nats-server and auth callout (sim.pods.nats, driven by
+sim.runbooks.nats_live); this module keeps the pure parts around them: the callout's configuration from
+the values (and the render errors), when a change restarts it, and its log sampling (zap's: per
+message, the first ``initial`` lines a second, then 1 in ``thereafter``), with time passed in.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ConfigError
 from sim.model.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup, validate
-from sim.runbooks import nkeys
 
 APP = "APP"
 OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for
@@ -88,18 +88,7 @@ def callout_restart_reasons(old: CalloutConfig, new: CalloutConfig) -> list[str]
     return reasons
 
 
-# -- logins and grants -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Login:
-    """What a worker presents: its own token, or the shared NKey's public key and a signed nonce."""
-
-    client: str
-    account: str = APP
-    token: str | None = None
-    nkey: str | None = None
-    signature: bytes = b""
-
-
+# -- grants ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Grant:
     account: str
@@ -115,21 +104,6 @@ class Refused:
 
 
 @dataclass(frozen=True)
-class WebhookReply:
-    status: int
-    user: str = ""
-    subjects: tuple[str, ...] = ()
-    expires: float | None = None
-
-
-class WebhookUnreachable(ConnectionError):
-    """Nothing answers at the webhook URL (wrong host, API elsewhere)."""
-
-
-Webhook = Callable[[str, str, str], WebhookReply]  # (url, token, account) -> reply
-
-
-@dataclass(frozen=True)
 class LogRecord:
     level: str
     msg: str
@@ -139,38 +113,6 @@ class LogRecord:
         # JSON lines like the callout's structured logger, so the seed's greps work on them verbatim.
         record = {"level": self.level, "ts": round(ts, 3), "msg": self.msg, **self.fields}
         return json.dumps(record, separators=(",", ":"))
-
-
-Decision = tuple[Grant | Refused, list[LogRecord]]
-
-
-def nkey_login(login: Login, nonce: bytes, trusted: frozenset[str]) -> Grant | Refused:
-    """NKey users are checked by NATS itself, not the callout, so they log nothing there."""
-    if login.nkey in trusted and nkeys.verify(login.nkey, nonce, login.signature):
-        return Grant(APP, login.nkey, ALL_SUBJECTS, None, "nkey")
-    return Refused("Authorization Violation")
-
-
-def token_login(login: Login, config: CalloutConfig, webhook: Webhook) -> Decision:
-    """The callout's decision for a token login, with what it logs."""
-    base = {"client": login.client, "account": login.account}
-    url = config.plugins.get(login.account)
-    if url is None:
-        error = f"plugin webhook not found for account {login.account}"
-        return Refused(error), [LogRecord("error", "Authentication failed", {**base, "error": error})]
-    logs = []
-    if config.logging.level == "debug":
-        logs.append(LogRecord("debug", "webhook request", {**base, "url": url}))
-    try:
-        reply = webhook(url, login.token or "", login.account)
-    except WebhookUnreachable as exc:
-        error = f"webhook request failed: {exc}"
-        return Refused(error), [*logs, LogRecord("error", "Authentication failed", {**base, "error": error})]
-    if reply.status != 200:
-        record = LogRecord("warn", "Authentication denied", {**base, "status_code": reply.status})
-        return Refused(f"status_code {reply.status}"), [*logs, record]
-    grant = Grant(APP, reply.user, reply.subjects, reply.expires, "token")
-    return grant, [*logs, LogRecord("info", "Authentication successful", {**base, "user": reply.user})]
 
 
 # -- subjects ----------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Rehearsals of the Worker NATS Authentication runbook, each ending in a RunbookReport.
+"""Rehearsals of the Worker NATS Authentication runbook on a real nats-server and auth callout, each
+ending in a RunbookReport whose log lines are the callout's and the server's own.
 
 ``audit`` reads the end state the way the runbook's Verifying section does and names, for each problem,
 the mistake and the runbook step that fixes it.
@@ -9,8 +10,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from sim.errors import ConfigError
+from sim.runbooks.nats_live import run_sync
 from sim.runbooks.nats_switch import NatsStack
 from sim.runbooks.report import RIGHT, RunbookReport, Steps
 
@@ -56,99 +59,144 @@ def audit(stack: NatsStack) -> list[Finding]:
     return findings
 
 
-def _report(name: str, variant: str, stack: NatsStack, steps: Steps, extra: Mapping | None = None
+def _report(name: str, variant: str, stack: NatsStack, steps: Steps, extra: Mapping[str, Any] | None = None
             ) -> RunbookReport:
     findings = audit(stack)
     mistake, fix = findings[0] if findings else (None, None)
+    for line in _quoted(stack):
+        steps(line)
     return RunbookReport(name, variant, steps.as_tuple(), stack.end_state(), not findings, mistake, fix,
-                         tuple(stack.log), dict(extra or {}))
+                         _log_lines(stack), dict(extra or {}))
 
 
-def _nkey_stack_with_workers(steps: Steps) -> NatsStack:
-    stack = NatsStack({}, random.Random(8))
+def _quoted(stack: NatsStack) -> list[str]:
+    """The last sign-in verdict as the operator's grep shows it: the callout's line, then the server's."""
+    verdicts = [line for line in stack.log if '"Authentication ' in line]
+    server = stack.live.server_log()
+    return ([f"callout log: {verdicts[-1]}"] if verdicts else []) + (
+        [f"nats-server log: {server[-1]}"] if server else [])
+
+
+def _log_lines(stack: NatsStack) -> tuple[str, ...]:
+    """The callout's lines, then nats-server's own about the same sign-ins (as `kubectl logs` shows)."""
+    return (*stack.log, *(f"nats-server: {line}" for line in stack.live.server_log()))
+
+
+def _folder(state_dir: Path | None, name: str, variant: str) -> Path | None:
+    if state_dir is None:
+        return None
+    folder = Path(state_dir) / "runbooks" / f"{name}-{variant}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def _nkey_stack_with_workers(stack: NatsStack, steps: Steps) -> None:
     for function_id in ("fn-a", "fn-b"):
-        stack.launch(function_id)
+        await stack.launch(function_id)
     steps("running in nkey mode with workers fn-a and fn-b holding the shared NKey")
-    return stack
 
 
-def token_switch(variant: str, _state_dir: Path | None = None) -> RunbookReport:
-    steps = Steps()
-    stack = _nkey_stack_with_workers(steps)
-    stack.sync(TOKEN)
-    steps("step 1: set nats.workerAuth: token and sync (the auth callout restarts)")
-    stack.launch("fn-c")
-    steps("step 2: new worker fn-c authenticates with its worker token")
-    old = [w for w in stack.workers if w.started_mode == "nkey"]
-    if variant == RIGHT:
-        for worker in old:
-            stack.redeploy(worker)
-        steps("step 2: redeployed fn-a and fn-b; their new workers use worker tokens")
-    stack.rotate_nkey()
-    steps("step 3: rotated the shared NATS NKey")
-    return _report("nats-token-switch", variant, stack, steps)
+def token_switch(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    async def rehearse() -> RunbookReport:
+        steps = Steps()
+        async with NatsStack.running({}, random.Random(8), _folder(state_dir, "nats-token-switch", variant)) as stack:
+            await _nkey_stack_with_workers(stack, steps)
+            await stack.sync(TOKEN)
+            steps("step 1: set nats.workerAuth: token and sync (the auth callout restarts)")
+            await stack.launch("fn-c")
+            steps("step 2: new worker fn-c authenticates with its worker token")
+            old = [w for w in stack.workers if w.started_mode == "nkey"]
+            if variant == RIGHT:
+                for worker in old:
+                    await stack.redeploy(worker)
+                steps("step 2: redeployed fn-a and fn-b; their new workers use worker tokens")
+            await stack.rotate_nkey()
+            steps("step 3: rotated the shared NATS NKey (NATS rolls: every worker signs in again)")
+            return _report("nats-token-switch", variant, stack, steps)
+
+    return run_sync(rehearse())
 
 
-def worker_utils(variant: str, _state_dir: Path | None = None) -> RunbookReport:
-    steps = Steps()
-    stack = NatsStack(TOKEN, random.Random(8))
-    stack.launch("fn-a", reads_account=variant == RIGHT)
-    steps("token mode: launched fn-a with " + ("a worker-utils that reads NVCF_NATS_ACCOUNT"
-                                               if variant == RIGHT else "an older worker-utils"))
-    return _report("nats-worker-utils", variant, stack, steps)
+def worker_utils(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    async def rehearse() -> RunbookReport:
+        steps = Steps()
+        async with NatsStack.running(TOKEN, random.Random(8), _folder(state_dir, "nats-worker-utils", variant)
+                                     ) as stack:
+            await stack.launch("fn-a", reads_account=variant == RIGHT)
+            steps("token mode: launched fn-a with " + ("a worker-utils that reads NVCF_NATS_ACCOUNT"
+                                                       if variant == RIGHT else "an older worker-utils"))
+            return _report("nats-worker-utils", variant, stack, steps)
+
+    return run_sync(rehearse())
 
 
-def webhook_url(variant: str, _state_dir: Path | None = None) -> RunbookReport:
-    steps = Steps()
+def webhook_url(variant: str, state_dir: Path | None = None) -> RunbookReport:
     served = "http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
-    stack = NatsStack({}, random.Random(8), api_url=served)
-    steps("the NVCF API runs in namespace nvcf-api, not nvcf")
-    values: dict = {"nats": {"workerAuth": "token"}}
-    if variant == RIGHT:
-        values["nats"]["authCallout"] = {"workerTokenAuth": {"webhookUrl": served}}
-    stack.sync(values)
-    steps("set nats.workerAuth: token" + (" and the webhook URL" if variant == RIGHT else "") + ", synced")
-    stack.launch("fn-a")
-    steps("launched fn-a")
-    return _report("nats-webhook-url", variant, stack, steps)
+
+    async def rehearse() -> RunbookReport:
+        steps = Steps()
+        async with NatsStack.running({}, random.Random(8), _folder(state_dir, "nats-webhook-url", variant),
+                                     api_url=served) as stack:
+            steps("the NVCF API runs in namespace nvcf-api, not nvcf")
+            values: dict[str, Any] = {"nats": {"workerAuth": "token"}}
+            if variant == RIGHT:
+                values["nats"]["authCallout"] = {"workerTokenAuth": {"webhookUrl": served}}
+            await stack.sync(values)
+            steps("set nats.workerAuth: token" + (" and the webhook URL" if variant == RIGHT else "")
+                  + ", synced")
+            await stack.launch("fn-a")
+            steps("launched fn-a")
+            return _report("nats-webhook-url", variant, stack, steps)
+
+    return run_sync(rehearse())
 
 
 BURST = 300
 
 
-def log_sampling(variant: str, _state_dir: Path | None = None) -> RunbookReport:
-    steps = Steps()
-    values: dict = {"nats": {"workerAuth": "token"}}
-    if variant == RIGHT:
-        values["natsAuthCalloutService"] = {"serviceConfig": {"logging": {
-            "level": "debug", "sampling": {"initial": 0}}}}
-        steps("set natsAuthCalloutService.serviceConfig.logging: level debug, sampling.initial 0")
-    stack = NatsStack(values, random.Random(8))
-    for index in range(BURST):  # one second's burst: the clock does not move
-        stack.launch(f"fn-{index}")
-    logged = sum('"Authentication successful"' in line for line in stack.log)
-    steps(f"{BURST} workers logged in within one second; {logged} 'Authentication successful' lines logged")
-    report = _report("nats-log-sampling", variant, stack, steps, {"logged": logged, "logins": BURST})
-    if logged < BURST:
-        mistake = (f"debugging with the default log sampling: {BURST - logged} of {BURST} "
-                   "'Authentication successful' lines were dropped, so those workers look as if their login "
-                   "never reached the auth callout")
-        return RunbookReport(report.name, variant, report.steps, report.end_state, False, mistake,
-                             STEP_LOGGING, report.log_lines, report.extra)
-    return report
+def log_sampling(variant: str, state_dir: Path | None = None) -> RunbookReport:
+    async def rehearse() -> RunbookReport:
+        steps = Steps()
+        values: dict[str, Any] = {"nats": {"workerAuth": "token"}}
+        if variant == RIGHT:
+            values["natsAuthCalloutService"] = {"serviceConfig": {"logging": {
+                "level": "debug", "sampling": {"initial": 0}}}}
+            steps("set natsAuthCalloutService.serviceConfig.logging: level debug, sampling.initial 0")
+        async with NatsStack.running(values, random.Random(8), _folder(state_dir, "nats-log-sampling", variant)
+                                     ) as stack:
+            for index in range(BURST):  # one second's burst: the rehearsal's clock does not move
+                await stack.launch(f"fn-{index}")
+            logged = sum('"Authentication successful"' in line for line in stack.log)
+            steps(f"{BURST} workers logged in within one second; {logged} 'Authentication successful' "
+                  "lines logged")
+            report = _report("nats-log-sampling", variant, stack, steps, {"logged": logged, "logins": BURST})
+        if logged < BURST:
+            mistake = (f"debugging with the default log sampling: {BURST - logged} of {BURST} "
+                       "'Authentication successful' lines were dropped, so those workers look as if their "
+                       "login never reached the auth callout")
+            return RunbookReport(report.name, variant, report.steps, report.end_state, False, mistake,
+                                 STEP_LOGGING, report.log_lines, report.extra)
+        return report
+
+    return run_sync(rehearse())
 
 
-def values_check(variant: str, _state_dir: Path | None = None) -> RunbookReport:
+def values_check(variant: str, state_dir: Path | None = None) -> RunbookReport:
     steps = Steps()
     values = TOKEN if variant == RIGHT else {"nats": {"workerAuth": "tokens"}}
     steps(f"set nats.workerAuth: {values['nats']['workerAuth']} and render")
+
+    async def rehearse() -> RunbookReport:
+        async with NatsStack.running(values, random.Random(8), _folder(state_dir, "nats-values", variant)
+                                     ) as stack:
+            return RunbookReport("nats-values", variant, steps.as_tuple(), {"rendered": True, **stack.end_state()},
+                                 True)
+
     try:
-        stack = NatsStack(values, random.Random(8))
+        return run_sync(rehearse())
     except ConfigError as exc:
         return RunbookReport("nats-values", variant, steps.as_tuple(), {"rendered": False}, False, str(exc),
                              "set nats.workerAuth to nkey or token")
-    return RunbookReport("nats-values", variant, steps.as_tuple(), {"rendered": True, **stack.end_state()},
-                         True)
 
 
 RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {

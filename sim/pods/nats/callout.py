@@ -224,8 +224,10 @@ class CalloutService:
         webhook: Webhook | None = None,
         logger: logging.Logger | None = None,
         clock: Callable[[], float] = time.time,
+        webhook_url: str = "",
     ) -> None:
         self.url, self.settings, self.webhook, self.clock = url, settings, webhook, clock
+        self.webhook_url = webhook_url  # only for the debug line of each webhook request
         self._user_seed = user_seed
         self._issuer = nkeys.from_seed(bytearray(issuer_seed.encode()))
         self.log = logger or logging.getLogger("ncpsim.nats.callout")
@@ -289,6 +291,7 @@ class CalloutService:
                 account=wr.account,
                 plugin_name=wr.plugin_name,
             )
+            log_line(self.log, logging.DEBUG, "webhook request", account=wr.account, url=self.webhook_url)
             try:
                 if self.webhook is None:
                     raise RuntimeError("no webhook configured")

@@ -113,6 +113,8 @@ class WorkerLinks:
                  for f, b in zip(link.functions, bound, strict=True)]
         try:
             await asyncio.gather(*(b.wait() for b in bound))
+            for function in link.functions:  # readiness a scenario can wait for (after a redeploy)
+                events.emit("worker.work.pulling", worker=link.worker, function=function)
             first.set()
             await asyncio.gather(*loops)
         finally:
