@@ -7,14 +7,17 @@ access log and log file, and in the pods' own events.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from stack_records import RECORD_TIMEOUT, Records
@@ -464,3 +467,82 @@ def test_a_tunnel_with_steady_bytes_is_not_idle(idle_stack: LocalStack) -> None:
             wire.send(b"\x00")  # a byte of that record every TRICKLE seconds
             time.sleep(TRICKLE)
         assert not wire.closed_within(TRICKLE)
+
+
+# A pod that dies mid-response (issue 16 item 10): the reason in ncpsim's words, no traceback ------------------
+class DyingPod:
+    """Stands in for pod 10.42.0.12's TLS listener (the stack's own pod certificate): reads a request head,
+    writes the start of a 200 whose body never completes, and drops the connection."""
+
+    PARTIAL = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: text/plain\r\n\r\nonly part"
+
+    def __init__(self, secret: Path):
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.served = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="dying-pod", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                with contextlib.suppress(OSError, ssl.SSLError), conn, \
+                        self.tls.wrap_socket(conn, server_side=True) as tls:
+                    data = b""
+                    while b"\r\n\r\n" not in data and (chunk := tls.recv(65536)):
+                        data += chunk
+                    tls.sendall(self.PARTIAL)
+                self.served.set()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(SHORT)
+
+
+def rebind(state: Path, address: str, port: int) -> dict:
+    """Point a virtual address at another real port in the stack's network map (components re-read it)."""
+    path = state / "netmap.json"
+    original = json.loads(path.read_text())
+    changed = {**original, "bindings": {**original["bindings"], address: port}}
+    tmp = path.with_suffix(".test")
+    tmp.write_text(json.dumps(changed))
+    tmp.replace(path)  # a new inode: readers notice the change
+    return original
+
+
+def test_a_pod_dying_mid_response_is_logged_in_ncpsims_words(http_stack) -> None:
+    """Pod .12 is killed and its address handed to a stand-in that stops half-way through a response. The
+    worker's side gets the truncated response and the connection closed; the proxy logs the stream with
+    UC, says why in its own words, and leaves no traceback. (Runs last: it takes pod .12 away.)"""
+    stack, _ = http_stack
+    pod2 = "10-42-0-12.invocation.nvcf.svc.cluster.local"
+    stack.components.kill("invocation-service-1")
+    dying = DyingPod(stack.state_dir / "certs" / "secrets" / "invocation-service-worker-tls")
+    original = rebind(stack.state_dir, "10.42.0.12:8443/tcp", dying.port)
+    try:
+        records = Records(stack.state_dir)
+        # Connections the proxy parked to the killed pod are spent first (503 UC each); then it dials again.
+        for attempt in range(10):
+            with connect(stack) as tls:
+                wire = Wire(tls)
+                wire.send(request(f"GET http://{pod2}:8443{ATTACH} HTTP/1.1", marked(f"dying-{attempt}"),
+                                  host=f"{pod2}:8443"))
+                line, _ = wire.head()
+                if dying.served.wait(0.2 if line.startswith(b"HTTP/1.1 503") else SHORT):
+                    assert line == b"HTTP/1.1 200 OK" and wire.closed_within(SHORT)
+                    assert wire.buffer == b"only part"
+                    break
+        else:
+            pytest.fail("the proxy never dialed the stand-in pod")
+        rec = records.access_line(request_id=f"ef-dying-{attempt}")
+        assert (rec["status"], rec["flags"], rec["tx"]) == ("200", "UC", str(len(b"only part")))
+        event = records.event("proxy.stream.failed", requestId=f"ef-dying-{attempt}")
+        assert event["reason"] == "upstream connection closed mid-response"
+    finally:
+        rebind(stack.state_dir, "10.42.0.12:8443/tcp", original["bindings"]["10.42.0.12:8443/tcp"])
+        dying.close()
+    log = (stack.state_dir / "logs" / "worker-callback-proxy.log").read_text()
+    assert "Traceback" not in log and "h11" not in log
