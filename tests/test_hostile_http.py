@@ -707,3 +707,14 @@ def test_connect_enabled_tunnel_reaches_only_the_named_pod(
     assert "hx-con-tunnel-inner" in seen
     refused = {rid for c in CONNECT_CASES for rid in c.ids}
     assert not refused & seen, f"refused CONNECTs reached a pod: {sorted(refused & seen)}"
+
+
+# Last, after every stack above has taken its hostile input ---------------------------------------------------
+@pytest.mark.parametrize("fixture", ["batch", "slow_stack", "connect_batch"])
+def test_no_traceback_in_any_component_log(fixture: str, request: pytest.FixtureRequest) -> None:
+    """Issue 16 item 6: each hostile connection ends in a logged one-line reason, never a traceback."""
+    value = request.getfixturevalue(fixture)
+    stack = value[0] if isinstance(value, tuple) else value
+    logs = {path.name: path.read_text() for path in (stack.state_dir / "logs").glob("*.log")}
+    assert "worker-callback-proxy.log" in logs
+    assert [name for name, text in logs.items() if "Traceback" in text] == []
