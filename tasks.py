@@ -396,7 +396,14 @@ def watch(c, stack="default", backend="local"):
 
     running = _stack(stack, backend)
     require_running(running)
-    show(running.state_dir, sys.stdout, lambda: running.status() is not None)
+
+    def up() -> bool:
+        try:
+            return running.status() is not None
+        except (OSError, ValueError):  # caught while `invoke down` removes its files: look again next time
+            return True
+
+    show(running.state_dir, sys.stdout, up)
 
 
 @task(iterable=["file", "set"],

@@ -25,6 +25,7 @@ from scenarios.trace import CallTrace, join
 POLL_SECONDS = 0.1  # how often the files are re-read: a human watches, a tenth of a second is live enough
 SETTLE_SECONDS = 2.0  # how long a finished callback waits for its proxy lines before its row is final
 COLUMNS = ("time", "request", "callback", "worker", "DNS answer", "proxy", "pod", "outcome")
+PLAIN_WIDTHS = (12, 8, 9, 12, 15, 14, 22)  # plain lines line up; the outcome, last, takes what it needs
 
 
 @dataclass
@@ -128,10 +129,14 @@ def _watch_live(feed: CallbackFeed, console: Console, running: Callable[[], bool
     console.print("the stack is down")
 
 
+def _plain(cells: list[str]) -> str:
+    return " ".join(f"{cell:<{width}}" for cell, width in zip(cells, PLAIN_WIDTHS, strict=False)) + " " + cells[-1]
+
+
 def _watch_plain(feed: CallbackFeed, out: TextIO, running: Callable[[], bool]) -> None:
-    print("  ".join(COLUMNS), file=out, flush=True)
+    print(_plain(list(COLUMNS)), file=out, flush=True)
     while running():
         for crossing in feed.poll(time.monotonic()):
-            print("  ".join(crossing.row()), file=out, flush=True)
+            print(_plain(crossing.row()), file=out, flush=True)
         time.sleep(POLL_SECONDS)  # a polling interval between re-reads of the files, not a readiness wait
     print("the stack is down", file=out, flush=True)
