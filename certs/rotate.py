@@ -4,7 +4,8 @@ Every change is a Secret swap (certs.volume), so the proxy and the pods pick it 
 handshake without a restart, and connections already open keep the material they started with.
 The kinds follow the order that loses no callback:
 
-- `frontend`: renew the proxy's `*.<workerDomain>` certificates (stack and public variants), same CAs.
+- `frontend`: renew the proxy's `*.<workerDomain>` certificates (stack and public variants) from the current
+  CAs (after a `stack-ca` rotation, the new one: workers whose NVCF_PROXY_CA_PEM is older then fail).
 - `pod-certs`: renew the invocation-service and grpc-proxy pod certificates, same CA.
 - `stack-ca`: each pod Secret's `ca.crt` first becomes the bundle new + old CA; after a propagation
   grace (a proxy handshake that loaded its trust just before must still verify), the new CA signs new
@@ -37,7 +38,7 @@ def rotate(store: CertStore, kind: str, worker_domain: str, grace: float = PROPA
     if kind == "frontend":
         store.issue(frontend_profile(worker_domain, STACK))
         store.issue(frontend_profile(worker_domain, PUBLIC))
-        return "renewed the proxy frontend certificates (stack and public) from the same CAs"
+        return "renewed the proxy frontend certificates (stack and public) from the current CAs"
     if kind == "pod-certs":
         store.issue(invocation_profile())
         store.issue(grpc_profile())

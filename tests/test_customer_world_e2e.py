@@ -129,6 +129,9 @@ def test_undeclared_existing_secret_is_public_and_workers_trust_it(tmp_path: Pat
     data = base("undeclared-secret", [HTTP_OK], tls={"frontend": {"existingSecret": "customer-tls"}})
     result = replay(tmp_path, data)
     assert result.ok, result.failures
+    assert result.status is not None
+    assert {"stack", "public", "private"} <= set(result.status["ca"])  # each CA's PEM path, to paste from
+    assert all(Path(path).is_file() for path in result.status["ca"].values())
     control = base("declared-private", [HTTP_OK], tls={"frontend": {"existingSecret": "customer-tls"}})
     control["topology"]["secrets"] = {"customer-tls": {"issuer": "private"}}
     assert_fails_at(replay(tmp_path, control), 1, "certificate verify failed")
