@@ -90,12 +90,24 @@ def create_stack_dir(stack_dir: Path) -> None:
                           f"set NCPSIM_HOME to a folder you can write") from None
     if not stack_dir.is_dir():
         raise ConfigError(f"{stack_dir} is not a folder; pick another --stack name or NCPSIM_HOME")
-    if is_stack_dir(stack_dir):
-        return
-    if any(stack_dir.iterdir()):
+    if not adopt(stack_dir):
         raise ConfigError(f"{stack_dir} exists but ncpsim did not create it (no {MARKER}); "
                           f"pick another --stack name or NCPSIM_HOME")
+
+
+def adopt(stack_dir: Path) -> bool:
+    """True when `stack_dir` is a stack folder: marked, or holding nothing but what ncpsim writes there (a
+    folder from before the marker, or one `invoke certs` made), which then gets its marker. A folder with
+    anything else in it -- a clone's `sim/` package -- is never ours."""
+    if is_stack_dir(stack_dir):
+        return True
+    if stack_dir.is_symlink() or not stack_dir.is_dir():
+        return False
+    entries = list(stack_dir.iterdir())
+    if any(entry.name not in OURS or entry.is_symlink() for entry in entries):
+        return False
     write_file(stack_dir / MARKER, json.dumps({"ncpsim": "stack", "name": stack_dir.name}) + "\n")
+    return True
 
 
 def is_stack_dir(stack_dir: Path) -> bool:

@@ -150,6 +150,16 @@ def test_purge_removes_a_stack_folder_ncpsim_made(tmp_path: Path) -> None:
     assert not (tmp_path / "state" / STACK).exists()
 
 
+def test_a_folder_holding_only_what_ncpsim_writes_is_adopted(tmp_path: Path) -> None:
+    """`invoke certs` (or an ncpsim from before the marker) made the folder: it is ours, and purge removes it."""
+    env = home(tmp_path)
+    assert invoke("certs", "--stack", STACK, env=env).returncode == 0
+    (tmp_path / "state" / STACK / ".ncpsim-stack").unlink(missing_ok=True)
+    down = invoke("down", "--purge", "--stack", STACK, env=env)
+    assert down.returncode == 0 and "removed the state folder" in down.stdout, down.stdout + down.stderr
+    assert not (tmp_path / "state" / STACK).exists()
+
+
 # Symbolic links planted where ncpsim writes (item 5) -----------------------------------------------------------
 @pytest.mark.parametrize("name", ["topology.json", "status.json", "netmap.json", "logs", "events", "reports",
                                   "certs", "pids", "certs/ca", "certs/secrets/grpc-proxy-worker-tls/tls.key"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from clusters.local.launcher import Launcher, phase_one, phase_two, stop_on_interrupt
 from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint, state_dir
-from clusters.state import StackLock, check_links, create_stack_dir, is_stack_dir, write_file
+from clusters.state import StackLock, adopt, check_links, create_stack_dir, is_stack_dir, write_file
 from clusters.state import purge as purge_state
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap
@@ -110,7 +110,7 @@ class LocalStack:
             raise ConfigError(f"{self.state_dir} is a symbolic link, not a stack folder: nothing stopped or removed")
         if not self.state_dir.exists():
             return []
-        if not is_stack_dir(self.state_dir):
+        if not adopt(self.state_dir):
             raise ConfigError(f"{self.state_dir} is not an ncpsim stack folder (no marker): "
                               f"nothing stopped or removed")
         with self.lock.held():
