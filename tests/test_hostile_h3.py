@@ -296,3 +296,16 @@ def test_no_request_reached_a_pod_the_route_table_would_not_dial(attacked: tuple
     assert allowed <= reached, "a control never reached its pod: the check below would prove nothing"
     assert reached == allowed
 
+
+
+def test_the_aioquic_internals_the_front_overrides_are_still_there() -> None:
+    """sim.proxy.h3_front.StreamScopedH3 overrides a private aioquic method and reads a stream's frame state;
+    an aioquic release that renames them must fail here, by name, before the attacks above fail obscurely."""
+    import inspect
+
+    from aioquic.h3.connection import H3Connection
+    from aioquic.h3.connection import H3Stream as AioquicStream
+
+    params = list(inspect.signature(H3Connection._receive_request_or_push_data).parameters)
+    assert params == ["self", "stream", "data", "stream_ended"]
+    assert {"frame_type", "frame_size", "buffer", "stream_id"} <= set(vars(AioquicStream(0)))
