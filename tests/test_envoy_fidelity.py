@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack_records import RECORD_TIMEOUT, Records
+from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
@@ -29,6 +29,16 @@ from scenarios.result import ScenarioResult
 from sim.protocols.wire import DF_BODY, UF_BODY, UF_TLS_BODY
 from sim.proxy.access_log import AccessRecord, format_record, parse_line
 from sim.proxy.downstream import IDLE_ENV
+from sim.proxy.policy import (
+    ProxyPolicy,
+    Reject,
+    RequestHead,
+    decide,
+    expects_continue,
+    has_body,
+    raw_field_values,
+    with_host_from_url,
+)
 
 WD = "grpc-worker.example.com"
 SNI = f"invocation.{WD}"
@@ -88,6 +98,52 @@ def test_access_log_line_is_envoys_default_format(record: AccessRecord) -> None:
             parsed["request_id"], parsed["upstream_host"]) == (
         record.method, str(record.status), record.flags, str(record.bytes_received), str(record.bytes_sent),
         record.request_id, record.upstream_host)
+
+
+# The codec checks, as a table (the pure side of the attacks below) --------------------------------------------
+def head(method: str, target: str, *headers: tuple[str, str], lengths: tuple[str, ...] | None = None) -> RequestHead:
+    return RequestHead(method, target, headers=(("host", f"{POD}:8443"), *headers), content_lengths=lengths)
+
+
+CODEC = [
+    ("one Content-Length", head("POST", f"http://{POD}:8443{ATTACH}", ("content-length", "2"), lengths=("2",)),
+     None),
+    ("Content-Length twice, h11 folded", head("POST", f"http://{POD}:8443{ATTACH}", ("content-length", "2"),
+                                              lengths=("2", "2")), 400),
+    ("Content-Length list", head("POST", f"http://{POD}:8443{ATTACH}", ("content-length", "2"), lengths=("2, 2",)),
+     400),
+    ("CONNECT, Content-Length 0", head("CONNECT", f"{POD}:8443", ("content-length", "0")), None),
+    ("CONNECT with a body", head("CONNECT", f"{POD}:8443", ("content-length", "5")), 400),
+    ("CONNECT chunked", head("CONNECT", f"{POD}:8443", ("transfer-encoding", "chunked")), 400),
+    ("CONNECT gzip", head("CONNECT", f"{POD}:8443", ("transfer-encoding", "gzip")), 501),
+]
+
+
+@pytest.mark.parametrize(("why", "request_head", "status"), CODEC, ids=[c[0] for c in CODEC])
+def test_codec_table(why: str, request_head: RequestHead, status: int | None) -> None:
+    decision = decide(request_head, ProxyPolicy(connect_enabled=True))
+    if status is None:
+        assert not isinstance(decision, Reject) or decision.flag != "DPE", why
+    else:
+        assert isinstance(decision, Reject) and (decision.status, decision.flag, decision.close) == (
+            status, "DPE", True), why
+
+
+def test_raw_heads() -> None:
+    raw = b"POST http://p:8443/x HTTP/1.1\r\nContent-Length: 2\r\ncontent-length:2\r\n\r\nContent-Length: 9"
+    assert raw_field_values(raw, "content-length") == ("2", "2")  # the body's look-alike is not a field
+    assert with_host_from_url(b"GET http://p:8443/x HTTP/1.1\r\nA: b\r\n\r\n") == \
+        b"GET http://p:8443/x HTTP/1.1\r\nHost: p:8443\r\nA: b\r\n\r\n"
+    assert with_host_from_url(b"GET /x HTTP/1.1\r\n\r\n") is None  # origin-form: no authority to take
+    assert with_host_from_url(b"GET http://p/x HTTP/1.1\r\nHost: q\r\n\r\n") is None  # has its Host
+
+
+@pytest.mark.parametrize(("headers", "body", "expects"), [
+    ((), False, False), ((("content-length", "0"),), False, False), ((("content-length", "3"),), True, False),
+    ((("transfer-encoding", "chunked"),), True, False), ((("expect", "100-Continue"),), False, True)])
+def test_body_and_expect(headers: tuple[tuple[str, str], ...], body: bool, expects: bool) -> None:
+    request_head = head("POST", f"http://{POD}:8443{ATTACH}", *headers)
+    assert (has_body(request_head), expects_continue(request_head)) == (body, expects)
 
 
 # Wire helpers ----------------------------------------------------------------------------------------
@@ -322,23 +378,34 @@ def test_origin_form_without_host_is_still_refused(http_stack) -> None:
 
 
 # One logged line per connection, never a traceback (issue 16 item 6) --------------------------------------------
-def test_an_incomplete_body_after_a_local_reply_ends_in_one_logged_line(http_stack) -> None:
-    """A refused request whose body never completes: the proxy answers 404, then the worker hangs up
-    mid-body. That used to leave an h11 traceback in the proxy's log."""
+def test_a_refused_request_with_a_body_still_to_come_closes_the_connection(http_stack) -> None:
+    """A refused request whose body never completes: Envoy replies at once with Connection: close and
+    closes, rather than wait for the rest (it counts a response before the request was complete). The
+    proxy used to wait, then leave an h11 traceback in its log when the worker hung up mid-body."""
     stack, _ = http_stack
     log = stack.state_dir / "logs" / "worker-callback-proxy.log"
-    before = log.read_text() if log.exists() else ""
     with connect(stack) as tls:
         wire = Wire(tls)
         wire.send(request(f"POST http://{POD}:8443/v2/nvcf/x HTTP/1.1", marked("cut"), ("Content-Length", "10"),
                           body=b"abc"))
-        line, _, _ = wire.response()
-        assert line == b"HTTP/1.1 404 Not Found"
-    deadline = time.monotonic() + RECORD_TIMEOUT
-    while "ended: worker connection" not in (added := log.read_text()[len(before):]):
-        assert time.monotonic() < deadline, f"no end-of-connection line in the proxy log: {added[-500:]!r}"
-        time.sleep(0.02)
+        line, headers, _ = wire.response()
+        assert (line, headers.get("connection")) == (b"HTTP/1.1 404 Not Found", "close")
+        assert wire.closed_within(SHORT)
+    Records(stack.state_dir, since_start=True).access_line(request_id="ef-cut", status="404", flags="NR")
     assert "Traceback" not in log.read_text()
+
+
+def test_a_refused_request_without_a_body_keeps_the_connection(http_stack) -> None:
+    """Negative control: with nothing still to come, the connection serves the next request."""
+    stack, _ = http_stack
+    with connect(stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"POST http://{POD}:8443/v2/nvcf/x HTTP/1.1", marked("no-body"), ("Content-Length", "0")))
+        line, headers, _ = wire.response()
+        assert line == b"HTTP/1.1 404 Not Found" and "connection" not in headers
+        wire.send(request(f"GET http://{POD}:8443{ATTACH} HTTP/1.1", marked("no-body-after")))
+        after, _, _ = wire.response()
+    assert after == b"HTTP/1.1 401 Unauthorized"
 
 
 # UF: the host tried (issue 11 item 4); gRPC traces carry the worker's cause (issue 11 item 3) ------------------

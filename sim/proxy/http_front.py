@@ -10,6 +10,7 @@ import contextlib
 import ssl
 import time
 import uuid
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 import h11
@@ -39,6 +40,7 @@ from sim.proxy.policy import (
     Tunnel,
     decide,
     expects_continue,
+    has_body,
     raw_field_values,
 )
 from sim.proxy.tunnel import splice
@@ -69,6 +71,11 @@ def reply_body(reject: Reject) -> bytes:
     if reject.close and reject.flag in ("DPE", "-"):
         return reason(reject.status)
     return reject.reason.encode()
+
+
+def _closing(reject: Reject, head: RequestHead) -> Reject:
+    """A local reply to a request whose body is still to come ends the connection, as in Envoy."""
+    return replace(reject, close=True) if has_body(head) and not reject.close else reject
 
 
 class HttpFront:
@@ -165,6 +172,7 @@ class HttpFront:
     async def _dispatch(self, down: H11Stream, pool: Pool, head: RequestHead,
                         decision: Decision, record: AccessRecord) -> bool:
         if isinstance(decision, Reject):
+            decision = _closing(decision, head)
             await self._local_reply(down, record, decision, head.method == "HEAD")
             return not decision.close and await self._drain(down)
         if isinstance(decision, Tunnel):
@@ -261,8 +269,9 @@ class HttpFront:
         except UpstreamFailure as failure:
             self.ctx.events.emit("proxy.upstream.failed", requestId=record.request_id, host=fwd.host,
                                  flag=failure.flag, detail=failure.detail)
-            await self._local_reply(down, record, Reject(503, failure.flag, failure.body), head.method == "HEAD")
-            return await self._drain(down)
+            reject = _closing(Reject(503, failure.flag, failure.body), head)
+            await self._local_reply(down, record, reject, head.method == "HEAD")
+            return not reject.close and await self._drain(down)
         strip = HOP_BY_HOP | ({"expect"} if expects_continue(head) else set())
         headers = [(k, v) for k, v in head.headers if k not in strip and k != "host"]
         headers = [("host", fwd.authority), *headers, ("x-forwarded-proto", "https")]

@@ -129,6 +129,16 @@ def expects_continue(head: RequestHead) -> bool:
     return (head.header("expect") or "").strip().lower() == "100-continue"
 
 
+def has_body(head: RequestHead) -> bool:
+    """Does a body follow the head? Envoy's codec then delivers the head without end of stream, so a reply
+    sent at once (a local reply) goes out before the request is complete: Envoy closes the HTTP/1.1
+    connection after it (Connection: close) rather than read the rest."""
+    if head.all("transfer-encoding"):
+        return True
+    length = head.header("content-length")
+    return length is not None and length.strip().isdigit() and int(length) > 0
+
+
 def raw_field_values(raw_head: bytes, name: str) -> tuple[str, ...]:
     """The value of every `name` field line in a raw request head, as sent (no folding of repeats)."""
     wanted = name.lower().encode() + b":"
