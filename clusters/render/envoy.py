@@ -122,7 +122,8 @@ def http_connection_manager(policy: ProxyPolicy) -> Json:
         "normalize_path": False,
         "merge_slashes": False,
         "path_with_escaped_slashes_action": "KEEP_UNCHANGED",
-        # Workers send X-Request-Id = the request id; keep it so the access log names the request.
+        # HTTP workers send no X-Request-Id (worker-utils does not), so Envoy makes one up; a client that
+        # sends one (gRPC callbacks, ncpsim's probes) keeps it, and the access log names it.
         "preserve_external_request_id": True,
         "access_log": access_log(),
         "route_config": http_routes(policy),
