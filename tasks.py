@@ -30,23 +30,46 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         from sim.errors import NcpsimError
 
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, where it is handled, not at exit as a traceback
+            return result
         except NcpsimError as exc:
             raise Exit(f"ncpsim: {exc}", code=EXIT_USAGE) from None
+        except BrokenPipeError:  # `invoke scenarios | head`: the reader has all it wanted
+            _quiet_stdout()
+            raise Exit(code=0) from None
         except KeyboardInterrupt:
             raise Exit("ncpsim: interrupted; the processes started so far were stopped", code=130) from None
 
     return wrapper
 
 
-def _scenario_arg(scenario: str | None) -> str:
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so nothing more is written to the closed pipe, even at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _closed_pipe_is_quiet(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """invoke's own output (`invoke --list | head`, `invoke replay --help | head`) meets a closed pipe too."""
+    if issubclass(kind, BrokenPipeError):
+        _quiet_stdout()
+        return
+    _default_excepthook(kind, exc, tb)
+
+
+_default_excepthook, sys.excepthook = sys.excepthook, _closed_pipe_is_quiet
+
+
+def _scenario_arg(scenario: str | None, usage: str = "invoke up scenario=grpc-callback") -> str:
     """Accept `scenario=NAME` (a positional word), `NAME`, and `--scenario NAME` alike."""
     value = (scenario or "").strip()
     value = value.removeprefix("scenario=")
     if not value:
         from sim.errors import ScenarioError
 
-        raise ScenarioError("name a scenario: invoke up scenario=grpc-callback (see `invoke scenarios`)")
+        raise ScenarioError(f"name a scenario: {usage} (see `invoke scenarios`)")
     return value
 
 
@@ -207,10 +230,11 @@ def status(c, json_=False, stack="default", backend="local"):
         raise Exit(code=EXIT_FAILED)
 
 
-@task(positional=["component"],
-      help={"component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
-                         "invocation-service-0), or `all`", "lines": "lines from the end",
-            "stack": "stack name", "backend": "local or k3d"})
+@optional_positional(
+    "component",
+    help={"component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
+                       "invocation-service-0), or `all` (the default)", "lines": "lines from the end",
+          "stack": "stack name", "backend": "local or k3d"})
 @user_errors
 def logs(c, component=None, lines=40, stack="default", backend="local"):
     """Print the last lines of a component's log (the proxy's access log is worker-callback-proxy.access)."""
@@ -245,26 +269,28 @@ def scenarios(c):
     """List the scenario catalogue with one-line summaries."""
     from scenarios.model import catalogue
 
-    for name, summary in catalogue():
-        print(f"{name:<36} {summary}")
+    entries = catalogue()
+    width = max((len(name) for name, _ in entries), default=0)  # every name whole, the summaries lined up
+    for name, summary in entries:
+        print(f"{name:<{width}}  {summary}")
 
 
-# invoke has no optional positional arguments: `scenario` is positional (so `invoke replay scenario=NAME`
-# works) except when `--all` is given and no scenario is needed.
-@task(positional=[] if "--all" in sys.argv else ["scenario"],
-      help={"scenario": "catalogue name or YAML path (also as scenario=NAME)", "all": "replay the whole catalogue",
-            "junit": "write a JUnit XML report to this file", "keep": "leave a failed scenario's stack running",
-            "file": "a customer's values file, above each scenario's values (repeatable: later files win)",
-            "set": "key.path=value, YAML-typed, above every file (repeatable)", "json": "print JSON reports"},
-      iterable=["file", "set_"])
+@optional_positional(
+    "scenario",
+    help={"scenario": "catalogue name or YAML path (also as scenario=NAME)", "all": "replay the whole catalogue",
+          "stack": "the stack to replay on (with --all: NAME-<scenario>); default replay-<scenario>",
+          "junit": "write a JUnit XML report to this file", "keep": "leave a failed scenario's stack running",
+          "file": "a customer's values file, above each scenario's values (repeatable: later files win)",
+          "set": "key.path=value, YAML-typed, above every file (repeatable)", "json": "print JSON reports"},
+    iterable=["file", "set_"])
 @user_errors
-def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_=None, json_=False):
+def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_=None, json_=False, stack=None):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails."""
     from scenarios.replay import replay_many
 
-    names = None if all_ else [_scenario_arg(scenario)]
+    names = None if all_ else [_scenario_arg(scenario, "invoke replay scenario=grpc-callback, or --all")]
     ok = replay_many(names, values_file=[Path(f) for f in file or []], sets=set_ or [],
-                     junit=Path(junit) if junit else None, keep=keep, as_json=json_)
+                     junit=Path(junit) if junit else None, keep=keep, as_json=json_, stack=stack)
     if not ok:
         raise Exit(code=EXIT_FAILED)
 

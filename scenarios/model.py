@@ -7,6 +7,7 @@ the file, the line and key path, and what was expected.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,9 +40,18 @@ def resolve_ref(ref: str) -> Path:
         return candidate
     path = CATALOGUE / f"{ref}.yaml"
     if not path.exists():
-        names = ", ".join(name for name, _ in catalogue())
-        raise ScenarioError(f"unknown scenario {ref!r}; the catalogue has: {names}")
+        raise ScenarioError(unknown_scenario(ref, [name for name, _ in catalogue()]))
     return path
+
+
+def unknown_scenario(ref: str, names: list[str]) -> str:
+    """The closest catalogue names, one per line (a list of all of them on one line helps nobody)."""
+    close = difflib.get_close_matches(ref, names, n=4, cutoff=0.5)
+    close += [n for n in names if ref and ref in n and n not in close][:4 - len(close)]
+    if not close:
+        return f"unknown scenario {ref!r}; `invoke scenarios` lists the {len(names)} in the catalogue"
+    return "\n".join([f"unknown scenario {ref!r}; did you mean:", *(f"  {name}" for name in close),
+                      "(`invoke scenarios` lists them all)"])
 
 
 def catalogue() -> list[tuple[str, str]]:

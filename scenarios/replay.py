@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -21,13 +22,25 @@ from scenarios.result import ScenarioResult, to_json
 from scenarios.spec import Scenario
 from sim.errors import BackendError
 
+MAX_STACK_NAME = 40  # clusters.stack.STACK_NAME
+
+
+def replay_stack(scenario: str, stack: str | None = None, several: bool = False) -> tuple[str, str]:
+    """(the stack a replay runs on, the name asked for): `--stack NAME` for one scenario, NAME-<scenario>
+    for several, replay-<scenario> by default; a name over 40 characters keeps a hash of the whole."""
+    full = stack if stack and not several else f"{stack or 'replay'}-{scenario}"
+    if len(full) <= MAX_STACK_NAME:
+        return full, full
+    digest = hashlib.sha1(full.encode()).hexdigest()[:6]
+    return f"{full[:MAX_STACK_NAME - 7].rstrip('-')}-{digest}", full
+
 
 def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None,
-               backend: Backend | None = None) -> ScenarioResult:
+               backend: Backend | None = None, stack: str | None = None) -> ScenarioResult:
     """A fresh stack for one scenario. Processes stop afterwards unless it failed and `keep` is set;
     the state folder stays either way, so the reports, logs and events can be read after the run."""
     backend = backend or LocalBackend(root)
-    name = f"replay-{scenario.name}"[:40]
+    name = stack or replay_stack(scenario.name)[0]
     stack = backend.attach(name)
     stack.down(purge=True)  # nothing from an earlier replay
     try:
@@ -43,7 +56,7 @@ def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None,
 
 def replay_many(names: list[str] | None, values_file: Path | Sequence[Path] | None = None,
                 junit: Path | None = None, keep: bool = False, as_json: bool = False, root: Path | None = None,
-                sets: Sequence[str] = ()) -> bool:
+                sets: Sequence[str] = (), stack: str | None = None) -> bool:
     """`invoke replay`: every named scenario (the whole catalogue when None); True when all pass.
 
     The customer's files and `--set`s sit above each scenario's values; unknown keys are warned about once,
@@ -53,14 +66,14 @@ def replay_many(names: list[str] | None, values_file: Path | Sequence[Path] | No
     scenarios = [load_scenario(name, allow_expected_error=True, customer=customer) for name in names]
     for warning in values_warnings(scenarios):
         print(f"warning: {warning}", file=sys.stderr)
-    results, total = replay_all(scenarios, keep=keep, as_json=as_json, root=root)
+    results, total = replay_all(scenarios, keep=keep, as_json=as_json, root=root, stack=stack)
     if junit:
         write_junit(results, junit, total)
     return all(r.ok for r in results)
 
 
 def replay_all(scenarios: list[Scenario], keep: bool = False, as_json: bool = False, root: Path | None = None,
-               out: TextIO | None = None) -> tuple[list[ScenarioResult], float]:
+               out: TextIO | None = None, stack: str | None = None) -> tuple[list[ScenarioResult], float]:
     """Replay each scenario in turn, printing its report as it finishes; (results, seconds in all)."""
     out = out or sys.stdout
     # Plain text at a width that keeps trace rows readable in CI logs; rich styling only on a terminal.
@@ -68,12 +81,16 @@ def replay_all(scenarios: list[Scenario], keep: bool = False, as_json: bool = Fa
     results: list[ScenarioResult] = []
     started = time.monotonic()
     for scenario in scenarios:
-        result = replay_one(scenario, keep, root)
+        name, asked = replay_stack(scenario.name, stack, several=len(scenarios) > 1)
+        result = replay_one(scenario, keep, root, stack=name)
         results.append(result)
         if as_json:
             print(json.dumps(to_json(result), indent=2, default=str), file=out)
             continue
         render_text(result, console=console, traces=not result.ok)
+        if name != asked:  # said, not silent: the state folder is not the name one would look for
+            console.print(f"  stack {name}: {asked} is longer than a stack name may be ({MAX_STACK_NAME})",
+                          markup=False, soft_wrap=True)
         if not result.ok and keep and result.status:
             console.print(f"  stack kept for inspection: invoke status --stack {result.status['stack']}")
     total = time.monotonic() - started

@@ -200,3 +200,53 @@ def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str)
                           check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == parsed
+
+
+# -- the command line's rough edges (issue 15) -----------------------------------------------------------
+def test_unknown_scenario_suggests_the_closest_names_one_per_line(user_env: dict[str, str]) -> None:
+    done = run_invoke("up", "htp-callback", env=user_env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == "ncpsim: unknown scenario 'htp-callback'; did you mean:"
+    assert lines[1] == "  http-callback" and len(lines) <= 6
+
+
+def test_replay_takes_help_and_stack(user_env: dict[str, str]) -> None:
+    helped = run_invoke("replay", "--help", env=user_env)
+    assert helped.returncode == 0 and "--stack" in helped.stdout and "--all" in helped.stdout
+    done = run_invoke("replay", "nats-values-right", "--stack", "mine", env=user_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (Path(user_env["NCPSIM_HOME"]) / "mine" / "reports" / "report.json").is_file()
+    nothing = run_invoke("replay", env=user_env)
+    assert nothing.returncode == 2 and "invoke replay scenario=" in nothing.stderr
+
+
+def test_replay_stack_names_are_shortened_out_loud() -> None:
+    from scenarios.replay import replay_stack
+
+    assert replay_stack("wrong-path") == ("replay-wrong-path", "replay-wrong-path")
+    assert replay_stack("wrong-path", "mine") == ("mine", "mine")
+    assert replay_stack("wrong-path", "mine", several=True) == ("mine-wrong-path", "mine-wrong-path")
+    long_a, asked = replay_stack("single-cluster-proxy-enabled-no-dns")
+    long_b, _ = replay_stack("single-cluster-proxy-enabled-no-dns-2")
+    assert asked == "replay-single-cluster-proxy-enabled-no-dns"
+    assert len(long_a) == 40 and long_a != long_b  # a hash of the whole name keeps them apart
+
+
+def test_a_closed_pipe_ends_output_quietly(user_env: dict[str, str]) -> None:
+    """`invoke scenarios | head`: the reader left before the writer was done."""
+    for args in (["scenarios"], ["--list"], ["replay", "--help"]):
+        proc = subprocess.Popen([INVOKE, *args], cwd=REPO, env=user_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.close()  # nothing will ever be read: every write meets a closed pipe
+        _, err = proc.communicate(timeout=COMMAND_TIMEOUT)
+        assert b"Traceback" not in err and b"BrokenPipe" not in err, (args, err)
+        if args == ["scenarios"]:  # a task's output; invoke's own (--list, --help) ends with its exit code 1
+            assert proc.returncode == 0, err
+
+
+def test_logs_without_a_component_prints_them_all(user_env: dict[str, str]) -> None:
+    assert run_invoke("replay", "nats-values-right", "--stack", "runbook", env=user_env).returncode == 0
+    done = run_invoke("logs", "--stack", "runbook", env=user_env)
+    assert done.returncode == 0, done.stderr
