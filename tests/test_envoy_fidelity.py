@@ -525,6 +525,17 @@ def test_an_idle_connect_tunnel_is_closed_and_logged(idle_stack: LocalStack) -> 
     assert (rec["status"], rec["flags"], rec["upstream_host"]) == ("200", "-", "10.42.0.11:8443")
 
 
+def test_connect_to_an_unknown_pod_says_dns(idle_stack: LocalStack) -> None:
+    records = Records(idle_stack.state_dir)
+    with connect(idle_stack) as tls:
+        wire = Wire(tls)
+        wire.send(request(f"CONNECT {NO_POD}:8443 HTTP/1.1", marked("connect-df"), host=f"{NO_POD}:8443"))
+        line, _, body = wire.response()
+    assert (line, body) == (b"HTTP/1.1 503 Service Unavailable", DF_BODY.encode())
+    rec = records.access_line(request_id="ef-connect-df")
+    assert (rec["flags"], rec["tx"], rec["upstream_host"]) == ("DF", str(len(DF_BODY)), "-")
+
+
 def test_a_tunnel_with_steady_bytes_is_not_idle(idle_stack: LocalStack) -> None:
     """Negative control: idle means no bytes either way, not a long tunnel."""
     wire = tunnel(idle_stack)

@@ -322,8 +322,8 @@ class HttpFront:
             record.upstream_host = f"{ip}:{tunnel.port}"
             reader, writer = await self.ctx.open_tcp(ip, tunnel.port)
         except (UpstreamFailure, OSError, TimeoutError) as exc:
-            flag = exc.flag if isinstance(exc, UpstreamFailure) else "UF"
-            await self._local_reply(down, record, Reject(503, flag, UF_BODY, close=True))
+            failure = exc if isinstance(exc, UpstreamFailure) else UpstreamFailure("UF", UF_BODY, str(exc))
+            await self._local_reply(down, record, Reject(503, failure.flag, failure.body, close=True))
             return
         await down.send(h11.Response(status_code=200, headers=[("server", "envoy")], reason=reason(200)))
         leftover, _ = down.conn.trailing_data
