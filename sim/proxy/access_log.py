@@ -3,6 +3,11 @@
 [%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE%
 %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION% %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%
 "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%" "%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%"
+
+As Envoy fills them: BYTES_RECEIVED and BYTES_SENT count body bytes only (a local reply's body too, none
+on HEAD; a CONNECT tunnel's payload each way); X-REQUEST-ID is the client's if it sent one, else the id
+the proxy generated (HTTP workers send none); UPSTREAM_HOST is the pod address dialed, also on UF, and "-"
+when no address was chosen (NR, DF, codec errors).
 """
 
 from __future__ import annotations
