@@ -12,6 +12,7 @@ from typing import Any
 
 from certs.store import CertStore
 from clusters.stack import Backend, Stack
+from clusters.state import create_stack_dir
 from scenarios import calls
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
@@ -196,6 +197,7 @@ def run_stackless(scenario: Scenario, state: Path) -> ScenarioResult:
     """Runbook scenarios rehearse control-plane operations on their own models: no cluster to bring up."""
     result = ScenarioResult(scenario)
     started = time.monotonic()
+    create_stack_dir(state)  # with its marker, so `invoke down --purge` and the next replay may remove it
     (state / "events").mkdir(parents=True, exist_ok=True)
     try:
         for step in scenario.steps:
