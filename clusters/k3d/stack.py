@@ -197,7 +197,11 @@ class K3dBackend:
         k3d = self._steps(topology.stack)
         preflight(k3d.runner, k3d.engine)
         check_reachable(topology)
-        bring_up(k3d, topology, cert_material(k3d.state / "certs", topology))
+        material = cert_material(k3d.state / "certs", topology)
+        # The values as applied: a workerCallbackCaPem marker is PEM text from here on, so a redeploy after a
+        # CA rotation renders the PEM the customer pasted, not the new CA (as the local backend does).
+        topology = topology.with_ca_pem(lambda issuer: (k3d.state / "certs" / "ca" / issuer / "ca.crt").read_text())
+        bring_up(k3d, topology, material)
         return K3dStack(k3d, topology).attach(scenario)
 
     def attach(self, stack: str) -> K3dStack:
