@@ -169,3 +169,41 @@ def test_literal_pem_passes_and_an_unknown_marker_is_one_line() -> None:
     assert literal.with_ca_pem(lambda _: "never") == literal
     with pytest.raises(ConfigError, match="unknown marker '@corp-ca'"):
         build("t", values(workerCallbackCaPem="@corp-ca")).with_ca_pem(lambda _: "")
+
+
+# -- pod certificates for the wrong name or from another CA (fault pod-cert) -------------------------
+def test_pod_cert_fault_serves_the_wrong_certificate_and_keeps_the_trusted_ca(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    from certs.profiles import INVOCATION_SECRET, invocation_profile
+    from certs.store import CertStore
+    from certs.volume import load_secret
+    from sim.runtime.faults import misissue_pod_certificate
+
+    store = CertStore(tmp_path)
+    store.ensure_cas()
+    store.issue(invocation_profile())
+    _, _, trusted = load_secret(store.secret_dir(INVOCATION_SECRET))
+    note = misissue_pod_certificate(store, {"pod": "invocation", "names": ["*.wrong.example"]})
+    assert "*.wrong.example" in note
+    crt, _, ca = load_secret(store.secret_dir(INVOCATION_SECRET))
+    assert ca == trusted  # what the proxy verifies against does not move
+    san = x509.load_pem_x509_certificate(crt).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert san.value.get_values_for_type(x509.DNSName) == ["*.wrong.example"]
+    misissue_pod_certificate(store, {"pod": "invocation", "issuer": PRIVATE})
+    crt, _, _ = load_secret(store.secret_dir(INVOCATION_SECRET))
+    issuer = x509.load_pem_x509_certificate(crt).issuer
+    assert issuer == x509.load_pem_x509_certificate(store.ca_path(PRIVATE).read_bytes()).subject
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"pod": "nats"}, "choose one of invocation, grpc-proxy"),
+    ({"pod": "grpc-proxy"}, "give names or an issuer that differ"),
+])
+def test_pod_cert_fault_mistakes_are_one_line(tmp_path: Path, spec: dict, message: str) -> None:
+    from certs.store import CertStore
+    from sim.errors import ScenarioError
+    from sim.runtime.faults import misissue_pod_certificate
+
+    with pytest.raises(ScenarioError, match=message):
+        misissue_pod_certificate(CertStore(tmp_path), spec)
