@@ -11,7 +11,9 @@ worker may ask for any pod on any connection. Envoy's order of checks:
    an empty or relative ``:path``; a CONNECT carrying ``:scheme`` or ``:path``; ``:protocol`` (extended
    CONNECT is off); a ``:method`` or ``:authority`` that is not a token or an authority -- resets the
    stream with H3_MESSAGE_ERROR (RFC 9114 section 4.1.2). Either way there is no HTTP response, the
-   connection and its other streams live on, and the access log records the stream with flag DPE.
+   connection and its other streams live on, and the access log records the stream with flag DPE. (The
+   codes are RFC 9114's; quiche may name some of these resets H3_GENERAL_PROTOCOL_ERROR. What a worker
+   sees is the same: its stream reset, nothing forwarded.)
 2. The route table. The virtual host is chosen by ``:authority`` (domains ``*.<wd>`` and ``*.<wd>:443``),
    then the one route: prefix ``/`` (a CONNECT has no path, so it never matches) and the header match
    ``^<dashed-ip>\\.<wd>(:443)?$`` on the raw ``:authority``, case-sensitive. No match: 404 ``NR``.
