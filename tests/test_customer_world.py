@@ -207,3 +207,12 @@ def test_pod_cert_fault_mistakes_are_one_line(tmp_path: Path, spec: dict, messag
 
     with pytest.raises(ScenarioError, match=message):
         misissue_pod_certificate(CertStore(tmp_path), spec)
+
+
+@pytest.mark.parametrize(("rewrite", "message"), [
+    (DnsRewrite(domain="bad..domain"), "workerDomain must be a DNS name"),
+    (DnsRewrite(target="10.100.0.999"), "must be an IPv4 address"),
+])
+def test_a_bad_rewrite_is_one_line_when_the_topology_is_built(rewrite: DnsRewrite, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        topology(rewrite=rewrite)

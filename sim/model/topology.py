@@ -246,7 +246,12 @@ def _rewrite(rule: DnsRewrite | None, worker_domain: str, proxy_ip: str) -> tupl
     """(domain, IPv4) a cluster's CoreDNS rewrite answers with; ("", "") for none."""
     if rule is None or rule.target == NO_REWRITE:
         return "", ""
-    return rule.domain or worker_domain, proxy_ip if rule.target == REWRITE_TO_PROXY else rule.target
+    domain, target = rule.domain or worker_domain, proxy_ip if rule.target == REWRITE_TO_PROXY else rule.target
+    try:
+        WildcardRule(domain, target)  # refused here, in one line, rather than by the resolver process later
+    except ValueError as exc:
+        raise ConfigError(f"topology dnsRewrite {{domain: {domain}, target: {rule.target}}}: {exc}") from None
+    return domain, target
 
 
 def build(
