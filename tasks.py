@@ -458,12 +458,14 @@ def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, wr
         raise Exit(code=EXIT_FAILED)
 
 
-@task(help={"quick": "short run (< 2 min): 2 warm runs, no catalogue, 1,000-callback scale run"})
-def bench(c, quick=False):
+@task(help={"quick": "short run (< 2 min): 2 warm runs, no catalogue, 1,000-callback scale run",
+            "install_peers": "install nginx and dnsmasq first if missing (apt-get or brew); without them, "
+                             "their comparisons are skipped"})
+def bench(c, quick=False, install_peers=False):
     """Start-up, relays (vs direct, vs nginx), QUIC, scale, DNS (vs dnsmasq): docs/benchmarks.md and .json."""
     import bench as benchmarks  # the task's name shadows the package here
 
-    raise Exit(code=benchmarks.run(quick))
+    raise Exit(code=benchmarks.run(quick, install_peers=install_peers))
 
 
 @task(help={"k": "only tests matching this expression (pytest -k)", "long": "include long-running tests"})

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import dnsload, machine, quic, relay, report, scale, startup
+from bench import dnsload, machine, peers, quic, relay, report, scale, startup
 from bench.stacks import running, topology, unique_name
 from bench.targets import judge
 from clusters.local import LocalStack
@@ -67,13 +67,20 @@ def _startup(plan: Plan, root: Path, logs: Path) -> dict[str, Any]:
             for kind in ("http", "grpc")}
 
 
-def _relay_and_dns(plan: Plan, root: Path, logs: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The keep-alive, new-connection and DNS measurements share one stack (one pod, no workers)."""
+def _relay_and_dns(plan: Plan, root: Path, logs: Path,
+                   absent: frozenset[str] = frozenset()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keep-alive, new-connection and DNS measurements share one stack (one pod, no workers).
+    A comparison whose peer (`absent`: nginx, dnsmasq) is not installed is recorded as skipped."""
     with running(root / "relay", topology(unique_name("relay"), invocation=1, clusters=1)) as bench:
-        relayed = _section("relay", logs, lambda: asyncio.run(
-            relay.measure(bench, plan.keepalive_calls, plan.newconn_calls, root / "nginx")))
-        dns = _section("dns", logs, lambda: dnsload.measure(bench, root / "dnsmasq", plan.dns_queries,
-                                                           plan.dns_seconds))
+        if "nginx" in absent:  # the keep-alive comparison needs no peer: it still runs
+            relayed = _section("relay", logs, lambda: {
+                "keepalive": asyncio.run(relay.keepalive(bench, plan.keepalive_calls)),
+                "new_connection": peers.skipped("nginx")})
+        else:
+            relayed = _section("relay", logs, lambda: asyncio.run(
+                relay.measure(bench, plan.keepalive_calls, plan.newconn_calls, root / "nginx")))
+        dns = peers.skipped("dnsmasq") if "dnsmasq" in absent else _section(
+            "dns", logs, lambda: dnsload.measure(bench, root / "dnsmasq", plan.dns_queries, plan.dns_seconds))
     return relayed, dns
 
 
@@ -95,14 +102,14 @@ def _stop_everything(root: Path) -> None:
         LocalStack(state.parent.name, root=state.parent.parent).down()
 
 
-def measure_all(plan: Plan, root: Path) -> dict[str, Any]:
+def measure_all(plan: Plan, root: Path, absent: frozenset[str] = frozenset()) -> dict[str, Any]:
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine.describe()}
     results["startup"] = _section("startup", logs, lambda: _startup(plan, root, logs))
     results["catalogue"] = (_section("catalogue", logs, lambda: startup.catalogue(root, logs, plan.catalogue_timeout))
                             if plan.catalogue else {"skipped": True})
-    results["relay"], results["dns"] = _relay_and_dns(plan, root, logs)
+    results["relay"], results["dns"] = _relay_and_dns(plan, root, logs, absent)
     results["quic"] = _section("quic", logs, lambda: quic.measure(root / "quic", plan.quic_calls))
     results["scale"] = _section("scale", logs, lambda: scale.measure(
         root / "scale", plan.scale_clusters, plan.scale_workers, plan.scale_callbacks, plan.scale_concurrency,
@@ -122,15 +129,33 @@ def _busy_note(facts: dict[str, Any]) -> str:
             "steadier figure")
 
 
-def run(quick: bool = False, out_dir: Path = DOCS, note: str = "") -> int:
-    """Measure, write the JSON and the Markdown table; 0 when every target is met, else 1."""
+def skipped_comparisons(results: dict[str, Any]) -> list[str]:
+    """Why each comparison that did not run was skipped (a missing peer), from anywhere in the results."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("skipped"), str):
+                found.append(node["skipped"])
+            for value in node.values():
+                walk(value)
+
+    walk(results)
+    return found
+
+
+def run(quick: bool = False, out_dir: Path = DOCS, note: str = "", install_peers: bool = False) -> int:
+    """Measure, write the JSON and the Markdown table; 0 when every target is met, else 1.
+
+    The peers (nginx, dnsmasq) are checked first; a missing one's comparison is skipped, not failed."""
     plan = QUICK if quick else FULL
+    absent = peers.check(install_peers)
     root = Path(tempfile.mkdtemp(prefix="ncpsim-bench-"))
     started = time.perf_counter()
     results: dict[str, Any] = {}
     try:
         with _terminated_as_interrupt():
-            results = measure_all(plan, root)
+            results = measure_all(plan, root, absent)
     finally:
         _stop_everything(root)
     results["parameters"] = asdict(plan) | {"quick": quick, "newconn_lanes": relay.NEW_CONN_LANES,
@@ -148,5 +173,7 @@ def run(quick: bool = False, out_dir: Path = DOCS, note: str = "") -> int:
     rows = judge(results)
     for row in rows:
         print(f"{row.verdict:>7}  {row.figure}: {row.measured} (target {row.target})")
+    for why in skipped_comparisons(results):
+        print(f"skipped  {why}")
     print(f"bench: {results['total_seconds']} s; wrote {out_dir / 'benchmarks.md'} and benchmarks.json")
     return 1 if failed or any(r.met is False for r in rows) else 0
