@@ -9,7 +9,7 @@ Enable with ``-p scenarios.pytest_plugin`` (or the ``pytest11`` entry point once
         assert stack.events("attach.get", status=200)
 
     def test_my_values(ncpsim_stack):
-        stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True}},
+        stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True, "service": {"type": "LoadBalancer"}}},
                              topology={"computeClusters": [{"workers": [{"count": 1, "trust": "stack"}]}]})
         print(stack.status["proxy"]["http"])                # the `invoke status --json` contract
 

@@ -32,7 +32,8 @@ def test_catalogue_stack(ncpsim_stack):
     assert probe.proxy[0]["status"] == "404" and probe.pod_legs == []
 
 def test_values_stack_then_failure(ncpsim_stack):
-    stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True}},
+    # The stack's defaults neither enable the proxy nor expose it (seed step 1 does both).
+    stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True, "service": {"type": "LoadBalancer"}}},
                          topology={"grpcProxyReplicas": 0,
                                    "computeClusters": [{"workers": [{"trust": "system"}]}]})
     Path("state2.txt").write_text(str(stack.state_dir))
