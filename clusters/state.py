@@ -29,8 +29,8 @@ from sim.errors import ConfigError
 MARKER = ".ncpsim-stack"  # written at creation: this folder is an ncpsim stack folder
 LOCK = ".lock"
 # Every name ncpsim writes directly under a stack folder; none may be a symbolic link.
-OURS = (MARKER, LOCK, "topology.json", "status.json", "netmap.json", "logs", "events", "reports", "certs",
-        "pids", "rendered")
+OURS = (MARKER, LOCK, "topology.json", "status.json", "netmap.json", "netmap.tmp", "faults.json", ".faults.json.tmp",
+        "logs", "events", "reports", "certs", "pids", "nats", "rendered")
 
 
 def state_root() -> Path:

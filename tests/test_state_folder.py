@@ -162,7 +162,8 @@ def test_a_folder_holding_only_what_ncpsim_writes_is_adopted(tmp_path: Path) -> 
 
 # Symbolic links planted where ncpsim writes (item 5) -----------------------------------------------------------
 @pytest.mark.parametrize("name", ["topology.json", "status.json", "netmap.json", "logs", "events", "reports",
-                                  "certs", "pids", "certs/ca", "certs/secrets/grpc-proxy-worker-tls/tls.key"])
+                                  "certs", "pids", "nats", "netmap.tmp", "certs/ca",
+                                  "certs/secrets/grpc-proxy-worker-tls/tls.key"])
 def test_up_refuses_a_planted_link(tmp_path: Path, name: str, teardown: list[dict[str, int]]) -> None:
     from clusters.state import create_stack_dir
 
