@@ -216,3 +216,23 @@ def test_pod_cert_fault_mistakes_are_one_line(tmp_path: Path, spec: dict, messag
 def test_a_bad_rewrite_is_one_line_when_the_topology_is_built(rewrite: DnsRewrite, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         topology(rewrite=rewrite)
+
+
+@pytest.mark.parametrize(("kind", "rewrite", "control", "refused"), [
+    ("LoadBalancer", DEFAULT_REWRITE, None, None),
+    ("LoadBalancer", DnsRewrite(domain="grpc-workers.example.com"), None, None),  # rendered as asked
+    ("LoadBalancer", DnsRewrite(target="10.100.0.99"), None, "dnsRewrite of ncpsim-compute-1"),
+    ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(), "dnsRewrite of ncpsim-cp"),
+    ("ClusterIP", DEFAULT_REWRITE, None, "set it to LoadBalancer"),
+])
+def test_k3d_refuses_in_one_line_what_it_cannot_render(kind: str, rewrite: DnsRewrite,
+                                                        control: DnsRewrite | None, refused: str | None) -> None:
+    from clusters.k3d.backend import check_reachable
+    from sim.errors import BackendError
+
+    t = topology(kind, rewrite, control)
+    if refused is None:
+        check_reachable(t)
+    else:
+        with pytest.raises(BackendError, match=refused):
+            check_reachable(t)
