@@ -104,9 +104,10 @@ def expected_up(home: Path, first: bool) -> list[tuple[str, ...]]:
         (*cp, "apply", "-f", str(rendered / "manifests" / "ncpsim-cp.yaml")),
         *[
             (*cp, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
-            for name in ("work-bus", "invocation-service", "grpc-proxy-deployment", "worker-callback-proxy")
+            for name in ("nats", "nats-auth-callout-service", "invocation-service", "grpc-proxy-deployment",
+                         "worker-callback-proxy")
         ],
-        (*cp, "-n", "nvcf", "get", "service", "work-bus", "-o", "json"),
+        (*cp, "-n", "nvcf", "get", "service", "nats", "-o", "json"),
         (*cp, "-n", "nvcf", "get", "service", "worker-callback-proxy", "-o", "json"),
         (*c1, "apply", "-f", str(rendered / "manifests" / "ncpsim-compute-1.yaml")),
         *coredns,

@@ -77,7 +77,7 @@ def test_only_running_ready_pods_count() -> None:
                 item("a", "Running", "True"),
                 item("b", "Pending", "False"),
                 item("c", "Running", "False"),
-                item("d", "Running", "True", app="work-bus"),
+                item("d", "Running", "True", app="nats"),
                 item("e", "Running", "True", app="grpc-proxy-deployment"),
             ]
         }
@@ -264,7 +264,7 @@ def test_replay_plumbing_runs_end_to_end_against_fakes(tools, tmp_path: Path) ->
         objects={
             "k3d-ncpsim-cp": {
                 "deployment.apps/invocation-service": {"replicas": 2},
-                "service/work-bus": {},
+                "service/nats": {},
                 "service/worker-callback-proxy": {},
             }
         }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from scenarios.model import catalogue, load_scenario
 from sim.errors import NcpsimError
 from sim.model.topology import Topology
 from sim.model.values import deep_merge
+from sim.pods.nats.config import render
+from sim.pods.nats.server import find_binary
+from sim.pods.nats.stack import StackKeys, server_config
 from sim.proxy.component import policy_from_values
 
 # kubernetes-validate re-reads its (large) schema files on every call; caching the reads keeps the
@@ -169,7 +173,33 @@ def test_control_plane_objects() -> None:
     proxy = objects[("Service", "worker-callback-proxy")]["spec"]
     assert proxy["type"] == "LoadBalancer"
     assert [(p["port"], p["protocol"]) for p in proxy["ports"]] == [(10084, "TCP"), (443, "UDP")]
-    assert objects[("Service", "work-bus")]["spec"]["type"] == "LoadBalancer"
+    nats = objects[("Service", "nats")]["spec"]
+    assert nats["type"] == "LoadBalancer" and [p["port"] for p in nats["ports"]] == [4222]
+
+
+def test_nats_runs_the_real_server_with_the_local_backends_config(tmp_path: Path) -> None:
+    """nats-server from nats.image.*, the config the local backend renders (listening on the pod), accepted by
+    the real binary's config check; the callout as a stand-in; ready from /healthz."""
+    values = {"nats": {"image": {"registry": "registry.example.com", "repository": "mirror/nats", "tag": "2.11.4"}}}
+    topology = replace(TOPOLOGIES["http-callback"], values=deep_merge(TOPOLOGIES["http-callback"].values, values))
+    objects = control_objects(topology)
+    pod = objects[("Deployment", "nats")]["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    assert server["image"] == "registry.example.com/mirror/nats:2.11.4"
+    assert server["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 8222}
+    text = objects[("ConfigMap", "nats-config")]["data"]["nats-server.conf"]
+    local = render(server_config(StackKeys.derive(topology.seed), "/data/jetstream", 4222, 8222))
+    assert text == local.replace('listen: "127.0.0.1:4222"', 'listen: "0.0.0.0:4222"').replace(
+        'http: "127.0.0.1:8222"', 'http: "0.0.0.0:8222"')
+    conf = tmp_path / "nats-server.conf"
+    conf.write_text(text.replace("/data/jetstream", str(tmp_path / "js")))
+    checked = subprocess.run([str(find_binary()), "-t", "-c", str(conf)], capture_output=True, text=True,
+                             timeout=30, check=False)
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+    callout = objects[("Deployment", "nats-auth-callout-service")]["spec"]["template"]["spec"]["containers"][0]
+    assert callout["args"] == ["nats-callout"] and callout["command"] == ["python", "-m", "clusters.k3d.pod"]
+    env = {e["name"]: e.get("value") for e in callout["env"]}
+    assert env["NCPSIM_BUS_ADDRESS"] == "nats.nvcf.svc.cluster.local:4222"
 
 
 def test_proxy_runs_envoy_from_values_with_the_rendered_config() -> None:
@@ -232,7 +262,7 @@ def test_compute_cluster_reaches_the_proxy_through_a_selectorless_service() -> N
         ("http", 10084, "TCP"),
         ("h3", 443, "UDP"),
     ]
-    assert objects[("Endpoints", "work-bus")]["subsets"][0]["addresses"] == [{"ip": "172.30.0.4"}]
+    assert objects[("Endpoints", "nats")]["subsets"][0]["addresses"] == [{"ip": "172.30.0.4"}]
     assert ("ConfigMap", "coredns-custom") in objects
 
 

@@ -1,5 +1,5 @@
 """A compute cluster's manifests: function workers, the selectorless Services that stand for the
-control plane's load-balanced proxy and work bus, and the CoreDNS rewrite for ``*.<workerDomain>``."""
+control plane's load-balanced proxy and NATS, and the CoreDNS rewrite for ``*.<workerDomain>``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def proxy_service(address: str, name: str = PROXY_NAME, namespace: str = NAMESPA
 
 
 def bus_service(address: str) -> list[Json]:
-    ports = [kube.port("bus", NATS_PORT)]
+    ports = [kube.port("client", NATS_PORT)]
     return [
         kube.service(BUS_NAME, NAMESPACE, ports, None),
         kube.endpoints(BUS_NAME, NAMESPACE, address, ports),

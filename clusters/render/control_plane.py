@@ -11,7 +11,6 @@ from clusters.render import kube, standin
 from clusters.render.envoy import render_envoy
 from clusters.render.envoy_base import CONFIG_DIR, FRONTEND_DIR, GRPC_CA_DIR, INVOCATION_CA_DIR
 from clusters.render.layout import (
-    BUS_NAME,
     CAS_CONFIGMAP,
     ENVOY_CONFIGMAP,
     GRPC_SERVICE,
@@ -21,10 +20,11 @@ from clusters.render.layout import (
     TOPOLOGY_CONFIGMAP,
     TOPOLOGY_FILE,
 )
+from clusters.render.nats import nats_manifests
 from clusters.render.text import dump
 from sim.model.topology import CONTROL_CLUSTER, Topology
 from sim.model.values import proxy_settings
-from sim.protocols.wire import NAMESPACE, NATS_PORT, PROXY_H3_PORT, PROXY_HTTP_PORT
+from sim.protocols.wire import NAMESPACE, PROXY_H3_PORT, PROXY_HTTP_PORT
 from sim.proxy.component import policy_from_values
 
 Json = dict[str, Any]
@@ -75,10 +75,6 @@ def pod_services() -> list[Json]:
         ),
         kube.service(
             GRPC_SERVICE, NAMESPACE, standin.GRPC_PORTS, {"app": "grpc-proxy-deployment"}, headless=True
-        ),
-        # The work bus plays NATS: compute clusters reach it only through the load balancer.
-        kube.service(
-            BUS_NAME, NAMESPACE, [kube.port("bus", NATS_PORT)], {"app": BUS_NAME}, kind="LoadBalancer"
         ),
     ]
 
@@ -152,7 +148,7 @@ def control_plane_manifests(
     return [
         *shared_config(topology, material),
         *secrets(material),
-        standin.bus_deployment(topology, CONTROL_CLUSTER, image),
+        *nats_manifests(topology, CONTROL_CLUSTER, image),  # nats-server, its LoadBalancer, the callout
         standin.invocation_deployment(topology, CONTROL_CLUSTER, image),
         standin.grpc_deployment(topology, CONTROL_CLUSTER, image),
         *pod_services(),

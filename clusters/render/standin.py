@@ -1,5 +1,5 @@
 """Deployments of the stand-in image: the same Python components the local backend runs as processes
-(work bus, invocation-service, grpc-proxy, function workers), started by ``clusters.k3d.pod``.
+(the NATS auth callout, invocation-service, grpc-proxy, function workers), started by ``clusters.k3d.pod``.
 
 Each pod gets the Topology as a ConfigMap, its Secrets mounted where ``sim.runtime.component.Context`` looks
 for them (``<state>/certs/secrets/<name>``), the CAs at ``<state>/certs/ca/<issuer>/ca.crt``, and its
@@ -14,7 +14,6 @@ from certs.profiles import GRPC_SECRET, INVOCATION_SECRET
 from clusters.render import kube
 from clusters.render.layout import (
     BUS_ADDRESS,
-    BUS_NAME,
     CAS_CONFIGMAP,
     ENV_BUS,
     ENV_CLUSTER,
@@ -39,7 +38,6 @@ from sim.protocols.wire import (
     INVOCATION_HTTP_PORT,
     INVOCATION_TLS_PORT,
     NAMESPACE,
-    NATS_PORT,
 )
 
 Json = dict[str, Any]
@@ -113,13 +111,6 @@ def _deployment(
     spec = {"containers": [container], "volumes": volumes, "terminationGracePeriodSeconds": 5}
     annotations = {"ncpsim.io/topology-checksum": kube.checksum(topology.to_json())}
     return kube.deployment(name, NAMESPACE, replicas, kube.labels(name, component), spec, annotations)
-
-
-def bus_deployment(topology: Topology, cluster: str, image: str = STANDIN_IMAGE) -> Json:
-    volumes, mounts = _base_volumes()
-    ports = [kube.port("bus", NATS_PORT)]
-    container = _container("bus", cluster, ports, mounts, image)
-    return _deployment(BUS_NAME, "bus", "work-bus", 1, container, volumes, topology)
 
 
 INVOCATION_PORTS = [kube.port("http", INVOCATION_HTTP_PORT), kube.port("worker-tls", INVOCATION_TLS_PORT)]
