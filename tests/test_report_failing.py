@@ -30,6 +30,7 @@ values:
   workerCallbackProxy:
     enabled: true
     workerDomain: grpc-worker.example.com
+    service: {type: LoadBalancer}
     tls:
       frontend:
         existingSecret: worker-public-tls
