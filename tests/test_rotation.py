@@ -30,7 +30,8 @@ from sim.runtime.component import Context
 WD = "grpc-worker.example.com"
 SCENARIO = {
     "name": "rotation-load", "summary": "HTTP and gRPC callbacks while certificates rotate", "seed": 3,
-    "values": {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}},
+    "values": {"workerCallbackProxy": {"enabled": True, "workerDomain": WD, "service": {"type": "LoadBalancer"}},
+               "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}},
     "topology": {"invocationReplicas": 2, "grpcProxyReplicas": 2,
                  "computeClusters": [{"workers": [{"count": 4, "trust": "system"}]}]},
     "steps": [{"invoke": {"function": "http-echo", "count": 2}, "expect": {"outcome": "success"}},
