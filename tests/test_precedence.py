@@ -182,6 +182,8 @@ def test_suggestion(path: str, suggestion: str | None) -> None:
     (nested("api.podAnnotations", {"example.com/scrape": "true"}), []),  # the user's own keys
     (nested("invocation.env", {"LOG_LEVEL": "debug"}), []),
     (nested("workerCallbackProxy.image", {"pullPolicy": "Always"}), []),  # image.* (DESIGN.md)
+    (nested("nats.image", {"tag": "2.12-alpine"}), []),  # read by the k3d render
+    (nested("nats.imag", {"tag": "2.12-alpine"}), ["nats.imag"]),
     (nested("natsAuthCalloutService.serviceConfig.logging", {"level": "debug"}), []),
     (nested("natsAuthCalloutService.serviceConfig", {"port": 1}), ["natsAuthCalloutService.serviceConfig.port"]),
     ({"openbao": {"enabled": True}, "certManager": {"enabled": True}}, []),  # real keys the seeds name

@@ -24,9 +24,10 @@ from sim.model.values import ANNOTATION_MAPS, DEFAULTS, KeyPath, check, deep_mer
 DEFAULT, SCENARIO, FILE, SET, STEP = "default", "scenario", "file", "set", "step"
 CUSTOMER = (FILE, SET)  # the layers a support engineer brings on top of a scenario
 
-# Real stack keys the simulation accepts without modelling them (named in the seeds), so a customer file
+# Real stack keys without a default here (named in the seeds, or read by a renderer), so a customer file
 # that sets them is not told they are unknown.
 SEED_KEYS: tuple[KeyPath, ...] = (
+    ("nats", "image"),  # clusters/render/nats.py: the nats-server image for the k3d backend
     ("openbao", "enabled"),
     ("certManager", "enabled"),
     ("invocation", "workerTls"),
@@ -41,6 +42,7 @@ OPEN_MAPS: tuple[KeyPath, ...] = (
     *ANNOTATION_MAPS,
     ("invocation", "env"),
     ("workerCallbackProxy", "image"),
+    ("nats", "image"),
     ("natsAuthCalloutService", "serviceConfig", "logging"),
 )
 # How alike a misspelling must be to its key (difflib ratio): a sibling first, then any key of that name.
