@@ -301,3 +301,26 @@ def test_a_pid_file_naming_a_foreign_process_is_not_a_component(tmp_path: Path) 
         finally:
             other.stdin.close()  # type: ignore[union-attr]
             other.wait(QUICK)
+
+
+def test_k3d_purge_refuses_a_folder_ncpsim_did_not_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same attack through the k3d backend (fake k3d and docker first on PATH): the clusters go, the
+    clone's sim/ package stays."""
+    import importlib.util
+
+    from clusters.k3d.runner import CommandRunner
+    from clusters.k3d.stack import K3dBackend
+    from sim.errors import ConfigError
+
+    spec = importlib.util.spec_from_file_location("ncpsim_fake_tools", REPO / "tests" / "fakebin" / "fake.py")
+    assert spec and spec.loader
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    tools = fake.Harness(tmp_path)
+    clone = tmp_path / "clone"
+    (clone / "sim").mkdir(parents=True)
+    (clone / "sim" / "__init__.py").write_text("# the source package\n")
+    monkeypatch.setenv("NCPSIM_HOME", str(clone))
+    with pytest.raises(ConfigError, match="not an ncpsim stack folder"):
+        K3dBackend(CommandRunner(env=tools.env, echo=None), None).attach("sim").down(purge=True)
+    assert sorted(p.name for p in (clone / "sim").iterdir()) == ["__init__.py"]

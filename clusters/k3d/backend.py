@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +33,8 @@ from clusters.render.bundle import (
 )
 from clusters.render.control_plane import CertMaterial
 from clusters.render.layout import BUS_NAME, CLUSTER_TIMEOUT, NETWORK, PROXY_NAME, STANDIN_IMAGE, kube_context
+from clusters.state import adopt
+from clusters.state import purge as purge_state
 from sim.errors import BackendError
 from sim.model.topology import CONTROL_CLUSTER, Topology
 from sim.protocols.wire import NAMESPACE
@@ -202,7 +203,10 @@ def teardown(backend: Backend, purge: bool = False) -> list[str]:
         runner.run("docker", "network", "rm", NETWORK)
         removed.append(f"network {NETWORK}")
     (backend.state / "status.json").unlink(missing_ok=True)
-    if purge:
-        shutil.rmtree(backend.state, ignore_errors=True)
+    # Only a stack folder is removed: a link, or a folder holding anything ncpsim does not write (a clone's
+    # sim/ package, with NCPSIM_HOME at the clone), is refused in one line (clusters.state).
+    if purge and (backend.state.exists() or backend.state.is_symlink()):
+        adopt(backend.state)  # k3d's `up` writes no marker: a folder of nothing but ncpsim's own names is ours
+        purge_state(backend.state)
         removed.append(f"state folder {backend.state}")
     return removed
