@@ -76,6 +76,8 @@ class Refusal:
 
 
 def decide_sni(sni: str | None, worker_domain: str) -> PodRoute | Refusal:
+    """What the SNI names. Only a refused handshake (status 0) is acted on: once it succeeds, every request
+    is routed on its own `:authority` (sim.proxy.h3_policy), whatever pod the SNI named."""
     name, domain = normalize_name(sni or ""), normalize_name(worker_domain) or ""
     if name is None or not name.endswith("." + domain):
         return Refusal(0, "NR", f"no filter chain matches server name {sni!r}")
