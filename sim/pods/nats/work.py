@@ -27,7 +27,8 @@ from .workqueue import QueueSettings, WorkPuller, ensure_stream, publish_work
 CONNECT_TIMEOUT = 5.0
 RECONNECT_WAIT = 0.1  # seconds between reconnect attempts: a restarted server is back within a second
 PULL_TIMEOUT = 5.0  # seconds one pull waits for work before asking again
-MAX_IN_FLIGHT = 256  # work messages one worker handles at once (its pulls pause beyond this)
+MAX_IN_FLIGHT = 64  # work messages one worker handles at once (its pulls pause beyond this)
+ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (well under any ack wait)
 
 
 async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **options: Any) -> Client:
@@ -115,6 +116,14 @@ async def pull_loop(nc: Client, function: str, handle: Handler, on_error: Callab
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _keep_in_progress(msg: Msg) -> None:
+    """"Still working on it" (+WPI) every ACK_PROGRESS seconds: a long callback is not redelivered while its
+    worker is alive; only a worker that died (no more progress acks) lets the ack wait run out."""
+    while True:
+        await asyncio.sleep(ACK_PROGRESS)
+        await msg.in_progress()
+
+
 async def _handle(msg: Msg, handle: Handler, slots: asyncio.Semaphore, on_error: Callable[[str], None]) -> None:
     try:
         try:
@@ -123,7 +132,12 @@ async def _handle(msg: Msg, handle: Handler, slots: asyncio.Semaphore, on_error:
             on_error(f"unreadable work message {msg.subject}: {exc}")
             await msg.term()
             return
-        await handle(work, msg.metadata.num_delivered or 1)
+        progress = asyncio.create_task(_keep_in_progress(msg), name=f"in-progress:{msg.subject}")
+        try:
+            await handle(work, msg.metadata.num_delivered or 1)
+        finally:
+            progress.cancel()
+            await asyncio.gather(progress, return_exceptions=True)
         await msg.ack()
     except asyncio.CancelledError:
         raise
