@@ -212,7 +212,8 @@ def status(c, json_=False, stack="default", backend="local"):
         if json_:
             print(json.dumps({"stack": stack, "running": []}))
         else:
-            print(f"stack {stack!r} is not up (invoke up scenario=grpc-callback)")
+            flag = "" if stack == "default" else f" --stack {stack}"
+            print(f"stack {stack!r} is not up (bring it up with `invoke up{flag}`)")
         raise Exit(code=EXIT_FAILED)
     down, complete = current.get("down") or [], current.get("complete", True)
     if json_:

@@ -250,3 +250,20 @@ def test_logs_without_a_component_prints_them_all(user_env: dict[str, str]) -> N
     assert run_invoke("replay", "nats-values-right", "--stack", "runbook", env=user_env).returncode == 0
     done = run_invoke("logs", "--stack", "runbook", env=user_env)
     assert done.returncode == 0, done.stderr
+
+
+def test_idle_up_with_a_customer_values_file(user_env: dict[str, str], tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("workerCallbackProxy:\n  workerDomain: acme.example.net\n")
+    up = run_invoke("up", "-f", str(values), "--stack", "acme", env=user_env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    status = json.loads(run_invoke("status", "--json", "--stack", "acme", env=user_env).stdout)
+    assert status["workerDomain"] == "acme.example.net" and status["proxy"]["http"]["port"]
+    done = run_invoke("call", "http-echo", "--count", "2", "--stack", "acme", "--json", env=user_env)
+    assert done.returncode == 0 and [c["dns"]["name"] for c in calls(done)] == ["invocation.acme.example.net"] * 2
+
+
+def test_status_of_a_stack_that_is_not_up_says_how_to_start_it(user_env: dict[str, str]) -> None:
+    done = run_invoke("status", "--stack", "later", env=user_env)
+    assert done.returncode == 1
+    assert done.stdout.strip() == "stack 'later' is not up (bring it up with `invoke up --stack later`)"
