@@ -236,3 +236,24 @@ def test_k3d_refuses_in_one_line_what_it_cannot_render(kind: str, rewrite: DnsRe
     else:
         with pytest.raises(BackendError, match=refused):
             check_reachable(t)
+
+
+@pytest.mark.parametrize(("topology_yaml", "where", "message"), [
+    ("  secrets:\n    corp-tls: {issuer: corporate}\n", ":9: topology.secrets.corp-tls.issuer",
+     "'corporate' is not one of"),
+    ("  computeClusters:\n    - dnsRewrite: {target: proxyy}\n", ":9: topology.computeClusters[0].dnsRewrite.target",
+     "does not have the expected form"),
+    ("  controlPlane:\n    dnsRewrite: {domian: a.example.com}\n", ":9: topology.controlPlane.dnsRewrite.domian",
+     "unknown key"),
+])
+def test_topology_mistakes_name_the_file_line_and_key(tmp_path: Path, topology_yaml: str, where: str,
+                                                      message: str) -> None:
+    from scenarios.model import load_scenario
+    from sim.errors import ScenarioError
+
+    path = tmp_path / "ticket.yaml"
+    path.write_text("name: ticket\nsummary: s\nsteps:\n  - invoke: {function: http-echo}\nvalues:\n"
+                    "  workerCallbackProxy: {enabled: true}\ntopology:\n" + topology_yaml)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(str(path))
+    assert f"{path}{where}" in str(caught.value) and message in str(caught.value), str(caught.value)
