@@ -398,10 +398,13 @@ def rotate(c, kind, stack="default", backend="local"):
 @user_errors
 def set_(c, assignment=None, redeploy=None, stack="default", backend="local"):
     """Change values on the running stack (running pods keep theirs until --redeploy replaces them)."""
-    from scenarios.devenv import set_step
+    from scenarios.devenv import set_step, unknown_key_warnings
 
     assignments = assignment if isinstance(assignment, list) else [assignment] if assignment else []
-    _run_steps(stack, backend, [set_step(assignments, redeploy)], "invoke set")
+    step = set_step(assignments, redeploy)
+    for warning in unknown_key_warnings(step):  # the real chart is silent about them; the warning is the clue
+        print(f"warning: {warning}", file=sys.stderr)
+    _run_steps(stack, backend, [step], "invoke set")
 
 
 @task(positional=["file"], help={"file": "a YAML step (or `steps: [...]`), `-` for standard input", **_ON_STACK})

@@ -11,16 +11,16 @@ import asyncio
 import io
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from certs.rotate import KINDS
 from clusters.stack import Stack
 from scenarios.engine import Replay
 from scenarios.model import scenario_from_data
@@ -28,11 +28,15 @@ from scenarios.report import call_row
 from scenarios.result import StepResult
 from scenarios.spec import Scenario
 from sim.errors import ConfigError, ScenarioError
+from sim.model.layering import parse_set, suggest, unknown_keys
+from sim.model.values import deep_merge, key_path
 from sim.model.values_file import load_values_file
 
 IDLE_SCENARIO = Path(__file__).parent / "idle.yaml"  # what `invoke up` brings up when no scenario is named
 DEFAULT_STACK = "default"
 REDEPLOY = ("workers", "proxy", "pods", "all")
+FUNCTIONS = ("http-echo", "grpc-echo")
+ROTATIONS = KINDS  # certs.rotate: frontend, pod-certs, stack-ca, public-ca
 TRACE_COLUMNS = ("#", "pod holding it / probe", "worker", "DNS", "proxy (access log)", "pod legs", "outcome")
 
 
@@ -105,6 +109,8 @@ def run_steps(stack: Stack, raw_steps: list[dict[str, Any]], source: Path,
 
 # -- the steps each command writes ---------------------------------------------------------------------
 def call_step(function: str, count: int) -> dict[str, Any]:
+    if function not in FUNCTIONS:
+        raise ConfigError(f"call {function!r}: choose one of {', '.join(FUNCTIONS)}")
     if count < 1:
         raise ConfigError(f"--count {count}: make at least one call")
     return {"name": f"call {function} x{count}", "invoke": {"function": function, "count": count}}
@@ -141,11 +147,13 @@ def link_target(stack: Stack, to: str | None) -> str:
 
 
 def rotate_step(kind: str) -> dict[str, Any]:
+    if kind not in ROTATIONS:
+        raise ConfigError(f"rotate {kind!r}: choose one of {', '.join(ROTATIONS)}")
     return {"name": f"rotate {kind}", "rotate": kind}
 
 
 def set_step(assignments: list[str], redeploy: str | None) -> dict[str, Any]:
-    """`key.path=value` pairs (values in YAML: true, 3, null, "text") as a setValues step."""
+    """`key.path=value` pairs, read as `--set` reads them (YAML-typed values), as one setValues step."""
     if not assignments:
         raise ConfigError("set: give at least one key.path=value, e.g. "
                           "workerCallbackProxy.invocation.connect.enabled=true")
@@ -153,24 +161,38 @@ def set_step(assignments: list[str], redeploy: str | None) -> dict[str, Any]:
         raise ConfigError(f"--redeploy {redeploy!r}: choose one of {', '.join(REDEPLOY)}")
     overrides: dict[str, Any] = {}
     for assignment in assignments:
-        path, sep, text = assignment.partition("=")
-        if not sep or not path or any(not part for part in path.split(".")):
-            raise ConfigError(f"set {assignment!r}: write key.path=value, e.g. workerCallbackProxy.enabled=true")
         try:
-            value = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
-            value = text
-        node = overrides
-        *parents, leaf = path.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"set {assignment!r}: {part} is set to a value above; it cannot hold keys")
-        node[leaf] = value
+            change = parse_set(assignment).values
+        except ConfigError as exc:  # worded for `invoke up --set`; here the command is `invoke set`
+            raise ConfigError(str(exc).replace("--set ", "set ")) from None
+        if _clashes(overrides, change):
+            raise ConfigError(f"set {assignment}: an earlier assignment gives part of this key path a value; "
+                              f"it cannot also hold keys")
+        overrides = deep_merge(overrides, change)
     step: dict[str, Any] = {"name": "set " + " ".join(assignments), "setValues": overrides}
     if redeploy:
         step["redeploy"] = redeploy
     return step
+
+
+def _clashes(before: Mapping[str, Any], change: Mapping[str, Any]) -> bool:
+    """Does `change` put keys under something `before` set to a plain value (or the other way round)?"""
+    for key, value in change.items():
+        if key in before:
+            if isinstance(value, Mapping) != isinstance(before[key], Mapping):
+                return True
+            if isinstance(value, Mapping) and _clashes(before[key], value):
+                return True
+    return False
+
+
+def unknown_key_warnings(step: dict[str, Any]) -> list[str]:
+    """Keys the stack does not know, with the closest known one: the chart would accept them silently."""
+    warnings = []
+    for parts in unknown_keys(step.get("setValues") or {}):
+        hint = suggest(parts)
+        warnings.append(f"unknown key {key_path(parts)}" + (f" (did you mean {hint}?)" if hint else ""))
+    return warnings
 
 
 def steps_from_file(ref: str, state_dir: Path) -> tuple[list[dict[str, Any]], Path, dict[str, tuple[str, int]]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scenarios.devenv import call_step, fault_step, set_step, stack_flag
+from scenarios.devenv import call_step, fault_step, rotate_step, set_step, stack_flag, unknown_key_warnings
 from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,11 +131,18 @@ def test_set_writes_set_values(words: list[str], expected: dict) -> None:
     assert set_step(words, None)["setValues"] == expected
 
 
+def test_set_warns_about_keys_the_stack_does_not_know() -> None:
+    step = set_step(["workerCallbackProxy.invocation.conect.enabled=true", "workerCallbackProxy.enabled=true"], None)
+    assert unknown_key_warnings(step) == [
+        "unknown key workerCallbackProxy.invocation.conect (did you mean workerCallbackProxy.invocation.connect?)"]
+
+
 @pytest.mark.parametrize(("words", "redeploy", "message"), [
     ([], None, "give at least one key.path=value"),
-    (["novalue"], None, "write key.path=value"),
-    (["a..b=1"], None, "write key.path=value"),
-    (["a=1", "a.b=2"], None, "cannot hold keys"),
+    (["novalue"], None, "^set novalue: expected key.path=value, e.g. set "),
+    (["a..b=1"], None, "^set a..b=1: cannot read the key"),
+    (["a=1", "a.b=2"], None, "cannot also hold keys"),
+    (["a.b=2", "a=1"], None, "cannot also hold keys"),
     (["a=1"], "everything", "choose one of workers, proxy, pods, all"),
 ])
 def test_set_mistakes_are_one_line(words: list[str], redeploy: str | None, message: str) -> None:
@@ -165,6 +172,10 @@ def test_fault_link_and_mistakes() -> None:
         fault_step("scale", "invocation")
     with pytest.raises(ConfigError, match="at least one call"):
         call_step("http-echo", 0)
+    with pytest.raises(ConfigError, match="^call 'nope': choose one of http-echo, grpc-echo$"):
+        call_step("nope", 1)
+    with pytest.raises(ConfigError, match="^rotate 'nope': choose one of frontend, pod-certs, stack-ca, public-ca$"):
+        rotate_step("nope")
 
 
 def test_stack_flag_only_for_other_stacks() -> None:
