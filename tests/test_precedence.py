@@ -277,7 +277,8 @@ def _invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
     customer = write(tmp_path / "customer.yaml", "workerCallbackProxy:\n"
                      "  workerDomain: callbacks.customer.example\n"
-                     "  invocation:\n    upstreamTls:\n      enabled: false\n")
+                     "  invocation:\n    upstreamTls:\n      enabled: false\n"
+                     "  tls:\n    frontend:\n      existingSecret: customer-tls\n")  # undeclared: public-style
     typo = write(tmp_path / "typo.yaml", "workerCallbackProxy:\n  workerDomian: elsewhere.example\n")
     env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
     try:
