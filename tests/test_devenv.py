@@ -92,8 +92,13 @@ def test_idle_stack_poked_as_a_user_would(user_env: dict[str, str]) -> None:
                          env=user_env)
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "redeployed proxy" in changed.stdout
-    topology = json.loads((Path(user_env["NCPSIM_HOME"]) / "default" / "topology.json").read_text())
+    state = Path(user_env["NCPSIM_HOME"]) / "default"
+    topology = json.loads((state / "topology.json").read_text())
     assert topology["values"]["workerCallbackProxy"]["invocation"]["connect"]["enabled"] is True
+    # The new proxy listens on new ports: what `invoke status` prints follows it.
+    bound = json.loads((state / "netmap.json").read_text())["bindings"]
+    status = json.loads(run_invoke("status", "--json", env=user_env).stdout)
+    assert status["proxy"]["http"]["port"] == bound[f"{topology['proxy_lb_ip']}:10084/tcp"]
 
     down = run_invoke("down", env=user_env)
     assert down.returncode == 0 and "stopped" in down.stdout
