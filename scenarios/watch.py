@@ -62,8 +62,9 @@ class CallbackFeed:
         self.tail.refresh()
         new, self._read = self.tail.events[self._read:], len(self.tail.events)
         for event in new:
-            rid = event.get("requestId")
-            if event.get("kind") != "worker.callback.result" or rid in self._known or event.get("ts", 0) < self.since:
+            rid = str(event.get("requestId") or "")
+            fresh = rid and rid not in self._known and event.get("ts", 0) >= self.since
+            if event.get("kind") != "worker.callback.result" or not fresh:
                 continue
             self._known.add(rid)
             function = "grpc-echo" if event.get("callback") == "grpc" else "http-echo"
