@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,10 +46,6 @@ class Session:
     """What a command did on the stack: the step results, in order."""
 
     steps: list[StepResult] = field(default_factory=list)
-
-    @property
-    def calls_failed(self) -> int:
-        return sum(1 for s in self.steps for t in s.traces if t.outcome != "success")
 
     @property
     def ok(self) -> bool:
@@ -89,8 +86,9 @@ def run_steps(stack: Stack, raw_steps: list[dict[str, Any]], source: Path,
     """Check the steps as a scenario file's would be checked, then run them on the running stack."""
     require_running(stack)
     topology = stack.topology
+    # A fresh seed each time: a probe's request id must not repeat one an earlier command left in the events.
     data = {"name": "session", "summary": f"steps on stack {stack.name}", "values": topology.values,
-            "steps": raw_steps}
+            "steps": raw_steps, "seed": secrets.randbelow(2**31)}
     scenario = scenario_from_data(data, source, origin)
     replay = Replay(scenario, stack)
     session = Session()

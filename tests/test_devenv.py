@@ -119,6 +119,20 @@ def test_step_from_stdin_checks_its_expectations(user_env: dict[str, str]) -> No
     assert typo.returncode == 2 and "invok" in typo.stderr and "Traceback" not in typo.stderr
 
 
+def test_probe_steps_repeat_on_a_running_stack(user_env: dict[str, str], tmp_path: Path) -> None:
+    """Hand-made forward-proxy requests through `invoke step`, twice on the same stack, expectations checked."""
+    assert run_invoke("up", "--stack", "probes", env=user_env).returncode == 0
+    steps = tmp_path / "probes.yaml"
+    steps.write_text("steps:\n"
+                     "  - probe: {targets: ['http://{pod}:8443/v2/nvcf/worker/request-attach']}\n"
+                     "    expect: {proxyStatus: 401, proxyFlag: '-', podContacted: true}\n"
+                     "  - probe: {targets: ['http://{pod}:8443/other']}\n"
+                     "    expect: {proxyStatus: 404, proxyFlag: NR, podContacted: false}\n")
+    for _ in range(2):
+        done = run_invoke("step", str(steps), "--stack", "probes", env=user_env)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_tasks_on_a_stack_that_is_not_up(user_env: dict[str, str]) -> None:
     done = run_invoke("call", "http-echo", "--stack", "nothing", env=user_env)
     assert done.returncode == 2
