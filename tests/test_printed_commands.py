@@ -102,6 +102,8 @@ def up_and_paste(env: dict[str, str], *up_args: str) -> list[str]:
     up = run_invoke("up", *up_args, env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     commands = printed_commands(up.stdout)
+    endpoints = up.stdout[up.stdout.index("\nStack "):]
+    assert "None" not in endpoints, endpoints  # a proxy that is off has no port to print
     assert commands[-1].endswith(" down" + (f" --stack {up_args[-1]}" if "--stack" in up_args else ""))
     for command in commands:
         check_command(command, env)
