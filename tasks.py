@@ -340,7 +340,7 @@ def _run_steps(stack_name: str, backend: str, steps: list[dict[str, Any]], sourc
     from scenarios.devenv import run_steps, session_json, session_text
 
     session = run_steps(_stack(stack_name, backend), steps, Path(source), origin)
-    print(session_json(session) if json_ else session_text(session), end="" if not json_ else "\n")
+    print(session_json(session) if json_ else session_text(session).rstrip("\n"))
     if not session.ok:
         raise Exit(code=EXIT_FAILED)
 
@@ -427,13 +427,13 @@ def watch(c, stack="default", backend="local"):
     running = _stack(stack, backend)
     require_running(running)
 
-    def up() -> bool:
+    def still_up() -> bool:
         try:
             return running.status() is not None
         except (OSError, ValueError):  # caught while `invoke down` removes its files: look again next time
             return True
 
-    show(running.state_dir, sys.stdout, up)
+    show(running.state_dir, sys.stdout, still_up)
 
 
 @task(iterable=["file", "set"],
