@@ -257,3 +257,16 @@ def test_topology_mistakes_name_the_file_line_and_key(tmp_path: Path, topology_y
     with pytest.raises(ScenarioError) as caught:
         load_scenario(str(path))
     assert f"{path}{where}" in str(caught.value) and message in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize(("pem", "message"), [
+    ("@corp-ca", "unknown marker '@corp-ca'; paste PEM text or use one of @stack-ca, @public-ca, @private-ca"),
+    (True, "must be PEM text (a block scalar, |), found a boolean"),
+])
+def test_a_bad_worker_ca_pem_is_refused_with_the_values(pem: object, message: str) -> None:
+    from sim.model.values import validate
+
+    issues = validate({"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}})
+    assert [str(i) for i in issues] == [f"global.nvcaOperator.agent.workerCallbackCaPem: {message}"]
+    for fine in ("", "@stack-ca", "@private-ca", "-----BEGIN CERTIFICATE-----\nnot checked\n"):
+        assert validate({"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": fine}}}}) == []

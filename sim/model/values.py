@@ -280,6 +280,18 @@ def _rule_service_type(values: Mapping[str, Any], add: Add) -> None:
         add((WCP, "service", "type"), f"must be one of {', '.join(SERVICE_TYPES)}, found {_kind(kind)}")
 
 
+def _rule_worker_ca_pem(values: Mapping[str, Any], add: Add) -> None:
+    """PEM text as the customer pastes it (not checked: a broken paste is a field failure to replay), or a
+    scenario's marker for a CA whose PEM is pasted when the values are applied (Topology.with_ca_pem)."""
+    from sim.model.topology import CA_MARKERS
+
+    pem = lookup(values, CA_PEM)
+    if pem is not None and not isinstance(pem, str):
+        add(CA_PEM, f"must be PEM text (a block scalar, |), found {_kind(pem)}")
+    elif isinstance(pem, str) and pem.strip().startswith("@") and pem.strip() not in CA_MARKERS:
+        add(CA_PEM, f"unknown marker {pem.strip()!r}; paste PEM text or use one of {', '.join(CA_MARKERS)}")
+
+
 def _rule_nats(values: Mapping[str, Any], add: Add) -> None:
     mode = lookup(values, WORKER_AUTH)
     if not isinstance(mode, str) or mode not in ("nkey", "token"):
@@ -313,7 +325,7 @@ def _rule_annotations(values: Mapping[str, Any], add: Add) -> None:
 
 RULES: tuple[Callable[[Mapping[str, Any], Add], None], ...] = (
     _rule_booleans, _rule_proxy_enabled, _rule_proxy_url, _rule_frontend_tls,
-    _rule_service_type, _rule_nats, _rule_annotations,
+    _rule_service_type, _rule_worker_ca_pem, _rule_nats, _rule_annotations,
 )
 
 
