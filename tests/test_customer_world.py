@@ -13,8 +13,10 @@ from scenarios.spec import Scenario
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap, Refused, Unreachable
 from sim.model.topology import (
+    BUS_LB_IP,
     CONTROL_CLUSTER,
     CONTROL_NODE_IP,
+    INVOCATION_SERVICE_IP,
     NODE_PORTS,
     PROXY_CLUSTER_IP,
     PROXY_LB_IP,
@@ -64,7 +66,7 @@ def test_service_type_decides_where_the_proxy_answers_and_who_reaches_it(kind: s
     if from_compute == "reached":
         assert netmap.lookup(COMPUTE, proxy_ip, 10084) == ("127.0.0.1", 40000)
     elif from_compute == "unreachable":
-        with pytest.raises(Unreachable, match="no route to host 10.43.0.10"):
+        with pytest.raises(Unreachable, match="no route to host 10.43.0.30"):
             netmap.lookup(COMPUTE, proxy_ip, 10084)
     else:
         with pytest.raises(Refused):
@@ -270,3 +272,10 @@ def test_a_bad_worker_ca_pem_is_refused_with_the_values(pem: object, message: st
     assert [str(i) for i in issues] == [f"global.nvcaOperator.agent.workerCallbackCaPem: {message}"]
     for fine in ("", "@stack-ca", "@private-ca", "-----BEGIN CERTIFICATE-----\nnot checked\n"):
         assert validate({"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": fine}}}}) == []
+
+
+def test_service_addresses_do_not_collide() -> None:
+    t = topology()
+    control = t.cluster(CONTROL_CLUSTER)
+    addresses = [PROXY_LB_IP, BUS_LB_IP, PROXY_CLUSTER_IP, INVOCATION_SERVICE_IP, control.dns_ip, CONTROL_NODE_IP]
+    assert len(set(addresses)) == len(addresses)

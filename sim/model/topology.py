@@ -36,7 +36,7 @@ LB_POOL = "10.100.0.0/24"  # load-balancer addresses, reachable from every clust
 PROXY_LB_IP = "10.100.0.10"
 BUS_LB_IP = "10.100.0.11"
 # The proxy Service's ClusterIP: inside the control plane's service range, which no other cluster routes to.
-PROXY_CLUSTER_IP = "10.43.0.10"
+PROXY_CLUSTER_IP = "10.43.0.30"  # not .10: that is the cluster DNS Service (Cluster.dns_ip)
 # The nodes' own network (k3d's docker network): every cluster's pods reach every node address.
 NODE_POOL = "172.18.0.0/16"
 CONTROL_NODE_IP = "172.18.0.2"
