@@ -43,7 +43,6 @@ CONTROL_NODE_IP = "172.18.0.2"
 # A NodePort Service answers on every node at a port from 30000-32767, not at the Service port; the
 # simulation allocates these (Kubernetes would pick at random unless the chart pins them).
 NODE_PORTS = {PROXY_HTTP_PORT: 30084, PROXY_H3_PORT: 30443}
-SERVICE_TYPES = ("LoadBalancer", "ClusterIP", "NodePort")
 
 # workerCallbackCaPem markers: a scenario cannot know a CA's PEM in advance, so it names the CA, and the
 # PEM is pasted in when the values are applied, as a customer pastes it into the environment file.
