@@ -1,10 +1,11 @@
-"""Stack CA, public-style CA, issuance profiles and Secret-shaped folders."""
+"""Stack CA, public-style CA, private (corporate) CA, issuance profiles and Secret-shaped folders."""
 
 from certs.profiles import (
     FRONTEND_SECRET,
     FRONTEND_SECRETS,
     GRPC_SECRET,
     INVOCATION_SECRET,
+    PRIVATE,
     PUBLIC,
     PUBLIC_FRONTEND_SECRET,
     STACK,
@@ -12,6 +13,7 @@ from certs.profiles import (
     frontend_profile,
     grpc_profile,
     invocation_profile,
+    secret_profile,
     stack_profiles,
 )
 
@@ -33,6 +35,7 @@ __all__ = [
     "FRONTEND_SECRETS",
     "GRPC_SECRET",
     "INVOCATION_SECRET",
+    "PRIVATE",
     "PUBLIC",
     "PUBLIC_FRONTEND_SECRET",
     "STACK",
@@ -45,6 +48,7 @@ __all__ = [
     "invocation_profile",
     "load_secret",
     "payload_dir",
+    "secret_profile",
     "stack_profiles",
     "write_secret",
 ]
