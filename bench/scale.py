@@ -4,8 +4,9 @@ The topology is built with sim.model.topology.build (5 compute clusters of 400 w
 benchmark is the function client: `concurrency` lanes, each with a keep-alive connection to one
 invocation-service pod (lanes spread over the pods), invoke the echo function with NVCF-POLL-SECONDS 60
 and wait for the answer. A callback is lost when its invocation does not come back 200 with its own
-body. Workers do everything else as in any scenario: bus, DNS, TLS to the proxy, GET and POST.
-Peak memory is the largest sum of the stack's processes' RSS, sampled from /proc every 200 ms.
+body. Workers do everything else as in any scenario: NATS (JetStream pull, ack), DNS, TLS to the proxy, GET
+and POST. Peak memory is the largest sum of the stack's processes' RSS (each component's whole process
+group, so nats-server beside its supervisor counts), sampled from /proc every 200 ms.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import h11
 
 from bench.callbacks import PEXEC, open_stream
-from bench.procs import RssSampler, cpu_seconds, rss_bytes
+from bench.procs import RssSampler, cpu_seconds, group_members, rss_bytes
 from bench.stacks import BenchStack, running, topology, unique_name
 from sim.protocols.http1 import H11Stream, exchange
 
@@ -95,8 +96,24 @@ def settled_results(state_dir: Path, expected: int, timeout: float = 5.0) -> dic
         time.sleep(0.2)
 
 
+def stack_processes(bench: BenchStack) -> list[int]:
+    """Every process of the stack's components' process groups, in one pass over /proc."""
+    groups = set(bench.pids())
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").exists() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) in groups:
+            found.append(int(entry.name))
+    return found
+
+
 def _cpu_by_component(bench: BenchStack) -> dict[str, float]:
-    return {name: cpu_seconds([pid]) for name, pid in bench.stack.launcher.running().items()}
+    return {name: cpu_seconds(group_members(pid)) for name, pid in bench.stack.launcher.running().items()}
 
 
 def measure(root: Path, clusters: int, workers: int, callbacks: int, concurrency: int,
@@ -107,7 +124,7 @@ def measure(root: Path, clusters: int, workers: int, callbacks: int, concurrency
     with running(root, topo) as bench:
         up = time.perf_counter() - started
         before = _cpu_by_component(bench)
-        with RssSampler(bench.pids) as memory:
+        with RssSampler(lambda: stack_processes(bench)) as memory:
             result = asyncio.run(drive(bench, callbacks, concurrency, deadline))
         after = _cpu_by_component(bench)
         result["cpu_seconds"] = {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}

@@ -13,13 +13,22 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from nats import errors
 from nats.aio.client import Client
+
+
+class NotSignedIn(errors.Error):
+    """The server did not confirm the sign-in."""
 
 
 async def connect_once(url: str, *, reconnect: bool = True, **options: Any) -> Client:
     nc = Client()
     try:
         await nc.connect(url, allow_reconnect=False, **options)
+        if not nc.is_connected:
+            # nats-py can return from connect() while the server still holds the sign-in (an auth callout
+            # that does not answer): the server refuses it at its auth timeout, so this is a refusal.
+            raise NotSignedIn(f"nats: sign-in to {url} not confirmed (no answer from authentication)")
     except BaseException:
         with contextlib.suppress(Exception):
             await nc.close()

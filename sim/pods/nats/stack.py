@@ -101,12 +101,15 @@ class NatsValues:
         )
 
 
+AUTH_TIMEOUT = 10.0  # seconds a sign-in may wait for the callout: thousands of workers start at once
+
+
 def server_config(keys: StackKeys, store_dir: str, port: int = 0, monitor_port: int = 0) -> ServerConfig:
-    """The config the nats chart renders: the callout on in both modes (nkey logins map through it)."""
-    worker_auth = "nkey"  # the server's config is the same in both modes; only the callout's differs
+    """The config the nats chart renders: the callout on in both modes (nkey logins map through it);
+    the server's config is the same in both modes, only the callout's plugins differ."""
     return ServerConfig(
         store_dir=store_dir,
-        worker_auth=worker_auth,
+        auth_timeout=AUTH_TIMEOUT,
         callout=keys.callout_block(),
         internal_users=keys.internal_users(),
         port=port,

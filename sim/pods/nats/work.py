@@ -26,7 +26,8 @@ from .workqueue import QueueSettings, WorkPuller, ensure_stream, publish_work
 
 CONNECT_TIMEOUT = 5.0
 RECONNECT_WAIT = 0.1  # seconds between reconnect attempts: a restarted server is back within a second
-PULL_TIMEOUT = 5.0  # seconds one pull waits for work before asking again
+PULL_TIMEOUT = 30.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
+# after a reconnect the worker re-issues its pulls at once, see sim.pods.nats.workers)
 MAX_IN_FLIGHT = 64  # work messages one worker handles at once (its pulls pause beyond this)
 ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (well under any ack wait)
 
@@ -78,42 +79,60 @@ class WorkPublisher:
 Handler = Callable[[dict[str, Any], int], Awaitable[None]]  # (work message, delivery count)
 
 
+class InFlight:
+    """One worker's messages being handled: at most MAX_IN_FLIGHT, and they outlive the pull loops that
+    fetched them (pulls restart after a reconnect; a callback in progress must not be cut short)."""
+
+    def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
+        self.slots = asyncio.Semaphore(limit)
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, msg: Msg, handle: Handler, on_error: Callable[[str], None]) -> None:
+        task = asyncio.create_task(_handle(msg, handle, self.slots, on_error), name=f"work:{msg.subject}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def cancel_all(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
 async def pull_loop(nc: Client, function: str, handle: Handler, on_error: Callable[[str], None],
-                    started: asyncio.Event | None = None) -> None:
+                    started: asyncio.Event | None = None, in_flight: InFlight | None = None) -> None:
     """Pull one function version's work for ever; each message is handled in its own task and acked
-    when the handler returns (a worker that dies first leaves it to be redelivered after ack wait)."""
+    when the handler returns (a worker that dies first leaves it to be redelivered after ack wait).
+    Handlers belong to ``in_flight`` when given (the caller ends them), else to this loop."""
     puller = WorkPuller(nc, REGION, function)
-    slots = asyncio.Semaphore(MAX_IN_FLIGHT)
-    tasks: set[asyncio.Task[None]] = set()
+    own = in_flight is None
+    flight = in_flight or InFlight()
     failing = False
     try:
         await puller.start()
         if started is not None:
             started.set()
         while True:
-            await slots.acquire()
+            await flight.slots.acquire()
             try:
                 msg = await puller.fetch(PULL_TIMEOUT)
                 failing = False
             except asyncio.CancelledError:
+                flight.slots.release()
                 raise
             except Exception as exc:  # noqa: BLE001 - server away or refused: wait for the reconnect
-                slots.release()
+                flight.slots.release()
                 if not failing:  # once per outage, not once per retry
                     on_error(f"{type(exc).__name__}: {exc}")
                 failing = True
                 await asyncio.sleep(RECONNECT_WAIT)
                 continue
             if msg is None:
-                slots.release()
+                flight.slots.release()
                 continue
-            task = asyncio.create_task(_handle(msg, handle, slots, on_error), name=f"work:{msg.subject}")
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            flight.spawn(msg, handle, on_error)
     finally:
-        for task in list(tasks):
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if own:
+            await flight.cancel_all()
 
 
 async def _keep_in_progress(msg: Msg) -> None:

@@ -20,7 +20,7 @@ from sim.model.netmap import Refused
 from sim.runtime.component import Context
 
 from .stack import NatsValues, StackKeys, worker_credentials
-from .work import connect, pull_loop
+from .work import InFlight, connect, pull_loop
 
 LOGIN_BACKOFF = (0.5, 10.0)  # first and longest delay between refused logins
 BIND_POLL = 0.005  # seconds between looks at the network map while nats-server is not mapped yet
@@ -80,6 +80,7 @@ class WorkerLinks:
                                 ctx.topology.functions)
         self.tasks: set[asyncio.Task[None]] = set()
         self.clients: list[Client] = []
+        self.in_flight: list[InFlight] = []
 
     async def start(self) -> None:
         await wait_for_nats(self.ctx)
@@ -90,37 +91,70 @@ class WorkerLinks:
         await asyncio.gather(*(e.wait() for e in first))
 
     async def _serve(self, link: Link, first: asyncio.Event) -> None:
+        """Sign in, pull until the connection is closed for good (nats-py gives up on a refused
+        re-login), then sign in again, as a restarted worker-utils would."""
+        in_flight = InFlight()  # the worker's callbacks, across reconnects and re-logins
+        self.in_flight.append(in_flight)
+        while True:
+            closed, reconnected = asyncio.Event(), asyncio.Event()
+            nc = await self._login(link, first, closed, reconnected)
+            try:
+                await self._session(link, nc, first, closed, reconnected, in_flight)
+            finally:
+                self.clients.remove(nc)
+                with contextlib.suppress(Exception):
+                    await nc.close()
+            self.ctx.events.emit("worker.nats.closed", worker=link.worker, functions=list(link.functions))
+
+    async def _login(self, link: Link, first: asyncio.Event, closed: asyncio.Event,
+                     reconnected: asyncio.Event) -> Client:
         delay = LOGIN_BACKOFF[0]
-        events = self.ctx.events
+        note_reconnect = self._state_cb(link, "worker.nats.reconnected")
+
+        async def on_closed() -> None:
+            closed.set()
+
+        async def on_reconnected() -> None:
+            reconnected.set()
+            await note_reconnect()
+
         while True:
             try:
                 nc = await connect(self.ctx, link.worker, link.credentials, error_cb=self._error_cb(link),
                                    disconnected_cb=self._state_cb(link, "worker.nats.disconnected"),
-                                   reconnected_cb=self._state_cb(link, "worker.nats.reconnected"))
+                                   reconnected_cb=on_reconnected, closed_cb=on_closed)
                 break
             except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry like a crash-looping pod
-                events.emit("worker.nats.refused", worker=link.worker, functions=list(link.functions),
-                            credentials=link.describe, error=str(exc) or type(exc).__name__)
+                self.ctx.events.emit("worker.nats.refused", worker=link.worker, functions=list(link.functions),
+                                     credentials=link.describe, error=str(exc) or type(exc).__name__)
                 first.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, LOGIN_BACKOFF[1])
         self.clients.append(nc)
-        events.emit("worker.nats.connected", worker=link.worker, functions=list(link.functions),
-                    credentials=link.describe)
-        bound = [asyncio.Event() for _ in link.functions]
-        loops = [asyncio.create_task(pull_loop(nc, f, self._handler(link.worker), self._pull_error(link), b),
-                                     name=f"pull:{link.worker}:{f}")
-                 for f, b in zip(link.functions, bound, strict=True)]
-        try:
-            await asyncio.gather(*(b.wait() for b in bound))
-            for function in link.functions:  # readiness a scenario can wait for (after a redeploy)
-                events.emit("worker.work.pulling", worker=link.worker, function=function)
-            first.set()
-            await asyncio.gather(*loops)
-        finally:
-            for loop in loops:
-                loop.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+        self.ctx.events.emit("worker.nats.connected", worker=link.worker, functions=list(link.functions),
+                             credentials=link.describe)
+        return nc
+
+    async def _session(self, link: Link, nc: Client, first: asyncio.Event, closed: asyncio.Event,
+                       reconnected: asyncio.Event, in_flight: InFlight) -> None:
+        """Pull loops until the connection closes; after each reconnect they start over, since the
+        server forgot the pulls that were waiting (they would otherwise idle until they expire)."""
+        while not closed.is_set():
+            reconnected.clear()
+            bound = [asyncio.Event() for _ in link.functions]
+            loops = [asyncio.create_task(pull_loop(nc, f, self._handler(link.worker), self._pull_error(link), b,
+                                                   in_flight), name=f"pull:{link.worker}:{f}")
+                     for f, b in zip(link.functions, bound, strict=True)]
+            try:
+                await asyncio.gather(*(b.wait() for b in bound))
+                for function in link.functions:  # readiness a scenario can wait for (after a redeploy)
+                    self.ctx.events.emit("worker.work.pulling", worker=link.worker, function=function)
+                first.set()
+                await _first_of(closed.wait(), reconnected.wait())
+            finally:
+                for loop in loops:
+                    loop.cancel()
+                await asyncio.gather(*loops, return_exceptions=True)
 
     def _handler(self, name: str) -> Callable[[dict[str, Any], int], Awaitable[None]]:
         worker = self.workers[name]
@@ -155,6 +189,18 @@ class WorkerLinks:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        for flight in self.in_flight:
+            await flight.cancel_all()
         for nc in self.clients:
             with contextlib.suppress(Exception):
                 await nc.close()
+
+
+async def _first_of(*waits: Awaitable[Any]) -> None:
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
