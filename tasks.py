@@ -158,7 +158,11 @@ def _taking_more(fn: Callable[..., Any], name: str, count: int) -> Callable[...,
     iterable=["file", "set_", "secret"])
 @user_errors
 def up(c, scenario=None, file=None, set_=None, backend="local", stack="default", json_=False, secret=None):
-    """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running."""
+    """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running.
+
+    invoke up [NAME | scenario=NAME | --scenario NAME] [-f FILE ...] [--set key.path=value ...] [--stack S];
+    with no scenario, the default topology comes up idle.
+    """
     from scenarios.devenv import idle_scenario
     from scenarios.engine import run_scenario
     from scenarios.model import load_scenario
@@ -286,7 +290,10 @@ def scenarios(c):
     iterable=["file", "set_"])
 @user_errors
 def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_=None, json_=False, stack=None):
-    """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails."""
+    """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails.
+
+    invoke replay NAME|scenario=NAME [--stack S] | --all [--junit FILE] [--keep]
+    """
     from scenarios.replay import replay_many
 
     names = None if all_ else [_scenario_arg(scenario, "invoke replay scenario=grpc-callback, or --all")]
@@ -370,7 +377,12 @@ def call(c, function, count=1, json_=False, stack="default", backend="local"):
 @user_errors
 def fault(c, action=None, target=None, to=None, latency_ms=0, drop=0.0, timeout_ms=1000, stack="default",
           backend="local"):
-    """Inject a fault into the running stack: invoke fault kill invocation-service-0, ..."""
+    """Inject a fault into the running stack.
+
+    invoke fault kill|restart|stop|start COMPONENT, fault scale ROLE=N (e.g. invocation=1),
+    fault link CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N], fault clear-links,
+    fault expire frontend|public-frontend|invocation|grpc-proxy
+    """
     from scenarios.devenv import fault_step, link_target
     from sim.errors import ConfigError
 
@@ -397,7 +409,10 @@ def rotate(c, kind, stack="default", backend="local"):
           "redeploy": "then replace workers, proxy, pods or all, as a rollout would", **_ON_STACK})
 @user_errors
 def set_(c, assignment=None, redeploy=None, stack="default", backend="local"):
-    """Change values on the running stack (running pods keep theirs until --redeploy replaces them)."""
+    """Change values on the running stack (running pods keep theirs until --redeploy replaces them).
+
+    invoke set key.path=value [key.path=value ...] [--redeploy workers|proxy|pods|all]
+    """
     from scenarios.devenv import set_step, unknown_key_warnings
 
     assignments = assignment if isinstance(assignment, list) else [assignment] if assignment else []
