@@ -26,6 +26,11 @@ def not_after(pem: bytes | str) -> datetime:
     return _first_cert(pem).not_valid_after_utc
 
 
+def issued_by(pem: bytes | str, ca_pem: bytes | str) -> bool:
+    """True when the leaf names that CA as its issuer (by subject; the signature is the TLS stack's job)."""
+    return _first_cert(pem).issuer == _first_cert(ca_pem).subject
+
+
 def sans(pem: bytes | str) -> list[str]:
     """DNS names and IP addresses from subjectAltName, in certificate order."""
     try:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from certs import inspect
 from certs.profiles import PUBLIC, secret_profile, stack_profiles
 from certs.store import CertStore
-from certs.volume import CA, CRT, KEY, write_secret
+from certs.volume import CA, CRT, KEY, load_secret, write_secret
 from sim.errors import ConfigError
 from sim.model.topology import SecretSpec, Topology
 from sim.model.values import proxy_settings
@@ -30,9 +31,21 @@ def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
         place_secret(store, spec, topology.worker_domain)
     settings = proxy_settings(topology.values)
     frontend = store.secret_dir(settings.frontend_secret)
-    if settings.frontend_secret not in declared and not frontend.joinpath(CRT).exists():
+    if settings.frontend_secret not in declared and not _public_for(store, frontend, topology.worker_domain):
         store.issue(secret_profile(settings.frontend_secret, topology.worker_domain, PUBLIC))
     return topology.with_ca_pem(lambda issuer: store.ca_path(issuer).read_text())
+
+
+def _public_for(store: CertStore, folder: Path, worker_domain: str) -> bool:
+    """An undeclared existingSecret already holds a valid public-style *.<workerDomain> certificate (kept
+    across runs); anything else there was declared or brought by an earlier run and is replaced."""
+    try:
+        crt = load_secret(folder)[0]
+    except OSError:
+        return False
+    wildcard = secret_profile(folder.name, worker_domain).identities
+    return (inspect.issued_by(crt, store.ca_path(PUBLIC).read_bytes()) and tuple(inspect.sans(crt)) == wildcard
+            and inspect.not_after(crt) > datetime.now(UTC))
 
 
 def place_secret(store: CertStore, spec: SecretSpec, worker_domain: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,25 @@ def test_service_addresses_do_not_collide() -> None:
     control = t.cluster(CONTROL_CLUSTER)
     addresses = [PROXY_LB_IP, BUS_LB_IP, PROXY_CLUSTER_IP, INVOCATION_SERVICE_IP, control.dns_ip, CONTROL_NODE_IP]
     assert len(set(addresses)) == len(addresses)
+
+
+def test_an_undeclared_existing_secret_left_by_an_earlier_run_is_replaced(tmp_path: Path) -> None:
+    """The state folder outlives a run: what a scenario declared must not leak into the next one."""
+    from certs import inspect
+    from certs.store import CertStore
+    from certs.volume import load_secret
+    from clusters.certificates import prepare_certificates
+
+    store = CertStore(tmp_path)
+    wcp = {"tls": {"frontend": {"existingSecret": "customer-tls"}}}
+    declared = build("t", deep_merge(values(), {"workerCallbackProxy": wcp}),
+                     secrets=(SecretSpec("customer-tls", PRIVATE),))
+    prepare_certificates(store, declared)
+    first = load_secret(store.secret_dir("customer-tls"))[0]
+    assert inspect.issued_by(first, store.ca_path(PRIVATE).read_bytes())
+    undeclared = replace(declared, secrets=())
+    prepare_certificates(store, undeclared)
+    second = load_secret(store.secret_dir("customer-tls"))[0]
+    assert inspect.issued_by(second, store.ca_path("public").read_bytes())
+    prepare_certificates(store, undeclared)  # a valid public-style one is kept, as the stack's own are
+    assert load_secret(store.secret_dir("customer-tls"))[0] == second
