@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from certs import inspect
-from certs.profiles import PUBLIC, secret_profile, stack_profiles
+from certs.profiles import PUBLIC, Profile, secret_profile, stack_profiles
 from certs.store import CertStore
 from certs.volume import CA, CRT, KEY, load_secret, write_secret
 from sim.errors import ConfigError
@@ -23,29 +23,30 @@ from sim.model.values import proxy_settings
 def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
     """Issue what is missing, place every declared or brought Secret; the topology with its values applied."""
     store.ensure_cas()
-    for profile in stack_profiles(topology.worker_domain):
-        if not store.secret_dir(profile.secret).joinpath(CRT).exists():
+    own = stack_profiles(topology.worker_domain)
+    for profile in own:
+        if not _still_valid(store, profile):
             store.issue(profile)
-    declared = {spec.name for spec in topology.secrets}
     for spec in topology.secrets:
         place_secret(store, spec, topology.worker_domain)
-    settings = proxy_settings(topology.values)
-    frontend = store.secret_dir(settings.frontend_secret)
-    if settings.frontend_secret not in declared and not _public_for(store, frontend, topology.worker_domain):
-        store.issue(secret_profile(settings.frontend_secret, topology.worker_domain, PUBLIC))
+    secret = proxy_settings(topology.values).frontend_secret
+    placed = {spec.name for spec in topology.secrets} | {profile.secret for profile in own}
+    undeclared = secret_profile(secret, topology.worker_domain, PUBLIC)
+    if secret not in placed and not _still_valid(store, undeclared):
+        store.issue(undeclared)
     return topology.with_ca_pem(lambda issuer: store.ca_path(issuer).read_text())
 
 
-def _public_for(store: CertStore, folder: Path, worker_domain: str) -> bool:
-    """An undeclared existingSecret already holds a valid public-style *.<workerDomain> certificate (kept
-    across runs); anything else there was declared or brought by an earlier run and is replaced."""
+def _still_valid(store: CertStore, profile: Profile) -> bool:
+    """The Secret already holds what `profile` describes, from its CA and unexpired: kept across runs (the
+    state folder outlives a stack). What a fault, a declaration or a brought folder of an earlier run left
+    there is replaced, so it cannot leak into this one."""
     try:
-        crt = load_secret(folder)[0]
+        crt = load_secret(store.secret_dir(profile.secret))[0]
     except OSError:
         return False
-    wildcard = secret_profile(folder.name, worker_domain).identities
-    return (inspect.issued_by(crt, store.ca_path(PUBLIC).read_bytes()) and tuple(inspect.sans(crt)) == wildcard
-            and inspect.not_after(crt) > datetime.now(UTC))
+    return (inspect.issued_by(crt, store.ca_path(profile.issuer).read_bytes())
+            and tuple(inspect.sans(crt)) == profile.identities and inspect.not_after(crt) > datetime.now(UTC))
 
 
 def place_secret(store: CertStore, spec: SecretSpec, worker_domain: str) -> Path:

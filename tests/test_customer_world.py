@@ -302,3 +302,23 @@ def test_an_undeclared_existing_secret_left_by_an_earlier_run_is_replaced(tmp_pa
     assert inspect.issued_by(second, store.ca_path("public").read_bytes())
     prepare_certificates(store, undeclared)  # a valid public-style one is kept, as the stack's own are
     assert load_secret(store.secret_dir("customer-tls"))[0] == second
+
+
+def test_the_stacks_own_secrets_keep_their_issuer_and_a_broken_one_is_renewed(tmp_path: Path) -> None:
+    from certs import inspect
+    from certs.profiles import FRONTEND_SECRET, INVOCATION_SECRET, PUBLIC_FRONTEND_SECRET
+    from certs.store import CertStore
+    from certs.volume import load_secret
+    from clusters.certificates import prepare_certificates
+    from sim.runtime.faults import misissue_pod_certificate
+
+    store = CertStore(tmp_path)
+    t = build("t", values())
+    prepare_certificates(store, t)
+    crt = {name: load_secret(store.secret_dir(name))[0] for name in (FRONTEND_SECRET, PUBLIC_FRONTEND_SECRET)}
+    assert inspect.issued_by(crt[FRONTEND_SECRET], store.ca_path("stack").read_bytes())
+    assert inspect.issued_by(crt[PUBLIC_FRONTEND_SECRET], store.ca_path("public").read_bytes())
+    misissue_pod_certificate(store, {"pod": "invocation", "names": ["*.wrong.example"]})
+    prepare_certificates(store, t)  # the next `up` on the same state folder
+    assert inspect.sans(load_secret(store.secret_dir(INVOCATION_SECRET))[0]) == ["*.invocation.nvcf.svc.cluster.local"]
+    assert load_secret(store.secret_dir(FRONTEND_SECRET))[0] == crt[FRONTEND_SECRET]  # valid: kept
