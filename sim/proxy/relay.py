@@ -36,12 +36,12 @@ async def exchange(down: H11Stream, up: H11Stream, request: h11.Request, record:
     if complete:
         # The whole request is here (a worker's GET or POST, usually): head and body in one write, and no
         # pump task, since nothing more can arrive that the response has to race.
-        await up.send(request, *buffered)
+        await _to_pod(up, request, *buffered)
         return await _pump_response(down, up, record, started, idle)
     request_pump = asyncio.create_task(_pump_body(down, up, record, idle), name="proxy-request-body")
     response_pump: asyncio.Task[bool] | None = None
     try:
-        await up.send(request, *buffered)
+        await _to_pod(up, request, *buffered)
         response_pump = asyncio.create_task(_pump_response(down, up, record, started, idle),
                                             name="proxy-response")
         # Whichever side fails first ends the exchange: a malformed or stalled request body must not
@@ -57,6 +57,21 @@ async def exchange(down: H11Stream, up: H11Stream, request: h11.Request, record:
         for task in (request_pump, response_pump):
             if task is not None and not task.done():
                 task.cancel()
+
+
+async def _to_worker(down: H11Stream, *events: h11.Event) -> None:
+    """Write to the worker; a broken connection there is the worker's leaving (DC), not the pod's."""
+    try:
+        await down.send(*events)
+    except ConnectionError as exc:
+        raise DownstreamClosed("worker connection closed mid-response") from exc
+
+
+async def _to_pod(up: H11Stream, *events: h11.Event) -> None:
+    try:
+        await up.send(*events)
+    except ConnectionError as exc:
+        raise UpstreamClosed("upstream connection closed mid-request") from exc
 
 
 def _body_event(down: H11Stream) -> h11.Event:
@@ -84,14 +99,17 @@ async def _pump_body(down: H11Stream, up: H11Stream, record: AccessRecord, idle:
     while True:
         event = _body_event(down)
         if event is h11.NEED_DATA:
-            data = await asyncio.wait_for(down.reader.read(65536), idle)
+            try:
+                data = await asyncio.wait_for(down.reader.read(65536), idle)
+            except ConnectionError as exc:
+                raise DownstreamClosed("worker connection reset mid-request") from exc
             down.conn.receive_data(data)
             continue
         if isinstance(event, h11.Data):
             record.bytes_received += len(event.data)
-            await up.send(h11.Data(data=event.data))
+            await _to_pod(up, h11.Data(data=event.data))
         elif isinstance(event, h11.EndOfMessage):
-            await up.send(h11.EndOfMessage())
+            await _to_pod(up, h11.EndOfMessage())
             return
         else:
             raise DownstreamClosed("worker connection closed mid-request")
@@ -113,12 +131,12 @@ async def _pump_response(down: H11Stream, up: H11Stream, record: AccessRecord, s
                 out.append(h11.Data(data=event.data))
                 record.bytes_sent += len(event.data)
             elif isinstance(event, h11.EndOfMessage):
-                await down.send(*out, h11.EndOfMessage())
+                await _to_worker(down, *out, h11.EndOfMessage())
                 return True
             elif not isinstance(event, h11.InformationalResponse):  # the pod's own 100s are not relayed
                 raise UpstreamClosed("upstream connection closed mid-response")
         if out:
-            await down.send(*out)
+            await _to_worker(down, *out)
 
 
 def _response_head(event: h11.Response, record: AccessRecord, started: float) -> h11.Response:
