@@ -322,5 +322,15 @@ def test_k3d_purge_refuses_a_folder_ncpsim_did_not_make(tmp_path: Path, monkeypa
     (clone / "sim" / "__init__.py").write_text("# the source package\n")
     monkeypatch.setenv("NCPSIM_HOME", str(clone))
     with pytest.raises(ConfigError, match="not an ncpsim stack folder"):
-        K3dBackend(CommandRunner(env=tools.env, echo=None), None).attach("sim").down(purge=True)
+        K3dBackend(CommandRunner(env=tools.env, echo=None), NoEngine()).attach("sim").down(purge=True)
     assert sorted(p.name for p in (clone / "sim").iterdir()) == ["__init__.py"]
+
+
+class NoEngine:
+    """The docker SDK seam, never reached by `down` (the default would open Docker's socket)."""
+
+    def version(self) -> str:
+        raise AssertionError("down must not ask the Docker engine")
+
+    def build(self, context: bytes, dockerfile: str, tag: str) -> str:
+        raise AssertionError("down must not build")
