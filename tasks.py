@@ -286,19 +286,22 @@ def scenarios(c):
           "stack": "the stack to replay on (with --all: NAME-<scenario>); default replay-<scenario>",
           "junit": "write a JUnit XML report to this file", "keep": "leave a failed scenario's stack running",
           "file": "a customer's values file, above each scenario's values (repeatable: later files win)",
-          "set": "key.path=value, YAML-typed, above every file (repeatable)", "json": "print JSON reports"},
+          "set": "key.path=value, YAML-typed, above every file (repeatable)", "json": "print JSON reports",
+          "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one per core)"},
     iterable=["file", "set_"])
 @user_errors
-def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_=None, json_=False, stack=None):
+def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_=None, json_=False, stack=None,
+           jobs=None):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails.
 
     invoke replay NAME|scenario=NAME [--stack S] | --all [--junit FILE] [--keep]
     """
-    from scenarios.replay import replay_many
+    from scenarios.replay import jobs_arg, replay_many
 
     names = None if all_ else [_scenario_arg(scenario, "invoke replay scenario=grpc-callback, or --all")]
     ok = replay_many(names, values_file=[Path(f) for f in file or []], sets=set_ or [],
-                     junit=Path(junit) if junit else None, keep=keep, as_json=json_, stack=stack)
+                     junit=Path(junit) if junit else None, keep=keep, as_json=json_, stack=stack,
+                     jobs=jobs_arg(jobs))
     if not ok:
         raise Exit(code=EXIT_FAILED)
 

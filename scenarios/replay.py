@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
@@ -20,7 +22,7 @@ from scenarios.model import catalogue, customer_layers, load_scenario
 from scenarios.report import render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
 from scenarios.spec import Scenario
-from sim.errors import BackendError
+from sim.errors import BackendError, ConfigError
 
 MAX_STACK_NAME = 40  # clusters.stack.STACK_NAME
 
@@ -56,7 +58,7 @@ def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None,
 
 def replay_many(names: list[str] | None, values_file: Path | Sequence[Path] | None = None,
                 junit: Path | None = None, keep: bool = False, as_json: bool = False, root: Path | None = None,
-                sets: Sequence[str] = (), stack: str | None = None) -> bool:
+                sets: Sequence[str] = (), stack: str | None = None, jobs: int = 1) -> bool:
     """`invoke replay`: every named scenario (the whole catalogue when None); True when all pass.
 
     The customer's files and `--set`s sit above each scenario's values; unknown keys are warned about once,
@@ -66,37 +68,71 @@ def replay_many(names: list[str] | None, values_file: Path | Sequence[Path] | No
     scenarios = [load_scenario(name, allow_expected_error=True, customer=customer) for name in names]
     for warning in values_warnings(scenarios):
         print(f"warning: {warning}", file=sys.stderr)
-    results, total = replay_all(scenarios, keep=keep, as_json=as_json, root=root, stack=stack)
+    results, total = replay_all(scenarios, keep=keep, as_json=as_json, root=root, stack=stack, jobs=jobs)
     if junit:
         write_junit(results, junit, total)
     return all(r.ok for r in results)
 
 
 def replay_all(scenarios: list[Scenario], keep: bool = False, as_json: bool = False, root: Path | None = None,
-               out: TextIO | None = None, stack: str | None = None) -> tuple[list[ScenarioResult], float]:
-    """Replay each scenario in turn, printing its report as it finishes; (results, seconds in all)."""
+               out: TextIO | None = None, stack: str | None = None, jobs: int = 1
+               ) -> tuple[list[ScenarioResult], float]:
+    """Replay each scenario on a stack of its own, `jobs` at a time, printing each report in catalogue order
+    as soon as it and those before it are done; (results, seconds in all)."""
     out = out or sys.stdout
     # Plain text at a width that keeps trace rows readable in CI logs; rich styling only on a terminal.
     console = Console(file=out, width=None if out.isatty() else 160)
+    names = [replay_stack(s.name, stack, several=len(scenarios) > 1) for s in scenarios]
     results: list[ScenarioResult] = []
     started = time.monotonic()
-    for scenario in scenarios:
-        name, asked = replay_stack(scenario.name, stack, several=len(scenarios) > 1)
-        result = replay_one(scenario, keep, root, stack=name)
-        results.append(result)
-        if as_json:
-            print(json.dumps(to_json(result), indent=2, default=str), file=out)
-            continue
-        render_text(result, console=console, traces=not result.ok)
-        if name != asked:  # said, not silent: the state folder is not the name one would look for
-            console.print(f"  stack {name}: {asked} is longer than a stack name may be ({MAX_STACK_NAME})",
-                          markup=False, soft_wrap=True)
-        if not result.ok and keep and result.status:
-            console.print(f"  stack kept for inspection: invoke status --stack {result.status['stack']}")
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="replay") as pool:
+        # Stacks are isolated (own ports, own state folder); a thread only waits on its own processes.
+        futures = [pool.submit(replay_one, s, keep, root, stack=name) for s, (name, _) in zip(scenarios, names,
+                                                                                               strict=True)]
+        try:
+            for future, (name, asked) in zip(futures, names, strict=True):
+                result = future.result()
+                results.append(result)
+                _print_result(console, out, result, name, asked, keep, as_json)
+        except BaseException:  # Ctrl-C: start nothing more, and stop every stack already started
+            pool.shutdown(wait=False, cancel_futures=True)
+            backend = LocalBackend(root)
+            for name, _ in names:
+                backend.attach(name).down()
+            raise
     total = time.monotonic() - started
     if not as_json:
-        console.print(f"{sum(r.ok for r in results)}/{len(results)} scenarios passed in {total:.1f}s")
+        console.print(f"{sum(r.ok for r in results)}/{len(results)} scenarios passed in {total:.1f}s"
+                      + (f" ({jobs} at a time)" if jobs > 1 else ""))
     return results, total
+
+
+def _print_result(console: Console, out: TextIO, result: ScenarioResult, name: str, asked: str, keep: bool,
+                  as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(to_json(result), indent=2, default=str), file=out)
+        return
+    render_text(result, console=console, traces=not result.ok)
+    if name != asked:  # said, not silent: the state folder is not the name one would look for
+        console.print(f"  stack {name}: {asked} is longer than a stack name may be ({MAX_STACK_NAME})",
+                      markup=False, soft_wrap=True)
+    if not result.ok and keep and result.status:
+        console.print(f"  stack kept for inspection: invoke status --stack {result.status['stack']}")
+
+
+def jobs_arg(value: str | int | None) -> int:
+    """`-j auto` is one replay per core; a number is that many at a time."""
+    if value in (None, "", 1, "1"):
+        return 1
+    if value == "auto":
+        return os.cpu_count() or 1
+    try:
+        jobs = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--jobs {value!r}: give a number of replays at a time, or auto") from None
+    if jobs < 1:
+        raise ConfigError(f"--jobs {value!r}: give a number of replays at a time, or auto")
+    return jobs
 
 
 def write_junit(results: list[ScenarioResult], path: Path, total: float) -> None:
