@@ -322,3 +322,16 @@ def test_the_stacks_own_secrets_keep_their_issuer_and_a_broken_one_is_renewed(tm
     prepare_certificates(store, t)  # the next `up` on the same state folder
     assert inspect.sans(load_secret(store.secret_dir(INVOCATION_SECRET))[0]) == ["*.invocation.nvcf.svc.cluster.local"]
     assert load_secret(store.secret_dir(FRONTEND_SECRET))[0] == crt[FRONTEND_SECRET]  # valid: kept
+
+
+def test_worker_pods_read_the_applied_pem_never_the_ca_file(tmp_path: Path) -> None:
+    """NVCF_PROXY_CA_PEM is the text the values were applied with: a rotated CA file does not reach it, and
+    a marker that was never applied is a bug of the backend, refused when the worker host starts."""
+    from types import SimpleNamespace
+
+    from sim.worker.host import proxy_ca_pem
+
+    applied = build("t", values(workerCallbackCaPem="@stack-ca")).with_ca_pem(lambda _: "PEM AS PASTED")
+    assert proxy_ca_pem(SimpleNamespace(values=applied.values)) == "PEM AS PASTED"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="reached a worker host unresolved"):
+        proxy_ca_pem(SimpleNamespace(values=values(workerCallbackCaPem="@stack-ca")))  # type: ignore[arg-type]
