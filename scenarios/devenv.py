@@ -201,6 +201,8 @@ def steps_from_file(ref: str, state_dir: Path) -> tuple[list[dict[str, Any]], Pa
         path.write_text(sys.stdin.read())
     else:
         path = Path(ref)
+        if not path.is_file():
+            raise ConfigError(f"{ref}: no such step file (write one step in YAML, or `-` to read standard input)")
     data, origin = load_values_file(path)
     if not data:
         raise ConfigError(f"{path}: no step; write one step (e.g. invoke: {{function: http-echo}}) "

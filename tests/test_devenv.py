@@ -137,6 +137,8 @@ def test_tasks_on_a_stack_that_is_not_up(user_env: dict[str, str]) -> None:
     done = run_invoke("call", "http-echo", "--stack", "nothing", env=user_env)
     assert done.returncode == 2
     assert done.stderr.strip() == "ncpsim: stack 'nothing' is not up; start it with `invoke up --stack nothing`"
+    missing = run_invoke("step", "no-such-step.yaml", "--stack", "nothing", env=user_env)
+    assert missing.returncode == 2 and missing.stderr.startswith("ncpsim: no-such-step.yaml: no such step file")
 
 
 @pytest.mark.parametrize(("words", "expected"), [
