@@ -472,3 +472,12 @@ def test_config_uses_only_v3_type_urls_and_is_json() -> None:
         json.dumps(config.bootstrap)
         types = [v for k, v in walk([config.bootstrap, config.sds]) if k == "@type"]
         assert types and all(t.startswith("type.googleapis.com/envoy.") and ".v3." in t for t in types)
+
+
+def test_both_listeners_match_only_the_worker_domain_sni() -> None:
+    """A ClientHello or QUIC Initial for another name finds no filter chain, as the local fronts refuse it."""
+    listeners = {lst["name"]: lst for lst in render_envoy(DEFAULT, WD).bootstrap["static_resources"]["listeners"]}
+    for listener in listeners.values():
+        assert [c["filter_chain_match"]["server_names"] for c in listener["filter_chains"]] == [[f"*.{WD}"]]
+    inspectors = [f["name"] for f in listeners["worker_callback_http"]["listener_filters"]]
+    assert inspectors == ["envoy.filters.listener.tls_inspector"]  # TCP needs it to read the SNI

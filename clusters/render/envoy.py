@@ -28,6 +28,7 @@ from clusters.render.envoy_base import (
     ROUTER,
     STREAM_IDLE_TIMEOUT,
     TLS_DOWN,
+    TLS_INSPECTOR,
     TLS_UP,
     Json,
     access_log,
@@ -134,7 +135,7 @@ def http_connection_manager(policy: ProxyPolicy) -> Json:
     return {"name": "envoy.filters.network.http_connection_manager", "typed_config": config}
 
 
-def http_listener(policy: ProxyPolicy) -> Json:
+def http_listener(policy: ProxyPolicy, worker_domain: str) -> Json:
     tls = {
         "@type": TLS_DOWN,
         "common_tls_context": {
@@ -147,8 +148,13 @@ def http_listener(policy: ProxyPolicy) -> Json:
         "address": {
             "socket_address": {"protocol": "TCP", "address": "0.0.0.0", "port_value": PROXY_HTTP_PORT}
         },
+        # The TLS inspector reads the SNI so the chain can match it: a ClientHello for any other name
+        # finds no filter chain and the connection is closed, as the local front does.
+        "listener_filters": [{"name": "envoy.filters.listener.tls_inspector",
+                              "typed_config": {"@type": TLS_INSPECTOR}}],
         "filter_chains": [
             {
+                "filter_chain_match": {"server_names": [f"*.{worker_domain}"]},
                 "transport_socket": {"name": "envoy.transport_sockets.tls", "typed_config": tls},
                 "filters": [http_connection_manager(policy)],
             }
@@ -201,7 +207,7 @@ def render_envoy(policy: ProxyPolicy, worker_domain: str) -> EnvoyConfig:
         # Admin on loopback only: kubectl port-forward reaches it, workers cannot.
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 9901}}},
         "static_resources": {
-            "listeners": [http_listener(policy), quic_listener(worker_domain)],
+            "listeners": [http_listener(policy, worker_domain), quic_listener(worker_domain)],
             "clusters": clusters(policy),
         },
     }

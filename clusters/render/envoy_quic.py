@@ -118,6 +118,8 @@ def quic_listener(worker_domain: str) -> Json:
         "udp_listener_config": {"quic_options": {}, "downstream_socket_config": {"prefer_gro": True}},
         "filter_chains": [
             {
+                # QUIC listeners match the SNI of the Initial packet themselves (no inspector needed).
+                "filter_chain_match": {"server_names": [f"*.{worker_domain}"]},
                 "transport_socket": {"name": "envoy.transport_sockets.quic", "typed_config": quic},
                 "filters": [h3_connection_manager(worker_domain)],
             }
