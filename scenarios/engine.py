@@ -12,7 +12,7 @@ from typing import Any
 
 from certs.store import CertStore
 from clusters.stack import Backend, Stack
-from clusters.state import create_stack_dir
+from clusters.state import create_stack_dir, refuse_link, write_file
 from scenarios import calls
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
@@ -96,7 +96,7 @@ class Replay:
         store = CertStore(self.stack.state_dir / "certs")
         self.topology = replace(self.topology, values=values).with_ca_pem(
             lambda issuer: store.ca_path(issuer).read_text())
-        (self.stack.state_dir / "topology.json").write_text(self.topology.to_json())
+        write_file(self.stack.state_dir / "topology.json", self.topology.to_json())
         return "values changed (running pods keep what they started with until redeployed)"
 
     def redeploy(self, what: str) -> str:
@@ -224,10 +224,11 @@ def judge_refusal(scenario: Scenario) -> ScenarioResult:
 
 def write_artifacts(result: ScenarioResult, state_dir: Path) -> None:
     reports = state_dir / "reports"
+    refuse_link(reports)  # links planted after `up` checked the folder are refused too
     reports.mkdir(parents=True, exist_ok=True)
     result.artifacts.update(write_sequence(result, reports))
     result.artifacts["json"] = str(reports / "report.json")
-    (reports / "report.json").write_text(json.dumps(to_json(result), indent=2, default=str))
+    write_file(reports / "report.json", json.dumps(to_json(result), indent=2, default=str))
 
 
 def first_callback(tail: StackTail, started_monotonic: float) -> float | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from clusters.state import write_file
 from scenarios.result import ScenarioResult
 from scenarios.sequence import Diagram, Message, Note, diagram, mermaid
 
@@ -111,6 +112,6 @@ def write_sequence(result: ScenarioResult, folder: Path) -> dict[str, str]:
     d = diagram(result)
     text = mermaid(d)
     mmd, page = folder / "sequence.mmd", folder / "sequence.html"
-    mmd.write_text(text)
-    page.write_text(html_page(d, text))
+    write_file(mmd, text)
+    write_file(page, html_page(d, text))
     return {"mermaid": str(mmd), "html": str(page)}

@@ -41,6 +41,7 @@ from clusters.render.layout import (
 )
 from clusters.render.text import dump_all
 from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files
+from clusters.state import write_file
 from sim.errors import ScenarioError
 from sim.model.topology import CONTROL_CLUSTER, Topology
 from sim.protocols.wire import NAMESPACE
@@ -114,7 +115,7 @@ class K3dStack:
         fresh_records(self.state_dir)
         self.topology = self._forward(live_topology(self.k3d.runner, self.scenario_topology))
         status = build_status(self.backend, self.topology, self.state_dir, scenario, endpoints(self.topology))
-        (self.state_dir / "status.json").write_text(json.dumps(status, indent=2))
+        write_file(self.state_dir / "status.json", json.dumps(status, indent=2))
         sync_runner = CommandRunner(env=self.k3d.runner.env, echo=None)  # silent: it polls every half second
         self.log_sync = LogSync(sync_runner, self.state_dir, [c.name for c in self.topology.clusters]).start()
         return self
@@ -123,7 +124,7 @@ class K3dStack:
         for forward in self.forwards:
             forward.stop()
         self.forwards = start_forwards(self.k3d.runner, live)
-        (self.state_dir / "topology.json").write_text(live.to_json())
+        write_file(self.state_dir / "topology.json", live.to_json())
         write_netmap(self.state_dir, live, self.forwards)
         return live
 

@@ -72,8 +72,11 @@ class NetMap:
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.to_json())
-        os.replace(tmp, path)  # readers never see half a map
+        tmp.unlink(missing_ok=True)  # a link planted at the temporary name is removed, never written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.to_json())
+        os.replace(tmp, path)  # readers never see half a map; replacing a link replaces the link itself
 
 
 class LiveNetMap:
