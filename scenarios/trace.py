@@ -129,9 +129,8 @@ def _unreached(events: list[dict[str, Any]], access: list[dict[str, str]]) -> di
     for start in sorted((e for e in events if e["kind"] == "worker.callback.start" and e.get("callback") == "http"
                          and e.get("proxy")), key=lambda e: e.get("ts", 0)):
         rid, result = start.get("requestId"), results.get(start.get("requestId"))
-        statuses = (result or {}).get("statuses") or []
-        if result is not None and not (statuses and (start.get("connect") or len(statuses) > legs.get(rid, 0))):
-            continue  # answered by pods alone, or no HTTP answer at all (DNS, TLS): no line of its own
+        if result is not None and not _needs_unreached(start, result, legs.get(rid, 0)):
+            continue  # every leg it sent reached a pod, or it never got a request to the proxy (DNS, TLS)
         end = result.get("ts", 0.0) if result else float("inf")
         waiting.append((rid, urlsplit(str(start.get("target"))).hostname, start.get("ts", 0.0), end))
     out: dict[int, str] = {}
@@ -145,6 +144,17 @@ def _unreached(events: list[dict[str, Any]], access: list[dict[str, str]]) -> di
                 del waiting[n]
                 break
     return out
+
+
+LEGS_SENT = {"get": 1, "post": 2, "done": 2}  # callback legs a worker had sent when it stopped at that stage
+
+
+def _needs_unreached(start: dict[str, Any], result: dict[str, Any], through_pods: int) -> bool:
+    """Did this finished callback leave a line that reached no pod? A legacy worker's CONNECT always does
+    once the proxy answered it; otherwise a leg it sent that no pod received (refused, or cut off)."""
+    if start.get("connect"):
+        return bool(result.get("statuses"))
+    return LEGS_SENT.get(str(result.get("stage")), 0) > through_pods
 
 
 def _epoch(start: str) -> float:

@@ -7,28 +7,31 @@ access log and log file, and in the pods' own events.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import re
-import socket
-import ssl
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from proxy_wire import (
+    ATTACH,
+    NO_POD,
+    POD,
+    SHORT,
+    DyingPod,
+    Wire,
+    connect,
+    marked,
+    pod_events,
+    reached_pod,
+    rebind,
+    request,
+)
 from stack_records import Records
 
-from clusters.local import LocalBackend, LocalStack
-from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from clusters.local import LocalStack
 from scenarios.result import ScenarioResult
-from sim.protocols.wire import DF_BODY, UF_BODY, UF_TLS_BODY
+from sim.protocols.wire import DF_BODY, UF_BODY
 from sim.proxy.access_log import AccessRecord, format_record, parse_line
-from sim.proxy.downstream import IDLE_ENV
 from sim.proxy.policy import (
     ProxyPolicy,
     Reject,
@@ -39,15 +42,6 @@ from sim.proxy.policy import (
     raw_field_values,
     with_host_from_url,
 )
-
-WD = "grpc-worker.example.com"
-SNI = f"invocation.{WD}"
-POD = "10-42-0-11.invocation.nvcf.svc.cluster.local"
-NO_POD = "10-42-0-99.invocation.nvcf.svc.cluster.local"  # a well-formed pod name no DNS knows
-ATTACH = "/v2/nvcf/worker/request-attach"
-SHORT = 5.0  # a local reply or a pod's 401 takes milliseconds; this only bounds a broken proxy
-IDLE = 0.5  # NCPSIM_PROXY_CONNECTION_IDLE for the idle stack (Envoy's 1 h, scaled down)
-TRICKLE = 0.1  # gap between a steady tunnel's bytes: well inside IDLE
 
 # Envoy's default access-log format, as its documentation gives it (configuration/observability/access_log).
 ENVOY_DEFAULT_FORMAT = (
@@ -144,81 +138,6 @@ def test_raw_heads() -> None:
 def test_body_and_expect(headers: tuple[tuple[str, str], ...], body: bool, expects: bool) -> None:
     request_head = head("POST", f"http://{POD}:8443{ATTACH}", *headers)
     assert (has_body(request_head), expects_continue(request_head)) == (body, expects)
-
-
-# Wire helpers ----------------------------------------------------------------------------------------
-def tls_context(stack: LocalStack) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.load_verify_locations(cafile=stack.status()["ca"]["stack"])
-    return ctx
-
-
-def connect(stack: LocalStack) -> ssl.SSLSocket:
-    sock = socket.create_connection(("127.0.0.1", stack.status()["proxy"]["http"]["port"]), timeout=SHORT)
-    return tls_context(stack).wrap_socket(sock, server_hostname=SNI)
-
-
-class Wire:
-    """A worker's connection to the proxy, read response by response (Content-Length framing)."""
-
-    def __init__(self, tls: ssl.SSLSocket):
-        self.tls, self.buffer = tls, b""
-
-    def send(self, data: bytes) -> None:
-        self.tls.sendall(data)
-
-    def _fill(self) -> bool:
-        chunk = self.tls.recv(65536)
-        self.buffer += chunk
-        return bool(chunk)
-
-    def head(self) -> tuple[bytes, dict[str, str]]:
-        """The next response head: its status line and headers."""
-        while b"\r\n\r\n" not in self.buffer:
-            assert self._fill(), f"the proxy closed without a response head: {self.buffer!r}"
-        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        line, *fields = head.decode("latin-1").split("\r\n")
-        return line.encode(), {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
-
-    def response(self, head_request: bool = False) -> tuple[bytes, dict[str, str], bytes]:
-        line, headers = self.head()
-        length = 0 if head_request else int(headers.get("content-length", "0"))
-        while len(self.buffer) < length:
-            assert self._fill(), "the proxy closed mid-body"
-        body, self.buffer = self.buffer[:length], self.buffer[length:]
-        return line, headers, body
-
-    def closed_within(self, seconds: float) -> bool:
-        """True if the proxy closes the connection within `seconds` (reading and dropping what it sends)."""
-        self.tls.settimeout(seconds)
-        try:
-            while self._fill():
-                pass
-        except TimeoutError:
-            return False
-        except (ConnectionError, ssl.SSLError):
-            pass
-        return True
-
-
-def request(line: str, *headers: tuple[str, str], body: bytes = b"", host: str | None = f"{POD}:8443") -> bytes:
-    fields = ([("Host", host)] if host else []) + list(headers)
-    return (line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields) + "\r\n").encode("latin-1") + body
-
-
-def marked(name: str) -> tuple[str, str]:
-    return ("X-Request-Id", f"ef-{name}")
-
-
-def pod_events(stack: LocalStack) -> list[dict]:
-    events = []
-    for path in sorted((stack.state_dir / "events").glob("invocation-service-*.jsonl")):
-        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return events
-
-
-def reached_pod(stack: LocalStack, request_id: str) -> bool:
-    return any(e.get("requestId") == request_id for e in pod_events(stack) if e["kind"] == "pod.request")
 
 
 # What the worker callbacks of a replay leave --------------------------------------------------------------
@@ -406,189 +325,6 @@ def test_a_refused_request_without_a_body_keeps_the_connection(http_stack) -> No
         wire.send(request(f"GET http://{POD}:8443{ATTACH} HTTP/1.1", marked("no-body-after")))
         after, _, _ = wire.response()
     assert after == b"HTTP/1.1 401 Unauthorized"
-
-
-# UF: the host tried (issue 11 item 4); gRPC traces carry the worker's cause (issue 11 item 3) ------------------
-EXPIRED_POD_CERTS = """
-name: expired-pod-certs
-summary: Both kinds of pod serve an expired certificate; the proxy refuses them as upstreams (503 UF)
-seed: 7
-values:
-  workerCallbackProxy: {enabled: true, workerDomain: grpc-worker.example.com, service: {type: LoadBalancer}}
-  global: {nvcaOperator: {agent: {workerCallbackCaPem: "@stack-ca"}}}
-topology:
-  invocationReplicas: 1
-  grpcProxyReplicas: 1
-  computeClusters:
-    - workers: [{count: 1, trust: system}]
-steps:
-  - name: the invocation pod's certificate expired
-    fault: {expire: invocation}
-  - name: HTTP callbacks
-    invoke: {function: http-echo, count: 2}
-    expect: {outcome: failure, proxyStatus: 503, proxyFlag: UF}
-  - name: the grpc-proxy pod's certificate expired
-    fault: {expire: grpc-proxy}
-  - name: a gRPC call the client gives up on first
-    invoke: {function: grpc-echo, count: 1, timeout: 0.3}   # shorter than the worker's five retries
-    expect: {outcome: failure, proxyStatus: 503, proxyFlag: UF}
-"""
-
-
-@pytest.fixture(scope="module")
-def expired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScenarioResult]:
-    root = tmp_path_factory.mktemp("ncpsim-uf")
-    scenario = root / "expired-pod-certs.yaml"
-    scenario.write_text(EXPIRED_POD_CERTS)
-    stack = LocalStack("fidelity-uf", root=root)
-    try:
-        yield run_scenario(load_scenario(str(scenario)), LocalBackend(stack.root), stack.name, keep=True)
-    finally:
-        stack.down()
-        assert not stack.launcher.running(), "components still running after down"
-
-
-def test_uf_names_the_host_tried_and_counts_its_body(expired: ScenarioResult) -> None:
-    """Each callback's GET gets 503 UF; the line names the pod address the proxy dialed and the reply's
-    body bytes, and the replay gives it to the callback though no request id links them."""
-    assert expired.ok, expired.failures
-    traces = expired.steps[1].traces
-    assert len(traces) == 2
-    for trace in traces:
-        assert [(rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) for rec in trace.proxy] == [
-            ("GET", "503", "UF", "10.42.0.11:8443")]
-        assert trace.proxy[0]["tx"] == str(len(UF_TLS_BODY))
-        assert "CERTIFICATE_VERIFY_FAILED" in (trace.error or "")
-    assert len({trace.proxy[0]["request_id"] for trace in traces}) == 2  # one line each, none shared
-
-
-def test_grpc_trace_carries_the_workers_cause(expired: ScenarioResult) -> None:
-    """The client gives up first (DEADLINE_EXCEEDED); the trace still says what the worker got."""
-    (trace,) = expired.steps[3].traces
-    assert trace.outcome == "failure" and trace.worker_stage == "callback"
-    assert "DEADLINE_EXCEEDED" not in (trace.error or "")
-    assert "HTTP 503" in (trace.error or "") and "CERTIFICATE_VERIFY_FAILED" in (trace.error or "")
-
-
-# Idle timeouts (issue 16 item 10) ------------------------------------------------------------------------------
-CONNECT_ON = "workerCallbackProxy:\n  invocation:\n    connect:\n      enabled: true\n"
-
-
-@pytest.fixture(scope="module")
-def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """CONNECT on, and Envoy's 1 h idle timeout shortened to IDLE through the proxy's environment."""
-    root = tmp_path_factory.mktemp("ncpsim-idle")
-    values = root / "connect-on.yaml"
-    values.write_text(CONNECT_ON)
-    stack = LocalStack("fidelity-idle", root=root)
-    saved = os.environ.get(IDLE_ENV)
-    os.environ[IDLE_ENV] = str(IDLE)
-    try:
-        try:
-            result = run_scenario(load_scenario("http-callback", values), LocalBackend(stack.root), stack.name,
-                                  keep=True)
-        finally:
-            if saved is None:
-                os.environ.pop(IDLE_ENV, None)
-            else:
-                os.environ[IDLE_ENV] = saved
-        assert result.ok, result.failures
-        yield stack
-    finally:
-        stack.down()
-        assert not stack.launcher.running(), "components still running after down"
-
-
-def test_an_idle_connection_is_closed(idle_stack: LocalStack) -> None:
-    started = time.monotonic()
-    with connect(idle_stack) as tls:
-        assert Wire(tls).closed_within(SHORT)
-    assert IDLE <= time.monotonic() - started < SHORT
-
-
-def tunnel(stack: LocalStack) -> Wire:
-    wire = Wire(connect(stack))
-    wire.send(request(f"CONNECT {POD}:8443 HTTP/1.1", marked("tunnel")))
-    line, _ = wire.head()
-    assert line == b"HTTP/1.1 200 OK"
-    return wire
-
-
-def test_an_idle_connect_tunnel_is_closed_and_logged(idle_stack: LocalStack) -> None:
-    records = Records(idle_stack.state_dir)
-    started = time.monotonic()
-    wire = tunnel(idle_stack)
-    with wire.tls:
-        assert wire.closed_within(SHORT)
-    assert IDLE <= time.monotonic() - started < SHORT
-    rec = records.access_line(method="CONNECT", request_id="ef-tunnel")
-    assert (rec["status"], rec["flags"], rec["upstream_host"]) == ("200", "-", "10.42.0.11:8443")
-
-
-def test_connect_to_an_unknown_pod_says_dns(idle_stack: LocalStack) -> None:
-    records = Records(idle_stack.state_dir)
-    with connect(idle_stack) as tls:
-        wire = Wire(tls)
-        wire.send(request(f"CONNECT {NO_POD}:8443 HTTP/1.1", marked("connect-df"), host=f"{NO_POD}:8443"))
-        line, _, body = wire.response()
-    assert (line, body) == (b"HTTP/1.1 503 Service Unavailable", DF_BODY.encode())
-    rec = records.access_line(request_id="ef-connect-df")
-    assert (rec["flags"], rec["tx"], rec["upstream_host"]) == ("DF", str(len(DF_BODY)), "-")
-
-
-def test_a_tunnel_with_steady_bytes_is_not_idle(idle_stack: LocalStack) -> None:
-    """Negative control: idle means no bytes either way, not a long tunnel."""
-    wire = tunnel(idle_stack)
-    with wire.tls:
-        wire.send(b"\x16\x03\x01\x40\x00")  # a TLS record head announcing 16 KiB: the pod waits for it all
-        for _ in range(int(2 * IDLE / TRICKLE)):
-            wire.send(b"\x00")  # a byte of that record every TRICKLE seconds
-            time.sleep(TRICKLE)
-        assert not wire.closed_within(TRICKLE)
-
-
-# A pod that dies mid-response (issue 16 item 10): the reason in ncpsim's words, no traceback ------------------
-class DyingPod:
-    """Stands in for pod 10.42.0.12's TLS listener (the stack's own pod certificate): reads a request head,
-    writes the start of a 200 whose body never completes, and drops the connection."""
-
-    PARTIAL = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: text/plain\r\n\r\nonly part"
-
-    def __init__(self, secret: Path):
-        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.served = threading.Event()
-        self.thread = threading.Thread(target=self._serve, name="dying-pod", daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = self.listener.accept()
-                with contextlib.suppress(OSError, ssl.SSLError), conn, \
-                        self.tls.wrap_socket(conn, server_side=True) as tls:
-                    data = b""
-                    while b"\r\n\r\n" not in data and (chunk := tls.recv(65536)):
-                        data += chunk
-                    tls.sendall(self.PARTIAL)
-                self.served.set()
-
-    def close(self) -> None:
-        self.listener.close()
-        self.thread.join(SHORT)
-
-
-def rebind(state: Path, address: str, port: int) -> dict:
-    """Point a virtual address at another real port in the stack's network map (components re-read it)."""
-    path = state / "netmap.json"
-    original = json.loads(path.read_text())
-    changed = {**original, "bindings": {**original["bindings"], address: port}}
-    tmp = path.with_suffix(".test")
-    tmp.write_text(json.dumps(changed))
-    tmp.replace(path)  # a new inode: readers notice the change
-    return original
 
 
 def test_a_pod_dying_mid_response_is_logged_in_ncpsims_words(http_stack) -> None:

@@ -141,6 +141,7 @@ class TunnelTls:
         self.reader, self.writer = reader, writer
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname=server_hostname)
+        self.eof = False
 
     async def handshake(self, timeout: float) -> None:
         async with asyncio.timeout(timeout):
@@ -177,7 +178,11 @@ class TunnelTls:
                 await self._flush()
                 await self._fill()
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                self.eof = True
                 return b""  # the pod closed the session: EOF, as a stream reader reports it
+
+    def at_eof(self) -> bool:
+        return self.eof
 
     def write(self, data: bytes) -> None:
         self.tls.write(data)
@@ -217,7 +222,7 @@ async def _leg(stream: H11Stream, method: str, url: str, headers: list[tuple[str
         response = await exchange(stream, method, url, headers, body, timeout=timeout)
     except (PeerClosed, ConnectionError, h11.ProtocolError, TimeoutError) as exc:
         log.debug("%s %s failed: %s: %s", method, url, type(exc).__name__, exc)
-        raise CallbackFailed(stage, f"{method} failed: {leg_failure(exc)}") from exc
+        raise CallbackFailed(stage, f"{method} failed: {leg_failure(exc, stream.reader.at_eof())}") from exc
     trace.statuses.append(response.status)
     if response.status != 200:
         raise CallbackFailed(stage, f"{method} answered {response.status}: {response.body[:200].decode(errors='replace')}",
@@ -225,13 +230,14 @@ async def _leg(stream: H11Stream, method: str, url: str, headers: list[tuple[str
     return response
 
 
-def leg_failure(exc: BaseException) -> str:
-    """Why a callback leg got no whole answer, in ncpsim's words (h11's own wording stays in the debug log)."""
+def leg_failure(exc: BaseException, closed: bool) -> str:
+    """Why a callback leg got no whole answer, in ncpsim's words (h11's own wording stays in the debug log).
+    `closed`: the other side had closed the connection (h11 calls a cut-off body a protocol error)."""
     if isinstance(exc, TimeoutError):
         return f"no response headers within {GET_HEADERS_TIMEOUT:g} s"
     if isinstance(exc, h11.LocalProtocolError):
         return "the worker could not frame its request"
-    if isinstance(exc, h11.RemoteProtocolError):
+    if isinstance(exc, h11.RemoteProtocolError) and not closed:
         return "malformed response"
     if isinstance(exc, PeerClosed) and "before" in str(exc):
         return "connection closed before a response"

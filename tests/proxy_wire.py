@@ -1,0 +1,138 @@
+"""A worker's side of the proxy's HTTP/1.1 front, byte by byte: raw TLS connections, requests as sent, responses
+as framed, and a stand-in pod that dies mid-response. Shared by the Envoy-fidelity tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+from pathlib import Path
+
+from clusters.local import LocalStack
+
+WD = "grpc-worker.example.com"
+SNI = f"invocation.{WD}"
+POD = "10-42-0-11.invocation.nvcf.svc.cluster.local"
+NO_POD = "10-42-0-99.invocation.nvcf.svc.cluster.local"  # a well-formed pod name no DNS knows
+ATTACH = "/v2/nvcf/worker/request-attach"
+SHORT = 5.0  # a local reply or a pod's 401 takes milliseconds; this only bounds a broken proxy
+
+
+def tls_context(stack: LocalStack) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile=stack.status()["ca"]["stack"])
+    return ctx
+
+
+def connect(stack: LocalStack) -> ssl.SSLSocket:
+    sock = socket.create_connection(("127.0.0.1", stack.status()["proxy"]["http"]["port"]), timeout=SHORT)
+    return tls_context(stack).wrap_socket(sock, server_hostname=SNI)
+
+
+class Wire:
+    """A worker's connection to the proxy, read response by response (Content-Length framing)."""
+
+    def __init__(self, tls: ssl.SSLSocket):
+        self.tls, self.buffer = tls, b""
+
+    def send(self, data: bytes) -> None:
+        self.tls.sendall(data)
+
+    def _fill(self) -> bool:
+        chunk = self.tls.recv(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def head(self) -> tuple[bytes, dict[str, str]]:
+        """The next response head: its status line and headers."""
+        while b"\r\n\r\n" not in self.buffer:
+            assert self._fill(), f"the proxy closed without a response head: {self.buffer!r}"
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        line, *fields = head.decode("latin-1").split("\r\n")
+        return line.encode(), {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+
+    def response(self, head_request: bool = False) -> tuple[bytes, dict[str, str], bytes]:
+        line, headers = self.head()
+        length = 0 if head_request else int(headers.get("content-length", "0"))
+        while len(self.buffer) < length:
+            assert self._fill(), "the proxy closed mid-body"
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return line, headers, body
+
+    def closed_within(self, seconds: float) -> bool:
+        """True if the proxy closes the connection within `seconds` (reading and dropping what it sends)."""
+        self.tls.settimeout(seconds)
+        try:
+            while self._fill():
+                pass
+        except TimeoutError:
+            return False
+        except (ConnectionError, ssl.SSLError):
+            pass
+        return True
+
+
+def request(line: str, *headers: tuple[str, str], body: bytes = b"", host: str | None = f"{POD}:8443") -> bytes:
+    fields = ([("Host", host)] if host else []) + list(headers)
+    return (line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields) + "\r\n").encode("latin-1") + body
+
+
+def marked(name: str) -> tuple[str, str]:
+    return ("X-Request-Id", f"ef-{name}")
+
+
+def pod_events(stack: LocalStack) -> list[dict]:
+    events = []
+    for path in sorted((stack.state_dir / "events").glob("invocation-service-*.jsonl")):
+        events += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return events
+
+
+def reached_pod(stack: LocalStack, request_id: str) -> bool:
+    return any(e.get("requestId") == request_id for e in pod_events(stack) if e["kind"] == "pod.request")
+
+
+
+class DyingPod:
+    """Stands in for pod 10.42.0.12's TLS listener (the stack's own pod certificate): reads a request head,
+    writes the start of a 200 whose body never completes, and drops the connection."""
+
+    PARTIAL = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: text/plain\r\n\r\nonly part"
+
+    def __init__(self, secret: Path):
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.served = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="dying-pod", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                with contextlib.suppress(OSError, ssl.SSLError), conn, \
+                        self.tls.wrap_socket(conn, server_side=True) as tls:
+                    data = b""
+                    while b"\r\n\r\n" not in data and (chunk := tls.recv(65536)):
+                        data += chunk
+                    tls.sendall(self.PARTIAL)
+                self.served.set()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(SHORT)
+
+
+def rebind(state: Path, address: str, port: int) -> dict:
+    """Point a virtual address at another real port in the stack's network map (components re-read it)."""
+    path = state / "netmap.json"
+    original = json.loads(path.read_text())
+    changed = {**original, "bindings": {**original["bindings"], address: port}}
+    tmp = path.with_suffix(".test")
+    tmp.write_text(json.dumps(changed))
+    tmp.replace(path)  # a new inode: readers notice the change
+    return original
