@@ -17,6 +17,7 @@ from proxy_wire import (
     NO_POD,
     POD,
     SHORT,
+    WD,
     DyingPod,
     Wire,
     connect,
@@ -30,6 +31,7 @@ from stack_records import Records
 
 from clusters.local import LocalStack
 from scenarios.result import ScenarioResult
+from scenarios.trace import CallTrace, join, proxy_lines
 from sim.protocols.wire import DF_BODY, UF_BODY
 from sim.proxy.access_log import AccessRecord, format_record, parse_line
 from sim.proxy.policy import (
@@ -360,3 +362,56 @@ def test_a_pod_dying_mid_response_is_logged_in_ncpsims_words(http_stack) -> None
         dying.close()
     log = (stack.state_dir / "logs" / "worker-callback-proxy.log").read_text()
     assert "Traceback" not in log and "h11" not in log
+
+
+# The replay's correlation without X-Request-Id (scenarios.trace), as a table ----------------------------------
+def line(request_id: str, at: float, status: str = "200", flags: str = "-", authority: str = f"{POD}:8443",
+         method: str = "GET") -> dict[str, str]:
+    rec = parse_line(format_record(AccessRecord(start=at, method=method, path=ATTACH, status=int(status), flags=flags,
+                                                request_id=request_id, authority=authority)))
+    assert rec is not None
+    return rec
+
+
+def callback(rid: str, at: float, end: float, stage: str, statuses: list[int], tokens: tuple[str, str],
+             target: str = f"http://{POD}:8443") -> list[dict]:
+    return [{"kind": "worker.callback.start", "requestId": rid, "callback": "http", "ts": at, "target": target,
+             "proxy": f"https://invocation.{WD}:10084", "connect": False, "tokens": list(tokens)},
+            {"kind": "worker.callback.result", "requestId": rid, "callback": "http", "ts": end, "stage": stage,
+             "statuses": statuses, "ok": stage == "done"}]
+
+
+def leg(kind: str, rid: str | None, proxy_id: str, token: str) -> dict:
+    return {"kind": kind, "requestId": rid, "xRequestId": proxy_id, "token": token, "pod": "invocation-service-0",
+            "ts": 0.0}
+
+
+T0 = 1767225600.0
+EVENTS = [
+    # a: both legs reached its pod
+    *callback("a", T0, T0 + 0.1, "done", [200, 200], ("ta1", "ta2")),
+    leg("attach.get", "a", "p-a1", "ta1"), leg("attach.post", "a", "p-a2", "ta2"),
+    # b and c: concurrent, same pod, both refused by the proxy (UF), so no pod saw either id
+    *callback("b", T0 + 1.0, T0 + 1.2, "get", [503], ("tb1", "tb2")),
+    *callback("c", T0 + 1.05, T0 + 1.3, "get", [503], ("tc1", "tc2")),
+    # d: landed on another pod, whose token check failed (its event names the proxy's id, not d's)
+    *callback("d", T0 + 2.0, T0 + 2.1, "get", [401], ("td1", "td2")),
+    leg("attach.get", "p-d1", "p-d1", "td1"),
+    # e: failed before sending anything (TLS): no line of its own, though one of b/c's falls in its time
+    *callback("e", T0 + 0.99, T0 + 1.02, "tls", [], ("te1", "te2")),
+]
+ACCESS = [line("p-a1", T0 + 0.01), line("p-a2", T0 + 0.05, method="POST"),
+          line("p-b", T0 + 1.011, "503", "UF"), line("p-c", T0 + 1.06, "503", "UF"),
+          line("p-d1", T0 + 2.01, "401")]
+
+
+@pytest.mark.parametrize(("rid", "ids"), [("a", ["p-a1", "p-a2"]), ("b", ["p-b"]), ("c", ["p-c"]), ("d", ["p-d1"]),
+                                          ("e", [])])
+def test_lines_are_joined_without_a_request_id(rid: str, ids: list[str]) -> None:
+    assert [rec["request_id"] for rec in proxy_lines(rid, EVENTS, ACCESS)] == ids
+
+
+def test_a_leg_refused_by_another_pod_is_traced_to_its_worker() -> None:
+    trace = join(CallTrace(step=1, index=4, function="http-echo", pod="invocation-service-1", request_id="d"),
+                 EVENTS, ACCESS)
+    assert [leg["pod"] for leg in trace.pod_legs] == ["invocation-service-0"] and trace.landed == "other"
