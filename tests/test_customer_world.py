@@ -225,7 +225,8 @@ def test_a_bad_rewrite_is_one_line_when_the_topology_is_built(rewrite: DnsRewrit
     ("LoadBalancer", DEFAULT_REWRITE, None, None),
     ("LoadBalancer", DnsRewrite(domain="grpc-workers.example.com"), None, None),  # rendered as asked
     ("LoadBalancer", DnsRewrite(target="10.100.0.99"), None, "dnsRewrite of ncpsim-compute-1"),
-    ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(), "dnsRewrite of ncpsim-cp"),
+    ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(), None),  # a single cluster publishing the names
+    ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(target="10.1.2.3"), "dnsRewrite of ncpsim-cp"),
     ("ClusterIP", DEFAULT_REWRITE, None, "set it to LoadBalancer"),
 ])
 def test_k3d_refuses_in_one_line_what_it_cannot_render(kind: str, rewrite: DnsRewrite,
@@ -335,3 +336,24 @@ def test_worker_pods_read_the_applied_pem_never_the_ca_file(tmp_path: Path) -> N
     assert proxy_ca_pem(SimpleNamespace(values=applied.values)) == "PEM AS PASTED"  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="reached a worker host unresolved"):
         proxy_ca_pem(SimpleNamespace(values=values(workerCallbackCaPem="@stack-ca")))  # type: ignore[arg-type]
+
+
+def test_k3d_renders_the_control_planes_rewrite_to_the_proxy_service() -> None:
+    """single-cluster-names-published on k3d: the control plane's CoreDNS answers *.<workerDomain> with
+    the proxy Service, from the very rule the local resolver answers with."""
+    from clusters.render.bundle import Addresses, manifests_by_cluster
+    from clusters.render.control_plane import CertMaterial
+    from dns.coredns import evaluate_rewrite
+    from scenarios.model import load_scenario
+
+    pem = (b"-", b"-", b"-")
+    material = CertMaterial(secrets=dict.fromkeys(
+        ("worker-callback-proxy-frontend-tls", "invocation-service-worker-tls", "grpc-proxy-worker-tls",
+         "worker-public-tls"), pem), stack_ca=b"-", public_ca=b"-")
+    for name, published in (("single-cluster-names-published", True), ("single-cluster-direct", False)):
+        t = load_scenario(name).build_topology("default")
+        objects = manifests_by_cluster(t, material, Addresses.virtual(t))[CONTROL_CLUSTER]
+        maps = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "coredns-custom"]
+        assert bool(maps) == published, name
+        if published:
+            assert evaluate_rewrite(maps[0], f"10-42-0-41.{WD}") == "worker-callback-proxy.nvcf.svc.cluster.local"

@@ -174,18 +174,17 @@ def bring_up(backend: Backend, topology: Topology, material: CertMaterial) -> To
 
 def check_reachable(topology: Topology) -> None:
     """Compute clusters reach the proxy here only through a LoadBalancer Service, and the CoreDNS rewrite
-    rendered here points a compute cluster's names at the proxy Service, nothing else."""
+    rendered here points a cluster's names at the proxy Service, nothing else."""
     if topology.compute_clusters and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer":
         raise BackendError(
             "workerCallbackProxy.service.type: the k3d backend reaches the proxy from compute "
             "clusters through its load balancer; set it to LoadBalancer"
         )
     for cluster in topology.clusters:
-        elsewhere = cluster.rewrite_target and cluster.rewrite_target != topology.proxy_ip
-        if elsewhere or (cluster.kind == "control" and cluster.rewrite_target):
+        if cluster.rewrite_target and cluster.rewrite_target != topology.proxy_ip:
             raise BackendError(
-                f"topology dnsRewrite of {cluster.name}: the k3d backend renders only a compute cluster's "
-                "rewrite to the proxy Service; replay this scenario on the local backend"
+                f"topology dnsRewrite of {cluster.name}: the k3d backend renders a rewrite to the proxy "
+                "Service only; replay a rewrite to another address on the local backend"
             )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clusters.render.compute import compute_manifests
+from clusters.render.compute import compute_manifests, coredns_rewrite
 from clusters.render.control_plane import CertMaterial, control_plane_manifests
 from clusters.render.envoy import render_envoy
 from clusters.render.k3d_config import k3d_configs
@@ -45,7 +45,9 @@ def manifests_by_cluster(
     out = {}
     for cluster in topology.clusters:
         if cluster.kind == "control":
-            out[cluster.name] = control_plane_manifests(topology, material, image)
+            # A single cluster with the proxy enabled publishes *.<workerDomain> in its own CoreDNS (seed step 2).
+            rewrite = coredns_rewrite(topology, cluster)
+            out[cluster.name] = control_plane_manifests(topology, material, image) + ([rewrite] if rewrite else [])
         else:
             out[cluster.name] = compute_manifests(
                 topology, cluster, material, addresses.proxy, addresses.bus, image
