@@ -6,6 +6,7 @@ Envoy's idle timeout (shortened), and a pod that dies mid-response reads in ncps
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,3 +215,22 @@ def test_a_pod_dying_mid_response_reads_in_ncpsims_words_on_the_worker(quiet_sta
     assert dying.served.is_set() and trace.outcome == "failure"
     assert trace.error == "GET failed: connection closed mid-response"
     assert [(rec["method"], rec["status"], rec["flags"]) for rec in trace.proxy] == [("GET", "200", "UC")]
+
+
+def test_a_pod_refusing_connections_is_uf_with_the_host_tried(quiet_stack: LocalStack) -> None:
+    """Nothing listens at the pod's TLS port any more: 503 UF, the line names the address dialed, and the
+    proxy's event says why in ncpsim's words (not the socket library's)."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # a port nothing listens on: the dial is refused
+    original = rebind(quiet_stack.state_dir, "10.42.0.11:8443/tcp", port)
+    try:
+        records = Records(quiet_stack.state_dir)
+        session = run_steps(quiet_stack, [call_step("http-echo", 1)], Path(__file__))
+        (trace,) = session.steps[0].traces
+        assert [(rec["status"], rec["flags"], rec["upstream_host"]) for rec in trace.proxy] == [
+            ("503", "UF", "10.42.0.11:8443")]
+        failed = records.event("proxy.upstream.failed", requestId=trace.proxy[0]["request_id"])
+        assert failed["detail"] == "connection refused by 10.42.0.11:8443"
+    finally:
+        rebind(quiet_stack.state_dir, "10.42.0.11:8443/tcp", original["bindings"]["10.42.0.11:8443/tcp"])

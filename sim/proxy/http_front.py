@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import h11
 
 from dns.client import NameNotResolved
+from sim.model.netmap import Unreachable
 from sim.protocols.http1 import H11Stream, decode_headers
 from sim.protocols.tls import ReloadingContext
 from sim.protocols.wire import DF_BODY, UC_BODY, UF_BODY, UF_TLS_BODY, UpstreamFailure
@@ -71,6 +72,19 @@ def reply_body(reject: Reject) -> bytes:
     if reject.close and reject.flag in ("DPE", "-"):
         return reason(reject.status)
     return reject.reason.encode()
+
+
+def dial_failure(exc: BaseException, address: str) -> str:
+    """Why the proxy could not open its connection to a pod, in ncpsim's words."""
+    if isinstance(exc, Unreachable):
+        return str(exc)  # the network map's own words: no route from this cluster
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused by {address}"
+    if isinstance(exc, TimeoutError):
+        return f"connection to {address} timed out"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake with {address} failed"
+    return f"connection to {address} failed"
 
 
 def _closing(reject: Reject, head: RequestHead) -> Reject:
@@ -243,7 +257,8 @@ class HttpFront:
         except ssl.SSLCertVerificationError as exc:
             raise UpstreamFailure("UF", UF_TLS_BODY, f"CERTIFICATE_VERIFY_FAILED: {exc.verify_message}") from exc
         except (OSError, TimeoutError, ssl.SSLError) as exc:
-            raise UpstreamFailure("UF", UF_BODY, f"{type(exc).__name__}: {exc}") from exc
+            log.debug("dial %s:%s (%s) failed: %s: %s", ip, port, host, type(exc).__name__, exc)
+            raise UpstreamFailure("UF", UF_BODY, dial_failure(exc, f"{ip}:{port}")) from exc
         return H11Stream(h11.CLIENT, reader, writer)
 
     async def _upstream(self, pool: Pool, fwd: Forward, record: AccessRecord) -> H11Stream:
