@@ -92,6 +92,41 @@ def _stack(name: str, backend: str = "local"):
     return _backend(backend).attach(name)
 
 
+def _state_folder(stack: str) -> Path:
+    """The stack's folder, created (with its marker) for a task that writes there without bringing it up."""
+    from clusters.stack import state_dir
+    from clusters.state import create_stack_dir
+
+    folder = state_dir(stack)
+    create_stack_dir(folder)
+    return folder
+
+
+def _whole_number(flag: str, text: Any) -> int:
+    from sim.errors import ConfigError
+
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{flag} {text!r}: give a whole number, e.g. {flag} 100")
+    return value
+
+
+def _out_folder(out: str) -> Path:
+    """`--out DIR`: a folder, or a path where one can be made; a file on the way is one line, not a traceback."""
+    from sim.errors import ConfigError
+
+    folder = Path(out)
+    for place in (folder, *folder.parents):
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                raise ConfigError(f"--out {out}: {place} is a file, not a folder; name a folder to write into")
+            break
+    return folder
+
+
 def _bare_words(fn: Callable[..., Any], name: str) -> int:
     """How many bare words follow task `name` on this command line (flag values are not bare words)."""
     takes_value = {alias.replace("-", "_"): arg.takes_value
@@ -238,13 +273,14 @@ def status(c, json_=False, stack="default", backend="local"):
 @optional_positional(
     "component",
     help={"component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
-                       "invocation-service-0), or `all` (the default)", "lines": "lines from the end",
+                       "invocation-service-0), or `all` (the default)", "lines": "lines from the end (default 40)",
           "stack": "stack name", "backend": "local or k3d"})
 @user_errors
-def logs(c, component=None, lines=40, stack="default", backend="local"):
+def logs(c, component=None, lines=None, stack="default", backend="local"):
     """Print the last lines of a component's log (the proxy's access log is worker-callback-proxy.access)."""
     from sim.errors import ConfigError
 
+    count = 40 if lines is None else _whole_number("--lines", lines)  # text: invoke's own int() would traceback
     known = _stack(stack, backend).logs()
     paths = [Path(p) for p in known.values()]
     if component and component != "all":
@@ -252,7 +288,7 @@ def logs(c, component=None, lines=40, stack="default", backend="local"):
         if not paths:
             raise ConfigError(f"no log for {component!r}; known: {', '.join(known) or 'none'}")
     for path in paths:
-        text = path.read_text(errors="replace").splitlines()[-int(lines):]
+        text = path.read_text(errors="replace").splitlines()[-count:] if count else []
         print(f"==> {path} <==")
         print("\n".join(text))
 
@@ -263,7 +299,7 @@ def certs(c, stack="default"):
     """Print each CA's path, SHA-256 fingerprint and expiry (creating the CAs if the stack has none yet)."""
     from certs.store import CertStore, describe_text
 
-    store = CertStore(_stack(stack).state_dir / "certs")
+    store = CertStore(_state_folder(stack) / "certs")
     store.ensure_cas()
     print(describe_text(store.describe()))
 
@@ -319,7 +355,13 @@ def render(c, out, scenario="http-callback", backend="k3d", stack="default"):
     from clusters.k3d.tasks import render as k3d_render
 
     loaded = load_scenario(_scenario_arg(scenario))
-    raise Exit(code=k3d_render(out, loaded.build_topology(stack), loaded.name))
+    _state_folder(stack)  # the certificates are kept there: an unusable NCPSIM_HOME is one line, not a traceback
+    try:
+        code = k3d_render(_out_folder(out), loaded.build_topology(stack), loaded.name)
+    except OSError as exc:  # a full disk, a read-only folder: name the file, no traceback
+        raise ConfigError(f"--out {out}: cannot write {exc.filename or out} ({exc.strerror or exc}); "
+                          f"name a folder you can write") from None
+    raise Exit(code=code)
 
 
 @task(help={"context": "kubectl context of the compute cluster", "domain": "workerCallbackProxy.workerDomain",
@@ -454,14 +496,17 @@ def watch(c, stack="default", backend="local"):
     show(running.state_dir, sys.stdout, still_up)
 
 
-@task(iterable=["file", "set"],
-      help={"file": "a customer's values file (repeat: later files win)", "set": "key.path=value (repeatable)",
+@task(help={"file": "a customer's values file (repeat: later files win)", "set": "key.path=value (repeatable)",
             "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
             "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
             "json": "print the findings as JSON",
-            "write_ticket": "write a scenario reproducing the top finding (and its values beside it)"})
+            "write_ticket": "write a scenario reproducing the top finding (and its values beside it)",
+            "rewrite": "what the compute cluster's DNS holds: DOMAIN=TARGET (proxy, none or an IPv4 address)",
+            "secret": "NAME=DIR: the customer's Secret NAME (tls.crt, tls.key[, ca.crt]) as they have it"},
+      iterable=["file", "set", "secret"])
 @user_errors
-def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, write_ticket=None):
+def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, write_ticket=None, rewrite=None,
+             secret=None):
     """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
     from scenarios.diagnose.probe import diagnose as run
     from scenarios.diagnose.probe import text
@@ -470,7 +515,7 @@ def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, wr
 
     if not file and not set:
         raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
-    found = run([Path(f) for f in file or []], set or [], symptom, workers)
+    found = run([Path(f) for f in file or []], set or [], symptom, workers, rewrite=rewrite, secrets=secret or [])
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:
         written = write(found, Path(write_ticket))

@@ -179,7 +179,7 @@ def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
 
 
 TICKET_ROWS = [
-    ({"workerCallbackProxy": PROXY}, (), "worker-ca-missing"),
+    ({"workerCallbackProxy": PROXY}, ("--workers", "1.4.0:system"), "worker-ca-missing"),
     ({"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.2.9:system"), "legacy-worker-connect-off"),
     ({"workerCallbackProxy": PROXY, "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}}}, (),
      "split-plane-url"),
@@ -197,3 +197,42 @@ def test_the_written_ticket_replays_and_passes(tmp_path: Path, values: dict, ext
     replayed = replay(tmp_path, ticket)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "1/1 scenarios passed" in replayed.stdout
+
+
+# -- live, one row per cause: the values (and what else the customer told) make diagnose name it first -----
+def corporate_secret(tmp_path: Path) -> str:
+    """A frontend certificate from the customer's own corporate CA, as they would bring it."""
+    import trustme
+
+    ca = trustme.CA(organization_name="Customer Corp")
+    leaf = ca.issue_cert("*.grpc-worker.example.com")
+    folder = tmp_path / "worker-public-tls"
+    folder.mkdir()
+    leaf.private_key_pem.write_to_path(str(folder / "tls.key"))
+    (folder / "tls.crt").write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+    return f"worker-public-tls={folder}"
+
+
+CAUSE_ROWS = [
+    ("rewrite-missing", {"workerCallbackProxy": PROXY, **PEM}, ("--rewrite", "none")),
+    ("rewrite-wrong-domain", {"workerCallbackProxy": PROXY, **PEM}, ("--rewrite", "callbacks.other.example=proxy")),
+    ("rewrite-wrong-address", {"workerCallbackProxy": PROXY, **PEM},
+     ("--rewrite", "grpc-worker.example.com=10.100.0.99")),
+    ("proxy-unreachable", {"workerCallbackProxy": {**PROXY, "service": {"type": "ClusterIP"}}, **PEM}, ()),
+    ("proxy-disabled", {"workerCallbackProxy": {"enabled": False}}, ()),
+    ("frontend-private-ca",
+     {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}}, ("SECRET",)),
+]
+
+
+@pytest.mark.parametrize(("cause", "values", "extra"), CAUSE_ROWS, ids=[r[0] for r in CAUSE_ROWS])
+def test_each_cause_is_named_first_with_its_fix(tmp_path: Path, cause: str, values: dict,
+                                                extra: tuple[str, ...]) -> None:
+    args = ("--secret", corporate_secret(tmp_path)) if extra == ("SECRET",) else extra
+    one_probe = ("--workers", "1.4.0:system")  # one stack, not the default two: the suite's time
+    done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--json", *one_probe, *args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = json.loads(done.stdout)["findings"][0]
+    assert first["id"] == cause, first
+    assert first["fix"] == CAUSES[cause].fix and first["section"].startswith(("worker-callback-proxy.md",
+                                                                              "control-plane-operations.md"))

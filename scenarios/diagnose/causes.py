@@ -46,6 +46,10 @@ CAUSES: dict[str, Cause] = {c.id: c for c in (
           f'{WCP}, "Enable the proxy" step 2',
           "add the wildcard DNS record (or the CoreDNS rewrite: invoke dns-rewrite --domain <workerDomain>) "
           "for *.<workerDomain> to the proxy's load-balancer address"),
+    Cause("rewrite-wrong-domain", "the compute cluster's DNS rewrite is for another domain than the workerDomain",
+          "error", f'{WCP}, "Enable the proxy" step 2',
+          "rewrite *.<workerDomain> (workerCallbackProxy.workerDomain, exactly) to the proxy's load-balancer "
+          "address: invoke dns-rewrite --domain <workerDomain>"),
     Cause("rewrite-wrong-address", "*.<workerDomain> resolves, but not to a reachable proxy", "error",
           f'{WCP}, "Enable the proxy" step 2',
           "point the *.<workerDomain> record at the proxy Service's load-balancer address"),

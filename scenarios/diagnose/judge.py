@@ -29,6 +29,7 @@ class World:
     pem_set: bool = False
     connect_enabled: bool = False
     compute_clusters: int = 1
+    rewrite_other_domain: bool = False  # the customer's rewrite names another domain than the workerDomain
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,13 @@ def cause_of(obs: Observation, world: World) -> str | None:
     error, stage = (obs.error or "").lower(), obs.stage or ""
     if stage == "nats":
         return "nats-auth-rejected"
+    if not world.proxy_enabled and world.compute_clusters:
+        return "proxy-disabled"  # compute workers are handed pod names they can neither resolve nor reach
     if stage == "dns" or obs.dns_rcode in ("NXDOMAIN", "SERVFAIL"):
-        return "rewrite-missing"
+        return "rewrite-wrong-domain" if world.rewrite_other_domain else "rewrite-missing"
     if "connect" in error and "404" in error:
         return "legacy-worker-connect-off"
     if stage == "connect" or "unreachable" in error or "refused" in error or "timed out" in error:
-        if not world.proxy_enabled:
-            return "proxy-disabled"
         return "proxy-unreachable" if world.service_type != "LoadBalancer" else "rewrite-wrong-address"
     if stage == "tls" or "certificate verify failed" in error:
         return _tls_cause(obs, world, error)

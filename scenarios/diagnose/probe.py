@@ -25,6 +25,7 @@ from scenarios.diagnose.ticket import ticket, write
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
+from scenarios.secrets import with_brought_secrets
 from scenarios.trace import CallTrace
 from sim.errors import ConfigError
 from sim.model.events import of_kind, read_events
@@ -33,6 +34,7 @@ from sim.model.values import lookup, proxy_settings, validate
 from sim.model.values_file import file_layer
 
 CURRENT, LEGACY = "1.4.0", "1.2.9"  # worker-utils: forward-proxy callbacks from 1.3.2 on
+PROBE_TIMEOUT = 4  # seconds a probe call waits: a healthy callback takes milliseconds, a failed one is told
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,28 @@ class Diagnosis:
                 "symptom": self.symptom, "symptomCauses": self.symptom_causes, "probes": self.probes,
                 "notes": [f.to_json() for f in self.notes],
                 "seconds": round(self.seconds, 2)}
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What the customer's compute-cluster DNS holds for callbacks: `--rewrite DOMAIN=TARGET`, where TARGET
+    is `proxy` (the proxy Service's address), an IPv4 address, or `none` (no rewrite at all)."""
+
+    domain: str | None  # None: the values' workerDomain
+    target: str
+
+    def to_topology(self) -> dict[str, Any]:
+        return {"target": self.target, **({"domain": self.domain} if self.domain else {})}
+
+
+def parse_rewrite(spec: str) -> Rewrite:
+    domain, sep, target = spec.partition("=")
+    if spec.strip() == "none":
+        return Rewrite(None, "none")
+    if not sep or not domain or not target:
+        raise ConfigError(f"--rewrite {spec!r}: write DOMAIN=TARGET (TARGET: proxy, none or an IPv4 address), "
+                          f"or none")
+    return Rewrite(domain.strip().lstrip("*.").rstrip("."), target.strip())
 
 
 def parse_workers(spec: str) -> list[Profile]:
@@ -108,9 +132,10 @@ def write_ticket(d: Diagnosis, path: Path) -> list[Path]:
     return write(path, scenario, d.values)
 
 
-def world_of(values: dict[str, Any]) -> World:
+def world_of(values: dict[str, Any], dns: Rewrite | None = None) -> World:
     settings = proxy_settings(values)
-    return World(proxy_enabled=settings.enabled,
+    other_domain = bool(dns and dns.domain and dns.domain != settings.worker_domain)
+    return World(proxy_enabled=settings.enabled, rewrite_other_domain=other_domain,
                  service_type=str(lookup(values, ("workerCallbackProxy", "service", "type"), "LoadBalancer")),
                  frontend="stack" if settings.frontend_issuer == "stack" else "brought",
                  pem_set=settings.worker_ca_pem_set, connect_enabled=settings.connect_enabled)
@@ -123,15 +148,17 @@ def default_profiles(world: World) -> list[Profile]:
 
 
 def diagnose(files: Sequence[Path], sets: Sequence[str] = (), symptom: str | None = None,
-             workers: str | None = None, root: Path | None = None) -> Diagnosis:
+             workers: str | None = None, root: Path | None = None, rewrite: str | None = None,
+             secrets: Sequence[str] = ()) -> Diagnosis:
     started = time.monotonic()
     layered = customer_values(files, sets)
     warnings = [str(u) for u in layered.unknown]
     issues = [RenderIssue(i.path, i.message, f"{i.file}:{i.line}" if i.file else "")
               for i in validate(layered.values, layered.locations())]
-    world = world_of(layered.values) if not issues else World(proxy_enabled=False)
+    dns = parse_rewrite(rewrite) if rewrite else None
+    world = world_of(layered.values, dns) if not issues else World(proxy_enabled=False)
     profiles = parse_workers(workers) if workers else default_profiles(world)
-    observations = [] if issues else observe(layered.values, profiles, root)
+    observations = [] if issues else observe(layered.values, profiles, root, dns, secrets)
     findings = judge(issues, observations, world)
     # The default older-worker probe asks "what if some workers are old?": its failure is a note, unless
     # the user said such workers run (--workers) or the symptom points at it.
@@ -150,32 +177,36 @@ def diagnose(files: Sequence[Path], sets: Sequence[str] = (), symptom: str | Non
     return result
 
 
-def observe(values: dict[str, Any], profiles: list[Profile], root: Path | None) -> list[Observation]:
+def observe(values: dict[str, Any], profiles: list[Profile], root: Path | None,
+            dns: Rewrite | None = None, secrets: Sequence[str] = ()) -> list[Observation]:
     with tempfile.TemporaryDirectory(prefix="ncpsim-diagnose-") as scratch:
         backend = LocalBackend(root or Path(scratch) / "state")
         found: list[Observation] = []
         for n, profile in enumerate(profiles):
             path = Path(scratch) / f"probe-{n}.yaml"
-            path.write_text(yaml.safe_dump(probe_scenario(values, profile), sort_keys=False))
-            result = run_scenario(load_scenario(str(path)), backend, f"diagnose-{n}", keep=False)
+            path.write_text(yaml.safe_dump(probe_scenario(values, profile, dns), sort_keys=False))
+            scenario = with_brought_secrets(load_scenario(str(path)), list(secrets))  # the customer's own certs
+            result = run_scenario(scenario, backend, f"diagnose-{n}", keep=False)
             refused = of_kind(read_events(backend.attach(f"diagnose-{n}").state_dir), "worker.nats.refused")
             found += observations_of(result, profile, refused)
             backend.attach(f"diagnose-{n}").down(purge=True)
         return found
 
 
-def probe_scenario(values: dict[str, Any], profile: Profile) -> dict[str, Any]:
+def probe_scenario(values: dict[str, Any], profile: Profile, dns: Rewrite | None = None) -> dict[str, Any]:
     grpc = lookup(values, ("workerCallbackProxy", "enabled"), False)  # gRPC callbacks need the proxy's H3 front
-    steps: list[dict[str, Any]] = [{"name": "HTTP callback", "invoke": {"function": "http-echo", "count": 1},
+    call = {"count": 1, "timeout": PROBE_TIMEOUT}
+    steps: list[dict[str, Any]] = [{"name": "HTTP callback", "invoke": {"function": "http-echo", **call},
                                     "expect": {"outcome": "success"}}]
     if grpc:
-        steps.append({"name": "gRPC callback", "invoke": {"function": "grpc-echo", "count": 1},
+        steps.append({"name": "gRPC callback", "invoke": {"function": "grpc-echo", **call},
                       "expect": {"outcome": "success"}})
     return {"name": f"diagnose-{profile.worker_utils.replace('.', '-')}-{profile.trust}",
             "summary": "a customer's values, probed by one worker profile", "seed": 1, "values": values,
             "topology": {"invocationReplicas": 2, "grpcProxyReplicas": 1 if grpc else 0,
                          "computeClusters": [{"workers": [{"count": 1, "trust": profile.trust,
-                                                           "workerUtils": profile.worker_utils}]}]},
+                                                           "workerUtils": profile.worker_utils}],
+                                              **({"dnsRewrite": dns.to_topology()} if dns else {})}]},
             "steps": steps}
 
 

@@ -25,7 +25,7 @@ SYMPTOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"x509: certificate is valid for|certificate is not valid for|hostname mismatch",
      ("invocation-proxy-url",)),
     (r"no such host|nxdomain|cannot resolve|server misbehaving",
-     ("rewrite-missing",)),
+     ("rewrite-missing", "rewrite-wrong-domain")),
     (r"connection refused|i/o timeout|no route to host|network is unreachable|timed out|unreachable",
      ("proxy-unreachable", "rewrite-wrong-address", "proxy-disabled")),
     (r"CONNECT .* 404|connect.*answered 404|proxytunnel",
