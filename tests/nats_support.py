@@ -90,8 +90,17 @@ def start_server_fixture(tmp_path: Path) -> Iterator[Callable[..., NatsServer]]:
             os.killpg(pid, 0)  # the whole group is gone, not just the leader
 
 
-def server_log(server: NatsServer) -> str:
-    return server.log_path.read_text(errors="replace")
+def server_log(server: NatsServer, wait_for: str = "", timeout: float = SHORT) -> str:
+    """nats-server's log; with ``wait_for``, once that text is in it (the server may log a refusal a
+    moment after the client has it)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        text = server.log_path.read_text(errors="replace")
+        if not wait_for or wait_for in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.02)  # a file another process appends to: nothing to await
 
 @dataclass
 class Recorded:

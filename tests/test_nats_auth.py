@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from nats_support import (  # noqa: F401 - fixtures
 
 from sim.pods.nats import jwt
 from sim.pods.nats.callout import AUTH_SUBJECT, CalloutService, CalloutSettings, worker_token
+from sim.pods.nats.client import NotSignedIn, connect_once
 from sim.pods.nats.server import NatsServer
 from sim.pods.nats.webhook import answer_body, http_webhook, token_checker
 from sim.pods.nats.workqueue import QueueSettings, WorkPuller, ensure_stream, publish_work
@@ -203,7 +205,8 @@ def test_token_mode_over_http_webhook(
 
     run(body())
     assert "Authentication denied" in callout_lines(caplog)
-    assert "Auth callout service returned an error: webhook request failed: " in server_log(server)
+    failed = "Auth callout service returned an error: webhook request failed: "
+    assert failed in server_log(server, wait_for=failed)
 
 
 def test_no_callout_running_times_the_login_out(start_server: Callable[..., NatsServer], keys: Keys) -> None:
@@ -276,5 +279,29 @@ def test_connected_workers_outlive_the_callout(start_server: Callable[..., NatsS
         await worker.flush()
         assert worker.is_connected and rec.errors == []
         await worker.close()
+
+    run(body())
+
+
+def test_a_sign_in_slower_than_the_servers_first_ping_is_not_taken_for_connected(
+    start_server: Callable[..., NatsServer], keys: Keys
+) -> None:
+    """nats-server PINGs a new client after ~2 s; with a slower callout nats-py's connect() returns half
+    connected. connect_once says so (NotSignedIn), so a worker retries instead of pulling on a dead client."""
+    server = callout_server(start_server, keys, "token", auth_timeout=8)
+    url = server.endpoints.url
+
+    async def slow(token: str) -> str | None:
+        await asyncio.sleep(3.0)
+        return TOKENS.get(token)
+
+    async def body() -> None:
+        service = callout(server, keys, "token", token_checker(slow, (REGION,)))
+        await service.start()
+        try:
+            with pytest.raises(NotSignedIn):
+                await connect_once(url, reconnect=False, token=worker_token("tok-A"), connect_timeout=SHORT)
+        finally:
+            await service.stop()
 
     run(body())

@@ -18,7 +18,7 @@ from nats.aio.client import Client
 
 
 class NotSignedIn(errors.Error):
-    """The server did not confirm the sign-in."""
+    """The server did not confirm the sign-in in time."""
 
 
 async def connect_once(url: str, *, reconnect: bool = True, **options: Any) -> Client:
@@ -26,9 +26,10 @@ async def connect_once(url: str, *, reconnect: bool = True, **options: Any) -> C
     try:
         await nc.connect(url, allow_reconnect=False, **options)
         if not nc.is_connected:
-            # nats-py can return from connect() while the server still holds the sign-in (an auth callout
-            # that does not answer): the server refuses it at its auth timeout, so this is a refusal.
-            raise NotSignedIn(f"nats: sign-in to {url} not confirmed (no answer from authentication)")
+            # nats-server PINGs a new connection about 2 s after it opens; when the sign-in (the auth
+            # callout) takes longer, nats-py reads that PING where it expects the PONG to its CONNECT and
+            # returns half connected, for good. Treat it as not signed in: the caller tries again.
+            raise NotSignedIn(f"nats: sign-in to {url} not confirmed in time (the auth callout is slow or down)")
     except BaseException:
         with contextlib.suppress(Exception):
             await nc.close()

@@ -23,6 +23,7 @@ from .stack import NatsValues, StackKeys, worker_credentials
 from .work import InFlight, connect, pull_loop
 
 LOGIN_BACKOFF = (0.5, 10.0)  # first and longest delay between refused logins
+SIGN_INS_AT_ONCE = 16
 BIND_POLL = 0.005  # seconds between looks at the network map while nats-server is not mapped yet
 
 
@@ -81,6 +82,9 @@ class WorkerLinks:
         self.tasks: set[asyncio.Task[None]] = set()
         self.clients: list[Client] = []
         self.in_flight: list[InFlight] = []
+        # Sign-ins at once from this host: hundreds of workers starting together would queue at the auth
+        # callout past nats-server's first PING (~2 s), which nats-py cannot take (sim.pods.nats.client).
+        self.signing_in = asyncio.Semaphore(SIGN_INS_AT_ONCE)
 
     async def start(self) -> None:
         await wait_for_nats(self.ctx)
@@ -120,9 +124,10 @@ class WorkerLinks:
 
         while True:
             try:
-                nc = await connect(self.ctx, link.worker, link.credentials, error_cb=self._error_cb(link),
-                                   disconnected_cb=self._state_cb(link, "worker.nats.disconnected"),
-                                   reconnected_cb=on_reconnected, closed_cb=on_closed)
+                async with self.signing_in:
+                    nc = await connect(self.ctx, link.worker, link.credentials, error_cb=self._error_cb(link),
+                                       disconnected_cb=self._state_cb(link, "worker.nats.disconnected"),
+                                       reconnected_cb=on_reconnected, closed_cb=on_closed)
                 break
             except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry like a crash-looping pod
                 self.ctx.events.emit("worker.nats.refused", worker=link.worker, functions=list(link.functions),
