@@ -200,17 +200,22 @@ def test_the_written_ticket_replays_and_passes(tmp_path: Path, values: dict, ext
 
 
 # -- live, one row per cause: the values (and what else the customer told) make diagnose name it first -----
-def corporate_secret(tmp_path: Path) -> str:
-    """A frontend certificate from the customer's own corporate CA, as they would bring it."""
+def corporate_secret(tmp_path: Path, expired: bool = False) -> tuple[str, str]:
+    """A frontend certificate from the customer's own corporate CA, as they would bring it; (the --secret
+    argument, the CA's PEM as they would paste it into workerCallbackCaPem)."""
+    import datetime
+
     import trustme
 
     ca = trustme.CA(organization_name="Customer Corp")
-    leaf = ca.issue_cert("*.grpc-worker.example.com")
+    now = datetime.datetime.now(datetime.UTC)
+    window = {"not_before": now - datetime.timedelta(days=90), "not_after": now - datetime.timedelta(days=1)}
+    leaf = ca.issue_cert("*.grpc-worker.example.com", **(window if expired else {}))
     folder = tmp_path / "worker-public-tls"
     folder.mkdir()
     leaf.private_key_pem.write_to_path(str(folder / "tls.key"))
     (folder / "tls.crt").write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
-    return f"worker-public-tls={folder}"
+    return f"worker-public-tls={folder}", ca.cert_pem.bytes().decode()
 
 
 CAUSE_ROWS = [
@@ -222,13 +227,21 @@ CAUSE_ROWS = [
     ("proxy-disabled", {"workerCallbackProxy": {"enabled": False}}, ()),
     ("frontend-private-ca",
      {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}}, ("SECRET",)),
+    ("frontend-expired",  # the corporate CA's PEM is given, so only the expiry is wrong
+     {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}},
+     ("EXPIRED",)),
 ]
 
 
 @pytest.mark.parametrize(("cause", "values", "extra"), CAUSE_ROWS, ids=[r[0] for r in CAUSE_ROWS])
 def test_each_cause_is_named_first_with_its_fix(tmp_path: Path, cause: str, values: dict,
                                                 extra: tuple[str, ...]) -> None:
-    args = ("--secret", corporate_secret(tmp_path)) if extra == ("SECRET",) else extra
+    args = extra
+    if extra in (("SECRET",), ("EXPIRED",)):
+        secret, pem = corporate_secret(tmp_path, expired=extra == ("EXPIRED",))
+        args = ("--secret", secret)
+        if extra == ("EXPIRED",):
+            values = {**values, "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}}
     one_probe = ("--workers", "1.4.0:system")  # one stack, not the default two: the suite's time
     done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--json", *one_probe, *args)
     assert done.returncode == 1, done.stdout + done.stderr
