@@ -57,7 +57,7 @@ def unknown_scenario(ref: str, names: list[str]) -> str:
 def catalogue() -> list[tuple[str, str]]:
     out = []
     for path in sorted(CATALOGUE.glob("*.yaml")):
-        data, _ = load_values_file(path)
+        data, _ = load_values_file(path, "scenario file")
         out.append((data.get("name", path.stem), data.get("summary", "")))
     return out
 
@@ -167,7 +167,7 @@ def load_scenario(ref: str, values_files: Path | Sequence[Path] | None = None, a
     should; with `allow_expected_error` (replay) it comes back as `Scenario.config_error` instead.
     """
     path = resolve_ref(ref)
-    data, origin = load_values_file(path)
+    data, origin = load_values_file(path, "scenario file")  # bounded: the file may be a ticket's
     return scenario_from_data(data, path, origin, values_files, allow_expected_error, sets, customer)
 
 

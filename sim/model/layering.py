@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from sim.errors import ConfigError
+from sim.model import untrusted
 from sim.model.values import ANNOTATION_MAPS, DEFAULTS, KeyPath, check, deep_merge, key_path, lookup
 
 DEFAULT, SCENARIO, FILE, SET, STEP = "default", "scenario", "file", "set", "step"
@@ -274,9 +275,11 @@ def parse_set(text: str) -> Layer:
     if re.search(r"\[\d+\]", key):
         raise ConfigError(f"--set {text}: list indexes are not supported; set the whole list: key=[a, b]")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = untrusted.value(raw) if raw.strip() else ""  # bounded: no alias bomb, no 5,000-deep list
     except yaml.YAMLError:
         value = raw  # not YAML: the text itself, as Helm's --set would take it
+    except untrusted.Refused as exc:
+        raise ConfigError(f"--set {key.strip()}=...: {exc.message}") from None
     node: Any = value
     for part in reversed(_set_parts(text, key.strip())):
         node = {part: node}

@@ -11,6 +11,7 @@ import yaml
 
 from sim.errors import ConfigError
 from sim.model.layering import FILE, Layer
+from sim.model.untrusted import Refused, parse, read_text
 from sim.model.values import KeyPath, _kind, key_path
 
 
@@ -50,32 +51,34 @@ def _collect_origin(node: yaml.Node, parts: KeyPath, name: str, origin: dict, ac
     active.discard(id(node))
 
 
-def load_values_file(path: Path) -> tuple[dict, dict[str, tuple[str, int]]]:
-    """Parse a values file into ``(values, origin)``; origin maps key paths to ``(file, 1-based line)``."""
+def load_values_file(path: Path, what: str = "values file") -> tuple[dict, dict[str, tuple[str, int]]]:
+    """Parse a values file into ``(values, origin)``; origin maps key paths to ``(file, 1-based line)``.
+
+    The file is untrusted (a customer's): read and composed within bounds (sim.model.untrusted) before
+    anything walks it, so a FIFO, /dev/zero, an alias bomb or 5,000 nested lists is one line, not a hang.
+    """
     name = str(path)
+    text = read_text(path, what)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{name}: not UTF-8 text; save the values file as UTF-8") from None
-    except OSError as exc:
-        raise ConfigError(f"{name}: cannot read the values file ({exc.strerror}); check the path") from None
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()  # one parse gives both the marks and the data
-        data = loader.construct_document(node) if node is not None else None
+        node, data = parse(text)
+    except Refused as exc:
+        where = f"{name}:{exc.line}" if exc.line else name
+        raise ConfigError(f"{where}: {exc.message}") from None
+    except yaml.reader.ReaderError as exc:
+        line = text[:exc.position].count("\n") + 1
+        raise ConfigError(f"{name}:{line}: character {exc.character:#06x} is not allowed in YAML "
+                          f"(is it a binary file?); save the {what} as plain text") from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(_yaml_message(name, exc)) from None
     except yaml.YAMLError as exc:
         raise ConfigError(" ".join(f"{name}: {exc}; fix the YAML syntax".split())) from None
-    finally:
-        loader.dispose()
-    if data is None:
+    if data is None or node is None:
         return {}, {}  # an empty file overrides nothing
     if not isinstance(data, dict):
         raise ConfigError(f"{name}:{node.start_mark.line + 1}: top level must be a mapping of keys "
                           f"(e.g. workerCallbackProxy:), found {_kind(data)}")
     origin: dict[str, tuple[str, int]] = {}
-    _collect_origin(node, (), name, origin, set())
+    _collect_origin(node, (), name, origin, set())  # bounded: parse measured the expanded graph
     return data, origin
 
 

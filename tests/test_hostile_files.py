@@ -1,0 +1,210 @@
+"""Hostile files and arguments on the command line (issue 16, items 2 and 7), each written as the attack.
+
+A customer's values file, a scenario from a ticket, a `--set` pasted from a chat, a mistyped flag: each is
+untrusted input. Every case runs the real `invoke` command line as a subprocess with a timeout (a hang fails
+the test), and a refusal is one line on stderr naming the file, exit code 2, never a traceback. The alias
+bombs are also loaded under an address-space limit and must be refused in under a second.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = 60.0  # a refusal: a couple of seconds of imports even on a busy machine; a hang ends here
+BOUND = 1.0  # seconds an alias bomb may cost to refuse (the acceptance bullet)
+ADDRESS_SPACE = 512 << 20  # bytes: the interpreter and its imports need ~60 MiB; one bomb expanded needs GiBs
+
+
+def invoke(*args: str, env: dict[str, str], timeout: float = QUICK) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+
+
+def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """A user-facing refusal: exit 2, one line, no traceback, naming what is wrong."""
+    line = result.stderr.strip()
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    assert len(line.splitlines()) == 1, line
+    for word in words:
+        assert word in line, line
+    return line
+
+
+def guarded(tmp_path: Path) -> dict[str, str]:
+    """NCPSIM_HOME names a file: should a hostile file ever be accepted, `up` stops at the state folder with
+    another one-line message (which the test then rejects, as it does not name the file), and nothing runs."""
+    guard = tmp_path / "guard-not-a-folder"
+    guard.write_text("the hostile file must be refused before the state folder is looked at\n")
+    return {**os.environ, "NCPSIM_HOME": str(guard)}
+
+
+def home(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "state").mkdir(exist_ok=True)
+    return {**os.environ, "NCPSIM_HOME": str(tmp_path / "state")}
+
+
+# The files -----------------------------------------------------------------------------------------------
+def alias_bomb(levels: int, under: str | None = None) -> str:
+    """Each level an anchored list of nine aliases to the one before: ~400 bytes naming 9**levels values."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    if under:  # the bomb under a key ncpsim does not know, which validation would only warn about
+        return f"{under}:\n" + textwrap.indent("\n".join(lines), "  ") + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+HOSTILE: dict[str, tuple[Callable[[Path], Path], tuple[str, ...]]] = {
+    "alias bomb, 7 levels": (lambda d: write(d / "bomb7.yaml", alias_bomb(7)), ("alias",)),
+    "alias bomb, 9 levels": (lambda d: write(d / "bomb9.yaml", alias_bomb(9)), ("alias",)),
+    "alias bomb under an unknown key": (lambda d: write(d / "bomb-unknown.yaml", alias_bomb(9, "customerExtras")),
+                                        ("alias",)),
+    "alias inside itself": (lambda d: write(d / "loop.yaml", "a: &x\n  b: *x\n"), ("alias",)),
+    "5,000-deep YAML": (lambda d: write(d / "deep.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n"), ("deep",)),
+    "1,000-deep block YAML": (lambda d: write(d / "deep-block.yaml", "".join(f"{' ' * n}k{n}:\n" for n in range(1000))),
+                              ("deep",)),
+    "5,000-digit integer": (lambda d: write(d / "bigint.yaml", "workerCallbackProxy:\n  port: " + "9" * 5000 + "\n"),
+                            ("integer",)),
+    "NUL byte": (lambda d: write(d / "nul.yaml", b"workerCallbackProxy:\n  enabled: true\x00\n"), ("binary",)),
+    "not UTF-8": (lambda d: write(d / "latin1.yaml", "workerDomain: caf\xe9\n".encode("latin-1")), ("UTF-8",)),
+    "2 MiB": (lambda d: write(d / "big.yaml", "# padding\n" * (1 << 18)), ("too large",)),
+    "/dev/zero": (lambda d: Path("/dev/zero"), ("character device",)),
+    "a FIFO": (lambda d: (os.mkfifo(d / "fifo.yaml"), d / "fifo.yaml")[1], ("FIFO",)),
+    "a folder": (lambda d: (d / "folder.yaml").mkdir() or d / "folder.yaml", ("folder",)),
+    "a python object tag": (lambda d: write(d / "tag.yaml", "a: !!python/object/apply:os.system [id]\n"), ("not supported",)),
+}
+CASES = sorted(HOSTILE)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_up_refuses_a_hostile_values_file(tmp_path: Path, case: str) -> None:
+    make, words = HOSTILE[case]
+    path = make(tmp_path)
+    refused(invoke("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)), str(path), *words)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_up_refuses_a_hostile_scenario_file(tmp_path: Path, case: str) -> None:
+    make, words = HOSTILE[case]
+    path = make(tmp_path)
+    refused(invoke("up", str(path), "--stack", "hostile", env=guarded(tmp_path)), str(path), *words)
+
+
+@pytest.mark.parametrize("case", ["alias bomb, 9 levels", "5,000-deep YAML", "a FIFO", "/dev/zero", "NUL byte"])
+def test_step_refuses_a_hostile_step_file(tmp_path: Path, case: str) -> None:
+    make, words = HOSTILE[case]
+    path = make(tmp_path)
+    # `invoke step` refuses what is not a regular file in its own words ("no such step file").
+    words = words if path.is_file() else ()
+    refused(invoke("step", str(path), "--stack", "hostile", env=home(tmp_path)), str(path), *words)
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("[" * 5000 + "]" * 5000, ("--set", "deep")),
+    ("9" * 5000, ("--set", "integer")),
+    ("[" + ",".join(["&a0 [x,x,x,x,x,x,x,x,x]"] + [f"&a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)])
+     + "]", ("--set", "alias")),
+])
+def test_up_refuses_a_hostile_set(tmp_path: Path, value: str, words: tuple[str, ...]) -> None:
+    refused(invoke("up", "--set", f"workerCallbackProxy.extra={value}", "--stack", "hostile", env=guarded(tmp_path)),
+            *words)
+
+
+# The alias bomb: refused fast, with memory bounded ----------------------------------------------------------
+BOMB_PROBE = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+sys.path.insert(0, {repo!r})
+from scenarios.model import load_scenario
+from sim.errors import NcpsimError
+from sim.model.values_file import load_values_file
+worst = 0.0
+for path in sys.argv[1:]:
+    for load in (load_values_file, load_scenario):
+        start = time.monotonic()
+        try:
+            load(path) if load is load_values_file else load_scenario(path)
+        except NcpsimError as exc:
+            assert "alias" in str(exc) and len(str(exc).splitlines()) == 1, str(exc)
+        else:
+            raise SystemExit(f"{{path}} was accepted")
+        worst = max(worst, time.monotonic() - start)
+print(f"{{worst:.3f}}")
+"""
+
+
+def test_alias_bombs_are_refused_in_under_a_second_with_memory_bounded(tmp_path: Path) -> None:
+    bombs = [write(tmp_path / f"bomb{n}.yaml", alias_bomb(n)) for n in (7, 9)]
+    bombs.append(write(tmp_path / "bomb-unknown.yaml", alias_bomb(9, "customerExtras")))
+    assert all(len(p.read_bytes()) < 600 for p in bombs)
+    probe = BOMB_PROBE.format(limit=ADDRESS_SPACE, repo=str(REPO))
+    run = subprocess.run([sys.executable, "-c", probe, *map(str, bombs)], capture_output=True, text=True,
+                         timeout=QUICK, check=False, cwd=tmp_path)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stdout + run.stderr[-3000:]
+    assert float(run.stdout.strip()) < BOUND, f"slowest refusal took {run.stdout.strip()} s"
+
+
+def test_up_refuses_the_alias_bomb_under_an_address_space_limit(tmp_path: Path) -> None:
+    """The real command line, its memory capped: one line and exit 2, not a MemoryError after seconds."""
+    bomb = write(tmp_path / "bomb9.yaml", alias_bomb(9))
+
+    def cap() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+    run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", "-f", str(bomb)],
+                         cwd=REPO, env=guarded(tmp_path), capture_output=True, text=True, timeout=QUICK,
+                         check=False, preexec_fn=cap, stdin=subprocess.DEVNULL)
+    refused(run, str(bomb), "alias")
+
+
+def test_a_date_that_is_no_date_is_text_as_helm_reads_it(tmp_path: Path) -> None:
+    """PyYAML builds a datetime from 2001-13-45 and raises ValueError; Helm keeps the text, and so does ncpsim."""
+    path = write(tmp_path / "date.yaml", "workerCallbackProxy:\n  workerDomain: 2001-13-45\n")
+    refused(invoke("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)),
+            f"{path}:2", "workerDomain", "not a valid DNS name")
+
+
+# Arguments where a folder or a number is wanted (item 7) ---------------------------------------------------
+@pytest.mark.parametrize("lines", ["abc", "-3", "1e3", ""])
+def test_logs_refuses_lines_that_are_not_a_number(tmp_path: Path, lines: str) -> None:
+    refused(invoke("logs", "all", "--lines", lines, "--stack", "hostile", env=home(tmp_path)), "--lines")
+
+
+@pytest.mark.parametrize("where", ["FILE", "FILE/sub"])
+def test_render_refuses_an_out_that_is_a_file(tmp_path: Path, where: str) -> None:
+    file = write(tmp_path / "a-file", "not a folder\n")
+    out = where.replace("FILE", str(file))
+    refused(invoke("render", "--out", out, "--stack", "hostile", env=home(tmp_path)), "--out", "not a folder")
+    assert file.read_text() == "not a folder\n"
+
+
+@pytest.mark.parametrize("command", [("certs",), ("render", "--out", "OUT")])
+@pytest.mark.parametrize("where", ["FILE/sub", "/proc/self/ncpsim"])
+def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(tmp_path: Path, command: tuple[str, ...],
+                                                                  where: str) -> None:
+    """`invoke certs` and `invoke render` keep certificates in the state folder without bringing a stack up."""
+    if where.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    file = write(tmp_path / "a-file", "not a folder\n")
+    env = {**os.environ, "NCPSIM_HOME": where.replace("FILE", str(file))}
+    args = [str(tmp_path / "out") if word == "OUT" else word for word in command]
+    refused(invoke(*args, "--stack", "hostile", env=env), "NCPSIM_HOME")
+    assert not (tmp_path / "out").exists()
