@@ -128,13 +128,14 @@ def _unreached(events: list[dict[str, Any]], access: list[dict[str, str]]) -> di
     waiting = []
     for start in sorted((e for e in events if e["kind"] == "worker.callback.start" and e.get("callback") == "http"
                          and e.get("proxy")), key=lambda e: e.get("ts", 0)):
-        rid, result = start.get("requestId"), results.get(start.get("requestId"))
+        rid = str(start.get("requestId"))
+        result = results.get(rid)
         if result is not None and not _needs_unreached(start, result, legs.get(rid, 0)):
             continue  # every leg it sent reached a pod, or it never got a request to the proxy (DNS, TLS)
         end = result.get("ts", 0.0) if result else float("inf")
         waiting.append((rid, urlsplit(str(start.get("target"))).hostname, start.get("ts", 0.0), end))
     out: dict[int, str] = {}
-    for i, rec in enumerate(access):
+    for i, rec in enumerate(access):  # each line to the earliest callback still waiting for one
         if rec.get("request_id") in reached or rec.get("protocol") != "HTTP/1.1":
             continue
         at, host = _epoch(rec.get("start", "")), rec.get("authority", "").rsplit(":", 1)[0]

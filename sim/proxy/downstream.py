@@ -35,6 +35,9 @@ def connection_idle_timeout() -> float:
     return float(os.environ.get(IDLE_ENV) or CONNECTION_IDLE_TIMEOUT)
 
 
+Next = h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]  # what h11's next_event() returns
+
+
 class ConnectionIdle(Exception):
     """No request started within the connection idle timeout: Envoy closes without a reply or a log line."""
 
@@ -48,7 +51,7 @@ def reason(status: int) -> bytes:
     return reason_phrase(status)
 
 
-async def read_head(down: H11Stream, stream_idle: float, connection_idle: float) -> tuple[h11.Event, bytes]:
+async def read_head(down: H11Stream, stream_idle: float, connection_idle: float) -> tuple[Next, bytes]:
     """The next request head and its raw bytes as sent.
 
     An idle keep-alive connection waits up to the connection idle timeout (ConnectionIdle); once a

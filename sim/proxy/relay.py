@@ -10,7 +10,7 @@ import h11
 
 from sim.protocols.http1 import H11Stream, decode_headers
 from sim.proxy.access_log import AccessRecord
-from sim.proxy.downstream import DownstreamClosed, reason
+from sim.proxy.downstream import DownstreamClosed, Next, reason
 
 
 class UpstreamClosed(ConnectionError):
@@ -54,9 +54,9 @@ async def exchange(down: H11Stream, up: H11Stream, request: h11.Request, record:
         await request_pump
         return ok
     finally:
-        for task in (request_pump, response_pump):
-            if task is not None and not task.done():
-                task.cancel()
+        for pending in (request_pump, response_pump):
+            if pending is not None and not pending.done():
+                pending.cancel()
 
 
 async def _to_worker(down: H11Stream, *events: h11.Event) -> None:
@@ -74,7 +74,7 @@ async def _to_pod(up: H11Stream, *events: h11.Event) -> None:
         raise UpstreamClosed("upstream connection closed mid-request") from exc
 
 
-def _body_event(down: H11Stream) -> h11.Event:
+def _body_event(down: H11Stream) -> Next:
     try:
         return down.conn.next_event()
     except h11.RemoteProtocolError as exc:
@@ -119,7 +119,7 @@ async def _pump_response(down: H11Stream, up: H11Stream, record: AccessRecord, s
                          idle: float) -> bool:
     while True:
         # Relay what one read brought (typically head, body and end together) in one write.
-        events = [await up.next_event(idle)]
+        events: list[Next] = [await up.next_event(idle)]
         while type(events[-1]) in (h11.Response, h11.InformationalResponse, h11.Data) \
                 and (more := up.conn.next_event()) is not h11.NEED_DATA:
             events.append(more)
