@@ -208,3 +208,33 @@ def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(tmp_path: Path
     args = [str(tmp_path / "out") if word == "OUT" else word for word in command]
     refused(invoke(*args, "--stack", "hostile", env=env), "NCPSIM_HOME")
     assert not (tmp_path / "out").exists()
+
+
+# Two writers at once (item 7's "netmap.tmp missing") ------------------------------------------------------------
+WRITER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from sim.runtime.faults import LinkFault, save_links
+for n in range(2000):
+    save_links(Path(sys.argv[1]), [LinkFault("compute-1", "10.0.0.0/8", latency_ms=n)])
+"""
+
+
+def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path) -> None:
+    """Two `invoke fault link` at once (no stack lock around them) wrote the same temporary file; one then
+    found it renamed away (FileNotFoundError). The per-stack lock covers `up`, `down`, redeploys and restarts
+    (the network map, tests/test_state_folder.py); this is the write outside it."""
+    state = tmp_path / "state"
+    state.mkdir()
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER.format(repo=str(REPO)), str(state)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        results = [writer.communicate(timeout=QUICK) for writer in writers]
+    finally:
+        for writer in writers:
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
+    assert [w.returncode for w in writers] == [0, 0, 0], [err[-1500:] for _, err in results]
+    assert sorted(p.name for p in state.iterdir()) == ["faults.json"]

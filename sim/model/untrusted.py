@@ -26,7 +26,8 @@ from sim.errors import ConfigError
 
 MAX_BYTES = 1 << 20  # 1 MiB: a values file or scenario is a few KiB
 MAX_DEPTH = 64  # nesting, aliases expanded: real files are under 10 deep; Python's stack needs ~1,000 frames
-MAX_NODES = 100_000  # values as written, and as the aliases expand them (a real file has hundreds)
+MAX_NODES = 10_000  # values as written, and as the aliases expand them (a real file has hundreds; the pure-Python
+# reader takes about 50 ms a thousand, so this also bounds the time a 1 MiB file of tiny values costs)
 MAX_INT_DIGITS = 64  # a port, a count, a duration: Python refuses to print ints past 4,300 digits
 
 _INT, _STR, _MERGE = "tag:yaml.org,2002:int", "tag:yaml.org,2002:str", "tag:yaml.org,2002:merge"

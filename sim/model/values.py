@@ -143,8 +143,9 @@ def lookup(values: Any, parts: KeyPath, default: Any = None) -> Any:
 
 
 def _kind(value: Any) -> str:
-    if isinstance(value, str):
-        return f'the string "{value}"'
+    if isinstance(value, str):  # JSON-quoted and cut short: a block of text stays on the message's one line
+        shown = json.dumps(value, ensure_ascii=False)
+        return f"the string {shown if len(shown) <= 80 else shown[:77] + '...'}"
     names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", list: "a list"}
     return names.get(type(value), f"a {type(value).__name__}")
 

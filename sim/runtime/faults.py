@@ -14,6 +14,7 @@ import json
 import os
 import random
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -64,8 +65,11 @@ def load_links(state_dir: Path, cache: dict[str, Any]) -> LinkState:
 
 
 def save_links(state_dir: Path, links: list[LinkFault]) -> None:
-    tmp = state_dir / f".{FAULTS_FILE}.tmp"
-    tmp.write_text(json.dumps({"links": [asdict(link) for link in links]}, indent=2))
+    # A name of its own per writer (O_EXCL, no link followed): two `invoke fault link` at once no longer
+    # replace each other's temporary file away (FileNotFoundError, a traceback).
+    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=f".{FAULTS_FILE}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps({"links": [asdict(link) for link in links]}, indent=2))
     os.replace(tmp, state_dir / FAULTS_FILE)
 
 
