@@ -18,9 +18,9 @@ from clusters.k3d import pod as entry
 from clusters.k3d.relay import parse_binding, publish
 from scenarios.model import load_scenario
 from sim.pods.nats.client import connect_once
+from sim.pods.nats.publisher import WorkPublisher
 from sim.pods.nats.server import NatsServer
 from sim.pods.nats.stack import REGION, StackKeys, server_config
-from sim.pods.nats.work import WorkPublisher
 from sim.pods.nats.workqueue import WorkPuller
 
 TOPOLOGY = load_scenario("http-callback").build_topology("default")

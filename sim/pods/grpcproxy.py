@@ -19,7 +19,7 @@ from aioquic.quic.connection import QuicConnection
 
 from certs.profiles import GRPC_SECRET
 from sim.model.topology import Pod
-from sim.pods.nats.work import WorkPublisher
+from sim.pods.nats.publisher import WorkPublisher
 from sim.protocols.grpc_callback import (
     INVALID_AUTH,
     TOKEN_TTL,
@@ -194,6 +194,7 @@ async def run(ctx: Context, ready: Ready) -> None:
     service = GrpcProxyPod(ctx, pod)
     try:
         ready(await service.start())
+        service.work.start()  # nats-py loads now, off the loop, before the first call
         await asyncio.Event().wait()  # until cancelled
     finally:
         await service.close()

@@ -19,7 +19,7 @@ from certs.profiles import INVOCATION_SECRET
 from dns.rule import dashed_ip
 from sim.model.topology import Pod
 from sim.model.values import proxy_settings
-from sim.pods.nats.work import WorkPublisher
+from sim.pods.nats.publisher import WorkPublisher
 from sim.protocols.http1 import H11Stream, decode_headers, read_body, respond
 from sim.protocols.request_attach import (
     H1_TYPE,
@@ -216,6 +216,7 @@ async def run(ctx: Context, ready: Ready) -> None:
         servers.append(secure)
         bindings[f"{pod.ip}:{INVOCATION_TLS_PORT}/tcp"] = secure.sockets[0].getsockname()[1]
     ready(bindings)
+    server.work.start()  # nats-py loads now, off the loop, before the first invocation
     try:
         await asyncio.Event().wait()
     finally:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from sim.runtime.component import Context, Ready
 
 from .callout import CalloutService
+from .client import connect_once
 from .component import endpoints_path
 from .stack import (
     DEFAULT_WEBHOOK_URL,
@@ -34,6 +35,7 @@ from .stack import (
     check_worker_token,
 )
 from .webhook import Webhook, WebhookAnswer, WebhookRequest, token_checker
+from .workqueue import QueueSettings, ensure_stream
 
 SERVER_WAIT = 15.0  # seconds to find nats-server (it starts beside this component)
 CONNECT_TIMEOUT = 2.0  # one attempt
@@ -102,6 +104,17 @@ def _log_to_stdout(logger: logging.Logger) -> None:
     logger.setLevel(logging.INFO)
 
 
+async def _create_streams(url: str, keys: StackKeys, ctx: Context, values: NatsValues) -> None:
+    nc = await connect_once(url, reconnect=False, nkeys_seed_str=keys.internal["nvcf-api"], name="nvcf-api",
+                            connect_timeout=CONNECT_TIMEOUT)
+    try:
+        js = nc.jetstream()
+        for function in ctx.topology.functions:
+            await ensure_stream(js, REGION, function, QueueSettings(ack_wait=values.ack_wait))
+    finally:
+        await nc.close()
+
+
 async def run(ctx: Context, ready: Ready) -> None:
     _log_to_stdout(logging.getLogger(LOGGER))
     keys = StackKeys.derive(ctx.topology.seed)
@@ -112,6 +125,9 @@ async def run(ctx: Context, ready: Ready) -> None:
         return CalloutService(url, keys.callout_user, keys.issuer, settings, webhook)
 
     service = await asyncio.wait_for(_start(service_for, ctx), SERVER_WAIT)
+    # The NVCF API makes each function version's stream when the function is deployed; its stand-in
+    # lives here, and this component is ready before any worker binds to a consumer.
+    await asyncio.wait_for(_create_streams(service.url, keys, ctx, values), SERVER_WAIT)
     ctx.events.emit("nats.callout.ready", mode=values.worker_auth, webhook=values.webhook_url)
     ready({})
     try:

@@ -3,9 +3,10 @@
 Why a supervisor rather than nats-server started by the launcher: the launcher's contract is a
 `sim.runtime.run` process that reports its bindings on the ready pipe. The supervisor renders the
 config from the values into ``<state>/nats/``, starts nats-server in the supervisor's own process
-group (so `invoke down` and the kill fault stop both with one killpg), waits for ``/healthz``,
-creates the function versions' streams (the NVCF API's job in the field), then reports the load
-balancer's address (4222, and the monitor on 8222) bound to the server's real ports. If
+group (so `invoke down` and the kill fault stop both with one killpg), waits for ``/healthz``, then
+reports the load
+balancer's address (4222, and the monitor on 8222) bound to the server's real ports. The streams are
+made by the callout component (the NVCF API's stand-in), so this process never loads nats-py. If
 nats-server dies, the supervisor exits too, so the component is seen dead.
 
 A restart (fault, redeploy) comes back on the ports of the network map, so clients reconnect to the
@@ -23,12 +24,9 @@ from pathlib import Path
 from sim.protocols.wire import NATS_PORT
 from sim.runtime.component import Context, Ready
 
-from .client import connect_once
 from .server import NatsServer, ServerError
-from .stack import MONITOR_PORT, REGION, NatsValues, StackKeys, server_config
-from .workqueue import QueueSettings, ensure_stream
+from .stack import MONITOR_PORT, StackKeys, server_config
 
-STREAM_TIMEOUT = 10.0  # seconds to create the streams once the server is healthy
 ENDPOINTS_FILE = "server.json"
 
 
@@ -69,26 +67,12 @@ def _start(ctx: Context, keys: StackKeys) -> NatsServer:
     raise AssertionError("unreachable")
 
 
-async def _create_streams(url: str, keys: StackKeys, ctx: Context, settings: QueueSettings) -> None:
-    nc = await connect_once(url, reconnect=False, nkeys_seed_str=keys.internal["nvcf-api"], name="nvcf-api",
-                            connect_timeout=STREAM_TIMEOUT)
-    try:
-        js = nc.jetstream()
-        for function in ctx.topology.functions:
-            await ensure_stream(js, REGION, function, settings)
-    finally:
-        await nc.close()
-
-
 async def run(ctx: Context, ready: Ready) -> None:
     keys = StackKeys.derive(ctx.topology.seed)
-    values = NatsValues.from_values(ctx.values)
     server = await asyncio.to_thread(_start, ctx, keys)
     try:
         assert server.endpoints is not None
         ends = server.endpoints
-        settings = QueueSettings(ack_wait=values.ack_wait)
-        await asyncio.wait_for(_create_streams(ends.url, keys, ctx, settings), STREAM_TIMEOUT)
         path = endpoints_path(ctx.state_dir)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"url": ends.url, "monitor": ends.monitor, "pid": server.pid}))

@@ -9,9 +9,7 @@ is retried, a publish that fails is the caller's error to report.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -21,8 +19,8 @@ from nats.aio.msg import Msg
 from sim.runtime.component import Context
 
 from .client import connect_once
-from .stack import REGION, NatsValues, StackKeys
-from .workqueue import QueueSettings, WorkPuller, ensure_stream, publish_work
+from .stack import REGION
+from .workqueue import WorkPuller
 
 CONNECT_TIMEOUT = 5.0
 RECONNECT_WAIT = 0.1  # seconds between reconnect attempts: a restarted server is back within a second
@@ -37,43 +35,6 @@ async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **opt
     worker backs off as a crash-looping pod would (its caller's loop)."""
     return await connect_once(ctx.nats_url(), name=name, connect_timeout=CONNECT_TIMEOUT,
                               reconnect_time_wait=RECONNECT_WAIT, **credentials, **options)
-
-
-class WorkPublisher:
-    """A pod's publishing end: one connection, opened on first use as the pod's internal NATS user."""
-
-    def __init__(self, ctx: Context, role: str) -> None:
-        self.ctx, self.role = ctx, role
-        self.settings = QueueSettings(ack_wait=NatsValues.from_values(ctx.values).ack_wait)
-        self._nc: Client | None = None
-        self._lock = asyncio.Lock()
-
-    async def _client(self) -> Client:
-        async with self._lock:
-            if self._nc is None or self._nc.is_closed:
-                seed = StackKeys.derive(self.ctx.topology.seed).internal[self.role]
-                nc = await connect(self.ctx, f"{self.role}/{self.ctx.name}", {"nkeys_seed_str": seed})
-                # The streams may not exist yet where no supervisor made them (a k3d pod); idempotent.
-                js = nc.jetstream()
-                for function in self.ctx.topology.functions:
-                    await ensure_stream(js, REGION, function, self.settings)
-                self._nc = nc
-            return self._nc
-
-    async def publish(self, function: str, request_id: str, work: Mapping[str, Any]) -> int:
-        """Queue ``work`` in the function version's stream; returns its stream sequence."""
-        nc = await self._client()
-        # The message id adds this process: a pod restarted by a fault replays its seeded request ids,
-        # which must not be dropped as duplicates of its previous life's messages (5 s window).
-        return await publish_work(nc.jetstream(), REGION, function, request_id,
-                                  json.dumps(work, separators=(",", ":")).encode(),
-                                  msg_id=f"{request_id}.{os.getpid()}")
-
-    async def close(self) -> None:
-        if self._nc is not None:
-            with contextlib.suppress(Exception):
-                await self._nc.close()
-            self._nc = None
 
 
 Handler = Callable[[dict[str, Any], int], Awaitable[None]]  # (work message, delivery count)
