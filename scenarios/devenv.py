@@ -23,6 +23,7 @@ from rich.table import Table
 
 from certs.rotate import KINDS
 from clusters.stack import Stack
+from clusters.state import write_file
 from scenarios.engine import Replay
 from scenarios.model import scenario_from_data
 from scenarios.report import call_row
@@ -30,6 +31,7 @@ from scenarios.result import StepResult
 from scenarios.spec import Scenario
 from sim.errors import ConfigError, ScenarioError
 from sim.model.layering import parse_set, suggest, unknown_keys
+from sim.model.untrusted import MAX_BYTES
 from sim.model.values import deep_merge, key_path
 from sim.model.values_file import load_values_file
 
@@ -197,13 +199,25 @@ def steps_from_file(ref: str, state_dir: Path) -> tuple[list[dict[str, Any]], Pa
     """`invoke step FILE|-`: one step (a mapping), or `steps: [...]`; `-` reads standard input."""
     if ref == "-":
         path = state_dir / "step-stdin.yaml"  # kept, so a mistake's FILE:LINE points at real text
-        state_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(sys.stdin.read())
+        raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # bounded: `invoke step - < /dev/zero` ends
+        if len(raw) > MAX_BYTES:
+            raise ConfigError(f"standard input: more than {MAX_BYTES:,} bytes is too large for a step; "
+                              f"is it the right input?")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError("standard input: not UTF-8 text; give the step as UTF-8") from None
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot keep standard input in {path} ({exc.strerror or exc}); "
+                              f"set NCPSIM_HOME to a folder you can write, or give the step as a file") from None
+        write_file(path, text)  # not through a link planted there; load_values_file then judges the text
     else:
         path = Path(ref)
         if not path.is_file():
             raise ConfigError(f"{ref}: no such step file (write one step in YAML, or `-` to read standard input)")
-    data, origin = load_values_file(path)
+    data, origin = load_values_file(path, "step file")
     if not data:
         raise ConfigError(f"{path}: no step; write one step (e.g. invoke: {{function: http-echo}}) "
                           f"or steps: [...]")

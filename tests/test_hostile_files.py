@@ -238,3 +238,29 @@ def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path
                 writer.wait()
     assert [w.returncode for w in writers] == [0, 0, 0], [err[-1500:] for _, err in results]
     assert sorted(p.name for p in state.iterdir()) == ["faults.json"]
+
+
+# `invoke step -`: standard input is untrusted too ----------------------------------------------------------------
+@pytest.mark.parametrize(("stdin", "words"), [
+    ("/dev/zero", ("standard input", "too large")),
+    (b"invoke: {function: http-echo}\n# caf\xe9\n", ("standard input", "UTF-8")),
+    (b"invoke: {function: http-echo}\x00\n", ("step-stdin.yaml:1", "binary")),
+])
+def test_step_refuses_hostile_standard_input(tmp_path: Path, stdin: str | bytes, words: tuple[str, ...]) -> None:
+    source = Path(stdin) if isinstance(stdin, str) else write(tmp_path / "stdin", stdin)
+    with source.open("rb") as handle:
+        run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"], cwd=REPO,
+                             env=home(tmp_path), stdin=handle, capture_output=True, text=True, timeout=QUICK,
+                             check=False)
+    refused(run, *words)
+
+
+def test_step_from_standard_input_refuses_an_unusable_ncpsim_home(tmp_path: Path) -> None:
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc on this system")
+    step = write(tmp_path / "step.yaml", "invoke: {function: http-echo}\n")
+    with step.open("rb") as handle:
+        run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"], cwd=REPO,
+                             env={**os.environ, "NCPSIM_HOME": "/proc/self/ncpsim"}, stdin=handle,
+                             capture_output=True, text=True, timeout=QUICK, check=False)
+    refused(run, "NCPSIM_HOME")

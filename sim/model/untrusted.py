@@ -16,6 +16,7 @@ Limits are generous for any real values file or scenario (hundreds of keys, a fe
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from typing import Any, NoReturn
@@ -200,9 +201,11 @@ def _check_key(key: yaml.Node) -> None:
     line = key.start_mark.line + 1
     if not isinstance(key, yaml.ScalarNode):
         _refuse(line, "a key must be a plain word, not a list or mapping")
+    shown = json.dumps(key.value[:40], ensure_ascii=False)  # one line, whatever the key holds
     if key.tag != _STR:
-        _refuse(line, f"key {key.value[:40]!r} is read as {key.tag.rsplit(':', 1)[-1]}, not text; "
-                      f"quote it (\"{key.value[:40]}\":)")
+        _refuse(line, f"key {shown} is read as {key.tag.rsplit(':', 1)[-1]}, not text; quote it ({shown}:)")
+    if any(ord(c) < 0x20 or c in "\x7f\x85\u2028\u2029" for c in key.value):
+        _refuse(line, f"key {shown} holds a line break or control character; a key is one plain word")
 
 
 def _check_scalar(node: yaml.ScalarNode, line: int) -> None:

@@ -228,7 +228,7 @@ def _rule_proxy_enabled(values: Mapping[str, Any], add: Add) -> None:
         add(WORKER_DOMAIN, "must be set to the DNS name workers reach the proxy under, "
             "e.g. grpc-worker.example.com")
     elif problem := _dns_problem(domain):
-        add(WORKER_DOMAIN, f'"{domain}" is not a valid DNS name: {problem}')
+        add(WORKER_DOMAIN, f"{json.dumps(domain, ensure_ascii=False)} is not a valid DNS name: {problem}")
     for parts in SPLIT_PLANE_URLS:
         if _set(lookup(values, parts)):
             add(parts, "must be empty when workerCallbackProxy.enabled is true "
@@ -345,8 +345,8 @@ def validate(values: Mapping[str, Any], origin: Origin | None = None) -> list[Va
         return [ValuesIssue("", f"top level must be a mapping of keys, found {_kind(values)}")]
     found: list[tuple[KeyPath, str]] = []
 
-    def add(parts: KeyPath, message: str) -> None:
-        found.append((parts, message))
+    def add(parts: KeyPath, message: str) -> None:  # a value's line break must not break the one-line message
+        found.append((parts, message.replace("\r", "\\r").replace("\n", "\\n")))
 
     merged = deep_merge(DEFAULTS, values)
     _check_shapes(DEFAULTS, merged, (), add)
