@@ -243,7 +243,7 @@ class CalloutService:
             nkeys_seed_str=self._user_seed,
             name="nats-auth-callout",
             connect_timeout=connect_timeout,
-            reconnect_time_wait=0.2,
+            reconnect_time_wait=0.1,  # before the workers (0.5 s): they need it to sign in again
         )
         await self._nc.subscribe(AUTH_SUBJECT, queue=QUEUE_GROUP, cb=self._on_request)
         await self._nc.flush()

@@ -23,7 +23,9 @@ from .stack import REGION
 from .workqueue import WorkPuller
 
 CONNECT_TIMEOUT = 5.0
-RECONNECT_WAIT = 0.1  # seconds between reconnect attempts: a restarted server is back within a second
+RECONNECT_WAIT = 0.5  # seconds between reconnect attempts; longer than the callout's (0.1 s), so after a
+# nats-server restart the callout is usually back first: a sign-in with no callout listening is held
+# until the server's auth timeout (10 s) before it is refused
 PULL_TIMEOUT = 30.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
 # after a reconnect the worker re-issues its pulls at once, see sim.pods.nats.workers)
 MAX_IN_FLIGHT = 64  # work messages one worker handles at once (its pulls pause beyond this)
