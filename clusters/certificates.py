@@ -17,7 +17,10 @@ from certs.store import CertStore
 from certs.volume import CA, CRT, KEY, load_secret, write_secret
 from sim.errors import ConfigError
 from sim.model.topology import SecretSpec, Topology
+from sim.model.untrusted import read_bytes
 from sim.model.values import proxy_settings
+
+PEM_LIMIT = 1 << 20  # a chain of certificates is a few KiB
 
 
 def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
@@ -67,5 +70,7 @@ def read_brought(folder: Path, name: str) -> tuple[bytes, bytes, bytes]:
     if missing:
         raise ConfigError(f"--secret {name}={folder}: no {' or '.join(missing)} in that folder "
                           f"(a kubernetes.io/tls Secret needs {CRT} and {KEY}; {CA} is optional)")
-    ca = (folder / CA).read_bytes() if (folder / CA).is_file() else b""
-    return (folder / CRT).read_bytes(), (folder / KEY).read_bytes(), ca
+    # The customer's files: bounded reads (a planted 10 GB file or a FIFO named tls.crt is one line).
+    what = f"--secret {name} file"
+    ca = read_bytes(folder / CA, what, PEM_LIMIT) if (folder / CA).is_file() else b""
+    return read_bytes(folder / CRT, what, PEM_LIMIT), read_bytes(folder / KEY, what, PEM_LIMIT), ca

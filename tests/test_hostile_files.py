@@ -264,3 +264,42 @@ def test_step_from_standard_input_refuses_an_unusable_ncpsim_home(tmp_path: Path
                              env={**os.environ, "NCPSIM_HOME": "/proc/self/ncpsim"}, stdin=handle,
                              capture_output=True, text=True, timeout=QUICK, check=False)
     refused(run, "NCPSIM_HOME")
+
+
+# `--secret NAME=DIR`: the customer's certificate folder --------------------------------------------------------
+SECRET_PROBE = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))  # the old whole read of 10 GB fails here, not the machine
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from clusters.certificates import read_brought
+from sim.errors import NcpsimError
+try:
+    read_brought(Path(sys.argv[1]), "customer-tls")
+except NcpsimError as exc:
+    print(exc)
+else:
+    raise SystemExit("accepted")
+"""
+
+
+@pytest.mark.parametrize("plant", ["sparse 10 GB", "FIFO key"])
+def test_a_brought_secret_folder_is_read_with_bounds(tmp_path: Path, plant: str) -> None:
+    """What `invoke up --secret NAME=DIR` reads from DIR: a 10 GB tls.crt (sparse: no disk used) was read whole
+    into memory. A FIFO named tls.key is not a file (`is_file`), so it is refused as missing before any read."""
+    folder = tmp_path / "customer-tls"
+    folder.mkdir()
+    if plant == "sparse 10 GB":
+        with (folder / "tls.crt").open("wb") as handle:
+            handle.truncate(10 << 30)
+        write(folder / "tls.key", "-----BEGIN PRIVATE KEY-----\n")
+        words = ["tls.crt", "too large"]
+    else:
+        write(folder / "tls.crt", "-----BEGIN CERTIFICATE-----\n")
+        os.mkfifo(folder / "tls.key")
+        words = ["tls.key"]
+    run = subprocess.run([sys.executable, "-c", SECRET_PROBE.format(limit=ADDRESS_SPACE, repo=str(REPO)), str(folder)],
+                         capture_output=True, text=True, timeout=QUICK, check=False, cwd=tmp_path)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stdout + run.stderr[-3000:]
+    line = run.stdout.strip()
+    assert len(line.splitlines()) == 1 and all(w in line for w in words), line

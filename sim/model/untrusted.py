@@ -48,6 +48,16 @@ class Refused(Exception):
 
 def read_text(path: os.PathLike[str] | str, what: str = "values file", limit: int = MAX_BYTES) -> str:
     """The text of a regular file of at most `limit` bytes, or a one-line ConfigError naming it."""
+    raw = read_bytes(path, what, limit)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text; save the {what} as UTF-8") from None
+
+
+def read_bytes(path: os.PathLike[str] | str, what: str = "file", limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or a one-line ConfigError naming it."""
     name = str(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOCTTY: a terminal device is not adopted.
@@ -69,11 +79,7 @@ def read_text(path: os.PathLike[str] | str, what: str = "values file", limit: in
         os.close(fd)
     if len(raw) > limit:  # it grew after the fstat (or /proc lies about its size)
         raise ConfigError(f"{name}: more than {limit:,} bytes is too large for a {what}; is it the right file?")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{name}:{line}: not UTF-8 text; save the {what} as UTF-8") from None
+    return raw
 
 
 def _read_at_most(fd: int, count: int) -> bytes:
