@@ -22,7 +22,6 @@ class H11Stream:
                  writer: asyncio.StreamWriter):
         self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
         self.reader, self.writer = reader, writer
-        self.bytes_out = 0
 
     async def next_event(self, timeout: float | None = None) -> h11.Event:
         while True:
@@ -37,7 +36,6 @@ class H11Stream:
         # One write for all the events: over TLS each write is its own record and its own send().
         payload = b"".join(self.conn.send(event) or b"" for event in events)
         if payload:
-            self.bytes_out += len(payload)
             self.writer.write(payload)
         await self.writer.drain()
 
