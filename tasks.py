@@ -114,7 +114,18 @@ def _whole_number(flag: str, text: Any) -> int:
     return value
 
 
-def _out_folder(out: str) -> Path:
+def _out_file(flag: str, out: str) -> Path:
+    """A file to write: not a folder, with no file where a folder of its path should be."""
+    from sim.errors import ConfigError
+
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {out}: is a folder; name a file to write")
+    _out_folder(str(path.parent), flag=flag, shown=out)
+    return path
+
+
+def _out_folder(out: str, flag: str = "--out", shown: str | None = None) -> Path:
     """`--out DIR`: a folder, or a path where one can be made; a file on the way is one line, not a traceback."""
     from sim.errors import ConfigError
 
@@ -122,7 +133,7 @@ def _out_folder(out: str) -> Path:
     for place in (folder, *folder.parents):
         if place.exists() or place.is_symlink():
             if not place.is_dir():
-                raise ConfigError(f"--out {out}: {place} is a file, not a folder; name a folder to write into")
+                raise ConfigError(f"{flag} {shown or out}: {place} is a file, not a folder; name a folder to write into")
             break
     return folder
 
@@ -335,6 +346,8 @@ def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_
     from scenarios.replay import jobs_arg, replay_many
 
     names = None if all_ else [_scenario_arg(scenario, "invoke replay scenario=grpc-callback, or --all")]
+    if junit:  # checked first: a folder or a file in the way must not cost a whole replay, then a traceback
+        _out_file("--junit", junit)
     ok = replay_many(names, values_file=[Path(f) for f in file or []], sets=set_ or [],
                      junit=Path(junit) if junit else None, keep=keep, as_json=json_, stack=stack,
                      jobs=jobs_arg(jobs))
@@ -515,6 +528,8 @@ def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, wr
 
     if not file and not set:
         raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
+    if write_ticket:
+        _out_file("--write-ticket", write_ticket)
     found = run([Path(f) for f in file or []], set or [], symptom, workers, rewrite=rewrite, secrets=secret or [])
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:

@@ -196,6 +196,18 @@ def test_render_refuses_an_out_that_is_a_file(tmp_path: Path, where: str) -> Non
     assert file.read_text() == "not a folder\n"
 
 
+@pytest.mark.parametrize("command", [("replay", "http-callback", "--junit"), ("diagnose", "--set",
+                                     "workerCallbackProxy.enabled=true", "--write-ticket")])
+@pytest.mark.parametrize("where", ["FOLDER", "FILE/report.xml"])
+def test_an_output_file_where_a_folder_is_is_refused_before_any_work(tmp_path: Path, command: tuple[str, ...],
+                                                                      where: str) -> None:
+    """Checked first: a replay or a diagnosis is not run to its end only to fail writing its report."""
+    file = write(tmp_path / "a-file", "not a folder\n")
+    out = where.replace("FOLDER", str(tmp_path)).replace("FILE", str(file))
+    refused(invoke(*command, out, env=guarded(tmp_path)), command[-1], "folder")
+    assert file.read_text() == "not a folder\n"
+
+
 @pytest.mark.parametrize("command", [("certs",), ("render", "--out", "OUT")])
 @pytest.mark.parametrize("where", ["FILE/sub", "/proc/self/ncpsim"])
 def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(tmp_path: Path, command: tuple[str, ...],
