@@ -35,13 +35,21 @@ def resolve_ref(ref: str) -> Path:
     """A catalogue name or a path to a YAML file."""
     candidate = Path(ref)
     if candidate.suffix in (".yaml", ".yml") or "/" in ref:
-        if not candidate.exists():
-            raise ScenarioError(f"{ref}: no such scenario file")
+        if not _exists(candidate):
+            raise ScenarioError(f"{ref[:200]}: no such scenario file")
         return candidate
     path = CATALOGUE / f"{ref}.yaml"
-    if not path.exists():
+    if not _exists(path):
         raise ScenarioError(unknown_scenario(ref, [name for name, _ in catalogue()]))
     return path
+
+
+def _exists(path: Path) -> bool:
+    """exists(), with a name the system refuses (too long, say) as missing rather than a traceback."""
+    try:
+        return path.exists() or path.is_symlink()
+    except (OSError, ValueError):
+        return False
 
 
 def unknown_scenario(ref: str, names: list[str]) -> str:

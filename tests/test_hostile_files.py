@@ -315,3 +315,9 @@ def test_a_brought_secret_folder_is_read_with_bounds(tmp_path: Path, plant: str)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stdout + run.stderr[-3000:]
     line = run.stdout.strip()
     assert len(line.splitlines()) == 1 and all(w in line for w in words), line
+
+
+@pytest.mark.parametrize("flag", [(), ("-f",)])
+def test_a_file_name_too_long_for_the_system_is_refused(tmp_path: Path, flag: tuple[str, ...]) -> None:
+    name = "x" * 300 + ".yaml"  # past NAME_MAX (255): exists() itself raised OSError
+    refused(invoke("up", *flag, name, env=guarded(tmp_path)), "x" * 100)
