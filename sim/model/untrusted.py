@@ -104,6 +104,12 @@ class _BoundedLoader(yaml.SafeLoader):
         self.constructing: yaml.Node | None = None  # the node being built, for the line of a failure
         super().__init__(text)
 
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        # The scanner runs ahead of the composer and keeps a possible key per open bracket: stop it at the bound.
+        if self.flow_level >= MAX_DEPTH:
+            _refuse(self.line + 1, f"nested more than {MAX_DEPTH} levels deep; flatten it")
+        super().fetch_flow_collection_start(token_class)
+
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         self.constructing = node
         return super().construct_object(node, deep)
