@@ -106,6 +106,14 @@ def test_up_refuses_a_hostile_scenario_file(tmp_path: Path, case: str) -> None:
     refused(invoke("up", str(path), "--stack", "hostile", env=guarded(tmp_path)), str(path), *words)
 
 
+@pytest.mark.parametrize("command", [("replay", "http-callback"), ("replay", "--all"), ("diagnose",)])
+@pytest.mark.parametrize("case", ["alias bomb under an unknown key", "a FIFO", "5,000-digit integer"])
+def test_replay_and_diagnose_refuse_a_hostile_values_file(tmp_path: Path, command: tuple[str, ...], case: str) -> None:
+    make, words = HOSTILE[case]
+    path = make(tmp_path)
+    refused(invoke(*command, "-f", str(path), env=guarded(tmp_path)), str(path), *words)
+
+
 @pytest.mark.parametrize("case", ["alias bomb, 9 levels", "5,000-deep YAML", "a FIFO", "/dev/zero", "NUL byte"])
 def test_step_refuses_a_hostile_step_file(tmp_path: Path, case: str) -> None:
     make, words = HOSTILE[case]
