@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,10 +160,14 @@ class Launcher:
                         for fd in pipes.values():
                             os.close(fd)
                     raise
-                for pipes in phases:
-                    for bindings in self._await_ready(pipes).values():
-                        netmap.bindings.update(bindings)
+                def publish(_name: str, bindings: dict[str, int]) -> None:
+                    # Each component's addresses go into the map as soon as it is ready, so those waiting
+                    # on it (workers on nats-server) go on without waiting for the slowest of its phase.
+                    netmap.bindings.update(bindings)
                     netmap.save(self.state_dir / "netmap.json")
+
+                for pipes in phases:
+                    self._await_ready(pipes, publish)
             except BaseException:
                 with self.guard.held():  # a second Ctrl-C must not cut the cleanup short
                     self.stop_all()
@@ -190,7 +194,8 @@ class Launcher:
             write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
         return read_fd
 
-    def _await_ready(self, pipes: dict[str, int]) -> dict[str, dict[str, int]]:
+    def _await_ready(self, pipes: dict[str, int],
+                     on_ready: Callable[[str, dict[str, int]], None] | None = None) -> dict[str, dict[str, int]]:
         selector = selectors.DefaultSelector()
         buffers = {name: b"" for name in pipes}
         for name, fd in pipes.items():
@@ -212,6 +217,8 @@ class Launcher:
                     if b"\n" in buffers[name]:
                         ready[name] = json.loads(buffers[name].split(b"\n", 1)[0])["bindings"]
                         selector.unregister(key.fd)
+                        if on_ready is not None:
+                            on_ready(name, ready[name])
                     elif not chunk:
                         raise BackendError(f"{name} exited before it was ready:\n{self.log_tail(name)}")
         finally:
