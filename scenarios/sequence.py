@@ -69,7 +69,7 @@ class _Calls:
         grpc = t.function == "grpc-echo"
         pexec = f"POST /v2/nvcf/pexec/functions/{t.function}"
         self.say("client", holder, "gRPC Echo call (h2c)" if grpc else pexec)
-        self.say(holder, "worker", "work message (bus): target and proxy address", "reply")
+        self.say(holder, "worker", "work message (NATS): target and proxy address", "reply")
         self.dns(t)
         if t.via == "direct":
             self.direct(t)

@@ -2,7 +2,7 @@
 
 Packages (they point one way, top to bottom; dns/ and certs/ sit below all of them):
     proxy/      the worker callback proxy: pure route decisions, the HTTP/1.1 and HTTP/3 fronts, its log
-    pods/       stand-in pods: invocation-service, grpc-proxy, the work bus, the DNS resolver
+    pods/       stand-in pods: invocation-service, grpc-proxy, nats-server and its auth callout, the DNS resolver
     worker/     worker-utils as function workers run it (HTTP and gRPC callbacks)
     client/     the function client (pexec over HTTP, gRPC over h2c)
     runbooks/   control-plane runbooks, each model beside its rehearsals (no stack needed)
@@ -18,5 +18,5 @@ Vocabulary (as the seeds use it):
     workerDomain    workerCallbackProxy.workerDomain: *.<workerDomain> resolves to the proxy from compute clusters
     frontend        the proxy's side that workers reach (TLS on TCP 10084, QUIC on UDP 443), *.<workerDomain>
     upstream        the proxy's side towards the pods (TLS to 8443 or plaintext 8080; QUIC to UDP 10084)
-    component       one process of a stack (a pod, the proxy, the resolver, the bus, one cluster's workers)
+    component       one process of a stack (a pod, the proxy, the resolver, nats-server, one cluster's workers)
 """

@@ -1,7 +1,7 @@
 """The k3d backend's steps: `invoke up --backend k3d` and `invoke down --backend k3d`.
 
 up = preflight -> shared Docker network -> k3d clusters -> stand-in image (docker SDK build, `k3d image
-import`) -> control-plane manifests -> rollouts -> the proxy's and work bus's load-balancer addresses
+import`) -> control-plane manifests -> rollouts -> the proxy's and nats-server's load-balancer addresses
 -> compute manifests (selectorless Services to those addresses, coredns-custom, workers) -> CoreDNS
 restart when the rewrite changed -> rollouts; clusters.k3d.stack then attaches to what runs (live pods,
 port-forwards, logs) and hands the replay engine a Stack.
