@@ -244,9 +244,10 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
 
 # A crashed component, then `invoke down` ---------------------------------------------------------------
 def test_down_after_a_crashed_component(root: Path) -> None:
-    stack = LocalStack("crash", root=root)
+    backend = LocalBackend(root)
+    stack = backend.attach("crash")
     try:
-        result = run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True)
+        result = run_scenario(load_scenario("http-callback"), backend, stack.name, keep=True)
         assert result.ok, result.failures
         pids = {p.stem: int(p.read_text()) for p in (stack.state_dir / "pids").glob("*.pid")}
         assert "worker-callback-proxy" in pids
