@@ -32,17 +32,20 @@ PEERS = (
 Which = Callable[[str], str | None]
 
 
-def located(binary: str, which: Which = shutil.which) -> str | None:
-    """The peer's path: on PATH, or in /usr/sbin, which a user's PATH often lacks (where Debian puts both)."""
+SBIN = Path("/usr/sbin")  # where Debian puts both, and a user's PATH often lacks
+
+
+def located(binary: str, which: Which = shutil.which, sbin: Path = SBIN) -> str | None:
+    """The peer's path: on PATH, or in /usr/sbin."""
     found = which(binary)
     if found:
         return found
-    sbin = Path("/usr/sbin") / binary
-    return str(sbin) if sbin.is_file() and os.access(sbin, os.X_OK) else None
+    path = sbin / binary
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def missing(which: Which = shutil.which) -> list[Peer]:
-    return [peer for peer in PEERS if located(peer.binary, which) is None]
+def missing(which: Which = shutil.which, sbin: Path = SBIN) -> list[Peer]:
+    return [peer for peer in PEERS if located(peer.binary, which, sbin) is None]
 
 
 def install_command(peers: list[Peer], which: Which = shutil.which, root: bool | None = None) -> list[str] | None:

@@ -16,10 +16,14 @@ def which_only(*present: str):
     return lambda name: f"/usr/bin/{name}" if name in present else None
 
 
-def test_missing_peers_are_found_before_anything_starts() -> None:
-    assert [p.binary for p in peers.missing(which_only("apt-get"))] == ["nginx", "dnsmasq"]
-    assert [p.binary for p in peers.missing(which_only("nginx"))] == ["dnsmasq"]
-    assert peers.missing(which_only("nginx", "dnsmasq")) == []
+def test_missing_peers_are_found_before_anything_starts(tmp_path: Path) -> None:
+    sbin = tmp_path  # an empty /usr/sbin: what this machine has installed must not matter
+    assert [p.binary for p in peers.missing(which_only("apt-get"), sbin)] == ["nginx", "dnsmasq"]
+    assert [p.binary for p in peers.missing(which_only("nginx"), sbin)] == ["dnsmasq"]
+    assert peers.missing(which_only("nginx", "dnsmasq"), sbin) == []
+    (sbin / "dnsmasq").write_text("#!/bin/sh\n")
+    (sbin / "dnsmasq").chmod(0o755)
+    assert [p.binary for p in peers.missing(which_only("nginx"), sbin)] == []  # found off PATH, in sbin
 
 
 @pytest.mark.parametrize(("present", "root", "command"), [
