@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sim.model.events import read_events
+
 REPO = Path(__file__).resolve().parents[1]
 QUICK = 60.0  # a refusal, a status or a down: well under a few seconds even on a busy machine
 UP = 180.0  # a whole `invoke up` with its scenario replay
@@ -233,13 +235,19 @@ def wait_for(what: str, check, timeout: float) -> None:  # type: ignore[no-untyp
         time.sleep(POLL)
 
 
-def phase_one_read(stack: Path) -> bool:
-    """The launcher has read every control-plane component's ready line: it then saves their bindings in
-    the network map (empty until then), so none of them can die writing to a dead `up`'s pipe."""
+def phase_one_read(stack: Path, names: set[str]) -> bool:
+    """The launcher has read each of these components' ready line: it saves a component's bindings in the
+    network map as soon as it reads them, so a component whose reported bindings are all in the map cannot
+    die writing to a dead `up`'s pipe."""
     try:
-        return bool(json.loads((stack / "netmap.json").read_text())["bindings"])
+        mapped = json.loads((stack / "netmap.json").read_text())["bindings"]
     except (OSError, ValueError, KeyError):
         return False  # not written yet, or caught mid-write
+    for name in names:
+        ready = [e for e in read_events(stack) if e["component"] == name and e["kind"] == "component.ready"]
+        if not ready or not set(ready[0]["bindings"]) <= set(mapped):
+            return False
+    return True
 
 
 def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[dict[str, int]]) -> None:
@@ -262,7 +270,7 @@ def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[d
         pids = component_pids(stack)
         teardown.append(pids)
         control = set(pids) - set(held)
-        wait_for("the control plane to be ready", lambda: phase_one_read(stack), START)
+        wait_for("the control plane to be ready", lambda: phase_one_read(stack, control), START)
         assert not (stack / "status.json").exists()
     finally:
         up.kill()
