@@ -35,6 +35,8 @@ from sim.pods.nats.webhook import WebhookAnswer, WebhookRequest, answer_body
 from sim.runbooks.nats_auth import LogRecord, LogSampler, LogSettings
 
 LOGIN_TIMEOUT = 5.0  # seconds for one worker's sign-in, callout and webhook included
+SERVER_LOG_TIMEOUT = 2.0  # nats-server writes its line about a refused sign-in soon after the callout's
+SERVER_LOG_POLL = 0.01  # its log is another process's file: look again this often
 REGION = "r1"
 T = TypeVar("T")
 _LOGGER = "ncpsim.runbooks.nats-callout"
@@ -170,12 +172,22 @@ class LiveNats:
         """Sign ``name`` in with ``credentials`` (closing its previous connection): (admitted, why not)."""
         await self.logout(name)
         seen = len(self.log.records) if self.log else 0
+        server_lines = len(self.server_log())
         try:
             self.clients[name] = await connect_once(self.url, reconnect=False, name=name, error_cb=_quiet,
                                                     connect_timeout=LOGIN_TIMEOUT, **credentials)
             return True, self._user(name, seen)
         except Exception as exc:  # noqa: BLE001 - the client's view is only "Authorization Violation"
-            return False, self._reason(name, seen) or str(exc) or type(exc).__name__
+            reason = self._reason(name, seen)
+            if reason:  # the callout refused it: nats-server logs that too, a moment later, in its own process
+                await self._server_line_after(server_lines)
+            return False, reason or str(exc) or type(exc).__name__
+
+    async def _server_line_after(self, count: int) -> None:
+        """Wait (at most SERVER_LOG_TIMEOUT) for nats-server's line about the refusal just seen."""
+        deadline = asyncio.get_running_loop().time() + SERVER_LOG_TIMEOUT
+        while len(self.server_log()) <= count and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(SERVER_LOG_POLL)
 
     def _user(self, name: str, since: int) -> str:
         """The user the callout assigned ``name`` (from its "Authentication successful" line)."""
