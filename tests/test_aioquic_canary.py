@@ -163,3 +163,15 @@ def test_install_credit_decides_max_stream_data(pki: tuple[Path, bytes]) -> None
     pair.exchange()
     assert stream_id in asked, "aioquic no longer calls _write_stream_limits for the server's streams"
     assert pair.client._streams[stream_id].max_stream_data_remote == granted
+
+
+def test_quic_servers_idle_out_as_envoys_listener_does(tmp_path) -> None:
+    """Envoy's QUIC listener closes a connection after 300 s without network activity (aioquic: 60 s)."""
+    import trustme
+
+    from sim.protocols.h3_quic import server_configuration
+
+    leaf = trustme.CA().issue_cert("*.grpc-worker.example.com")
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    assert server_configuration(tmp_path).idle_timeout == 300.0

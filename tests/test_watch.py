@@ -114,10 +114,10 @@ def watch_on_a_terminal(env: dict[str, str], rows: int = 40, columns: int = 200)
     """`invoke watch` in a session of its own whose controlling terminal is a new pty (pty.fork), so Ctrl-C
     typed into the pty interrupts it as it would a person's watch."""
     pid, master = pty.fork()
-    if pid == 0:  # the child: exec at once, nothing else may run here
+    if pid == 0:  # the child: size its terminal before the watch can read it, then exec at once
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         os.chdir(REPO)
         os.execve(INVOKE, [INVOKE, "watch", "--stack", STACK], env)
-    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     return pid, Output(master)
 
 

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from sim.protocols.tls import secret_stamp
 
 WINDOW = 256 * 1024  # stream credit granted beyond what the application has read
+QUIC_IDLE_TIMEOUT = 300.0  # Envoy's QUIC listener default (idle_timeout, 300000 ms); aioquic's own is 60 s
 _MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
 
 
@@ -59,7 +60,8 @@ def client_configuration(server_name: str, trust: bytes) -> QuicConfiguration:
 
 
 def server_configuration(secret_dir: Path) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN), max_stream_data=WINDOW)
+    config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN), max_stream_data=WINDOW,
+                               idle_timeout=QUIC_IDLE_TIMEOUT)
     config.load_cert_chain(secret_dir / "tls.crt", secret_dir / "tls.key")
     return config
 

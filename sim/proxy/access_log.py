@@ -69,18 +69,33 @@ def parse_line(line: str) -> dict[str, str] | None:
     return m.groupdict() if m else None
 
 
+MAX_BYTES = 64 * 1024 * 1024  # a flood of hostile requests must not fill the disk (kubelet would rotate)
+
+
 class AccessLog:
-    def __init__(self, path: Path):
+    """The proxy's access log, capped at `max_bytes`: past the cap lines are counted, not written, and one
+    comment line (which no access-log parser takes for a record) says so, another the count at close."""
+
+    def __init__(self, path: Path, max_bytes: int = MAX_BYTES):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
+        self.path, self.max_bytes = path, max_bytes
         self._file = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the log
+        self.written, self.dropped = path.stat().st_size, 0
 
     def write(self, record: AccessRecord) -> str:
         line = format_record(record)
+        if self.written + len(line) + 1 > self.max_bytes:
+            if not self.dropped:
+                self._file.write(f"# ncpsim: access log capped at {self.max_bytes} bytes; later lines are counted\n")
+            self.dropped += 1
+            return line
         self._file.write(line + "\n")
+        self.written += len(line) + 1
         return line
 
     def close(self) -> None:
+        if self.dropped and not self._file.closed:
+            self._file.write(f"# ncpsim: {self.dropped} access-log lines dropped past the cap\n")
         self._file.close()
 
 
