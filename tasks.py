@@ -133,19 +133,24 @@ def _out_folder(out: str, flag: str = "--out", shown: str | None = None) -> Path
     for place in (folder, *folder.parents):
         if place.exists() or place.is_symlink():
             if not place.is_dir():
-                raise ConfigError(f"{flag} {shown or out}: {place} is a file, not a folder; name a folder to write into")
+                raise ConfigError(
+                    f"{flag} {shown or out}: {place} is a file, not a folder; name a folder to write into"
+                )
             break
     return folder
 
 
 def _bare_words(fn: Callable[..., Any], name: str) -> int:
     """How many bare words follow task `name` on this command line (flag values are not bare words)."""
-    takes_value = {alias.replace("-", "_"): arg.takes_value
-                   for arg in Task(fn, positional=[]).get_arguments() for alias in arg.names}
+    takes_value = {
+        alias.replace("-", "_"): arg.takes_value
+        for arg in Task(fn, positional=[]).get_arguments()
+        for alias in arg.names
+    }
     if name not in sys.argv[1:]:
         return 0
     words, skip = 0, False
-    for token in sys.argv[sys.argv.index(name, 1) + 1:]:
+    for token in sys.argv[sys.argv.index(name, 1) + 1 :]:
         if skip:
             skip = False
         elif token.startswith("-"):
@@ -163,6 +168,7 @@ def optional_positional(*names: str, more: str | None = None, **task_options: An
     `invoke up NAME` and `invoke up --help` all parse. With `more`, the last name takes every further
     word too (`invoke set a=1 b=2`): invoke reads a task's signature, so they become parameters.
     """
+
     def decorate(fn: Callable[..., Any]) -> Task:
         given = _bare_words(fn, task_options.get("name") or fn.__name__.strip("_"))
         body = fn
@@ -170,14 +176,17 @@ def optional_positional(*names: str, more: str | None = None, **task_options: An
             body = _taking_more(fn, more, given - len(names) + 1)
         extra = [f"{more}_{n}" for n in range(2, given - len(names) + 2)] if more else []
         return task(positional=[*names, *extra][:given], **task_options)(body)
+
     return decorate
 
 
 def _taking_more(fn: Callable[..., Any], name: str, count: int) -> Callable[..., Any]:
     """`fn` with `count` words for parameter `name` (a list): parameters name_2..name_N gather them."""
     signature = inspect.signature(fn)
-    extra = [inspect.Parameter(f"{name}_{n}", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
-             for n in range(2, count + 1)]
+    extra = [
+        inspect.Parameter(f"{name}_{n}", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+        for n in range(2, count + 1)
+    ]
 
     @functools.wraps(fn)
     def body(*args: Any, **kwargs: Any) -> Any:
@@ -186,22 +195,26 @@ def _taking_more(fn: Callable[..., Any], name: str, count: int) -> Callable[...,
         return fn(*args, **kwargs)
 
     body.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*signature.parameters.values(), *extra])
+        parameters=[*signature.parameters.values(), *extra]
+    )
     return body
 
 
 @optional_positional(
     "scenario",
-    help={"scenario": "catalogue name or path to a scenario YAML (also as scenario=NAME); "
-                      "none: the default topology, idle",
-          "file": "a customer's values file, above the scenario's values (repeatable: later files win)",
-          "set": "key.path=value, YAML-typed, above every file (repeatable)",
-          "backend": "local (default: processes on 127.0.0.1) or k3d",
-          "stack": "stack name (its state lives in .ncpsim/<stack>/)",
-          "json": "print the report as JSON instead of text",
-          "secret": "NAME=DIR: Secret NAME holds that folder's tls.crt, tls.key[, ca.crt] as they are "
-                    "(e.g. the customer's certificate for tls.frontend.existingSecret; repeatable)"},
-    iterable=["file", "set_", "secret"])
+    help={
+        "scenario": "catalogue name or path to a scenario YAML (also as scenario=NAME); "
+        "none: the default topology, idle",
+        "file": "a customer's values file, above the scenario's values (repeatable: later files win)",
+        "set": "key.path=value, YAML-typed, above every file (repeatable)",
+        "backend": "local (default: processes on 127.0.0.1) or k3d",
+        "stack": "stack name (its state lives in .ncpsim/<stack>/)",
+        "json": "print the report as JSON instead of text",
+        "secret": "NAME=DIR: Secret NAME holds that folder's tls.crt, tls.key[, ca.crt] as they are "
+        "(e.g. the customer's certificate for tls.frontend.existingSecret; repeatable)",
+    },
+    iterable=["file", "set_", "secret"],
+)
 @user_errors
 def up(c, scenario=None, file=None, set_=None, backend="local", stack="default", json_=False, secret=None):
     """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running.
@@ -219,7 +232,9 @@ def up(c, scenario=None, file=None, set_=None, backend="local", stack="default",
     chosen = _backend(backend)
     files, sets = [Path(f) for f in file or []], set_ or []
     # No scenario: the default topology, idle (a dev environment to poke with call, fault, set, ...).
-    loaded = load_scenario(_scenario_arg(scenario), files, sets=sets) if scenario else idle_scenario(files, sets)
+    loaded = (
+        load_scenario(_scenario_arg(scenario), files, sets=sets) if scenario else idle_scenario(files, sets)
+    )
     loaded = with_brought_secrets(loaded, secret or [])
     for warning in values_warnings([loaded]):  # the real chart is silent about them; the warning is the clue
         print(f"warning: {warning}", file=sys.stderr)
@@ -236,8 +251,13 @@ def up(c, scenario=None, file=None, set_=None, backend="local", stack="default",
         raise Exit(code=EXIT_FAILED)
 
 
-@task(help={"purge": "also delete the state folder (certificates, logs, events)",
-            "stack": "stack name", "backend": "local or k3d"})
+@task(
+    help={
+        "purge": "also delete the state folder (certificates, logs, events)",
+        "stack": "stack name",
+        "backend": "local or k3d",
+    }
+)
 @user_errors
 def down(c, purge=False, stack="default", backend="local"):
     """Stop every process of the stack (by process group); --purge removes its state folder."""
@@ -245,7 +265,11 @@ def down(c, purge=False, stack="default", backend="local"):
     existed = target.state_dir.exists()
     stopped = target.down(purge=purge)
     if backend == "k3d":
-        print(f"deleted {', '.join(stopped)}" if stopped else "nothing to delete: no ncpsim k3d clusters or network")
+        print(
+            f"deleted {', '.join(stopped)}"
+            if stopped
+            else "nothing to delete: no ncpsim k3d clusters or network"
+        )
         return
     removed = " and removed the state folder" if purge and existed else ""
     print(f"stopped {len(stopped)} processes{removed}")
@@ -283,15 +307,22 @@ def status(c, json_=False, stack="default", backend="local"):
 
 @optional_positional(
     "component",
-    help={"component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
-                       "invocation-service-0), or `all` (the default)", "lines": "lines from the end (default 40)",
-          "stack": "stack name", "backend": "local or k3d"})
+    help={
+        "component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
+        "invocation-service-0), or `all` (the default)",
+        "lines": "lines from the end (default 40)",
+        "stack": "stack name",
+        "backend": "local or k3d",
+    },
+)
 @user_errors
 def logs(c, component=None, lines=None, stack="default", backend="local"):
     """Print the last lines of a component's log (the proxy's access log is worker-callback-proxy.access)."""
     from sim.errors import ConfigError
 
-    count = 40 if lines is None else _whole_number("--lines", lines)  # text: invoke's own int() would traceback
+    count = (
+        40 if lines is None else _whole_number("--lines", lines)
+    )  # text: invoke's own int() would traceback
     known = _stack(stack, backend).logs()
     paths = [Path(p) for p in known.values()]
     if component and component != "all":
@@ -329,16 +360,32 @@ def scenarios(c):
 
 @optional_positional(
     "scenario",
-    help={"scenario": "catalogue name or YAML path (also as scenario=NAME)", "all": "replay the whole catalogue",
-          "stack": "the stack to replay on (with --all: NAME-<scenario>); default replay-<scenario>",
-          "junit": "write a JUnit XML report to this file", "keep": "leave a failed scenario's stack running",
-          "file": "a customer's values file, above each scenario's values (repeatable: later files win)",
-          "set": "key.path=value, YAML-typed, above every file (repeatable)", "json": "print JSON reports",
-          "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one per core)"},
-    iterable=["file", "set_"])
+    help={
+        "scenario": "catalogue name or YAML path (also as scenario=NAME)",
+        "all": "replay the whole catalogue",
+        "stack": "the stack to replay on (with --all: NAME-<scenario>); default replay-<scenario>",
+        "junit": "write a JUnit XML report to this file",
+        "keep": "leave a failed scenario's stack running",
+        "file": "a customer's values file, above each scenario's values (repeatable: later files win)",
+        "set": "key.path=value, YAML-typed, above every file (repeatable)",
+        "json": "print JSON reports",
+        "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one per core)",
+    },
+    iterable=["file", "set_"],
+)
 @user_errors
-def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_=None, json_=False, stack=None,
-           jobs=None):
+def replay(
+    c,
+    scenario=None,
+    all_=False,
+    junit=None,
+    keep=False,
+    file=None,
+    set_=None,
+    json_=False,
+    stack=None,
+    jobs=None,
+):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails.
 
     invoke replay NAME|scenario=NAME [--stack S] | --all [--junit FILE] [--keep]
@@ -348,15 +395,28 @@ def replay(c, scenario=None, all_=False, junit=None, keep=False, file=None, set_
     names = None if all_ else [_scenario_arg(scenario, "invoke replay scenario=grpc-callback, or --all")]
     if junit:  # checked first: a folder or a file in the way must not cost a whole replay, then a traceback
         _out_file("--junit", junit)
-    ok = replay_many(names, values_file=[Path(f) for f in file or []], sets=set_ or [],
-                     junit=Path(junit) if junit else None, keep=keep, as_json=json_, stack=stack,
-                     jobs=jobs_arg(jobs))
+    ok = replay_many(
+        names,
+        values_file=[Path(f) for f in file or []],
+        sets=set_ or [],
+        junit=Path(junit) if junit else None,
+        keep=keep,
+        as_json=json_,
+        stack=stack,
+        jobs=jobs_arg(jobs),
+    )
     if not ok:
         raise Exit(code=EXIT_FAILED)
 
 
-@task(help={"out": "folder to write into", "scenario": "catalogue name or YAML path",
-            "backend": "k3d (only k3d renders files)", "stack": "stack whose certificates to use"})
+@task(
+    help={
+        "out": "folder to write into",
+        "scenario": "catalogue name or YAML path",
+        "backend": "k3d (only k3d renders files)",
+        "stack": "stack whose certificates to use",
+    }
+)
 @user_errors
 def render(c, out, scenario="http-callback", backend="k3d", stack="default"):
     """Write every k3d config, Kubernetes manifest and the Envoy config; run nothing."""
@@ -368,22 +428,33 @@ def render(c, out, scenario="http-callback", backend="k3d", stack="default"):
     from clusters.k3d.tasks import render as k3d_render
 
     loaded = load_scenario(_scenario_arg(scenario))
-    _state_folder(stack)  # the certificates are kept there: an unusable NCPSIM_HOME is one line, not a traceback
+    _state_folder(
+        stack
+    )  # the certificates are kept there: an unusable NCPSIM_HOME is one line, not a traceback
     try:
         code = k3d_render(_out_folder(out), loaded.build_topology(stack), loaded.name)
     except OSError as exc:  # a full disk, a read-only folder: name the file, no traceback
-        raise ConfigError(f"--out {out}: cannot write {exc.filename or out} ({exc.strerror or exc}); "
-                          f"name a folder you can write") from None
+        raise ConfigError(
+            f"--out {out}: cannot write {exc.filename or out} ({exc.strerror or exc}); "
+            f"name a folder you can write"
+        ) from None
     raise Exit(code=code)
 
 
-@task(help={"context": "kubectl context of the compute cluster", "domain": "workerCallbackProxy.workerDomain",
-            "proxy_service": "NAME (namespace nvcf), NAME.NS.svc.cluster.local, or a DNS name",
-            "proxy_address": "proxy load-balancer IP, when the Service must be created",
-            "dry_run": "print what would be applied", "yes": "switch the kubectl context without asking"})
+@task(
+    help={
+        "context": "kubectl context of the compute cluster",
+        "domain": "workerCallbackProxy.workerDomain",
+        "proxy_service": "NAME (namespace nvcf), NAME.NS.svc.cluster.local, or a DNS name",
+        "proxy_address": "proxy load-balancer IP, when the Service must be created",
+        "dry_run": "print what would be applied",
+        "yes": "switch the kubectl context without asking",
+    }
+)
 @user_errors
-def dns_rewrite(c, context, domain, proxy_service="worker-callback-proxy", proxy_address=None,
-                dry_run=False, yes=False):
+def dns_rewrite(
+    c, context, domain, proxy_service="worker-callback-proxy", proxy_address=None, dry_run=False, yes=False
+):
     """Add the *.<workerDomain> CoreDNS rewrite (and the proxy's selectorless Service) to a compute cluster."""
     from clusters.k3d.tasks import dns_rewrite as run
 
@@ -400,8 +471,14 @@ def doctor(c):
 
 
 # -- a dev environment: one scenario step at a time on the running stack (scenarios/devenv.py) ---------------
-def _run_steps(stack_name: str, backend: str, steps: list[dict[str, Any]], source: str, json_: bool = False,
-               origin: dict[str, tuple[str, int]] | None = None) -> None:
+def _run_steps(
+    stack_name: str,
+    backend: str,
+    steps: list[dict[str, Any]],
+    source: str,
+    json_: bool = False,
+    origin: dict[str, tuple[str, int]] | None = None,
+) -> None:
     from scenarios.devenv import run_steps, session_json, session_text
 
     session = run_steps(_stack(stack_name, backend), steps, Path(source), origin)
@@ -413,9 +490,15 @@ def _run_steps(stack_name: str, backend: str, steps: list[dict[str, Any]], sourc
 _ON_STACK = {"stack": "stack name (default: default)", "backend": "local or k3d"}
 
 
-@task(positional=["function"],
-      help={"function": "http-echo or grpc-echo", "count": "how many calls (they run at once)",
-            "json": "print the traces as JSON", **_ON_STACK})
+@task(
+    positional=["function"],
+    help={
+        "function": "http-echo or grpc-echo",
+        "count": "how many calls (they run at once)",
+        "json": "print the traces as JSON",
+        **_ON_STACK,
+    },
+)
 @user_errors
 def call(c, function, count=1, json_=False, stack="default", backend="local"):
     """Invoke a function on the running stack; a trace line per callback; exit 1 if any call failed."""
@@ -425,16 +508,31 @@ def call(c, function, count=1, json_=False, stack="default", backend="local"):
 
 
 @optional_positional(
-    "action", "target",
-    help={"action": "kill, restart, stop, start (a component), scale (ROLE=N), link (FROM_CLUSTER), "
-                    "clear-links, expire (frontend|public-frontend|invocation|grpc-proxy)",
-          "target": "what the action acts on (see `invoke status` for component names)",
-          "to": "link: the address or CIDR the cluster's dials go to (default: the proxy's load balancer)",
-          "latency_ms": "link: added latency", "drop": "link: share of connections lost (0..1)",
-          "timeout_ms": "link: how long a lost connection hangs", **_ON_STACK})
+    "action",
+    "target",
+    help={
+        "action": "kill, restart, stop, start (a component), scale (ROLE=N), link (FROM_CLUSTER), "
+        "clear-links, expire (frontend|public-frontend|invocation|grpc-proxy)",
+        "target": "what the action acts on (see `invoke status` for component names)",
+        "to": "link: the address or CIDR the cluster's dials go to (default: the proxy's load balancer)",
+        "latency_ms": "link: added latency",
+        "drop": "link: share of connections lost (0..1)",
+        "timeout_ms": "link: how long a lost connection hangs",
+        **_ON_STACK,
+    },
+)
 @user_errors
-def fault(c, action=None, target=None, to=None, latency_ms=0, drop=0.0, timeout_ms=1000, stack="default",
-          backend="local"):
+def fault(
+    c,
+    action=None,
+    target=None,
+    to=None,
+    latency_ms=0,
+    drop=0.0,
+    timeout_ms=1000,
+    stack="default",
+    backend="local",
+):
     """Inject a fault into the running stack.
 
     invoke fault kill|restart|stop|start COMPONENT, fault scale ROLE=N (e.g. invocation=1),
@@ -462,9 +560,15 @@ def rotate(c, kind, stack="default", backend="local"):
 
 
 @optional_positional(
-    "assignment", more="assignment", name="set",
-    help={"assignment": "key.path=value (YAML-typed: true, 3, null); several may follow",
-          "redeploy": "then replace workers, proxy, pods or all, as a rollout would", **_ON_STACK})
+    "assignment",
+    more="assignment",
+    name="set",
+    help={
+        "assignment": "key.path=value (YAML-typed: true, 3, null); several may follow",
+        "redeploy": "then replace workers, proxy, pods or all, as a rollout would",
+        **_ON_STACK,
+    },
+)
 @user_errors
 def set_(c, assignment=None, redeploy=None, stack="default", backend="local"):
     """Change values on the running stack (running pods keep theirs until --redeploy replaces them).
@@ -480,7 +584,9 @@ def set_(c, assignment=None, redeploy=None, stack="default", backend="local"):
     _run_steps(stack, backend, [step], "invoke set")
 
 
-@task(positional=["file"], help={"file": "a YAML step (or `steps: [...]`), `-` for standard input", **_ON_STACK})
+@task(
+    positional=["file"], help={"file": "a YAML step (or `steps: [...]`), `-` for standard input", **_ON_STACK}
+)
 @user_errors
 def step(c, file, stack="default", backend="local"):
     """Run any scenario step on the running stack, with its expectations checked; exit 1 if one fails."""
@@ -509,17 +615,31 @@ def watch(c, stack="default", backend="local"):
     show(running.state_dir, sys.stdout, still_up)
 
 
-@task(help={"file": "a customer's values file (repeat: later files win)", "set": "key.path=value (repeatable)",
-            "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
-            "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
-            "json": "print the findings as JSON",
-            "write_ticket": "write a scenario reproducing the top finding (and its values beside it)",
-            "rewrite": "what the compute cluster's DNS holds: DOMAIN=TARGET (proxy, none or an IPv4 address)",
-            "secret": "NAME=DIR: the customer's Secret NAME (tls.crt, tls.key[, ca.crt]) as they have it"},
-      iterable=["file", "set", "secret"])
+@task(
+    help={
+        "file": "a customer's values file (repeat: later files win)",
+        "set": "key.path=value (repeatable)",
+        "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
+        "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
+        "json": "print the findings as JSON",
+        "write_ticket": "write a scenario reproducing the top finding (and its values beside it)",
+        "rewrite": "what the compute cluster's DNS holds: DOMAIN=TARGET (proxy, none or an IPv4 address)",
+        "secret": "NAME=DIR: the customer's Secret NAME (tls.crt, tls.key[, ca.crt]) as they have it",
+    },
+    iterable=["file", "set", "secret"],
+)
 @user_errors
-def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, write_ticket=None, rewrite=None,
-             secret=None):
+def diagnose(
+    c,
+    file=None,
+    set=None,
+    symptom=None,
+    workers=None,
+    json_=False,
+    write_ticket=None,
+    rewrite=None,
+    secret=None,
+):
     """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
     from scenarios.diagnose.probe import diagnose as run
     from scenarios.diagnose.probe import text
@@ -530,19 +650,27 @@ def diagnose(c, file=None, set=None, symptom=None, workers=None, json_=False, wr
         raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
     if write_ticket:
         _out_file("--write-ticket", write_ticket)
-    found = run([Path(f) for f in file or []], set or [], symptom, workers, rewrite=rewrite, secrets=secret or [])
+    found = run(
+        [Path(f) for f in file or []], set or [], symptom, workers, rewrite=rewrite, secrets=secret or []
+    )
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:
         written = write(found, Path(write_ticket))
-        print(f"ticket: {written[0]} (values: {written[1]}); replay it: invoke replay scenario={written[0]}",
-              file=sys.stderr if json_ else sys.stdout)
+        print(
+            f"ticket: {written[0]} (values: {written[1]}); replay it: invoke replay scenario={written[0]}",
+            file=sys.stderr if json_ else sys.stdout,
+        )
     if found.findings:
         raise Exit(code=EXIT_FAILED)
 
 
-@task(help={"quick": "short run (< 2 min): 2 warm runs, no catalogue, 1,000-callback scale run",
-            "install_peers": "install nginx and dnsmasq first if missing (apt-get or brew); without them, "
-                             "their comparisons are skipped"})
+@task(
+    help={
+        "quick": "short run (< 2 min): 2 warm runs, no catalogue, 1,000-callback scale run",
+        "install_peers": "install nginx and dnsmasq first if missing (apt-get or brew); without them, "
+        "their comparisons are skipped",
+    }
+)
 def bench(c, quick=False, install_peers=False):
     """Start-up, relays (vs direct, vs nginx), QUIC, scale, DNS (vs dnsmasq): docs/benchmarks.md and .json."""
     import bench as benchmarks  # the task's name shadows the package here

@@ -58,8 +58,9 @@ def worker_tls(bench: BenchStack) -> ssl.SSLContext:
     return client_context([public], bench.stack_ca.read_text())
 
 
-def proxy_route(bench: BenchStack, work: dict[str, Any], addr: tuple[str, int] | None = None,
-                name: str = "proxy") -> Route:
+def proxy_route(
+    bench: BenchStack, work: dict[str, Any], addr: tuple[str, int] | None = None, name: str = "proxy"
+) -> Route:
     """Through a front that terminates TLS for `invocation.<workerDomain>` (ncpsim's proxy unless `addr`)."""
     return Route(name, addr or bench.proxy_http(), urlsplit(work["proxyURI"]).hostname or "", True)
 
@@ -69,10 +70,12 @@ def direct_route(bench: BenchStack, pod: Pod) -> Route:
     return Route("direct", bench.pod_tls(pod), pod.fqdn, False)
 
 
-async def open_stream(addr: tuple[str, int], tls: ssl.SSLContext | None = None,
-                      sni: str | None = None) -> H11Stream:
+async def open_stream(
+    addr: tuple[str, int], tls: ssl.SSLContext | None = None, sni: str | None = None
+) -> H11Stream:
     reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(*addr, ssl=tls, server_hostname=sni if tls else None), CALL_TIMEOUT)
+        asyncio.open_connection(*addr, ssl=tls, server_hostname=sni if tls else None), CALL_TIMEOUT
+    )
     return H11Stream(h11.CLIENT, reader, writer)
 
 
@@ -90,8 +93,9 @@ class Minter:
     async def __aenter__(self) -> Self:
         host, port = self.bench.real(self.bench.topology.bus_lb_ip, NATS_PORT)
         seed = StackKeys.derive(self.bench.topology.seed).internal["nvcf-api"]
-        self._nats = await connect_once(f"nats://{host}:{port}", reconnect=False, nkeys_seed_str=seed,
-                                        name="bench-minter")
+        self._nats = await connect_once(
+            f"nats://{host}:{port}", reconnect=False, nkeys_seed_str=seed, name="bench-minter"
+        )
         puller = await WorkPuller(self._nats, REGION, FUNCTION).start()
         self._drain = asyncio.create_task(self._pump(puller), name="bench-work-pull")
         self._client = await open_stream(self.bench.pod_http(self.pod))
@@ -120,32 +124,57 @@ class Minter:
         host = [("host", "invocation"), ("content-type", "application/json")]
         for i in range(count):
             body = json.dumps({"bench": i, "at": time.time()}).encode()
-            response = await exchange(self._client, "POST", PEXEC, [*host, ("nvcf-poll-seconds", "0")], body,
-                                      timeout=CALL_TIMEOUT)
+            response = await exchange(
+                self._client, "POST", PEXEC, [*host, ("nvcf-poll-seconds", "0")], body, timeout=CALL_TIMEOUT
+            )
             if response.status != 202:
                 raise RuntimeError(f"minting work: the pod answered {response.status}, not 202")
             self.bodies[response.header("nvcf-reqid") or ""] = body
         return [await asyncio.wait_for(self.queue.get(), CALL_TIMEOUT) for _ in range(count)]
 
 
-async def callback(stream: H11Stream, route: Route, work: dict[str, Any], poller: H11Stream,
-                   body: bytes) -> bool:
+async def callback(
+    stream: H11Stream, route: Route, work: dict[str, Any], poller: H11Stream, body: bytes
+) -> bool:
     """One worker callback (GET, echo, POST) while a status poll waits for the client's answer."""
     url = work["targetURI"].rstrip("/") + ATTACH_PATH if route.absolute else ATTACH_PATH
-    base = [("host", urlsplit(work["targetURI"]).netloc), ("user-agent", USER_AGENT),
-            ("x-request-id", work["requestId"])]
-    poll = asyncio.create_task(exchange(poller, "GET", STATUS + work["requestId"],
-                                        [("host", "invocation"), ("nvcf-poll-seconds", "30")],
-                                        timeout=CALL_TIMEOUT), name="bench-status-poll")
+    base = [
+        ("host", urlsplit(work["targetURI"]).netloc),
+        ("user-agent", USER_AGENT),
+        ("x-request-id", work["requestId"]),
+    ]
+    poll = asyncio.create_task(
+        exchange(
+            poller,
+            "GET",
+            STATUS + work["requestId"],
+            [("host", "invocation"), ("nvcf-poll-seconds", "30")],
+            timeout=CALL_TIMEOUT,
+        ),
+        name="bench-status-poll",
+    )
     try:
-        got = await exchange(stream, "GET", url, [*base, ("authorization", f"Bearer {work['requestToken']}"),
-                                                  ("accept", f"{H1_TYPE}, application/octet-stream")],
-                             timeout=CALL_TIMEOUT)
+        got = await exchange(
+            stream,
+            "GET",
+            url,
+            [
+                *base,
+                ("authorization", f"Bearer {work['requestToken']}"),
+                ("accept", f"{H1_TYPE}, application/octet-stream"),
+            ],
+            timeout=CALL_TIMEOUT,
+        )
         if got.status != 200:
             return False
-        posted = await exchange(stream, "POST", url, [*base, ("authorization", f"Bearer {work['responseToken']}"),
-                                                      ("content-type", H1_TYPE)], echo_function(got.body),
-                                timeout=CALL_TIMEOUT)
+        posted = await exchange(
+            stream,
+            "POST",
+            url,
+            [*base, ("authorization", f"Bearer {work['responseToken']}"), ("content-type", H1_TYPE)],
+            echo_function(got.body),
+            timeout=CALL_TIMEOUT,
+        )
         answer = await poll
     finally:
         if not poll.done():
@@ -158,8 +187,14 @@ async def callback(stream: H11Stream, route: Route, work: dict[str, Any], poller
 Connect = Callable[[], Awaitable[H11Stream]]
 
 
-async def _lane(works: list[dict[str, Any]], route: Route, connect: Connect, reuse: bool,
-                poll_addr: tuple[str, int], bodies: dict[str, bytes]) -> int:
+async def _lane(
+    works: list[dict[str, Any]],
+    route: Route,
+    connect: Connect,
+    reuse: bool,
+    poll_addr: tuple[str, int],
+    bodies: dict[str, bytes],
+) -> int:
     """Callbacks one after another: on one kept-alive connection (`reuse`), else a new one each."""
     poller = await open_stream(poll_addr)
     stream = await connect() if reuse else None
@@ -182,9 +217,18 @@ async def _lane(works: list[dict[str, Any]], route: Route, connect: Connect, reu
     return ok
 
 
-async def drive(works: list[dict[str, Any]], route: Route, tls: ssl.SSLContext, *, lanes: int, reuse: bool,
-                poll_addr: tuple[str, int], bodies: dict[str, bytes]) -> dict[str, Any]:
+async def drive(
+    works: list[dict[str, Any]],
+    route: Route,
+    tls: ssl.SSLContext,
+    *,
+    lanes: int,
+    reuse: bool,
+    poll_addr: tuple[str, int],
+    bodies: dict[str, bytes],
+) -> dict[str, Any]:
     """Run the callbacks over `lanes` concurrent lanes; callbacks per second over the whole batch."""
+
     async def connect() -> H11Stream:
         return await open_stream(route.addr, tls, route.sni)
 
@@ -192,6 +236,12 @@ async def drive(works: list[dict[str, Any]], route: Route, tls: ssl.SSLContext, 
     started = time.perf_counter()
     oks = await asyncio.gather(*(_lane(s, route, connect, reuse, poll_addr, bodies) for s in shares if s))
     seconds = time.perf_counter() - started
-    return {"route": route.name, "calls": len(works), "ok": sum(oks), "lanes": lanes,
-            "connection": "keep-alive" if reuse else "new TLS connection per callback",
-            "seconds": round(seconds, 3), "per_second": round(len(works) / seconds, 1)}
+    return {
+        "route": route.name,
+        "calls": len(works),
+        "ok": sum(oks),
+        "lanes": lanes,
+        "connection": "keep-alive" if reuse else "new TLS connection per callback",
+        "seconds": round(seconds, 3),
+        "per_second": round(len(works) / seconds, 1),
+    }

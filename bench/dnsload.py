@@ -95,9 +95,14 @@ def load(addr: tuple[str, int], count: int, time_limit: float) -> dict[str, Any]
                 _receive_all(sock, state)
             _expire(state)
         seconds = time.perf_counter() - started
-    return {"sent": state["sent"], "answered": state["received"], "lost": state["lost"] + len(state["outstanding"]),
-            "seconds": round(seconds, 3), "per_second": round(state["received"] / seconds, 1),
-            "rcodes": dict(state["rcodes"])}
+    return {
+        "sent": state["sent"],
+        "answered": state["received"],
+        "lost": state["lost"] + len(state["outstanding"]),
+        "seconds": round(seconds, 3),
+        "per_second": round(state["received"] / seconds, 1),
+        "rcodes": dict(state["rcodes"]),
+    }
 
 
 READY_TIMEOUT = 10.0
@@ -132,10 +137,21 @@ def dnsmasq(folder: Path, target_ip: str) -> Iterator[tuple[int, subprocess.Pope
         raise RuntimeError("dnsmasq is not installed (apt-get install dnsmasq-base)")
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port(socket.SOCK_DGRAM)
-    cmd = [binary, "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--no-poll",
-           "--bind-interfaces", "--listen-address=127.0.0.1", f"--port={port}", "--pid-file=",
-           f"--address=/{WORKER_DOMAIN}/{target_ip}", f"--local=/{WORKER_DOMAIN}/",
-           "--local=/example.org/"]  # --local: NODATA for AAAA, as before dnsmasq 2.86
+    cmd = [
+        binary,
+        "--keep-in-foreground",
+        "--conf-file=/dev/null",
+        "--no-resolv",
+        "--no-hosts",
+        "--no-poll",
+        "--bind-interfaces",
+        "--listen-address=127.0.0.1",
+        f"--port={port}",
+        "--pid-file=",
+        f"--address=/{WORKER_DOMAIN}/{target_ip}",
+        f"--local=/{WORKER_DOMAIN}/",
+        "--local=/example.org/",
+    ]  # --local: NODATA for AAAA, as before dnsmasq 2.86
     if os.geteuid() == 0:
         cmd.append("--user=root")  # no drop to nobody: nothing to gain on loopback, and it needs no group
     proc = spawn(cmd, folder / "dnsmasq.log")

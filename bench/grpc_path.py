@@ -48,9 +48,15 @@ async def callback_once(addr: tuple[str, int], sni: str, trust: bytes) -> int:
     """One callback exchange: QUIC handshake, POST /v1/proxy, the answer's status."""
     endpoint = await connect(addr, client_configuration(sni, trust), timeout=5)
     try:
-        headers = {":method": "POST", ":scheme": "https", ":authority": sni, ":path": "/v1/proxy",
-                   "authorization": "Bearer " + "b" * 64, "x-request-id": BENCH_REQUEST_ID,
-                   "user-agent": "ncpsim-bench"}
+        headers = {
+            ":method": "POST",
+            ":scheme": "https",
+            ":authority": sni,
+            ":path": "/v1/proxy",
+            "authorization": "Bearer " + "b" * 64,
+            "x-request-id": BENCH_REQUEST_ID,
+            "user-agent": "ncpsim-bench",
+        }
         stream = endpoint.open_request([(k.encode(), v.encode()) for k, v in headers.items()])
         await stream.headers
         while await stream.read():
@@ -61,7 +67,9 @@ async def callback_once(addr: tuple[str, int], sni: str, trust: bytes) -> int:
         close_client(endpoint)
 
 
-async def measure(state_dir: Path, calls: int = 50, concurrency: int = 4, pod_name: str | None = None) -> dict:
+async def measure(
+    state_dir: Path, calls: int = 50, concurrency: int = 4, pod_name: str | None = None
+) -> dict:
     topology = Topology.load(state_dir)
     bindings = LiveNetMap(state_dir / "netmap.json").current().bindings
     pod = next(p for p in topology.pods_of("grpc-proxy") if pod_name in (None, p.name))
@@ -69,12 +77,17 @@ async def measure(state_dir: Path, calls: int = 50, concurrency: int = 4, pod_na
     report: dict[str, Any] = {"pod": pod.name, "concurrency": concurrency}
     async with EchoClient((LOOPBACK, bindings[f"{pod.ip}:{GRPC_CLIENT_PORT}/tcp"])) as echo:
         report["unary"] = await rate(calls, concurrency, lambda: echo.unary(b"bench"))
-    direct = ((LOOPBACK, bindings[f"{pod.ip}:{GRPC_CALLBACK_PORT}/udp"]), f"{dashed_ip(pod.ip)}.{GRPC_SUFFIX}")
+    direct = (
+        (LOOPBACK, bindings[f"{pod.ip}:{GRPC_CALLBACK_PORT}/udp"]),
+        f"{dashed_ip(pod.ip)}.{GRPC_SUFFIX}",
+    )
     paths = {"callbacks_direct": direct}
     proxy_key = f"{topology.proxy_lb_ip}:{PROXY_H3_PORT}/udp"
     if proxy_key in bindings:
-        paths["callbacks_via_proxy"] = ((LOOPBACK, bindings[proxy_key]),
-                                        f"{dashed_ip(pod.ip)}.{topology.worker_domain}")
+        paths["callbacks_via_proxy"] = (
+            (LOOPBACK, bindings[proxy_key]),
+            f"{dashed_ip(pod.ip)}.{topology.worker_domain}",
+        )
     for name, (addr, sni) in sorted(paths.items()):
         report[name] = await rate(calls, concurrency, lambda a=addr, s=sni: callback_once(a, s, trust))
     return report

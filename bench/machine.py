@@ -44,6 +44,7 @@ def cpu_busy(seconds: float = 1.0) -> float | None:
 
     The load average is no guide on some virtual machines (seen here: 2.7 with every CPU idle).
     """
+
     def sample() -> tuple[int, int] | None:
         try:
             with open("/proc/stat") as stat:

@@ -40,17 +40,18 @@ def render(site: NginxSite, port: int, folder: Path) -> str:
     """The whole nginx.conf for `site`, listening on 127.0.0.1:`port`, everything else under `folder`."""
     upstreams = "\n".join(
         f"  upstream pod_{i} {{ server {host}:{real};{' keepalive 64;' if site.upstream_keepalive else ''} }}"
-        for i, (host, real) in enumerate(site.pods.values()))
+        for i, (host, real) in enumerate(site.pods.values())
+    )
     routes = "\n".join(f"    {name} pod_{i};" for i, name in enumerate(site.pods))
     temps = "\n".join(f"  {d}_temp_path {folder / d};" for d in TEMP_DIRS)
     return f"""worker_processes 1;
 daemon off;
-pid {folder / 'nginx.pid'};
-error_log {folder / 'error.log'} warn;
-{'user root;' if os.geteuid() == 0 else ''}
+pid {folder / "nginx.pid"};
+error_log {folder / "error.log"} warn;
+{"user root;" if os.geteuid() == 0 else ""}
 events {{ worker_connections 4096; }}
 http {{
-  access_log {folder / 'access.log'};
+  access_log {folder / "access.log"};
 {temps}
   map $host $pod_upstream {{
     default "";
@@ -87,7 +88,9 @@ def _wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"nginx exited with {proc.returncode}: {log.read_text(errors='replace')[-800:]}")
+            raise RuntimeError(
+                f"nginx exited with {proc.returncode}: {log.read_text(errors='replace')[-800:]}"
+            )
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return
         time.sleep(0.02)

@@ -48,7 +48,9 @@ def missing(which: Which = shutil.which, sbin: Path = SBIN) -> list[Peer]:
     return [peer for peer in PEERS if located(peer.binary, which, sbin) is None]
 
 
-def install_command(peers: list[Peer], which: Which = shutil.which, root: bool | None = None) -> list[str] | None:
+def install_command(
+    peers: list[Peer], which: Which = shutil.which, root: bool | None = None
+) -> list[str] | None:
     """The package manager's command for these peers on this machine, or None when there is none we know."""
     root = os.geteuid() == 0 if root is None else root
     if which("apt-get"):

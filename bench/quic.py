@@ -23,7 +23,9 @@ CONCURRENCY = 4
 def _on_stack(root: Path, proxy: bool, calls: int) -> dict[str, Any]:
     topo = topology(unique_name("quic"), invocation=0, grpc=1, clusters=1, workers_per_cluster=2, proxy=proxy)
     with running(root, topo) as bench:
-        asyncio.run(grpc_measure(bench.state_dir, calls=10, concurrency=2))  # warm-up: imports, first sessions
+        asyncio.run(
+            grpc_measure(bench.state_dir, calls=10, concurrency=2)
+        )  # warm-up: imports, first sessions
         pids = [bench.component_pid("worker-callback-proxy")] if proxy else []
         with CpuMeter(lambda: pids) as cpu:
             report = asyncio.run(grpc_measure(bench.state_dir, calls=calls, concurrency=CONCURRENCY))
@@ -41,6 +43,9 @@ def measure(root: Path, calls: int) -> dict[str, Any]:
     """The proxied stack, then the same stack with the proxy disabled (workers in the control plane)."""
     via = _on_stack(root, True, calls)
     direct = _on_stack(root, False, calls)
-    return {"via_proxy": via, "direct_stack": direct,
-            "unary_ratio": _ratio(via.get("unary"), direct.get("unary")),
-            "callback_ratio": _ratio(via.get("callbacks_via_proxy"), via.get("callbacks_direct"))}
+    return {
+        "via_proxy": via,
+        "direct_stack": direct,
+        "unary_ratio": _ratio(via.get("unary"), direct.get("unary")),
+        "callback_ratio": _ratio(via.get("callbacks_via_proxy"), via.get("callbacks_direct")),
+    }

@@ -44,15 +44,23 @@ TOKEN_SPENT = "invalid or has expired"
 def scenario_data(ack_wait: float = ACK_WAIT) -> dict[str, Any]:
     worker = {"count": WORKERS_PER_CLUSTER, "trust": "system"}
     return {
-        "name": "redelivery", "summary": "workers SIGKILLed mid-callback; JetStream redelivers", "seed": 61,
+        "name": "redelivery",
+        "summary": "workers SIGKILLed mid-callback; JetStream redelivers",
+        "seed": 61,
         "values": {
-            "workerCallbackProxy": {"enabled": True, "workerDomain": "grpc-worker.example.com",
-                                    "service": {"type": "LoadBalancer"}},
+            "workerCallbackProxy": {
+                "enabled": True,
+                "workerDomain": "grpc-worker.example.com",
+                "service": {"type": "LoadBalancer"},
+            },
             "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
             "nats": {"jetstream": {"ackWaitSeconds": ack_wait}},
         },
-        "topology": {"invocationReplicas": 2, "grpcProxyReplicas": 0,
-                     "computeClusters": [{"workers": [worker]} for _ in range(CLUSTERS)]},
+        "topology": {
+            "invocationReplicas": 2,
+            "grpcProxyReplicas": 0,
+            "computeClusters": [{"workers": [worker]} for _ in range(CLUSTERS)],
+        },
         "steps": [{"name": "none", "invoke": {"function": "http-echo", "count": 1}}],
     }
 
@@ -81,14 +89,24 @@ async def _drive(stack: Any, invocations: int, concurrency: int) -> tuple[list[I
 
     async def one(i: int) -> Invocation:
         async with slots:
-            return await invoke_http(client, pods[i % len(pods)], "http-echo", f"call {i}".encode(),
-                                     poll_seconds=1, timeout=CALL_TIMEOUT, give_up=give_up)
+            return await invoke_http(
+                client,
+                pods[i % len(pods)],
+                "http-echo",
+                f"call {i}".encode(),
+                poll_seconds=1,
+                timeout=CALL_TIMEOUT,
+                give_up=give_up,
+            )
 
     started = time.monotonic()
     calls = [asyncio.create_task(one(i), name=f"invocation-{i}") for i in range(invocations)]
     try:
-        await _until(tail, lambda: sum(e["kind"] == "worker.callback.start" for e in tail.events)
-                     >= invocations // 5, KILL_TIMEOUT)
+        await _until(
+            tail,
+            lambda: sum(e["kind"] == "worker.callback.start" for e in tail.events) >= invocations // 5,
+            KILL_TIMEOUT,
+        )
         victims = [c.name for c in topology.compute_clusters[:KILLED_CLUSTERS]]
         tail.refresh()
         in_flight = _in_flight(tail.events, {w.name for w in topology.workers if w.cluster in victims})
@@ -100,20 +118,30 @@ async def _drive(stack: Any, invocations: int, concurrency: int) -> tuple[list[I
         for call in calls:
             call.cancel()
         client.events.close()
-    return results, {"killed_clusters": victims, "killed_workers": len(victims) * WORKERS_PER_CLUSTER,
-                     "killed_at_seconds": round(killed_at, 2), "callbacks_in_flight_on_killed_workers": in_flight,
-                     "seconds": round(time.monotonic() - started, 2)}
+    return results, {
+        "killed_clusters": victims,
+        "killed_workers": len(victims) * WORKERS_PER_CLUSTER,
+        "killed_at_seconds": round(killed_at, 2),
+        "callbacks_in_flight_on_killed_workers": in_flight,
+        "seconds": round(time.monotonic() - started, 2),
+    }
 
 
 def _in_flight(events: list[dict[str, Any]], workers: set[str]) -> int:
-    started = {e["requestId"] for e in events if e["kind"] == "worker.callback.start" and e.get("worker") in workers}
-    done = {e["requestId"] for e in events if e["kind"] == "worker.callback.result" and e.get("worker") in workers}
+    started = {
+        e["requestId"] for e in events if e["kind"] == "worker.callback.start" and e.get("worker") in workers
+    }
+    done = {
+        e["requestId"] for e in events if e["kind"] == "worker.callback.result" and e.get("worker") in workers
+    }
     return len(started - done)
 
 
 def classify(results: list[Invocation], events: list[dict[str, Any]]) -> dict[str, Any]:
     """Answered, documented error or lost, per invocation; and responses accepted twice (pure)."""
-    accepted = Counter(e.get("requestId") for e in events if e["kind"] == "attach.post" and e.get("status") == 200)
+    accepted = Counter(
+        e.get("requestId") for e in events if e["kind"] == "attach.post" and e.get("status") == 200
+    )
     redelivered = Counter(e.get("requestId") for e in events if e["kind"] == "worker.work.redelivered")
     outcome: Counter[str] = Counter()
     lost: list[str] = []
@@ -125,11 +153,14 @@ def classify(results: list[Invocation], events: list[dict[str, Any]]) -> dict[st
         else:
             outcome["lost"] += 1
             lost.append(f"{call.request_id}: status {call.status}, {call.error}")
-    return {"invocations": len(results), **{k: outcome[k] for k in ("answered", "documented_error", "lost")},
-            "answered_twice": sum(1 for n in accepted.values() if n > 1),
-            "redelivered_messages": len(redelivered),
-            "answered_after_redelivery": sum(1 for r in redelivered if accepted[r] == 1),
-            "lost_examples": lost[:5]}
+    return {
+        "invocations": len(results),
+        **{k: outcome[k] for k in ("answered", "documented_error", "lost")},
+        "answered_twice": sum(1 for n in accepted.values() if n > 1),
+        "redelivered_messages": len(redelivered),
+        "answered_after_redelivery": sum(1 for r in redelivered if accepted[r] == 1),
+        "lost_examples": lost[:5],
+    }
 
 
 def run(invocations: int = 1000, concurrency: int = 200, root: Path | None = None) -> dict[str, Any]:

@@ -48,27 +48,48 @@ class Tally:
         self.rates.append(result["per_second"])
 
     def summary(self, lanes: int, reuse: bool) -> dict[str, Any]:
-        out = {"route": self.route.name, "calls": self.calls, "ok": self.ok, "lanes": lanes,
-               "connection": "keep-alive" if reuse else "new TLS connection per callback",
-               "seconds": round(self.seconds, 3), "per_second": round(self.calls / self.seconds, 1),
-               "round_rates": self.rates}
+        out = {
+            "route": self.route.name,
+            "calls": self.calls,
+            "ok": self.ok,
+            "lanes": lanes,
+            "connection": "keep-alive" if reuse else "new TLS connection per callback",
+            "seconds": round(self.seconds, 3),
+            "per_second": round(self.calls / self.seconds, 1),
+            "round_rates": self.rates,
+        }
         if self.cpu_pids:
             out["relay_cpu_ms_per_call"] = round(self.cpu * 1000 / self.calls, 3)
         return out
 
 
-async def _rounds(minter: Minter, bench: BenchStack, pod: Pod, tallies: list[Tally], calls: int, lanes: int,
-                  reuse: bool) -> dict[str, dict[str, Any]]:
+async def _rounds(
+    minter: Minter, bench: BenchStack, pod: Pod, tallies: list[Tally], calls: int, lanes: int, reuse: bool
+) -> dict[str, dict[str, Any]]:
     tls, per_round = worker_tls(bench), max(calls // ROUNDS, 1)
     for tally in tallies:  # warm-up: imports, caches and pools, for every route alike
-        await drive(await minter.mint(WARMUP), tally.route, tls, lanes=1, reuse=reuse,
-                    poll_addr=bench.pod_http(pod), bodies=minter.bodies)
+        await drive(
+            await minter.mint(WARMUP),
+            tally.route,
+            tls,
+            lanes=1,
+            reuse=reuse,
+            poll_addr=bench.pod_http(pod),
+            bodies=minter.bodies,
+        )
     for n in range(ROUNDS):
         for tally in tallies if n % 2 == 0 else reversed(tallies):
             works = await minter.mint(per_round)
             with CpuMeter(lambda t=tally: t.cpu_pids) as cpu:
-                result = await drive(works, tally.route, tls, lanes=lanes, reuse=reuse,
-                                     poll_addr=bench.pod_http(pod), bodies=minter.bodies)
+                result = await drive(
+                    works,
+                    tally.route,
+                    tls,
+                    lanes=lanes,
+                    reuse=reuse,
+                    poll_addr=bench.pod_http(pod),
+                    bodies=minter.bodies,
+                )
             tally.add(result, cpu.seconds)
     return {t.route.name: t.summary(lanes, reuse) for t in tallies}
 
@@ -76,9 +97,11 @@ async def _rounds(minter: Minter, bench: BenchStack, pod: Pod, tallies: list[Tal
 def _ratio(out: dict[str, dict[str, Any]], a: str, b: str) -> dict[str, Any]:
     """The ratio of overall rates, and the median and range of the per-round ratios."""
     rounds = [x / y for x, y in zip(out[a]["round_rates"], out[b]["round_rates"], strict=True) if y]
-    return {"ratio": round(out[a]["per_second"] / out[b]["per_second"], 3),
-            "round_ratio_median": round(statistics.median(rounds), 3),
-            "round_ratio_range": [round(min(rounds), 3), round(max(rounds), 3)]}
+    return {
+        "ratio": round(out[a]["per_second"] / out[b]["per_second"], 3),
+        "round_ratio_median": round(statistics.median(rounds), 3),
+        "round_ratio_range": [round(min(rounds), 3), round(max(rounds), 3)],
+    }
 
 
 async def keepalive(bench: BenchStack, calls: int) -> dict[str, Any]:
@@ -86,16 +109,23 @@ async def keepalive(bench: BenchStack, calls: int) -> dict[str, Any]:
     pod = bench.topology.pods_of("invocation")[0]
     async with Minter(bench, pod) as minter:
         sample = (await minter.mint(1))[0]
-        tallies = [Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
-                   Tally(direct_route(bench, pod), [])]
+        tallies = [
+            Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
+            Tally(direct_route(bench, pod), []),
+        ]
         out: dict[str, Any] = await _rounds(minter, bench, pod, tallies, calls, 1, True)
     return out | _ratio(out, "proxy", "direct")
 
 
 def _site(bench: BenchStack, pod: Pod, keepalive_upstream: bool) -> NginxSite:
     frontend = bench.secret(FRONTEND_SECRET)
-    return NginxSite(frontend / "tls.crt", frontend / "tls.key", bench.stack_ca,
-                     {pod.fqdn: bench.pod_tls(pod)}, keepalive_upstream)
+    return NginxSite(
+        frontend / "tls.crt",
+        frontend / "tls.key",
+        bench.stack_ca,
+        {pod.fqdn: bench.pod_tls(pod)},
+        keepalive_upstream,
+    )
 
 
 async def new_connections(bench: BenchStack, calls: int, folder: Path) -> dict[str, Any]:
@@ -106,16 +136,24 @@ async def new_connections(bench: BenchStack, calls: int, folder: Path) -> dict[s
         unpooled = servers.enter_context(nginx(_site(bench, pod, False), folder / "unpooled"))
         async with Minter(bench, pod) as minter:
             sample = (await minter.mint(1))[0]
-            tallies = [Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
-                       Tally(proxy_route(bench, sample, ("127.0.0.1", pooled.port), "nginx"), pooled.pids()),
-                       Tally(proxy_route(bench, sample, ("127.0.0.1", unpooled.port),
-                                         "nginx_no_upstream_keepalive"), unpooled.pids())]
+            tallies = [
+                Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
+                Tally(proxy_route(bench, sample, ("127.0.0.1", pooled.port), "nginx"), pooled.pids()),
+                Tally(
+                    proxy_route(bench, sample, ("127.0.0.1", unpooled.port), "nginx_no_upstream_keepalive"),
+                    unpooled.pids(),
+                ),
+            ]
             out: dict[str, Any] = await _rounds(minter, bench, pod, tallies, calls, NEW_CONN_LANES, False)
     out["vs_no_upstream_keepalive"] = _ratio(out, "proxy", "nginx_no_upstream_keepalive")
     return out | _ratio(out, "proxy", "nginx")
 
 
-async def measure(bench: BenchStack, keepalive_calls: int, newconn_calls: int, nginx_folder: Path) -> dict[str, Any]:
+async def measure(
+    bench: BenchStack, keepalive_calls: int, newconn_calls: int, nginx_folder: Path
+) -> dict[str, Any]:
     """Both comparisons on `bench` (one invocation-service pod, no workers)."""
-    return {"keepalive": await keepalive(bench, keepalive_calls),
-            "new_connection": await new_connections(bench, newconn_calls, nginx_folder)}
+    return {
+        "keepalive": await keepalive(bench, keepalive_calls),
+        "new_connection": await new_connections(bench, newconn_calls, nginx_folder),
+    }

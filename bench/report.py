@@ -56,63 +56,105 @@ def _table(rows: list[Row]) -> str:
 
 
 def _machine(m: dict[str, Any]) -> str:
-    return (f"- date: {m['date']}\n- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB memory, "
-            f"{m['os']}\n- Python {m['python']}; {m.get('nginx') or 'nginx: not installed'}; "
-            f"{m.get('dnsmasq') or 'dnsmasq: not installed'}\n"
-            f"- load average at start {m['load_average_start']}, at end {m.get('load_average_end')}"
-            + (f"\n- note: {m['note']}" if m.get("note") else ""))
+    return (
+        f"- date: {m['date']}\n- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB memory, "
+        f"{m['os']}\n- Python {m['python']}; {m.get('nginx') or 'nginx: not installed'}; "
+        f"{m.get('dnsmasq') or 'dnsmasq: not installed'}\n"
+        f"- load average at start {m['load_average_start']}, at end {m.get('load_average_end')}"
+        + (f"\n- note: {m['note']}" if m.get("note") else "")
+    )
 
 
 def _details(results: dict[str, Any]) -> str:
     lines = ["## Details", ""]
+    for section in (_startup_lines, _relay_lines, _dns_lines, _quic_lines):
+        lines += section(results)
+    if cpu := (results.get("scale") or {}).get("cpu_seconds"):
+        lines.append(f"- scale, CPU seconds by component during the callbacks: {cpu}")
+    errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and v.get("error")}
+    lines += [f"- **{name} failed**: {error}" for name, error in errors.items()]
+    return "\n".join(lines)
+
+
+def _startup_lines(results: dict[str, Any]) -> list[str]:
+    lines = []
     for kind, r in (results.get("startup") or {}).items():
         if isinstance(r, dict) and r.get("phases"):
             steps = ", ".join(f"{k.replace('_', ' ')} {v} s" for k, v in r["phases"].items())
             lines.append(f"- `invoke up` {kind}, median seconds after spawn: {steps}")
-    relay = results.get("relay") or {}
+    return lines
+
+
+def _relay_lines(results: dict[str, Any]) -> list[str]:
+    lines, relay = [], results.get("relay") or {}
     for kind in ("keepalive", "new_connection"):
         for name, r in (relay.get(kind) or {}).items():
             if isinstance(r, dict) and "per_second" in r:
-                cpu = f", relay CPU {r['relay_cpu_ms_per_call']} ms/callback" if "relay_cpu_ms_per_call" in r else ""
+                cpu = (
+                    f", relay CPU {r['relay_cpu_ms_per_call']} ms/callback"
+                    if "relay_cpu_ms_per_call" in r
+                    else ""
+                )
                 rounds = f", per round {r['round_rates']}" if r.get("round_rates") else ""
-                lines.append(f"- {kind} {name}: {r.get('ok')}/{r.get('calls')} ok, {r['per_second']}/s{cpu}{rounds}")
+                lines.append(
+                    f"- {kind} {name}: {r.get('ok')}/{r.get('calls')} ok, {r['per_second']}/s{cpu}{rounds}"
+                )
     for kind in ("keepalive", "new_connection"):
         r = relay.get(kind) or {}
         if r.get("round_ratio_median") is not None:
-            lines.append(f"- {kind} ratio per round: median {r['round_ratio_median']}, range {r['round_ratio_range']}")
+            lines.append(
+                f"- {kind} ratio per round: median {r['round_ratio_median']}, range {r['round_ratio_range']}"
+            )
+    return lines
+
+
+def _dns_lines(results: dict[str, Any]) -> list[str]:
     dns = results.get("dns") or {}
-    for name in ("resolver", "dnsmasq"):
-        if r := dns.get(name):
-            lines.append(f"- DNS {name}: {r['answered']}/{r['sent']} answered, {r['per_second']}/s, "
-                         f"server CPU {r['server_cpu_us_per_query']} us/query, rcodes {r['rcodes']}")
-    quic = results.get("quic") or {}
+    return [
+        f"- DNS {name}: {r['answered']}/{r['sent']} answered, {r['per_second']}/s, "
+        f"server CPU {r['server_cpu_us_per_query']} us/query, rcodes {r['rcodes']}"
+        for name in ("resolver", "dnsmasq")
+        if (r := dns.get(name))
+    ]
+
+
+def _quic_lines(results: dict[str, Any]) -> list[str]:
+    lines, quic = [], results.get("quic") or {}
     for stack in ("via_proxy", "direct_stack"):
         if r := quic.get(stack):
             rates = {k: v["per_second"] for k, v in r.items() if isinstance(v, dict) and "per_second" in v}
-            lines.append(f"- QUIC {stack.replace('_', ' ')}: per second {rates}"
-                         + (f", proxy CPU {r['proxy_cpu_seconds']} s" if "proxy_cpu_seconds" in r else ""))
-    if cpu := (results.get("scale") or {}).get("cpu_seconds"):
-        lines.append(f"- scale, CPU seconds by component during the callbacks: {cpu}")
-    errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and v.get("error")}
-    for name, error in errors.items():
-        lines.append(f"- **{name} failed**: {error}")
-    return "\n".join(lines)
+            lines.append(
+                f"- QUIC {stack.replace('_', ' ')}: per second {rates}"
+                + (f", proxy CPU {r['proxy_cpu_seconds']} s" if "proxy_cpu_seconds" in r else "")
+            )
+    return lines
 
 
 def markdown(results: dict[str, Any], command: str) -> str:
     params = results.get("parameters", {})
     findings = FINDINGS.read_text() if FINDINGS.exists() else ""
-    return "\n\n".join([
-        "# ncpsim benchmarks",
-        (f"Written by `{command}` in {results.get('total_seconds')} s; every figure is also in "
-         "`docs/benchmarks.json`."),
-        _machine(results["machine"]),
-        _table(judge(results)),
-        METHOD.format(runs=params.get("startup_runs"), lanes=params.get("newconn_lanes"),
-                      window=params.get("dns_window"), mix=params.get("dns_mix")).rstrip(),
-        _details(results),
-        findings.rstrip(),
-    ]) + "\n"
+    return (
+        "\n\n".join(
+            [
+                "# ncpsim benchmarks",
+                (
+                    f"Written by `{command}` in {results.get('total_seconds')} s; every figure is also in "
+                    "`docs/benchmarks.json`."
+                ),
+                _machine(results["machine"]),
+                _table(judge(results)),
+                METHOD.format(
+                    runs=params.get("startup_runs"),
+                    lanes=params.get("newconn_lanes"),
+                    window=params.get("dns_window"),
+                    mix=params.get("dns_mix"),
+                ).rstrip(),
+                _details(results),
+                findings.rstrip(),
+            ]
+        )
+        + "\n"
+    )
 
 
 def write(results: dict[str, Any], out_dir: Path, command: str) -> None:

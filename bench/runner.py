@@ -63,30 +63,51 @@ def _section(name: str, logs: Path, fn: Callable[[], dict[str, Any]]) -> dict[st
 
 
 def _startup(plan: Plan, root: Path, logs: Path) -> dict[str, Any]:
-    return {kind: startup.time_to_first_callback(f"{kind}-callback", plan.startup_runs, root / "up", logs)
-            for kind in ("http", "grpc")}
+    return {
+        kind: startup.time_to_first_callback(f"{kind}-callback", plan.startup_runs, root / "up", logs)
+        for kind in ("http", "grpc")
+    }
 
 
-def _relay_and_dns(plan: Plan, root: Path, logs: Path,
-                   absent: frozenset[str] = frozenset()) -> tuple[dict[str, Any], dict[str, Any]]:
+def _relay_and_dns(
+    plan: Plan, root: Path, logs: Path, absent: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The keep-alive, new-connection and DNS measurements share one stack (one pod, no workers).
     A comparison whose peer (`absent`: nginx, dnsmasq) is not installed is recorded as skipped."""
     with running(root / "relay", topology(unique_name("relay"), invocation=1, clusters=1)) as bench:
         if "nginx" in absent:  # the keep-alive comparison needs no peer: it still runs
-            relayed = _section("relay", logs, lambda: {
-                "keepalive": asyncio.run(relay.keepalive(bench, plan.keepalive_calls)),
-                "new_connection": peers.skipped("nginx")})
+            relayed = _section(
+                "relay",
+                logs,
+                lambda: {
+                    "keepalive": asyncio.run(relay.keepalive(bench, plan.keepalive_calls)),
+                    "new_connection": peers.skipped("nginx"),
+                },
+            )
         else:
-            relayed = _section("relay", logs, lambda: asyncio.run(
-                relay.measure(bench, plan.keepalive_calls, plan.newconn_calls, root / "nginx")))
-        dns = peers.skipped("dnsmasq") if "dnsmasq" in absent else _section(
-            "dns", logs, lambda: dnsload.measure(bench, root / "dnsmasq", plan.dns_queries, plan.dns_seconds))
+            relayed = _section(
+                "relay",
+                logs,
+                lambda: asyncio.run(
+                    relay.measure(bench, plan.keepalive_calls, plan.newconn_calls, root / "nginx")
+                ),
+            )
+        dns = (
+            peers.skipped("dnsmasq")
+            if "dnsmasq" in absent
+            else _section(
+                "dns",
+                logs,
+                lambda: dnsload.measure(bench, root / "dnsmasq", plan.dns_queries, plan.dns_seconds),
+            )
+        )
     return relayed, dns
 
 
 @contextlib.contextmanager
 def _terminated_as_interrupt() -> Iterator[None]:
     """SIGTERM unwinds like Ctrl-C, so every `finally` stops what it started."""
+
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -107,13 +128,25 @@ def measure_all(plan: Plan, root: Path, absent: frozenset[str] = frozenset()) ->
     logs.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine.describe()}
     results["startup"] = _section("startup", logs, lambda: _startup(plan, root, logs))
-    results["catalogue"] = (_section("catalogue", logs, lambda: startup.catalogue(root, logs, plan.catalogue_timeout))
-                            if plan.catalogue else {"skipped": True})
+    results["catalogue"] = (
+        _section("catalogue", logs, lambda: startup.catalogue(root, logs, plan.catalogue_timeout))
+        if plan.catalogue
+        else {"skipped": True}
+    )
     results["relay"], results["dns"] = _relay_and_dns(plan, root, logs, absent)
     results["quic"] = _section("quic", logs, lambda: quic.measure(root / "quic", plan.quic_calls))
-    results["scale"] = _section("scale", logs, lambda: scale.measure(
-        root / "scale", plan.scale_clusters, plan.scale_workers, plan.scale_callbacks, plan.scale_concurrency,
-        plan.scale_deadline))
+    results["scale"] = _section(
+        "scale",
+        logs,
+        lambda: scale.measure(
+            root / "scale",
+            plan.scale_clusters,
+            plan.scale_workers,
+            plan.scale_callbacks,
+            plan.scale_concurrency,
+            plan.scale_deadline,
+        ),
+    )
     results["machine"]["load_average_end"] = machine.load_average()
     results["machine"]["cpu_busy_end"] = machine.cpu_busy()
     return results
@@ -124,9 +157,11 @@ def _busy_note(facts: dict[str, Any]) -> str:
     busy = [b for b in (facts.get("cpu_busy_start"), facts.get("cpu_busy_end")) if b is not None]
     if not busy or max(busy) < 0.25:
         return ""
-    return (f"other work was running on this machine ({max(busy):.0%} of the CPUs busy before or after "
-            "the run): rates are lower and noisier than on an idle machine; CPU time per operation is the "
-            "steadier figure")
+    return (
+        f"other work was running on this machine ({max(busy):.0%} of the CPUs busy before or after "
+        "the run): rates are lower and noisier than on an idle machine; CPU time per operation is the "
+        "steadier figure"
+    )
 
 
 def skipped_comparisons(results: dict[str, Any]) -> list[str]:
@@ -158,8 +193,12 @@ def run(quick: bool = False, out_dir: Path = DOCS, note: str = "", install_peers
             results = measure_all(plan, root, absent)
     finally:
         _stop_everything(root)
-    results["parameters"] = asdict(plan) | {"quick": quick, "newconn_lanes": relay.NEW_CONN_LANES,
-                                            "dns_window": dnsload.WINDOW, "dns_mix": dnsload.MIX}
+    results["parameters"] = asdict(plan) | {
+        "quick": quick,
+        "newconn_lanes": relay.NEW_CONN_LANES,
+        "dns_window": dnsload.WINDOW,
+        "dns_mix": dnsload.MIX,
+    }
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     note = note or os.environ.get("NCPSIM_BENCH_NOTE", "") or _busy_note(results["machine"])
     if note:

@@ -30,8 +30,9 @@ POLL_SECONDS = 60
 CALL_TIMEOUT = POLL_SECONDS + 5.0
 
 
-async def _lane(addr: tuple[str, int], numbers: itertools.count, total: int, stop_at: float,
-                lost: list[dict[str, Any]]) -> int:
+async def _lane(
+    addr: tuple[str, int], numbers: itertools.count, total: int, stop_at: float, lost: list[dict[str, Any]]
+) -> int:
     """Invocations one after another on one keep-alive connection, until `total` have been taken or the
     deadline has passed (the invocation in flight then still finishes)."""
     done = 0
@@ -40,9 +41,18 @@ async def _lane(addr: tuple[str, int], numbers: itertools.count, total: int, sto
         body = json.dumps({"scale": n}).encode()
         try:
             stream = stream or await open_stream(addr)
-            response = await exchange(stream, "POST", PEXEC, [("host", "invocation"),
-                                      ("content-type", "application/json"),
-                                      ("nvcf-poll-seconds", str(POLL_SECONDS))], body, timeout=CALL_TIMEOUT)
+            response = await exchange(
+                stream,
+                "POST",
+                PEXEC,
+                [
+                    ("host", "invocation"),
+                    ("content-type", "application/json"),
+                    ("nvcf-poll-seconds", str(POLL_SECONDS)),
+                ],
+                body,
+                timeout=CALL_TIMEOUT,
+            )
             ok = response.status == 200 and response.body == body
             reason = f"status {response.status}"
         except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:
@@ -63,13 +73,24 @@ async def drive(bench: BenchStack, callbacks: int, concurrency: int, deadline: f
     numbers = itertools.count()
     lost: list[dict[str, Any]] = []
     started = time.perf_counter()
-    counts = await asyncio.gather(*(_lane(bench.pod_http(pods[i % len(pods)]), numbers, callbacks,
-                                          started + deadline, lost) for i in range(concurrency)))
+    counts = await asyncio.gather(
+        *(
+            _lane(bench.pod_http(pods[i % len(pods)]), numbers, callbacks, started + deadline, lost)
+            for i in range(concurrency)
+        )
+    )
     seconds = time.perf_counter() - started
     done = sum(counts)
-    return {"requested": callbacks, "callbacks": done, "deadline_hit": done < callbacks, "deadline": deadline,
-            "lost": len(lost), "lost_examples": lost[:5], "seconds": round(seconds, 2),
-            "per_second": round(done / seconds, 1)}
+    return {
+        "requested": callbacks,
+        "callbacks": done,
+        "deadline_hit": done < callbacks,
+        "deadline": deadline,
+        "lost": len(lost),
+        "lost_examples": lost[:5],
+        "seconds": round(seconds, 2),
+        "per_second": round(done / seconds, 1),
+    }
 
 
 def worker_results(state_dir: Path) -> dict[str, int]:
@@ -116,8 +137,9 @@ def _cpu_by_component(bench: BenchStack) -> dict[str, float]:
     return {name: cpu_seconds(group_members(pid)) for name, pid in bench.stack.launcher.running().items()}
 
 
-def measure(root: Path, clusters: int, workers: int, callbacks: int, concurrency: int,
-            deadline: float) -> dict[str, Any]:
+def measure(
+    root: Path, clusters: int, workers: int, callbacks: int, concurrency: int, deadline: float
+) -> dict[str, Any]:
     per_cluster = workers // clusters
     topo = topology(unique_name("scale"), invocation=2, clusters=clusters, workers_per_cluster=per_cluster)
     started = time.perf_counter()
@@ -130,9 +152,14 @@ def measure(root: Path, clusters: int, workers: int, callbacks: int, concurrency
         result["cpu_seconds"] = {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}
         result["worker_results"] = settled_results(bench.state_dir, result["callbacks"])
         result["processes"] = len(bench.pids())
-    result.update(clusters=clusters, workers=per_cluster * clusters, concurrency=concurrency,
-                  up_seconds=round(up, 2), wall_seconds=round(up + result["seconds"], 2),
-                  peak_rss_mib=round(memory.peak / 2**20, 1), rss_samples=memory.samples,
-                  client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1))
+    result.update(
+        clusters=clusters,
+        workers=per_cluster * clusters,
+        concurrency=concurrency,
+        up_seconds=round(up, 2),
+        wall_seconds=round(up + result["seconds"], 2),
+        peak_rss_mib=round(memory.peak / 2**20, 1),
+        rss_samples=memory.samples,
+        client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1),
+    )
     return result
-

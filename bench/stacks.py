@@ -29,7 +29,11 @@ _serial = itertools.count(1)
 # NVCF_PROXY_CA_PEM; the worker's "system roots" are the public-style CA.
 BENCH_VALUES: dict[str, Any] = {
     # Seed step 1: enable the proxy and expose it to the compute clusters (the stack's defaults do neither).
-    "workerCallbackProxy": {"enabled": True, "workerDomain": WORKER_DOMAIN, "service": {"type": "LoadBalancer"}},
+    "workerCallbackProxy": {
+        "enabled": True,
+        "workerDomain": WORKER_DOMAIN,
+        "service": {"type": "LoadBalancer"},
+    },
     "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
 }
 
@@ -39,8 +43,15 @@ def unique_name(kind: str) -> str:
     return f"bench-{os.getpid()}-{next(_serial)}-{kind}"[:40]
 
 
-def topology(name: str, *, invocation: int = 1, grpc: int = 0, clusters: int = 1,
-             workers_per_cluster: int = 0, proxy: bool = True) -> Topology:
+def topology(
+    name: str,
+    *,
+    invocation: int = 1,
+    grpc: int = 0,
+    clusters: int = 1,
+    workers_per_cluster: int = 0,
+    proxy: bool = True,
+) -> Topology:
     """Without the proxy (a single-cluster install) the workers live in the control-plane cluster and
     call the pods directly; `clusters` is then ignored."""
     values = deep_merge(DEFAULTS, BENCH_VALUES)
@@ -51,8 +62,15 @@ def topology(name: str, *, invocation: int = 1, grpc: int = 0, clusters: int = 1
         return tuple(WorkerSpec(f"worker-{n}-{i}", "", trust="system") for i in range(workers_per_cluster))
 
     compute = tuple(ComputeSpec(workers=workers(n)) for n in range(1, clusters + 1)) if proxy else ()
-    return build(name, values, invocation_replicas=invocation, grpc_replicas=grpc, compute=compute,
-                 control_workers=() if proxy else workers(0), seed=7)
+    return build(
+        name,
+        values,
+        invocation_replicas=invocation,
+        grpc_replicas=grpc,
+        compute=compute,
+        control_workers=() if proxy else workers(0),
+        seed=7,
+    )
 
 
 @dataclass

@@ -59,10 +59,14 @@ def phases(state_dir: Path, spawned: float) -> dict[str, float | None]:
     ready = [e for e in events if e["kind"] == "component.ready"]
     return {
         "first_component_ready": at([e["ts"] for e in ready]),
-        "control_plane_ready": at([e["ts"] for e in ready if not e["component"].startswith("ncpsim-compute")], max),
+        "control_plane_ready": at(
+            [e["ts"] for e in ready if not e["component"].startswith("ncpsim-compute")], max
+        ),
         "workers_ready": at([e["ts"] for e in ready if e["component"].startswith("ncpsim-compute")], max),
         "first_callback_start": at([e["ts"] for e in events if e["kind"] == "worker.callback.start"]),
-        "first_callback_ok": at([e["ts"] for e in events if e["kind"] == "worker.callback.result" and e.get("ok")]),
+        "first_callback_ok": at(
+            [e["ts"] for e in events if e["kind"] == "worker.callback.result" and e.get("ok")]
+        ),
     }
 
 
@@ -83,8 +87,11 @@ def up_once(scenario: str, stack: str, root: Path, logs: Path) -> dict[str, Any]
         stop(proc)
         LocalStack(stack, root=root).down()  # `up` leaves the stack running, by design
     first = first_ok_callback(root / stack)
-    return {"exit": rc, "seconds": None if first is None else round(first - spawned, 3),
-            "phases": phases(root / stack, spawned)}
+    return {
+        "exit": rc,
+        "seconds": None if first is None else round(first - spawned, 3),
+        "phases": phases(root / stack, spawned),
+    }
 
 
 def time_to_first_callback(scenario: str, runs: int, root: Path, logs: Path) -> dict[str, Any]:
@@ -93,22 +100,35 @@ def time_to_first_callback(scenario: str, runs: int, root: Path, logs: Path) -> 
     warm = [up_once(scenario, stack, root, logs) for _ in range(runs)]
     times = [w["seconds"] for w in warm if w["seconds"] is not None]
     LocalStack(stack, root=root).down(purge=True)
-    return {"scenario": scenario, "cold_seconds": cold["seconds"], "runs": warm, "phases": _median_phases(warm),
-            "median": round(statistics.median(times), 3) if times else None,
-            "min": min(times, default=None), "max": max(times, default=None),
-            "failed_runs": sum(w["seconds"] is None or w["exit"] != 0 for w in warm)}
+    return {
+        "scenario": scenario,
+        "cold_seconds": cold["seconds"],
+        "runs": warm,
+        "phases": _median_phases(warm),
+        "median": round(statistics.median(times), 3) if times else None,
+        "min": min(times, default=None),
+        "max": max(times, default=None),
+        "failed_runs": sum(w["seconds"] is None or w["exit"] != 0 for w in warm),
+    }
 
 
 def _median_phases(runs: list[dict[str, Any]]) -> dict[str, float | None]:
     keys = runs[0]["phases"] if runs else {}
-    return {k: (round(statistics.median(v), 3) if (v := [r["phases"][k] for r in runs if r["phases"][k] is not None])
-                else None) for k in keys}
+    return {
+        k: (
+            round(statistics.median(v), 3)
+            if (v := [r["phases"][k] for r in runs if r["phases"][k] is not None])
+            else None
+        )
+        for k in keys
+    }
 
 
 SUMMARY = re.compile(r"(\d+)/(\d+) scenarios passed in ([\d.]+)s")
 # The same replay through the library, for when the command line fails before replaying anything.
-LIBRARY_REPLAY = ("import sys; from scenarios.replay import replay_many; "
-                  "sys.exit(0 if replay_many(None) else 1)")
+LIBRARY_REPLAY = (
+    "import sys; from scenarios.replay import replay_many; sys.exit(0 if replay_many(None) else 1)"
+)
 
 
 def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, Any]:
@@ -128,15 +148,30 @@ def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, 
     found = SUMMARY.findall(text)
     passed, total = (int(found[-1][0]), int(found[-1][1])) if found else (None, None)
     failures = [line.strip() for line in text.splitlines() if line.startswith("FAIL")][:10]
-    return {"seconds": round(seconds, 2), "exit": rc, "timed_out": rc is None, "passed": passed,
-            "total": total, "failures": failures, "output_tail": text.strip().splitlines()[-3:]}
+    return {
+        "seconds": round(seconds, 2),
+        "exit": rc,
+        "timed_out": rc is None,
+        "passed": passed,
+        "total": total,
+        "failures": failures,
+        "output_tail": text.strip().splitlines()[-3:],
+    }
 
 
 def catalogue(root: Path, logs: Path, timeout: float) -> dict[str, Any]:
     """`invoke replay --all` as a user runs it; if it replays nothing, the library's replay_many too."""
-    result = _replay([INVOKE, "replay", "--all", "--junit", str(logs / "replay-all.xml")], root / "replay",
-                     logs / "replay-all.log", timeout)
+    result = _replay(
+        [INVOKE, "replay", "--all", "--junit", str(logs / "replay-all.xml")],
+        root / "replay",
+        logs / "replay-all.log",
+        timeout,
+    )
     if result["total"] is None:
-        result["library"] = _replay([sys.executable, "-c", LIBRARY_REPLAY], root / "replay-library",
-                                    logs / "replay-library.log", timeout)
+        result["library"] = _replay(
+            [sys.executable, "-c", LIBRARY_REPLAY],
+            root / "replay-library",
+            logs / "replay-library.log",
+            timeout,
+        )
     return result

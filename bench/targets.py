@@ -42,8 +42,12 @@ def _first(results: dict[str, Any], key: str, label: str, limit: float) -> Row:
     if r.get("cold_seconds") is not None:
         measured += f"; cold {r['cold_seconds']:.2f} s"
     met = None if median is None else median <= limit and not r.get("failed_runs")
-    return Row(f"`invoke up` to first {label} callback (median of warm runs, min-max)", f"<= {limit} s",
-               measured, met)
+    return Row(
+        f"`invoke up` to first {label} callback (median of warm runs, min-max)",
+        f"<= {limit} s",
+        measured,
+        met,
+    )
 
 
 def _catalogue(results: dict[str, Any]) -> Row:
@@ -51,13 +55,19 @@ def _catalogue(results: dict[str, Any]) -> Row:
     if not r or r.get("skipped"):
         return Row("catalogue replay (`invoke replay --all`)", "<= 60 s", "skipped (quick run)", None)
     if r.get("error"):
-        return Row("catalogue replay (`invoke replay --all`)", "<= 60 s, all pass", f"failed: {r['error']}", False)
+        return Row(
+            "catalogue replay (`invoke replay --all`)", "<= 60 s, all pass", f"failed: {r['error']}", False
+        )
     tail = " ".join(r.get("output_tail") or [])[:160]
-    passed = f"{r.get('passed')}/{r.get('total')} passed" if r.get("total") else f"exit {r.get('exit')}: {tail}"
+    passed = (
+        f"{r.get('passed')}/{r.get('total')} passed" if r.get("total") else f"exit {r.get('exit')}: {tail}"
+    )
     measured = f"{r['seconds']:.1f} s, {passed}"
     if lib := r.get("library"):
-        measured += (f"; the same catalogue through scenarios.replay.replay_many: {lib['seconds']:.1f} s, "
-                     f"{lib.get('passed')}/{lib.get('total')} passed")
+        measured += (
+            f"; the same catalogue through scenarios.replay.replay_many: {lib['seconds']:.1f} s, "
+            f"{lib.get('passed')}/{lib.get('total')} passed"
+        )
     met = r["seconds"] <= 60 and r.get("exit") == 0
     return Row("catalogue replay (`invoke replay --all`)", "<= 60 s, all pass", measured, met)
 
@@ -81,10 +91,18 @@ def _relay_rows(results: dict[str, Any]) -> list[Row]:
     keep = _get(results, "relay", "keepalive") or {}
     new = _get(results, "relay", "new_connection") or {}
     return [
-        _ratio_row("keep-alive callbacks/s, proxy / direct to pod (median of 5 alternating rounds)", keep,
-                   ("proxy", "direct"), 0.5),
-        _ratio_row("new-TLS-connection callbacks/s, proxy / nginx (median of 5 alternating rounds)", new,
-                   ("proxy", "nginx"), 0.3),
+        _ratio_row(
+            "keep-alive callbacks/s, proxy / direct to pod (median of 5 alternating rounds)",
+            keep,
+            ("proxy", "direct"),
+            0.5,
+        ),
+        _ratio_row(
+            "new-TLS-connection callbacks/s, proxy / nginx (median of 5 alternating rounds)",
+            new,
+            ("proxy", "nginx"),
+            0.3,
+        ),
     ]
 
 
@@ -93,8 +111,10 @@ def _quic_row(results: dict[str, Any]) -> Row:
     via, direct = _get(r, "via_proxy", "unary"), _get(r, "direct_stack", "unary")
     if not via or not direct:
         return Row("QUIC path: gRPC unary calls/s, proxy / direct", "none set", "not measured", None)
-    measured = (f"{r['unary_ratio']:.2f} ({via['per_second']:.0f}/s vs {direct['per_second']:.0f}/s); "
-                f"callback exchanges {r.get('callback_ratio')}")
+    measured = (
+        f"{r['unary_ratio']:.2f} ({via['per_second']:.0f}/s vs {direct['per_second']:.0f}/s); "
+        f"callback exchanges {r.get('callback_ratio')}"
+    )
     return Row("QUIC path: gRPC unary calls/s, proxy / direct", "none set", measured, None)
 
 
@@ -102,24 +122,44 @@ def _scale_row(results: dict[str, Any]) -> Row:
     r = _get(results, "scale")
     if not r or "lost" not in r:
         return Row("scale: lost, wall time, peak RSS", "0 lost, <= 90 s, <= 1.5 GiB", "not measured", None)
-    done = f"{r['callbacks']}/{r['requested']} callbacks" + (" (deadline hit)" if r.get("deadline_hit") else "")
-    measured = (f"{r['clusters']} clusters, {r['workers']} workers, {done}: {r['lost']} lost, "
-                f"{r['wall_seconds']:.1f} s ({r['up_seconds']:.1f} s up + {r['seconds']:.1f} s callbacks), "
-                f"peak {r['peak_rss_mib']:.0f} MiB")
-    met = (r["lost"] == 0 and r["callbacks"] == r["requested"] and r["wall_seconds"] <= 90
-           and r["peak_rss_mib"] <= 1536)
-    return Row("scale: lost, wall time (up + callbacks), peak RSS of the stack", "0 lost, <= 90 s, <= 1.5 GiB",
-               measured, met)
+    done = f"{r['callbacks']}/{r['requested']} callbacks" + (
+        " (deadline hit)" if r.get("deadline_hit") else ""
+    )
+    measured = (
+        f"{r['clusters']} clusters, {r['workers']} workers, {done}: {r['lost']} lost, "
+        f"{r['wall_seconds']:.1f} s ({r['up_seconds']:.1f} s up + {r['seconds']:.1f} s callbacks), "
+        f"peak {r['peak_rss_mib']:.0f} MiB"
+    )
+    met = (
+        r["lost"] == 0
+        and r["callbacks"] == r["requested"]
+        and r["wall_seconds"] <= 90
+        and r["peak_rss_mib"] <= 1536
+    )
+    return Row(
+        "scale: lost, wall time (up + callbacks), peak RSS of the stack",
+        "0 lost, <= 90 s, <= 1.5 GiB",
+        measured,
+        met,
+    )
 
 
 def _dns_row(results: dict[str, Any]) -> Row:
-    return _ratio_row("DNS queries/s, resolver / dnsmasq", _get(results, "dns") or {}, ("resolver", "dnsmasq"), 0.2)
+    return _ratio_row(
+        "DNS queries/s, resolver / dnsmasq", _get(results, "dns") or {}, ("resolver", "dnsmasq"), 0.2
+    )
 
 
 def judge(results: dict[str, Any]) -> list[Row]:
     rows: list[Callable[[dict[str, Any]], Row | list[Row]]] = [
-        lambda r: _first(r, "http", "HTTP", 1.5), lambda r: _first(r, "grpc", "gRPC", 2.0),
-        _catalogue, _relay_rows, _quic_row, _scale_row, _dns_row]
+        lambda r: _first(r, "http", "HTTP", 1.5),
+        lambda r: _first(r, "grpc", "gRPC", 2.0),
+        _catalogue,
+        _relay_rows,
+        _quic_row,
+        _scale_row,
+        _dns_row,
+    ]
     out: list[Row] = []
     for make in rows:
         made = make(results)

@@ -19,8 +19,14 @@ from certs.profiles import (
 
 # certs.store and certs.volume pull in trustme and cryptography (about 40 ms), which component processes
 # importing only the profile constants never need: load them on first use.
-_LAZY = {"CaInfo": "certs.store", "CertStore": "certs.store", "describe_text": "certs.store",
-         "load_secret": "certs.volume", "payload_dir": "certs.volume", "write_secret": "certs.volume"}
+_LAZY = {
+    "CaInfo": "certs.store",
+    "CertStore": "certs.store",
+    "describe_text": "certs.store",
+    "load_secret": "certs.volume",
+    "payload_dir": "certs.volume",
+    "write_secret": "certs.volume",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -29,6 +35,7 @@ def __getattr__(name: str) -> object:
     import importlib
 
     return getattr(importlib.import_module(_LAZY[name]), name)
+
 
 __all__ = [
     "FRONTEND_SECRET",

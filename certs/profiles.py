@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STACK = "stack"    # plays the stack's OpenBao PKI (ClusterIssuer/nvcf-openbao-pki)
+STACK = "stack"  # plays the stack's OpenBao PKI (ClusterIssuer/nvcf-openbao-pki)
 PUBLIC = "public"  # plays a public CA such as Let's Encrypt; simulated workers trust it as system roots
 PRIVATE = "private"  # plays a customer's corporate CA: no simulated worker trusts it unless handed its PEM
 ISSUERS = (STACK, PUBLIC, PRIVATE)
@@ -56,11 +56,13 @@ def frontend_profile(worker_domain: str, issuer: str = STACK, *, secret: str | N
     return Profile(secret=secret or FRONTEND_SECRETS[issuer], identities=(f"*.{domain}",), issuer=issuer)
 
 
-def secret_profile(secret: str, worker_domain: str, issuer: str = PUBLIC,
-                   names: tuple[str, ...] = ()) -> Profile:
+def secret_profile(
+    secret: str, worker_domain: str, issuer: str = PUBLIC, names: tuple[str, ...] = ()
+) -> Profile:
     """A frontend Secret a scenario declares (`topology.secrets.NAME`): ``*.<workerDomain>`` unless named."""
-    return Profile(secret=secret, identities=names or frontend_profile(worker_domain, PUBLIC).identities,
-                   issuer=issuer)
+    return Profile(
+        secret=secret, identities=names or frontend_profile(worker_domain, PUBLIC).identities, issuer=issuer
+    )
 
 
 def invocation_profile() -> Profile:

@@ -58,8 +58,10 @@ def rotate(store: CertStore, kind: str, worker_domain: str, grace: float = PROPA
             crt, key, _ = load_secret(store.issue(scratch))
             write_secret(store.secret_dir(profile.secret), crt, key, bundle)
             shutil.rmtree(store.secret_dir(scratch.secret), ignore_errors=True)
-        return ("new stack CA; pod certificates reissued from it, pod Secrets' ca.crt = new + old CA; "
-                "the frontend stays on the old CA until workers are redeployed with the new one")
+        return (
+            "new stack CA; pod certificates reissued from it, pod Secrets' ca.crt = new + old CA; "
+            "the frontend stays on the old CA until workers are redeployed with the new one"
+        )
     if kind == "public-ca":
         store.rotate_ca(PUBLIC)  # workers' system roots keep ca.prev.crt beside the new root
         time.sleep(grace)  # the trust-store update reaches workers before the frontend moves

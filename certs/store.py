@@ -32,8 +32,11 @@ from sim.errors import ConfigError
 
 __all__ = ["CaInfo", "CertStore", "describe_text", "load_secret", "write_secret"]
 
-CA_ORGANIZATIONS = {STACK: "ncpsim stack CA (OpenBao PKI)", PUBLIC: "ncpsim public-style CA",
-                    PRIVATE: "ncpsim private CA (a customer's corporate CA)"}
+CA_ORGANIZATIONS = {
+    STACK: "ncpsim stack CA (OpenBao PKI)",
+    PUBLIC: "ncpsim public-style CA",
+    PRIVATE: "ncpsim private CA (a customer's corporate CA)",
+}
 LEAF_ORGANIZATION = "ncpsim"
 _CN_MAX = 64  # X.520 upper bound; longer names stay in the SAN only
 

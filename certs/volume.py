@@ -80,7 +80,7 @@ def write_secret(directory: Path, crt: bytes, key: bytes, ca: bytes) -> Path:
     previous = _current_payload(directory)
     payload = Path(tempfile.mkdtemp(prefix=_timestamp_prefix(), dir=directory))
     os.chmod(payload, 0o755)
-    for name, data in zip(FILES, (crt, key, ca)):
+    for name, data in zip(FILES, (crt, key, ca), strict=True):
         _write_file(payload / name, bytes(data), MODES[name])
     _replace_symlink(directory / DATA_LINK, payload.name)
     for name in FILES:

@@ -48,8 +48,11 @@ def _still_valid(store: CertStore, profile: Profile) -> bool:
         crt = load_secret(store.secret_dir(profile.secret))[0]
     except OSError:
         return False
-    return (inspect.issued_by(crt, store.ca_path(profile.issuer).read_bytes())
-            and tuple(inspect.sans(crt)) == profile.identities and inspect.not_after(crt) > datetime.now(UTC))
+    return (
+        inspect.issued_by(crt, store.ca_path(profile.issuer).read_bytes())
+        and tuple(inspect.sans(crt)) == profile.identities
+        and inspect.not_after(crt) > datetime.now(UTC)
+    )
 
 
 def place_secret(store: CertStore, spec: SecretSpec, worker_domain: str) -> Path:
@@ -68,8 +71,10 @@ def read_brought(folder: Path, name: str) -> tuple[bytes, bytes, bytes]:
     """tls.crt, tls.key and (optional) ca.crt from a user's folder, as `kubectl create secret tls` takes."""
     missing = [f for f in (CRT, KEY) if not (folder / f).is_file()]
     if missing:
-        raise ConfigError(f"--secret {name}={folder}: no {' or '.join(missing)} in that folder "
-                          f"(a kubernetes.io/tls Secret needs {CRT} and {KEY}; {CA} is optional)")
+        raise ConfigError(
+            f"--secret {name}={folder}: no {' or '.join(missing)} in that folder "
+            f"(a kubernetes.io/tls Secret needs {CRT} and {KEY}; {CA} is optional)"
+        )
     # The customer's files: bounded reads (a planted 10 GB file or a FIFO named tls.crt is one line).
     what = f"--secret {name} file"
     ca = read_bytes(folder / CA, what, PEM_LIMIT) if (folder / CA).is_file() else b""

@@ -108,11 +108,22 @@ def build_status(backend: str, topology: Topology, state: Path, scenario: str, e
     # The pod targets workers are handed, as the pods hand them out: the worker TLS port unless upstreamTls
     # is off (DESIGN.md section 1); without the proxy, the plaintext port and grpc-proxy's own name.
     port = invocation_port(settings.upstream_tls) if settings.enabled else INVOCATION_HTTP_PORT
-    pods = [{"name": p.name, "role": p.role, "cluster": p.cluster, "ip": p.ip,
-             "target": (f"http://{p.fqdn}:{port}" if p.role == "invocation"
-                        else f"https://{p.fqdn.split('.')[0]}.{wd}" if settings.enabled
-                        else f"https://{p.fqdn.split('.')[0]}.{GRPC_SUFFIX}:{GRPC_CALLBACK_PORT}")}
-            for p in topology.pods]
+    pods = [
+        {
+            "name": p.name,
+            "role": p.role,
+            "cluster": p.cluster,
+            "ip": p.ip,
+            "target": (
+                f"http://{p.fqdn}:{port}"
+                if p.role == "invocation"
+                else f"https://{p.fqdn.split('.')[0]}.{wd}"
+                if settings.enabled
+                else f"https://{p.fqdn.split('.')[0]}.{GRPC_SUFFIX}:{GRPC_CALLBACK_PORT}"
+            ),
+        }
+        for p in topology.pods
+    ]
     return {
         "backend": backend,
         "stack": topology.stack,
@@ -121,7 +132,10 @@ def build_status(backend: str, topology: Topology, state: Path, scenario: str, e
         "stateDir": str(state),
         "proxy": _proxy_status(topology, endpoints) if settings.enabled else None,
         "dns": {name: {"host": e.host, "port": e.port, **e.extra} for name, e in endpoints.dns.items()},
-        "ca": {issuer: str(state / "certs" / "ca" / issuer / "ca.crt") for issuer in ("stack", "public", "private")},
+        "ca": {
+            issuer: str(state / "certs" / "ca" / issuer / "ca.crt")
+            for issuer in ("stack", "public", "private")
+        },
         "pods": pods,
         "nats": _nats_status(topology, endpoints.nats),
         "logs": endpoints.logs,
@@ -137,20 +151,32 @@ def _proxy_status(topology: Topology, endpoints: Endpoints) -> Json:
     grpc = topology.pods_of("grpc-proxy")
     example = f"{grpc[0].fqdn.split('.')[0]}.{wd}" if grpc else None
     return {
-        "http": {"host": endpoints.proxy_http.host, "port": endpoints.proxy_http.port,
-                 "name": urlsplit(url).hostname or f"invocation.{wd}", "url": url},
-        "h3": {"host": endpoints.proxy_h3.host, "port": endpoints.proxy_h3.port, "name": f"*.{wd}",
-               "url": f"https://<dashed-pod-ip>.{wd}", "example": example},
+        "http": {
+            "host": endpoints.proxy_http.host,
+            "port": endpoints.proxy_http.port,
+            "name": urlsplit(url).hostname or f"invocation.{wd}",
+            "url": url,
+        },
+        "h3": {
+            "host": endpoints.proxy_h3.host,
+            "port": endpoints.proxy_h3.port,
+            "name": f"*.{wd}",
+            "url": f"https://<dashed-pod-ip>.{wd}",
+            "example": example,
+        },
     }
 
 
 def _nats_status(topology: Topology, nats: Endpoint) -> Json:
     """``url`` as workers see it (the load balancer's 4222); host/port/monitor real, None when unpublished."""
     monitor_port = nats.extra.get("monitorPort")
-    return {"host": nats.host, "port": nats.port, "url": f"nats://{topology.bus_lb_ip}:{NATS_PORT}",
-            "monitor": f"http://{nats.host}:{monitor_port}" if nats.host and monitor_port else None}
+    return {
+        "host": nats.host,
+        "port": nats.port,
+        "url": f"nats://{topology.bus_lb_ip}:{NATS_PORT}",
+        "monitor": f"http://{nats.host}:{monitor_port}" if nats.host and monitor_port else None,
+    }
 
 
 def log_files(state: Path) -> dict[str, str]:
     return {path.stem: str(path) for path in sorted((state / "logs").glob("*.log"))}
-

@@ -29,8 +29,23 @@ from sim.errors import ConfigError
 MARKER = ".ncpsim-stack"  # written at creation: this folder is an ncpsim stack folder
 LOCK = ".lock"
 # Every name ncpsim writes directly under a stack folder; none may be a symbolic link.
-OURS = (MARKER, LOCK, "topology.json", "status.json", "netmap.json", "netmap.tmp", "faults.json", ".faults.json.tmp",
-        "logs", "events", "reports", "certs", "pids", "nats", "rendered")
+OURS = (
+    MARKER,
+    LOCK,
+    "topology.json",
+    "status.json",
+    "netmap.json",
+    "netmap.tmp",
+    "faults.json",
+    ".faults.json.tmp",
+    "logs",
+    "events",
+    "reports",
+    "certs",
+    "pids",
+    "nats",
+    "rendered",
+)
 
 
 def state_root() -> Path:
@@ -47,8 +62,10 @@ def state_root() -> Path:
 
 def refuse_link(path: Path) -> None:
     if path.is_symlink():
-        raise ConfigError(f"{path} is a symbolic link where ncpsim keeps its own state; "
-                          f"refusing to follow it (remove the link)")
+        raise ConfigError(
+            f"{path} is a symbolic link where ncpsim keeps its own state; "
+            f"refusing to follow it (remove the link)"
+        )
 
 
 def check_links(stack_dir: Path) -> None:
@@ -58,15 +75,18 @@ def check_links(stack_dir: Path) -> None:
         refuse_link(stack_dir / name)
     escaping = link_out_of(stack_dir / "certs")
     if escaping is not None:
-        raise ConfigError(f"{escaping} is a symbolic link out of its Secret folder; refusing to follow it "
-                          f"(remove the link)")
+        raise ConfigError(
+            f"{escaping} is a symbolic link out of its Secret folder; refusing to follow it (remove the link)"
+        )
 
 
 def link_out_of(folder: Path) -> Path | None:
     """A link under `folder` that can lead out of its own folder. Secret folders hold links of their own
     (`..data -> ..<timestamp>`, `tls.crt -> ..data/tls.crt`, as a kubelet writes them): relative, with no
     `..` step, so they stay inside; a planted link to anywhere else is what this finds."""
-    for where, folders, files in os.walk(folder):  # not following links: a linked folder is listed, not entered
+    for where, folders, files in os.walk(
+        folder
+    ):  # not following links: a linked folder is listed, not entered
         for name in folders + files:
             path = Path(where) / name
             if path.is_symlink():
@@ -86,13 +106,16 @@ def create_stack_dir(stack_dir: Path) -> None:
         check_links(stack_dir)
         stack_dir.mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"state folder {stack_dir}: {exc.strerror or exc}; "
-                          f"set NCPSIM_HOME to a folder you can write") from None
+        raise ConfigError(
+            f"state folder {stack_dir}: {exc.strerror or exc}; set NCPSIM_HOME to a folder you can write"
+        ) from None
     if not stack_dir.is_dir():
         raise ConfigError(f"{stack_dir} is not a folder; pick another --stack name or NCPSIM_HOME")
     if not adopt(stack_dir):
-        raise ConfigError(f"{stack_dir} exists but ncpsim did not create it (no {MARKER}); "
-                          f"pick another --stack name or NCPSIM_HOME")
+        raise ConfigError(
+            f"{stack_dir} exists but ncpsim did not create it (no {MARKER}); "
+            f"pick another --stack name or NCPSIM_HOME"
+        )
 
 
 def adopt(stack_dir: Path) -> bool:
@@ -121,8 +144,10 @@ def write_file(path: Path, text: str, mode: int = 0o644) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{path} is a symbolic link where ncpsim keeps its own state; "
-                              f"refusing to follow it (remove the link)") from None
+            raise ConfigError(
+                f"{path} is a symbolic link where ncpsim keeps its own state; "
+                f"refusing to follow it (remove the link)"
+            ) from None
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
@@ -165,15 +190,19 @@ class StackLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise ConfigError(f"{self.path} is a symbolic link; refusing to follow it (remove the link)") from None
+                raise ConfigError(
+                    f"{self.path} is a symbolic link; refusing to follow it (remove the link)"
+                ) from None
             raise ConfigError(f"cannot open {self.path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise ConfigError(f"stack folder {self.path.parent} is busy: `invoke up`, `down` or a redeploy "
-                              f"(pid {holder}) holds {self.path}; wait for it, or stop it") from None
+            raise ConfigError(
+                f"stack folder {self.path.parent} is busy: `invoke up`, `down` or a redeploy "
+                f"(pid {holder}) holds {self.path}; wait for it, or stop it"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

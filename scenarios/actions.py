@@ -31,14 +31,18 @@ def judge_runbook(step: Step, report: RunbookReport) -> list[str]:
     for expect in step.expects:
         if expect.outcome and expect.outcome != report.outcome:
             why = f": {report.mistake} (fix: {report.fix_step})" if report.mistake else ""
-            failures.append(f"{step.label}: expected outcome {expect.outcome}, but the run ended "
-                            f"{report.outcome}{why}")
+            failures.append(
+                f"{step.label}: expected outcome {expect.outcome}, but the run ended {report.outcome}{why}"
+            )
         if expect.error and expect.error.lower() not in (report.mistake or "").lower():
-            failures.append(f"{step.label}: expected the mistake to mention {expect.error!r}, "
-                            f"but it was {report.mistake!r}")
+            failures.append(
+                f"{step.label}: expected the mistake to mention {expect.error!r}, "
+                f"but it was {report.mistake!r}"
+            )
         if expect.fix and expect.fix.lower() not in (report.fix_step or "").lower():
-            failures.append(f"{step.label}: expected the fix {expect.fix!r}, but the report names "
-                            f"{report.fix_step!r}")
+            failures.append(
+                f"{step.label}: expected the fix {expect.fix!r}, but the report names {report.fix_step!r}"
+            )
     return failures
 
 

@@ -17,8 +17,9 @@ POLL_SECONDS = 1  # NVCF-POLL-SECONDS of each status poll
 FIRST_POLL_SECONDS = 0  # the pexec POST answers 202 at once, so the client knows the request id to watch
 
 
-async def http_call(client: Context, tail: StackTail, step: Step, index: int, pod: Pod,
-                    spec: dict[str, Any]) -> CallTrace:
+async def http_call(
+    client: Context, tail: StackTail, step: Step, index: int, pod: Pod, spec: dict[str, Any]
+) -> CallTrace:
     body = json.dumps({"step": step.index, "invocation": index}).encode()
 
     def failed(request_id: str) -> str | None:
@@ -33,11 +34,25 @@ async def http_call(client: Context, tail: StackTail, step: Step, index: int, po
             pass
         return failed(request_id) or "callback failed"
 
-    inv = await invoke_http(client, pod, spec["function"], body, poll_seconds=POLL_SECONDS,
-                            timeout=spec.get("timeout", CALL_TIMEOUT), first_poll_seconds=FIRST_POLL_SECONDS,
-                            watch=watch)
-    trace = CallTrace(step=step.index, index=index, function=spec["function"], pod=pod.name,
-                      request_id=inv.request_id, client_status=inv.status, elapsed_ms=inv.elapsed_ms)
+    inv = await invoke_http(
+        client,
+        pod,
+        spec["function"],
+        body,
+        poll_seconds=POLL_SECONDS,
+        timeout=spec.get("timeout", CALL_TIMEOUT),
+        first_poll_seconds=FIRST_POLL_SECONDS,
+        watch=watch,
+    )
+    trace = CallTrace(
+        step=step.index,
+        index=index,
+        function=spec["function"],
+        pod=pod.name,
+        request_id=inv.request_id,
+        client_status=inv.status,
+        elapsed_ms=inv.elapsed_ms,
+    )
     trace.body_ok = inv.status == 200 and inv.body == body
     trace.outcome = "success" if trace.body_ok else "failure"
     if not trace.body_ok:
@@ -45,8 +60,9 @@ async def http_call(client: Context, tail: StackTail, step: Step, index: int, po
     return trace
 
 
-async def grpc_call(client: Context, tail: StackTail, step: Step, index: int, pod: Pod,
-                    spec: dict[str, Any]) -> CallTrace:
+async def grpc_call(
+    client: Context, tail: StackTail, step: Step, index: int, pod: Pod, spec: dict[str, Any]
+) -> CallTrace:
     # Imported here, not at the top: grpcio costs ~70 ms of every `invoke up`, and most replays make no gRPC call.
     from scenarios.grpc_calls import grpc_call as call
 
@@ -54,8 +70,10 @@ async def grpc_call(client: Context, tail: StackTail, step: Step, index: int, po
 
 
 def _start(tail: StackTail, request_id: str) -> dict[str, Any] | None:
-    return next((e for e in tail.events
-                 if e.get("requestId") == request_id and e["kind"] == "worker.callback.start"), None)
+    return next(
+        (e for e in tail.events if e.get("requestId") == request_id and e["kind"] == "worker.callback.start"),
+        None,
+    )
 
 
 def expected_proxy_lines(trace: CallTrace, start: dict[str, Any] | None = None) -> int:

@@ -15,8 +15,13 @@ from sim.model.topology import Topology
 
 
 def matching_events(wait: Wait, events: list[dict[str, Any]], since: float) -> int:
-    return sum(1 for e in events if e["kind"] == wait.event and e.get("ts", 0) >= since
-               and all(e.get(k) == v for k, v in wait.where.items()))
+    return sum(
+        1
+        for e in events
+        if e["kind"] == wait.event
+        and e.get("ts", 0) >= since
+        and all(e.get(k) == v for k, v in wait.where.items())
+    )
 
 
 def listener_key(wait: Wait, topology: Topology) -> str | None:

@@ -68,8 +68,13 @@ def idle_scenario(values_files: Path | Sequence[Path] | None = None, sets: Seque
     check runs with one that changes nothing, and the scenario keeps none.
     """
     data, origin = load_values_file(IDLE_SCENARIO)
-    checked = scenario_from_data({**data, "steps": [{"name": "nothing", "setValues": {}}]}, IDLE_SCENARIO, origin,
-                                 values_files, sets=sets)
+    checked = scenario_from_data(
+        {**data, "steps": [{"name": "nothing", "setValues": {}}]},
+        IDLE_SCENARIO,
+        origin,
+        values_files,
+        sets=sets,
+    )
     return replace(checked, steps=())
 
 
@@ -80,17 +85,28 @@ def stack_flag(stack: str) -> str:
 
 def require_running(stack: Stack) -> None:
     if stack.status() is None:
-        raise ScenarioError(f"stack {stack.name!r} is not up; start it with `invoke up{stack_flag(stack.name)}`")
+        raise ScenarioError(
+            f"stack {stack.name!r} is not up; start it with `invoke up{stack_flag(stack.name)}`"
+        )
 
 
-def run_steps(stack: Stack, raw_steps: list[dict[str, Any]], source: Path,
-              origin: dict[str, tuple[str, int]] | None = None) -> Session:
+def run_steps(
+    stack: Stack,
+    raw_steps: list[dict[str, Any]],
+    source: Path,
+    origin: dict[str, tuple[str, int]] | None = None,
+) -> Session:
     """Check the steps as a scenario file's would be checked, then run them on the running stack."""
     require_running(stack)
     topology = stack.topology
     # A fresh seed each time: a probe's request id must not repeat one an earlier command left in the events.
-    data = {"name": "session", "summary": f"steps on stack {stack.name}", "values": topology.values,
-            "steps": raw_steps, "seed": secrets.randbelow(2**31)}
+    data = {
+        "name": "session",
+        "summary": f"steps on stack {stack.name}",
+        "values": topology.values,
+        "steps": raw_steps,
+        "seed": secrets.randbelow(2**31),
+    }
     scenario = scenario_from_data(data, source, origin)
     replay = Replay(scenario, stack)
     session = Session()
@@ -116,13 +132,25 @@ def call_step(function: str, count: int) -> dict[str, Any]:
     return {"name": f"call {function} x{count}", "invoke": {"function": function, "count": count}}
 
 
-def fault_step(action: str, target: str | None, to: str | None = None, latency_ms: int = 0, drop: float = 0.0,
-               timeout_ms: int = 1000) -> dict[str, Any]:
+def fault_step(
+    action: str,
+    target: str | None,
+    to: str | None = None,
+    latency_ms: int = 0,
+    drop: float = 0.0,
+    timeout_ms: int = 1000,
+) -> dict[str, Any]:
     """`invoke fault ACTION [TARGET]` as the fault step a scenario would hold."""
-    usage = {"kill": "COMPONENT", "restart": "COMPONENT", "stop": "COMPONENT", "start": "COMPONENT",
-             "scale": "ROLE=REPLICAS (e.g. invocation=1)", "link": "FROM_CLUSTER [--to CIDR] [--latency-ms N] "
-             "[--drop P] [--timeout-ms N]", "expire": "frontend|public-frontend|invocation|grpc-proxy",
-             "clear-links": ""}
+    usage = {
+        "kill": "COMPONENT",
+        "restart": "COMPONENT",
+        "stop": "COMPONENT",
+        "start": "COMPONENT",
+        "scale": "ROLE=REPLICAS (e.g. invocation=1)",
+        "link": "FROM_CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N]",
+        "expire": "frontend|public-frontend|invocation|grpc-proxy",
+        "clear-links": "",
+    }
     if action not in usage:
         raise ConfigError(f"fault {action!r}: choose one of {', '.join(usage)}")
     if action == "clear-links":
@@ -135,8 +163,13 @@ def fault_step(action: str, target: str | None, to: str | None = None, latency_m
             raise ConfigError(f"fault scale {target!r}: write ROLE=REPLICAS, e.g. invocation=1")
         return {"name": f"scale {role}", "fault": {"scale": {"role": role, "replicas": int(replicas)}}}
     if action == "link":
-        link: dict[str, Any] = {"from": target, "to": to, "latencyMs": latency_ms, "drop": drop,
-                                "timeoutMs": timeout_ms}
+        link: dict[str, Any] = {
+            "from": target,
+            "to": to,
+            "latencyMs": latency_ms,
+            "drop": drop,
+            "timeoutMs": timeout_ms,
+        }
         return {"name": f"link from {target}", "fault": {"link": link}}
     return {"name": f"{action} {target}", "fault": {action: target}}
 
@@ -155,8 +188,9 @@ def rotate_step(kind: str) -> dict[str, Any]:
 def set_step(assignments: list[str], redeploy: str | None) -> dict[str, Any]:
     """`key.path=value` pairs, read as `--set` reads them (YAML-typed values), as one setValues step."""
     if not assignments:
-        raise ConfigError("set: give at least one key.path=value, e.g. "
-                          "workerCallbackProxy.invocation.connect.enabled=true")
+        raise ConfigError(
+            "set: give at least one key.path=value, e.g. workerCallbackProxy.invocation.connect.enabled=true"
+        )
     if redeploy is not None and redeploy not in REDEPLOY:
         raise ConfigError(f"--redeploy {redeploy!r}: choose one of {', '.join(REDEPLOY)}")
     overrides: dict[str, Any] = {}
@@ -166,8 +200,10 @@ def set_step(assignments: list[str], redeploy: str | None) -> dict[str, Any]:
         except ConfigError as exc:  # worded for `invoke up --set`; here the command is `invoke set`
             raise ConfigError(str(exc).replace("--set ", "set ")) from None
         if _clashes(overrides, change):
-            raise ConfigError(f"set {assignment}: an earlier assignment gives part of this key path a value; "
-                              f"it cannot also hold keys")
+            raise ConfigError(
+                f"set {assignment}: an earlier assignment gives part of this key path a value; "
+                f"it cannot also hold keys"
+            )
         overrides = deep_merge(overrides, change)
     step: dict[str, Any] = {"name": "set " + " ".join(assignments), "setValues": overrides}
     if redeploy:
@@ -195,14 +231,18 @@ def unknown_key_warnings(step: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def steps_from_file(ref: str, state_dir: Path) -> tuple[list[dict[str, Any]], Path, dict[str, tuple[str, int]]]:
+def steps_from_file(
+    ref: str, state_dir: Path
+) -> tuple[list[dict[str, Any]], Path, dict[str, tuple[str, int]]]:
     """`invoke step FILE|-`: one step (a mapping), or `steps: [...]`; `-` reads standard input."""
     if ref == "-":
         path = state_dir / "step-stdin.yaml"  # kept, so a mistake's FILE:LINE points at real text
         raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # bounded: `invoke step - < /dev/zero` ends
         if len(raw) > MAX_BYTES:
-            raise ConfigError(f"standard input: more than {MAX_BYTES:,} bytes is too large for a step; "
-                              f"is it the right input?")
+            raise ConfigError(
+                f"standard input: more than {MAX_BYTES:,} bytes is too large for a step; "
+                f"is it the right input?"
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -210,17 +250,22 @@ def steps_from_file(ref: str, state_dir: Path) -> tuple[list[dict[str, Any]], Pa
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"cannot keep standard input in {path} ({exc.strerror or exc}); "
-                              f"set NCPSIM_HOME to a folder you can write, or give the step as a file") from None
+            raise ConfigError(
+                f"cannot keep standard input in {path} ({exc.strerror or exc}); "
+                f"set NCPSIM_HOME to a folder you can write, or give the step as a file"
+            ) from None
         write_file(path, text)  # not through a link planted there; load_values_file then judges the text
     else:
         path = Path(ref)
         if not path.is_file():
-            raise ConfigError(f"{ref}: no such step file (write one step in YAML, or `-` to read standard input)")
+            raise ConfigError(
+                f"{ref}: no such step file (write one step in YAML, or `-` to read standard input)"
+            )
     data, origin = load_values_file(path, "step file")
     if not data:
-        raise ConfigError(f"{path}: no step; write one step (e.g. invoke: {{function: http-echo}}) "
-                          f"or steps: [...]")
+        raise ConfigError(
+            f"{path}: no step; write one step (e.g. invoke: {{function: http-echo}}) or steps: [...]"
+        )
     if "steps" in data and len(data) == 1:
         if not isinstance(data["steps"], list):
             raise ConfigError(f"{path}: steps: expected a list of steps")
@@ -252,6 +297,20 @@ def session_text(session: Session, width: int | None = None) -> str:
 
 
 def session_json(session: Session) -> str:
-    return json.dumps({"ok": session.ok, "steps": [
-        {"step": r.step.name, "ok": step_ok(r), "note": r.note, "failures": r.failures,
-         "calls": [t.to_dict() for t in r.traces]} for r in session.steps]}, indent=2, default=str)
+    return json.dumps(
+        {
+            "ok": session.ok,
+            "steps": [
+                {
+                    "step": r.step.name,
+                    "ok": step_ok(r),
+                    "note": r.note,
+                    "failures": r.failures,
+                    "calls": [t.to_dict() for t in r.traces],
+                }
+                for r in session.steps
+            ],
+        },
+        indent=2,
+        default=str,
+    )

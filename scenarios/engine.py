@@ -64,12 +64,16 @@ class Replay:
             notes.append(self.redeploy(step.redeploy))
         if step.rotate is not None:
             notes.append(await rotate_step(self.stack.state_dir, step.rotate, self.topology.worker_domain))
-        concurrent_fault = step.fault is not None and step.invoke is not None and step.fault_after_ms is not None
+        concurrent_fault = (
+            step.fault is not None and step.invoke is not None and step.fault_after_ms is not None
+        )
         if step.fault is not None and not concurrent_fault:
             notes.append(self.faults.apply(step.fault))
         if concurrent_fault:
-            fault = asyncio.create_task(fault_later(self.faults, step.fault or {}, step.fault_after_ms or 0, notes),
-                                        name=f"fault-{step.index}")
+            fault = asyncio.create_task(
+                fault_later(self.faults, step.fault or {}, step.fault_after_ms or 0, notes),
+                name=f"fault-{step.index}",
+            )
             result.traces = await self.invoke(step)
             await fault
         elif step.invoke is not None:
@@ -95,7 +99,8 @@ class Replay:
         # Applied now: a `@stack-ca` marker becomes the CA's PEM as it is at this step, and stays that text.
         store = CertStore(self.stack.state_dir / "certs")
         self.topology = replace(self.topology, values=values).with_ca_pem(
-            lambda issuer: store.ca_path(issuer).read_text())
+            lambda issuer: store.ca_path(issuer).read_text()
+        )
         write_file(self.stack.state_dir / "topology.json", self.topology.to_json())
         return "values changed (running pods keep what they started with until redeployed)"
 
@@ -113,16 +118,22 @@ class Replay:
             raise ScenarioError(f"{step.label}: {function} needs at least one {role} pod in the topology")
         call = calls.http_call if role == "invocation" else calls.grpc_call
         # Calls spread over the replicas in turn, as the client-facing load balancer would spread them.
-        traces = await asyncio.gather(*[call(self.client, self.tail, step, i, pods[(i - 1) % len(pods)], spec)
-                                        for i in range(1, count + 1)])
+        traces = await asyncio.gather(
+            *[
+                call(self.client, self.tail, step, i, pods[(i - 1) % len(pods)], spec)
+                for i in range(1, count + 1)
+            ]
+        )
         return await self.settle(list(traces))
 
     async def probe(self, step: Step, since: float) -> list[CallTrace]:
         assert step.probe is not None
         ctx = self.prober(step.probe.cluster)
         try:
-            traces = [await probe_call(ctx, self.topology, step, i, target, self.rng)
-                      for i, target in enumerate(step.probe.targets, start=1)]
+            traces = [
+                await probe_call(ctx, self.topology, step, i, target, self.rng)
+                for i, target in enumerate(step.probe.targets, start=1)
+            ]
         finally:
             ctx.events.close()
         traces = await self.settle(traces)
@@ -132,23 +143,35 @@ class Replay:
     def prober(self, cluster: str | None) -> Context:
         names = [c.name for c in self.topology.clusters]
         if cluster is not None and cluster not in names:
-            raise ScenarioError(f"probe cluster {cluster!r} is not in the topology; "
-                                f"it has: {', '.join(names)}")
+            raise ScenarioError(
+                f"probe cluster {cluster!r} is not in the topology; it has: {', '.join(names)}"
+            )
         where = cluster or next((c.name for c in self.topology.compute_clusters), CONTROL_CLUSTER)
         return Context(self.stack.state_dir, self.topology, "prober", where)
 
     def blame_unattributed(self, traces: list[CallTrace], since: float) -> None:
         """A pod request during the probes that carries none of their ids counts against every probe."""
         ids = {t.request_id for t in traces}
-        stray = [e for e in self.tail.events if e["kind"] == "pod.request" and e.get("ts", 0) >= since
-                 and e.get("requestId") not in ids]
+        stray = [
+            e
+            for e in self.tail.events
+            if e["kind"] == "pod.request" and e.get("ts", 0) >= since and e.get("requestId") not in ids
+        ]
         for trace in traces:
-            trace.pod_legs += [{"kind": "pod.request", "pod": e.get("pod"), "status": None,
-                                "path": e.get("path"), "reason": "request without a probe's id"}
-                               for e in stray]
+            trace.pod_legs += [
+                {
+                    "kind": "pod.request",
+                    "pod": e.get("pod"),
+                    "status": None,
+                    "path": e.get("path"),
+                    "reason": "request without a probe's id",
+                }
+                for e in stray
+            ]
 
     async def settle(self, traces: list[CallTrace]) -> list[CallTrace]:
         """Wait until each finished call's worker result (and its proxy lines) has been written, then join."""
+
         def recorded() -> bool:
             return all(calls.recorded(t, self.tail) for t in traces if t.request_id is not None)
 
@@ -217,8 +240,9 @@ def judge_refusal(scenario: Scenario) -> ScenarioResult:
     if scenario.config_error is None:
         result.error = f"expected the values to be refused with {want!r}, but they were accepted"
     elif want not in scenario.config_error:
-        result.error = (f"expected the values to be refused with {want!r}, "
-                        f"but the error was: {scenario.config_error}")
+        result.error = (
+            f"expected the values to be refused with {want!r}, but the error was: {scenario.config_error}"
+        )
     return result
 
 

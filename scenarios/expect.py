@@ -36,8 +36,10 @@ def _via(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     if exp.via is None:
         return None
     if exp.via == "proxy" and not t.proxy:
-        return (f"via proxy, but the proxy's access log has no line for request {t.request_id} "
-                f"(worker went {t.via})")
+        return (
+            f"via proxy, but the proxy's access log has no line for request {t.request_id} "
+            f"(worker went {t.via})"
+        )
     if exp.via == "direct" and (t.proxy or t.via == "proxy"):
         return "via direct, but the callback went through the proxy"
     return None
@@ -62,8 +64,9 @@ def _proxy_status(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
         return None
     seen = [(rec["status"], rec["flags"]) for rec in t.proxy]
     for status, flag in seen:
-        if (exp.proxy_status is None or int(status) == exp.proxy_status) and \
-                (exp.proxy_flag is None or flag == exp.proxy_flag):
+        if (exp.proxy_status is None or int(status) == exp.proxy_status) and (
+            exp.proxy_flag is None or flag == exp.proxy_flag
+        ):
             return None
     want = " ".join(str(x) for x in (exp.proxy_status, exp.proxy_flag) if x is not None)
     got = ", ".join(f"{s} {f}" for s, f in seen) or "no access-log line"
@@ -117,8 +120,17 @@ def _pod_contacted(exp: Expect, t: CallTrace, _f: Facts) -> str | None:
     return f"no pod contacted, but {seen} received it"
 
 
-CHECKS: tuple[Check, ...] = (_outcome, _via, _same_pod, _proxy_status, _callee_status, _error, _upstream_port,
-                             _dns_rcode, _pod_contacted)
+CHECKS: tuple[Check, ...] = (
+    _outcome,
+    _via,
+    _same_pod,
+    _proxy_status,
+    _callee_status,
+    _error,
+    _upstream_port,
+    _dns_rcode,
+    _pod_contacted,
+)
 
 
 def matches(when: When | None, t: CallTrace, facts: Facts) -> bool:
@@ -126,10 +138,13 @@ def matches(when: When | None, t: CallTrace, facts: Facts) -> bool:
     if when is None:
         return True
     spec = facts.workers.get(t.worker or "")
-    wanted = {"landed": (when.landed, t.landed), "worker": (when.worker, t.worker),
-              "trust": (when.trust, spec.trust if spec else None),
-              "workerUtils": (when.worker_utils, spec.worker_utils if spec else None),
-              "cluster": (when.cluster, spec.cluster if spec else None)}
+    wanted = {
+        "landed": (when.landed, t.landed),
+        "worker": (when.worker, t.worker),
+        "trust": (when.trust, spec.trust if spec else None),
+        "workerUtils": (when.worker_utils, spec.worker_utils if spec else None),
+        "cluster": (when.cluster, spec.cluster if spec else None),
+    }
     return all(want is None or want == got for want, got in wanted.values())
 
 
@@ -140,16 +155,20 @@ def _check_one(step: Step, exp: Expect, traces: list[CallTrace], facts: Facts) -
     need = exp.at_least if exp.at_least is not None else (1 if exp.when else 0)
     if len(chosen) < need:
         which = f" with {exp.when.describe()}" if exp.when else ""
-        out.append(f"{step.label}: expected at least {need} call(s){which}, "
-                   f"but {len(chosen)} of {len(traces)} were")
+        out.append(
+            f"{step.label}: expected at least {need} call(s){which}, but {len(chosen)} of {len(traces)} were"
+        )
     grouped: dict[str, list[int]] = {}
     for trace in chosen:
         for check in CHECKS:
             problem = check(exp, trace, facts)
             if problem:
                 grouped.setdefault(problem, []).append(trace.index)
-    out += [f"{step.label}: {scope}expected {problem} ({_calls(step, idx)} {', '.join(map(str, idx))} "
-            f"of {len(traces)})" for problem, idx in grouped.items()]
+    out += [
+        f"{step.label}: {scope}expected {problem} ({_calls(step, idx)} {', '.join(map(str, idx))} "
+        f"of {len(traces)})"
+        for problem, idx in grouped.items()
+    ]
     return out
 
 
@@ -158,8 +177,12 @@ def _calls(step: Step, indexes: list[int]) -> str:
     return noun + ("s" if len(indexes) > 1 else "")
 
 
-def evaluate(step: Step, traces: list[CallTrace], pod_ips: dict[str, str] | Facts,
-             workers: dict[str, WorkerSpec] | None = None) -> list[str]:
+def evaluate(
+    step: Step,
+    traces: list[CallTrace],
+    pod_ips: dict[str, str] | Facts,
+    workers: dict[str, WorkerSpec] | None = None,
+) -> list[str]:
     """One line per broken expectation, grouped by message so 10 identical failures read as one."""
     facts = pod_ips if isinstance(pod_ips, Facts) else Facts(pod_ips, workers or {})
     return [line for exp in step.expects for line in _check_one(step, exp, traces, facts)]

@@ -30,21 +30,25 @@ async def _watch_worker(tail: StackTail, request_ids: list[str]) -> str:
     return str(tail.worker_result(request_ids[0]).get("error") or "callback failed")  # type: ignore[union-attr]
 
 
-async def _call(client: Context, pod: Pod, payload: bytes, stream: int | None, timeout: float,
-                request_ids: list[str]) -> CallOutcome:
+async def _call(
+    client: Context, pod: Pod, payload: bytes, stream: int | None, timeout: float, request_ids: list[str]
+) -> CallOutcome:
     host, port = client.netmap.lookup(client.cluster, pod.ip, GRPC_CLIENT_PORT)
     async with EchoClient((host, port)) as echo:
         return await echo.traced(payload, stream, timeout, on_request_id=request_ids.append)
 
 
-async def grpc_call(client: Context, tail: StackTail, step: Step, index: int, pod: Pod,
-                    spec: dict[str, Any]) -> CallTrace:
+async def grpc_call(
+    client: Context, tail: StackTail, step: Step, index: int, pod: Pod, spec: dict[str, Any]
+) -> CallTrace:
     payload = f"step {step.index} call {index}".encode()
     stream = spec.get("stream")
     started = time.monotonic()
     request_ids: list[str] = []
-    call = asyncio.create_task(_call(client, pod, payload, stream, spec.get("timeout", CALL_TIMEOUT), request_ids),
-                               name=f"grpc-call-{step.index}-{index}")
+    call = asyncio.create_task(
+        _call(client, pod, payload, stream, spec.get("timeout", CALL_TIMEOUT), request_ids),
+        name=f"grpc-call-{step.index}-{index}",
+    )
     watch = asyncio.create_task(_watch_worker(tail, request_ids), name=f"grpc-watch-{step.index}-{index}")
     done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
     for task in (call, watch):
@@ -52,17 +56,25 @@ async def grpc_call(client: Context, tail: StackTail, step: Step, index: int, po
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    trace = CallTrace(step=step.index, index=index, function=spec["function"], pod=pod.name,
-                      request_id=request_ids[0] if request_ids else None,
-                      elapsed_ms=int((time.monotonic() - started) * 1000))
+    trace = CallTrace(
+        step=step.index,
+        index=index,
+        function=spec["function"],
+        pod=pod.name,
+        request_id=request_ids[0] if request_ids else None,
+        elapsed_ms=int((time.monotonic() - started) * 1000),
+    )
     if call in done and not call.exception():
         outcome = call.result()
         expected = [payload] if stream is None else None
-        trace.body_ok = outcome.error is None and (outcome.replies == expected if expected
-                                                   else len(outcome.replies) == stream)
+        trace.body_ok = outcome.error is None and (
+            outcome.replies == expected if expected else len(outcome.replies) == stream
+        )
         trace.client_status = 200 if trace.body_ok else 0
         trace.error = outcome.error
     else:
-        trace.error = watch.result() if watch in done else f"{type(call.exception()).__name__}: {call.exception()}"
+        trace.error = (
+            watch.result() if watch in done else f"{type(call.exception()).__name__}: {call.exception()}"
+        )
     trace.outcome = "success" if trace.body_ok else "failure"
     return trace

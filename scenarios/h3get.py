@@ -34,8 +34,13 @@ async def request(url: str, connect_to: tuple[str, int], cacert: Path, method: s
     parts = urlsplit(url)
     host = parts.hostname or ""
     authority = parts.netloc
-    headers = [(":method", method), (":scheme", "https"), (":authority", authority), (":path", parts.path or "/"),
-               ("user-agent", "ncpsim-h3get")]
+    headers = [
+        (":method", method),
+        (":scheme", "https"),
+        (":authority", authority),
+        (":path", parts.path or "/"),
+        ("user-agent", "ncpsim-h3get"),
+    ]
     if token:
         headers.append(("authorization", f"Bearer {token}"))
     endpoint = await connect(connect_to, client_configuration(host, trust_pem([cacert])), timeout=TIMEOUT)

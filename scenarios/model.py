@@ -22,8 +22,16 @@ from sim.model.layering import STEP, Layer, Layered, defaults_layer, layer, pars
 from sim.model.values import key_path
 from sim.model.values_file import file_layer, load_values_file
 
-__all__ = ["CATALOGUE", "Expect", "Scenario", "Step", "catalogue", "load_scenario", "resolve_ref",
-           "scenario_from_data"]
+__all__ = [
+    "CATALOGUE",
+    "Expect",
+    "Scenario",
+    "Step",
+    "catalogue",
+    "load_scenario",
+    "resolve_ref",
+    "scenario_from_data",
+]
 
 CATALOGUE = Path(__file__).parent / "catalogue"
 SCHEMA = json.loads((Path(__file__).parent / "schema.json").read_text())
@@ -55,11 +63,16 @@ def _exists(path: Path) -> bool:
 def unknown_scenario(ref: str, names: list[str]) -> str:
     """The closest catalogue names, one per line (a list of all of them on one line helps nobody)."""
     close = difflib.get_close_matches(ref, names, n=4, cutoff=0.5)
-    close += [n for n in names if ref and ref in n and n not in close][:4 - len(close)]
+    close += [n for n in names if ref and ref in n and n not in close][: 4 - len(close)]
     if not close:
         return f"unknown scenario {ref!r}; `invoke scenarios` lists the {len(names)} in the catalogue"
-    return "\n".join([f"unknown scenario {ref!r}; did you mean:", *(f"  {name}" for name in close),
-                      "(`invoke scenarios` lists them all)"])
+    return "\n".join(
+        [
+            f"unknown scenario {ref!r}; did you mean:",
+            *(f"  {name}" for name in close),
+            "(`invoke scenarios` lists them all)",
+        ]
+    )
 
 
 def catalogue() -> list[tuple[str, str]]:
@@ -115,46 +128,64 @@ def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -
     here = ("steps", index)
     actions = [a for a in ACTIONS if a in raw]
     if not actions and not any(k in raw for k in ("setValues", "redeploy", "fault", "rotate")):
-        return _located(path, here, origin, "a step needs one of invoke, probe, wait, runbook, setValues, "
-                                            "redeploy, fault, rotate")
+        return _located(
+            path,
+            here,
+            origin,
+            "a step needs one of invoke, probe, wait, runbook, setValues, redeploy, fault, rotate",
+        )
     if "faultAfterMs" in raw and not ("fault" in raw and "invoke" in raw):
         return _located(path, (*here, "faultAfterMs"), origin, "faultAfterMs needs a fault and an invoke")
     if len(actions) > 1:
         first, extra = actions[0], actions[1]
-        return _located(path, (*here, extra), origin,
-                        f"one action per step; {first} is already set (put {extra} in a step of its own)")
+        return _located(
+            path,
+            (*here, extra),
+            origin,
+            f"one action per step; {first} is already set (put {extra} in a step of its own)",
+        )
     wait = raw.get("wait")
     if wait is not None and ("event" in wait) == ("listener" in wait):
         return _located(path, (*here, "wait"), origin, "name either event or listener")
     if "expect" in raw and not actions:
-        return _located(path, (*here, "expect"), origin,
-                        "expectations need an invoke, probe or runbook in the same step")
+        return _located(
+            path, (*here, "expect"), origin, "expectations need an invoke, probe or runbook in the same step"
+        )
     return _placeholder_problem(path, here, raw, origin)
 
 
-def _placeholder_problem(path: Path, here: tuple[Any, ...], raw: dict[str, Any],
-                         origin: Origin) -> str | None:
+def _placeholder_problem(
+    path: Path, here: tuple[Any, ...], raw: dict[str, Any], origin: Origin
+) -> str | None:
     for n, item in enumerate((raw.get("probe") or {}).get("targets", [])):
         text = item if isinstance(item, str) else item["target"]
         unknown = [m for m in PLACEHOLDER.findall(text) if m not in PLACEHOLDERS]
         if unknown:
             known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-            return _located(path, (*here, "probe", "targets", n), origin,
-                            f"unknown placeholder {{{unknown[0]}}}; expected one of: {known}")
+            return _located(
+                path,
+                (*here, "probe", "targets", n),
+                origin,
+                f"unknown placeholder {{{unknown[0]}}}; expected one of: {known}",
+            )
     return None
 
 
 def _values_origin(origin: Origin, prefix: str) -> Origin:
     """Key paths under `prefix` (e.g. "values.") re-rooted, so values errors name the stack's key."""
-    return {k[len(prefix):]: v for k, v in origin.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in origin.items() if k.startswith(prefix)}
 
 
 def _check_set_values(layered: Layered, steps: list[dict[str, Any]], origin: Origin) -> None:
     """Each setValues must leave valid values behind, as `helmfile sync` would refuse them at that step."""
     for index, raw in enumerate(steps):
         if "setValues" in raw:
-            step = Layer(STEP, f"step {index + 1}", raw["setValues"],
-                         _values_origin(origin, f"steps[{index}].setValues."))
+            step = Layer(
+                STEP,
+                f"step {index + 1}",
+                raw["setValues"],
+                _values_origin(origin, f"steps[{index}].setValues."),
+            )
             layered = then(layered, step)
             layered.check()
 
@@ -165,8 +196,13 @@ def _files(values_files: Path | Sequence[Path] | None) -> tuple[Path, ...]:
     return (values_files,) if isinstance(values_files, Path) else tuple(values_files)
 
 
-def load_scenario(ref: str, values_files: Path | Sequence[Path] | None = None, allow_expected_error: bool = False,
-                  sets: Sequence[str] = (), customer: Sequence[Layer] | None = None) -> Scenario:
+def load_scenario(
+    ref: str,
+    values_files: Path | Sequence[Path] | None = None,
+    allow_expected_error: bool = False,
+    sets: Sequence[str] = (),
+    customer: Sequence[Layer] | None = None,
+) -> Scenario:
     """Load a catalogue name or YAML path with a customer's `-f` files and `--set key.path=value`s on top.
 
     Precedence is Helm's (sim.model.layering): defaults < scenario values < each file in order < --set.
@@ -179,14 +215,22 @@ def load_scenario(ref: str, values_files: Path | Sequence[Path] | None = None, a
     return scenario_from_data(data, path, origin, values_files, allow_expected_error, sets, customer)
 
 
-def customer_layers(values_files: Path | Sequence[Path] | None = None, sets: Sequence[str] = ()) -> list[Layer]:
+def customer_layers(
+    values_files: Path | Sequence[Path] | None = None, sets: Sequence[str] = ()
+) -> list[Layer]:
     """What a support engineer brings, read once: each `-f` file, then each `--set`."""
     return [*(file_layer(p) for p in _files(values_files)), *(parse_set(text) for text in sets)]
 
 
-def scenario_from_data(data: Any, path: Path, origin: Origin | None = None,
-                       values_files: Path | Sequence[Path] | None = None, allow_expected_error: bool = False,
-                       sets: Sequence[str] = (), customer: Sequence[Layer] | None = None) -> Scenario:
+def scenario_from_data(
+    data: Any,
+    path: Path,
+    origin: Origin | None = None,
+    values_files: Path | Sequence[Path] | None = None,
+    allow_expected_error: bool = False,
+    sets: Sequence[str] = (),
+    customer: Sequence[Layer] | None = None,
+) -> Scenario:
     origin = origin or {}
     problem = _schema_error(path, data, origin)
     if problem:
@@ -207,8 +251,14 @@ def scenario_from_data(data: Any, path: Path, origin: Origin | None = None,
             return _scenario(data, path, layered, config_error=str(exc))
         raise _with_unknown_keys(exc, layered) from None
     if expect_error and not allow_expected_error:
-        raise ScenarioError(_located(path, ("expectError",), origin, "the values were accepted, but the "
-                                     f"scenario expects them refused with {expect_error!r}"))
+        raise ScenarioError(
+            _located(
+                path,
+                ("expectError",),
+                origin,
+                f"the values were accepted, but the scenario expects them refused with {expect_error!r}",
+            )
+        )
     return _scenario(data, path, layered)
 
 
@@ -222,9 +272,20 @@ def _with_unknown_keys(error: ConfigError, layered: Layered) -> ConfigError:
     return widened
 
 
-def _scenario(data: dict[str, Any], path: Path, layered: Layered, config_error: str | None = None) -> Scenario:
+def _scenario(
+    data: dict[str, Any], path: Path, layered: Layered, config_error: str | None = None
+) -> Scenario:
     steps = tuple(step_from(i, raw) for i, raw in enumerate(data.get("steps", []), start=1))
-    return Scenario(name=data["name"], summary=data["summary"], path=path, seed=data.get("seed", 1),
-                    values=layered.values, topology=data.get("topology", {}), steps=steps,
-                    origin=layered.locations(), expect_error=data.get("expectError"), config_error=config_error,
-                    layering=layered)
+    return Scenario(
+        name=data["name"],
+        summary=data["summary"],
+        path=path,
+        seed=data.get("seed", 1),
+        values=layered.values,
+        topology=data.get("topology", {}),
+        steps=steps,
+        origin=layered.locations(),
+        expect_error=data.get("expectError"),
+        config_error=config_error,
+        layering=layered,
+    )

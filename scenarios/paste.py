@@ -78,16 +78,22 @@ def proxy_commands(status: dict[str, Any]) -> list[str]:
     if http.get("port") and invocation:
         front = f"{name}:{http['port']}"
         target = f"{invocation[0]['target']}/v2/nvcf/worker/request-attach"
-        lines.append(f"curl -sv --proxy https://{front} --proxy-cacert {ca} \\\n"
-                     f"       --resolve {front}:{http['host']} {target}   # the pod answers 401: no token")
+        lines.append(
+            f"curl -sv --proxy https://{front} --proxy-cacert {ca} \\\n"
+            f"       --resolve {front}:{http['host']} {target}   # the pod answers 401: no token"
+        )
     if http.get("port"):
-        lines.append(f"openssl s_client -connect {http['host']}:{http['port']} -servername {name} "
-                     f"-CAfile {ca} -verify_return_error </dev/null   # the frontend certificate, verified")
+        lines.append(
+            f"openssl s_client -connect {http['host']}:{http['port']} -servername {name} "
+            f"-CAfile {ca} -verify_return_error </dev/null   # the frontend certificate, verified"
+        )
     grpc = _pods(status, "grpc-proxy")
     if h3.get("port") and grpc:
         host = f"{grpc[0]['ip'].replace('.', '-')}.{wd}"
-        lines.append(f"{python_program()} -m scenarios.h3get https://{host}/v1/proxy \\\n"
-                     f"       --connect {h3['host']}:{h3['port']} --cacert {ca}   # HTTP/3: 401 from grpc-proxy")
+        lines.append(
+            f"{python_program()} -m scenarios.h3get https://{host}/v1/proxy \\\n"
+            f"       --connect {h3['host']}:{h3['port']} --cacert {ca}   # HTTP/3: 401 from grpc-proxy"
+        )
     return lines
 
 
@@ -107,7 +113,11 @@ def dns_command(status: dict[str, Any]) -> list[str]:
 def _pod_name(pod: dict[str, Any]) -> str:
     target = str(pod.get("target", ""))
     host = target.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
-    return host if pod["role"] == "invocation" else f"{pod['ip'].replace('.', '-')}.grpc-headless.nvcf.svc.cluster.local"
+    return (
+        host
+        if pod["role"] == "invocation"
+        else f"{pod['ip'].replace('.', '-')}.grpc-headless.nvcf.svc.cluster.local"
+    )
 
 
 def nats_command(status: dict[str, Any]) -> list[str]:

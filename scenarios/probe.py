@@ -26,18 +26,27 @@ PROBE_TIMEOUT = 5.0
 def fill(target: str, topology: Topology) -> str:
     """Replace {pod} (first invocation pod's name), {pod1}, {podIp} and {workerDomain} in a target."""
     pods = topology.pods_of("invocation")
-    names = {"workerDomain": topology.worker_domain,
-             "pod": pods[0].fqdn if pods else "no-invocation-pod",
-             "pod1": pods[1].fqdn if len(pods) > 1 else "no-second-invocation-pod",
-             "podIp": pods[0].ip if pods else "0.0.0.0"}
+    names = {
+        "workerDomain": topology.worker_domain,
+        "pod": pods[0].fqdn if pods else "no-invocation-pod",
+        "pod1": pods[1].fqdn if len(pods) > 1 else "no-second-invocation-pod",
+        "podIp": pods[0].ip if pods else "0.0.0.0",
+    }
     return PLACEHOLDER.sub(lambda m: names.get(m.group(1), m.group(0)), target)
 
 
 def request_bytes(method: str, target: str, request_id: str) -> bytes:
     """The request as sent: absolute-form (or CONNECT authority) target, the Host it names."""
     host = target if method == "CONNECT" else (urlsplit(target).netloc or "-")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "User-Agent: ncpsim-probe",
-             f"X-Request-Id: {request_id}", "Content-Length: 0", "", ""]
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: {host}",
+        "User-Agent: ncpsim-probe",
+        f"X-Request-Id: {request_id}",
+        "Content-Length: 0",
+        "",
+        "",
+    ]
     return "\r\n".join(lines).encode("latin-1", errors="replace")
 
 
@@ -46,16 +55,23 @@ def parse_head(head: bytes) -> tuple[int, int]:
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     status = int(parts[1]) if len(parts) > 1 and parts[0].startswith(b"HTTP/") and parts[1].isdigit() else 0
-    length = next((int(v) for k, _, v in (line.partition(b":") for line in lines[1:])
-                   if k.strip().lower() == b"content-length" and v.strip().isdigit()), 0)
+    length = next(
+        (
+            int(v)
+            for k, _, v in (line.partition(b":") for line in lines[1:])
+            if k.strip().lower() == b"content-length" and v.strip().isdigit()
+        ),
+        0,
+    )
     return status, length
 
 
 async def send_probe(ctx: Context, topology: Topology, method: str, target: str, request_id: str) -> int:
     tls = client_context([ctx.ca_path("stack"), ctx.ca_path("public")])
     ip, port = topology.proxy_addresses(PROXY_HTTP_PORT)[0]
-    reader, writer = await ctx.open_tcp(ip, port, tls=tls,
-                                        server_hostname=f"invocation.{topology.worker_domain}")
+    reader, writer = await ctx.open_tcp(
+        ip, port, tls=tls, server_hostname=f"invocation.{topology.worker_domain}"
+    )
     try:
         writer.write(request_bytes(method, target, request_id))
         await writer.drain()
@@ -68,12 +84,23 @@ async def send_probe(ctx: Context, topology: Topology, method: str, target: str,
     return status
 
 
-async def probe_call(ctx: Context, topology: Topology, step: Step, index: int, probe: ProbeTarget,
-                     rng: random.Random) -> CallTrace:
+async def probe_call(
+    ctx: Context, topology: Topology, step: Step, index: int, probe: ProbeTarget, rng: random.Random
+) -> CallTrace:
     request_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
     target = fill(probe.target, topology)
-    trace = CallTrace(step=step.index, index=index, function="probe", pod="-", request_id=request_id,
-                      kind="probe", method=probe.method, target=target, worker="prober", via="proxy")
+    trace = CallTrace(
+        step=step.index,
+        index=index,
+        function="probe",
+        pod="-",
+        request_id=request_id,
+        kind="probe",
+        method=probe.method,
+        target=target,
+        worker="prober",
+        via="proxy",
+    )
     try:
         status = await send_probe(ctx, topology, probe.method, target, request_id)
     except (OSError, ssl.SSLError, TimeoutError, asyncio.IncompleteReadError) as exc:

@@ -34,11 +34,16 @@ def replay_stack(scenario: str, stack: str | None = None, several: bool = False)
     if len(full) <= MAX_STACK_NAME:
         return full, full
     digest = hashlib.sha1(full.encode()).hexdigest()[:6]
-    return f"{full[:MAX_STACK_NAME - 7].rstrip('-')}-{digest}", full
+    return f"{full[: MAX_STACK_NAME - 7].rstrip('-')}-{digest}", full
 
 
-def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None,
-               backend: Backend | None = None, stack: str | None = None) -> ScenarioResult:
+def replay_one(
+    scenario: Scenario,
+    keep: bool = False,
+    root: Path | None = None,
+    backend: Backend | None = None,
+    stack: str | None = None,
+) -> ScenarioResult:
     """A fresh stack for one scenario. Processes stop afterwards unless it failed and `keep` is set;
     the state folder stays either way, so the reports, logs and events can be read after the run."""
     backend = backend or LocalBackend(root)
@@ -56,9 +61,17 @@ def replay_one(scenario: Scenario, keep: bool = False, root: Path | None = None,
     return result
 
 
-def replay_many(names: list[str] | None, values_file: Path | Sequence[Path] | None = None,
-                junit: Path | None = None, keep: bool = False, as_json: bool = False, root: Path | None = None,
-                sets: Sequence[str] = (), stack: str | None = None, jobs: int = 1) -> bool:
+def replay_many(
+    names: list[str] | None,
+    values_file: Path | Sequence[Path] | None = None,
+    junit: Path | None = None,
+    keep: bool = False,
+    as_json: bool = False,
+    root: Path | None = None,
+    sets: Sequence[str] = (),
+    stack: str | None = None,
+    jobs: int = 1,
+) -> bool:
     """`invoke replay`: every named scenario (the whole catalogue when None); True when all pass.
 
     The customer's files and `--set`s sit above each scenario's values; unknown keys are warned about once,
@@ -74,9 +87,15 @@ def replay_many(names: list[str] | None, values_file: Path | Sequence[Path] | No
     return all(r.ok for r in results)
 
 
-def replay_all(scenarios: list[Scenario], keep: bool = False, as_json: bool = False, root: Path | None = None,
-               out: TextIO | None = None, stack: str | None = None, jobs: int = 1
-               ) -> tuple[list[ScenarioResult], float]:
+def replay_all(
+    scenarios: list[Scenario],
+    keep: bool = False,
+    as_json: bool = False,
+    root: Path | None = None,
+    out: TextIO | None = None,
+    stack: str | None = None,
+    jobs: int = 1,
+) -> tuple[list[ScenarioResult], float]:
     """Replay each scenario on a stack of its own, `jobs` at a time, printing each report in catalogue order
     as soon as it and those before it are done; (results, seconds in all)."""
     out = out or sys.stdout
@@ -87,8 +106,10 @@ def replay_all(scenarios: list[Scenario], keep: bool = False, as_json: bool = Fa
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="replay") as pool:
         # Stacks are isolated (own ports, own state folder); a thread only waits on its own processes.
-        futures = [pool.submit(replay_one, s, keep, root, stack=name) for s, (name, _) in zip(scenarios, names,
-                                                                                               strict=True)]
+        futures = [
+            pool.submit(replay_one, s, keep, root, stack=name)
+            for s, (name, _) in zip(scenarios, names, strict=True)
+        ]
         try:
             for future, (name, asked) in zip(futures, names, strict=True):
                 result = future.result()
@@ -102,20 +123,26 @@ def replay_all(scenarios: list[Scenario], keep: bool = False, as_json: bool = Fa
             raise
     total = time.monotonic() - started
     if not as_json:
-        console.print(f"{sum(r.ok for r in results)}/{len(results)} scenarios passed in {total:.1f}s"
-                      + (f" ({jobs} at a time)" if jobs > 1 else ""))
+        console.print(
+            f"{sum(r.ok for r in results)}/{len(results)} scenarios passed in {total:.1f}s"
+            + (f" ({jobs} at a time)" if jobs > 1 else "")
+        )
     return results, total
 
 
-def _print_result(console: Console, out: TextIO, result: ScenarioResult, name: str, asked: str, keep: bool,
-                  as_json: bool) -> None:
+def _print_result(
+    console: Console, out: TextIO, result: ScenarioResult, name: str, asked: str, keep: bool, as_json: bool
+) -> None:
     if as_json:
         print(json.dumps(to_json(result), indent=2, default=str), file=out)
         return
     render_text(result, console=console, traces=not result.ok)
     if name != asked:  # said, not silent: the state folder is not the name one would look for
-        console.print(f"  stack {name}: {asked} is longer than a stack name may be ({MAX_STACK_NAME})",
-                      markup=False, soft_wrap=True)
+        console.print(
+            f"  stack {name}: {asked} is longer than a stack name may be ({MAX_STACK_NAME})",
+            markup=False,
+            soft_wrap=True,
+        )
     if not result.ok and keep and result.status:
         console.print(f"  stack kept for inspection: invoke status --stack {result.status['stack']}")
 
@@ -136,11 +163,22 @@ def jobs_arg(value: str | int | None) -> int:
 
 
 def write_junit(results: list[ScenarioResult], path: Path, total: float) -> None:
-    suite = ET.Element("testsuite", name="ncpsim-scenarios", tests=str(len(results)),
-                       failures=str(sum(not r.ok for r in results)), errors="0", time=f"{total:.3f}")
+    suite = ET.Element(
+        "testsuite",
+        name="ncpsim-scenarios",
+        tests=str(len(results)),
+        failures=str(sum(not r.ok for r in results)),
+        errors="0",
+        time=f"{total:.3f}",
+    )
     for result in results:
-        case = ET.SubElement(suite, "testcase", classname="ncpsim.scenarios", name=result.scenario.name,
-                             time=f"{result.elapsed:.3f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname="ncpsim.scenarios",
+            name=result.scenario.name,
+            time=f"{result.elapsed:.3f}",
+        )
         if not result.ok:
             first = result.failures[0] if result.failures else "failed"
             failure = ET.SubElement(case, "failure", message=first)

@@ -15,14 +15,18 @@ from scenarios.result import ScenarioResult
 from scenarios.spec import Scenario
 from scenarios.trace import CallTrace
 
-ARTIFACT_NAMES = {"html": "sequence diagram (HTML)", "mermaid": "sequence diagram (Mermaid)",
-                  "json": "JSON report"}
+ARTIFACT_NAMES = {
+    "html": "sequence diagram (HTML)",
+    "mermaid": "sequence diagram (Mermaid)",
+    "json": "JSON report",
+}
 
 
 def call_row(t: CallTrace) -> list[str]:
     dns = t.dns.get("answer") or t.dns.get("rcode") or "-"
-    proxy = ", ".join(f"{r['method']} {r['status']} {r['flags']} -> {r['upstream_host']}"
-                      for r in t.proxy) or "-"
+    proxy = (
+        ", ".join(f"{r['method']} {r['status']} {r['flags']} -> {r['upstream_host']}" for r in t.proxy) or "-"
+    )
     refused = [d["reason"] for d in t.decisions if d.get("decision") == "Reject" and d.get("reason")]
     proxy += f" ({'; '.join(refused)})" if refused else ""
     legs = ", ".join(f"{leg['kind'].split('.')[-1]} {leg['status']}@{leg['pod']}" for leg in t.pod_legs)
@@ -40,9 +44,14 @@ def render_text(result: ScenarioResult, console: Console | None = None, traces: 
     style = "bold green" if result.ok else "bold red"
     console.print(f"[{style}]{head}[/] {result.scenario.name}: {result.scenario.summary}")
     if result.scenario.expect_error is None:
-        console.print(f"  stack up in {result.up_seconds:.2f}s, scenario {result.elapsed:.2f}s"
-                      + (f", first callback {result.first_callback_seconds:.2f}s after `up` started"
-                         if result.first_callback_seconds is not None else ""))
+        console.print(
+            f"  stack up in {result.up_seconds:.2f}s, scenario {result.elapsed:.2f}s"
+            + (
+                f", first callback {result.first_callback_seconds:.2f}s after `up` started"
+                if result.first_callback_seconds is not None
+                else ""
+            )
+        )
     for line in values_lines(result.scenario):
         console.print(line, markup=False, soft_wrap=True)
     if result.refused and result.ok:
@@ -70,7 +79,11 @@ def values_lines(scenario: Scenario) -> list[str]:
     layering = scenario.layering
     if layering is None:
         return []
-    lines = ["  scenario values overridden (Helm's order: later files and --set win):"] if layering.overrides else []
+    lines = (
+        ["  scenario values overridden (Helm's order: later files and --set win):"]
+        if layering.overrides
+        else []
+    )
     lines += [f"    {override}" for override in layering.overrides]
     lines += [f"  warning: {unknown}" for unknown in layering.unknown]
     return lines
@@ -102,18 +115,24 @@ def endpoints_text(status: dict[str, Any]) -> str:
     ca = status["ca"]["stack"]
     lines = [
         f"Stack {status['stack']} ({status['backend']}), state in {status['stateDir']}",
-        f"  proxy HTTP front  {http['url']}  ->  {http['host']}:{http['port']}" if http.get("port")
+        f"  proxy HTTP front  {http['url']}  ->  {http['host']}:{http['port']}"
+        if http.get("port")
         else "  proxy             off (workerCallbackProxy.enabled is false): workers call pods directly",
     ]
     h3 = proxy.get("h3") or {}
     if h3.get("port"):
         lines.append(f"  proxy HTTP/3 front {h3['url']} (UDP)  ->  {h3['host']}:{h3['port']}")
     for cluster, addr in status["dns"].items():
-        lines.append(f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)" if addr.get("port")
-                     else f"  DNS view {cluster:<18} inside the cluster only (kubectl context {addr.get('context')})")
+        lines.append(
+            f"  DNS view {cluster:<18} {addr['host']}:{addr['port']} (UDP and TCP)"
+            if addr.get("port")
+            else f"  DNS view {cluster:<18} inside the cluster only (kubectl context {addr.get('context')})"
+        )
     nats = status.get("nats") or {}
     if nats.get("port"):
-        lines.append(f"  nats-server       {nats['url']}  ->  {nats['host']}:{nats['port']}  (monitor {nats['monitor']})")
+        lines.append(
+            f"  nats-server       {nats['url']}  ->  {nats['host']}:{nats['port']}  (monitor {nats['monitor']})"
+        )
     lines.append(f"  stack CA {ca}\n  public-style CA {status['ca']['public']}")
     lines += ["", "Try it:", *(f"  {command}" for command in try_commands(status))]
     return "\n".join(lines)

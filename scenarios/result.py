@@ -45,14 +45,29 @@ class ScenarioResult:
 def to_json(result: ScenarioResult) -> dict[str, Any]:
     layering = result.scenario.layering
     return {
-        "scenario": result.scenario.name, "summary": result.scenario.summary, "ok": result.ok,
-        "upSeconds": round(result.up_seconds, 3), "elapsedSeconds": round(result.elapsed, 3),
-        "firstCallbackSeconds": None if result.first_callback_seconds is None
+        "scenario": result.scenario.name,
+        "summary": result.scenario.summary,
+        "ok": result.ok,
+        "upSeconds": round(result.up_seconds, 3),
+        "elapsedSeconds": round(result.elapsed, 3),
+        "firstCallbackSeconds": None
+        if result.first_callback_seconds is None
         else round(result.first_callback_seconds, 3),
-        "error": result.error, "expectError": result.scenario.expect_error, "refused": result.refused,
+        "error": result.error,
+        "expectError": result.scenario.expect_error,
+        "refused": result.refused,
         "artifacts": result.artifacts,
         "overrides": [o.to_json() for o in layering.overrides] if layering else [],
         "warnings": [str(u) for u in layering.unknown] if layering else [],
-        "steps": [{"index": s.step.index, "name": s.step.name, "ok": s.ok, "note": s.note,
-                   "failures": s.failures, "calls": [t.to_dict() for t in s.traces]} for s in result.steps],
+        "steps": [
+            {
+                "index": s.step.index,
+                "name": s.step.name,
+                "ok": s.ok,
+                "note": s.note,
+                "failures": s.failures,
+                "calls": [t.to_dict() for t in s.traces],
+            }
+            for s in result.steps
+        ],
     }

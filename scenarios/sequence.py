@@ -99,8 +99,11 @@ class _Calls:
             self.say("worker", pod_lane(t.pod), f"TLS through the tunnel: {t.error}", "fail")
         for leg in t.pod_legs:
             pod = pod_lane(leg["pod"] or t.pod)
-            self.say("worker", pod, f"{leg['kind'].split('.')[-1].upper()} /v2/nvcf/worker/request-attach "
-                     "(inside the tunnel)")
+            self.say(
+                "worker",
+                pod,
+                f"{leg['kind'].split('.')[-1].upper()} /v2/nvcf/worker/request-attach (inside the tunnel)",
+            )
             self.say(pod, "worker", str(leg.get("status")), "reply" if leg.get("status") == 200 else "fail")
 
     def proxy_record(self, rec: dict[str, str]) -> None:
@@ -142,8 +145,9 @@ class _Calls:
             self.say("proxy", pod_lane(leg["pod"]), f"{leg.get('path')}", "fail")
         rec = t.proxy[0] if t.proxy else None
         answer = f"{rec['status']} {rec['flags']}" if rec else (t.error or "no answer")
-        why = next((d["reason"] for d in t.decisions if d.get("decision") == "Reject" and d.get("reason")),
-                   None)
+        why = next(
+            (d["reason"] for d in t.decisions if d.get("decision") == "Reject" and d.get("reason")), None
+        )
         answer += f": {why}" if why and rec else ""
         self.say("proxy", "worker", answer, "reply" if t.outcome == "success" else "fail")
         return self.rows
@@ -166,8 +170,12 @@ def step_rows(step: StepResult, pod_by_ip: dict[str, str]) -> list[Row]:
             break
         noun = "probe" if traces[0].kind == "probe" else "call"
         workers = sorted({t.worker for t in traces if t.worker})
-        rows.append(Note(f"{noun}s {', '.join(str(t.index) for t in traces)} (x{len(traces)})"
-                         + (f" by {', '.join(workers)}" if workers and noun == "call" else "")))
+        rows.append(
+            Note(
+                f"{noun}s {', '.join(str(t.index) for t in traces)} (x{len(traces)})"
+                + (f" by {', '.join(workers)}" if workers and noun == "call" else "")
+            )
+        )
         rows.extend(messages)
     rows += [Note(f"FAILED {line}") for line in step.failures]
     return rows
@@ -180,10 +188,18 @@ def diagram(result: ScenarioResult) -> Diagram:
     if result.error:
         rows.append(Note(f"FAILED {result.error}"))
     used = {r.src for r in rows if isinstance(r, Message)} | {r.dst for r in rows if isinstance(r, Message)}
-    pods = [Lane(pod_lane(p["name"]), p["name"]) for p in topology_pods if p["role"] == "invocation"
-            or pod_lane(p["name"]) in used]
-    return Diagram(f"{result.scenario.name}: {result.scenario.summary}", result.ok, (*BASE_LANES, *pods),
-                   tuple(rows), tuple(result.failures))
+    pods = [
+        Lane(pod_lane(p["name"]), p["name"])
+        for p in topology_pods
+        if p["role"] == "invocation" or pod_lane(p["name"]) in used
+    ]
+    return Diagram(
+        f"{result.scenario.name}: {result.scenario.summary}",
+        result.ok,
+        (*BASE_LANES, *pods),
+        tuple(rows),
+        tuple(result.failures),
+    )
 
 
 # -- Mermaid ---------------------------------------------------------------------------------------

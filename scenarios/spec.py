@@ -38,9 +38,17 @@ class When:
     worker: str | None = None
 
     def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in (("landed", self.landed), ("trust", self.trust),
-                                          ("workerUtils", self.worker_utils), ("cluster", self.cluster),
-                                          ("worker", self.worker)) if v is not None]
+        parts = [
+            f"{k}={v}"
+            for k, v in (
+                ("landed", self.landed),
+                ("trust", self.trust),
+                ("workerUtils", self.worker_utils),
+                ("cluster", self.cluster),
+                ("worker", self.worker),
+            )
+            if v is not None
+        ]
         return ", ".join(parts)
 
 
@@ -136,14 +144,22 @@ class Scenario:
     def build_topology(self, stack: str, values: dict[str, Any] | None = None) -> Topology:
         spec = self.topology
         compute = tuple(
-            ComputeSpec(workers=_workers(c.get("workers", []), f"worker-{n}"), rewrite=_rewrite(c) or DnsRewrite())
-            for n, c in enumerate(spec.get("computeClusters", []), start=1))
-        return build(stack, values if values is not None else self.values,
-                     invocation_replicas=spec.get("invocationReplicas", 2),
-                     grpc_replicas=spec.get("grpcProxyReplicas", 2), compute=compute,
-                     control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"),
-                     control_rewrite=_rewrite(spec.get("controlPlane", {})), secrets=_secrets(spec),
-                     seed=self.seed)
+            ComputeSpec(
+                workers=_workers(c.get("workers", []), f"worker-{n}"), rewrite=_rewrite(c) or DnsRewrite()
+            )
+            for n, c in enumerate(spec.get("computeClusters", []), start=1)
+        )
+        return build(
+            stack,
+            values if values is not None else self.values,
+            invocation_replicas=spec.get("invocationReplicas", 2),
+            grpc_replicas=spec.get("grpcProxyReplicas", 2),
+            compute=compute,
+            control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"),
+            control_rewrite=_rewrite(spec.get("controlPlane", {})),
+            secrets=_secrets(spec),
+            seed=self.seed,
+        )
 
 
 def _rewrite(cluster: dict[str, Any]) -> DnsRewrite | None:
@@ -157,9 +173,16 @@ def _rewrite(cluster: dict[str, Any]) -> DnsRewrite | None:
 
 
 def _secrets(spec: dict[str, Any]) -> tuple[SecretSpec, ...]:
-    return tuple(SecretSpec(name, raw.get("issuer", "public"), tuple(raw.get("names", ())),
-                            bool(raw.get("expired", False)), raw.get("source"))
-                 for name, raw in (spec.get("secrets") or {}).items())
+    return tuple(
+        SecretSpec(
+            name,
+            raw.get("issuer", "public"),
+            tuple(raw.get("names", ())),
+            bool(raw.get("expired", False)),
+            raw.get("source"),
+        )
+        for name, raw in (spec.get("secrets") or {}).items()
+    )
 
 
 def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...]:
@@ -172,12 +195,27 @@ def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...
 
 
 # -- from parsed YAML (already checked against the schema) ------------------------------------------
-_EXPECT_KEYS = {"outcome": "outcome", "via": "via", "samePod": "same_pod", "proxyStatus": "proxy_status",
-                "proxyFlag": "proxy_flag", "calleeStatus": "callee_status", "error": "error",
-                "upstreamPort": "upstream_port", "dnsRcode": "dns_rcode", "podContacted": "pod_contacted",
-                "atLeast": "at_least", "fix": "fix"}
-_WHEN_KEYS = {"landed": "landed", "trust": "trust", "workerUtils": "worker_utils", "cluster": "cluster",
-              "worker": "worker"}
+_EXPECT_KEYS = {
+    "outcome": "outcome",
+    "via": "via",
+    "samePod": "same_pod",
+    "proxyStatus": "proxy_status",
+    "proxyFlag": "proxy_flag",
+    "calleeStatus": "callee_status",
+    "error": "error",
+    "upstreamPort": "upstream_port",
+    "dnsRcode": "dns_rcode",
+    "podContacted": "pod_contacted",
+    "atLeast": "at_least",
+    "fix": "fix",
+}
+_WHEN_KEYS = {
+    "landed": "landed",
+    "trust": "trust",
+    "workerUtils": "worker_utils",
+    "cluster": "cluster",
+    "worker": "worker",
+}
 ACTIONS = ("invoke", "probe", "wait", "runbook")
 
 
@@ -204,8 +242,14 @@ def probe_from(raw: dict[str, Any]) -> Probe:
 
 
 def wait_from(raw: dict[str, Any]) -> Wait:
-    return Wait(event=raw.get("event"), where=dict(raw.get("where") or {}), count=raw.get("count", 1),
-                listener=raw.get("listener"), bound=raw.get("bound", True), timeout=raw.get("timeout", 5.0))
+    return Wait(
+        event=raw.get("event"),
+        where=dict(raw.get("where") or {}),
+        count=raw.get("count", 1),
+        listener=raw.get("listener"),
+        bound=raw.get("bound", True),
+        timeout=raw.get("timeout", 5.0),
+    )
 
 
 def step_from(index: int, raw: dict[str, Any]) -> Step:
@@ -213,9 +257,17 @@ def step_from(index: int, raw: dict[str, Any]) -> Step:
     expect = raw.get("expect")
     listed = expect if isinstance(expect, list) else [expect] if expect else []
     expects = tuple(expect_from(e) for e in listed)
-    return Step(index=index, name=raw.get("name", kind), invoke=raw.get("invoke"),
-                set_values=raw.get("setValues"), redeploy=raw.get("redeploy"),
-                probe=probe_from(raw["probe"]) if "probe" in raw else None,
-                wait=wait_from(raw["wait"]) if "wait" in raw else None, expects=expects,
-                fault=raw.get("fault"), fault_after_ms=raw.get("faultAfterMs"), rotate=raw.get("rotate"),
-                runbook=raw.get("runbook"))
+    return Step(
+        index=index,
+        name=raw.get("name", kind),
+        invoke=raw.get("invoke"),
+        set_values=raw.get("setValues"),
+        redeploy=raw.get("redeploy"),
+        probe=probe_from(raw["probe"]) if "probe" in raw else None,
+        wait=wait_from(raw["wait"]) if "wait" in raw else None,
+        expects=expects,
+        fault=raw.get("fault"),
+        fault_after_ms=raw.get("faultAfterMs"),
+        rotate=raw.get("rotate"),
+        runbook=raw.get("runbook"),
+    )

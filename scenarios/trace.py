@@ -26,7 +26,9 @@ class CallTrace:
     via: str | None = None  # proxy | direct
     proxy: list[dict[str, str]] = field(default_factory=list)  # access-log records of this request
     pod_legs: list[dict[str, Any]] = field(default_factory=list)  # attach.get/post or grpc callback events
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # the proxy's routing decisions, with reasons
+    decisions: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # the proxy's routing decisions, with reasons
     elapsed_ms: int = 0
     kind: str = "invoke"  # invoke | probe (a crafted request straight to the proxy)
     method: str | None = None  # probes: the request line the prober sent
@@ -38,7 +40,7 @@ class CallTrace:
 
     @property
     def landed(self) -> str | None:
-        """"holder" when every callback leg reached the pod holding the request, "other" when one did not."""
+        """ "holder" when every callback leg reached the pod holding the request, "other" when one did not."""
         pods = {leg["pod"] for leg in self.pod_legs if leg.get("pod")}
         if not pods:
             return None
@@ -79,14 +81,18 @@ def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, 
         elif kind in (PROBE_LEG_KINDS if trace.kind == "probe" else POD_LEG_KINDS):
             trace.pod_legs.append(_leg(kind, event))
         elif kind == "proxy.decision":
-            trace.decisions.append({k: event.get(k) for k in ("method", "target", "decision", "status", "flag",
-                                                             "reason")})
+            trace.decisions.append(
+                {k: event.get(k) for k in ("method", "target", "decision", "status", "flag", "reason")}
+            )
         elif kind == "worker.callback.start":
             trace.via = "proxy" if event.get("proxy") else "direct"
     trace.proxy = proxy_lines(rid, events, access)
     ids = {rec["request_id"] for rec in trace.proxy}
-    trace.decisions += [{k: e.get(k) for k in ("method", "target", "decision", "status", "flag", "reason")}
-                        for e in events if e["kind"] == "proxy.decision" and e.get("requestId") in ids - {rid}]
+    trace.decisions += [
+        {k: e.get(k) for k in ("method", "target", "decision", "status", "flag", "reason")}
+        for e in events
+        if e["kind"] == "proxy.decision" and e.get("requestId") in ids - {rid}
+    ]
     return trace
 
 
@@ -96,8 +102,13 @@ WINDOW_SLACK = 0.01  # START_TIME is truncated to the millisecond; event times a
 
 def _tokens(rid: str, events: list[dict[str, Any]]) -> set[str]:
     """Fingerprints of the bearer tokens the worker of request `rid` was handed (HTTP callbacks)."""
-    return {t for e in events if e["kind"] == "worker.callback.start" and e.get("requestId") == rid
-            for t in e.get("tokens") or () if t}
+    return {
+        t
+        for e in events
+        if e["kind"] == "worker.callback.start" and e.get("requestId") == rid
+        for t in e.get("tokens") or ()
+        if t
+    }
 
 
 def proxy_lines(rid: str, events: list[dict[str, Any]], access: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -105,8 +116,13 @@ def proxy_lines(rid: str, events: list[dict[str, Any]], access: list[dict[str, s
     those whose id a pod leg of this request received, and the one line of a proxied HTTP callback that
     never reached a pod, matched by pod host and the callback's time."""
     tokens = _tokens(rid, events)
-    ids = {rid} | {e["xRequestId"] for e in events if e["kind"] in ATTACH_KINDS and e.get("xRequestId")
-                   and (e.get("requestId") == rid or e.get("token") in tokens)}
+    ids = {rid} | {
+        e["xRequestId"]
+        for e in events
+        if e["kind"] in ATTACH_KINDS
+        and e.get("xRequestId")
+        and (e.get("requestId") == rid or e.get("token") in tokens)
+    }
     unreached = _unreached(events, access)
     return [rec for i, rec in enumerate(access) if rec.get("request_id") in ids or unreached.get(i) == rid]
 
@@ -115,19 +131,31 @@ def _unreached(events: list[dict[str, Any]], access: list[dict[str, str]]) -> di
     """Access-log lines that reached no pod, each given to the proxied HTTP callback it belongs to: same pod
     host, started within the callback's time, the earliest callback first. A callback has at most one
     such line: the leg the proxy refused (which ends the callback), or a legacy worker's CONNECT."""
-    reached = {e.get("xRequestId") for e in events if e["kind"] in ATTACH_KINDS} | \
-        {e.get("requestId") for e in events if e["kind"] == "pod.request"}
+    reached = {e.get("xRequestId") for e in events if e["kind"] in ATTACH_KINDS} | {
+        e.get("requestId") for e in events if e["kind"] == "pod.request"
+    }
     results = {e.get("requestId"): e for e in events if e["kind"] == "worker.callback.result"}
-    owners = {t: e.get("requestId") for e in events if e["kind"] == "worker.callback.start"
-              for t in e.get("tokens") or () if t}
+    owners = {
+        t: e.get("requestId")
+        for e in events
+        if e["kind"] == "worker.callback.start"
+        for t in e.get("tokens") or ()
+        if t
+    }
     legs: dict[str, int] = {}  # lines each callback has through pods (the proxy's id in a pod's event)
     for e in events:
         if e["kind"] in ATTACH_KINDS and e.get("xRequestId"):
             owner = owners.get(e.get("token")) or e.get("requestId") or ""
             legs[owner] = legs.get(owner, 0) + 1
     waiting = []
-    for start in sorted((e for e in events if e["kind"] == "worker.callback.start" and e.get("callback") == "http"
-                         and e.get("proxy")), key=lambda e: e.get("ts", 0)):
+    for start in sorted(
+        (
+            e
+            for e in events
+            if e["kind"] == "worker.callback.start" and e.get("callback") == "http" and e.get("proxy")
+        ),
+        key=lambda e: e.get("ts", 0),
+    ):
         rid = str(start.get("requestId"))
         result = results.get(rid)
         if result is not None and not _needs_unreached(start, result, legs.get(rid, 0)):
@@ -167,5 +195,10 @@ def _epoch(start: str) -> float:
 
 def _leg(kind: str, event: dict[str, Any]) -> dict[str, Any]:
     status = event.get("status", None if kind == "pod.request" else 200)  # a bare request has no status yet
-    return {"kind": kind, "pod": event.get("pod"), "status": status, "reason": event.get("reason"),
-            "path": event.get("path")}
+    return {
+        "kind": kind,
+        "pod": event.get("pod"),
+        "status": status,
+        "reason": event.get("reason"),
+        "path": event.get("path"),
+    }

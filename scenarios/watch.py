@@ -39,12 +39,21 @@ class Crossing:
 
     def row(self) -> list[str]:
         t = self.trace
-        proxy = ", ".join(f"{r['status']} {r['flags']}" for r in t.proxy) or ("direct" if t.via == "direct" else "-")
+        proxy = ", ".join(f"{r['status']} {r['flags']}" for r in t.proxy) or (
+            "direct" if t.via == "direct" else "-"
+        )
         pods = sorted({leg["pod"] for leg in t.pod_legs if leg.get("pod")})
         outcome = "ok" if t.outcome == "success" else f"FAILED: {t.error}"
-        return [datetime.fromtimestamp(self.ts).strftime("%H:%M:%S.%f")[:-3], (t.request_id or "-")[:8],
-                t.function, t.worker or "-", str(t.dns.get("answer") or t.dns.get("rcode") or "-"), proxy,
-                ", ".join(pods) or "-", outcome]
+        return [
+            datetime.fromtimestamp(self.ts).strftime("%H:%M:%S.%f")[:-3],
+            (t.request_id or "-")[:8],
+            t.function,
+            t.worker or "-",
+            str(t.dns.get("answer") or t.dns.get("rcode") or "-"),
+            proxy,
+            ", ".join(pods) or "-",
+            outcome,
+        ]
 
 
 @dataclass
@@ -60,7 +69,7 @@ class CallbackFeed:
     def poll(self, now: float) -> list[Crossing]:
         """Read what is new; return the crossings that just became final (all records in, or waited enough)."""
         self.tail.refresh()
-        new, self._read = self.tail.events[self._read:], len(self.tail.events)
+        new, self._read = self.tail.events[self._read :], len(self.tail.events)
         for event in new:
             rid = str(event.get("requestId") or "")
             fresh = rid and rid not in self._known and event.get("ts", 0) >= self.since
@@ -68,7 +77,9 @@ class CallbackFeed:
                 continue
             self._known.add(rid)
             function = "grpc-echo" if event.get("callback") == "grpc" else "http-echo"
-            trace = CallTrace(step=0, index=len(self.crossings) + 1, function=function, pod="", request_id=rid)
+            trace = CallTrace(
+                step=0, index=len(self.crossings) + 1, function=function, pod="", request_id=rid
+            )
             self.crossings.append(Crossing(trace, event.get("ts", 0.0), now))
         finished = []
         for crossing in self.crossings:
@@ -92,13 +103,21 @@ class CallbackFeed:
         trace = crossing.trace
         if trace.via != "proxy" or trace.outcome != "success":
             return trace.via is not None
-        start = next((e for e in self.tail.events if e.get("requestId") == trace.request_id
-                      and e.get("kind") == "worker.callback.start"), None)
+        start = next(
+            (
+                e
+                for e in self.tail.events
+                if e.get("requestId") == trace.request_id and e.get("kind") == "worker.callback.start"
+            ),
+            None,
+        )
         return len(trace.proxy) >= expected_proxy_lines(trace, start)
 
 
 def _table(crossings: list[Crossing], limit: int) -> Table:
-    table = Table(box=None, padding=(0, 1), show_edge=False, title="callbacks (Ctrl-C stops)", title_justify="left")
+    table = Table(
+        box=None, padding=(0, 1), show_edge=False, title="callbacks (Ctrl-C stops)", title_justify="left"
+    )
     for column in COLUMNS:
         table.add_column(column, overflow="fold")
     for crossing in crossings[-limit:]:
@@ -131,7 +150,11 @@ def _watch_live(feed: CallbackFeed, console: Console, running: Callable[[], bool
 
 
 def _plain(cells: list[str]) -> str:
-    return " ".join(f"{cell:<{width}}" for cell, width in zip(cells, PLAIN_WIDTHS, strict=False)) + " " + cells[-1]
+    return (
+        " ".join(f"{cell:<{width}}" for cell, width in zip(cells, PLAIN_WIDTHS, strict=False))
+        + " "
+        + cells[-1]
+    )
 
 
 def _watch_plain(feed: CallbackFeed, out: TextIO, running: Callable[[], bool]) -> None:

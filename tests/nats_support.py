@@ -102,6 +102,7 @@ def server_log(server: NatsServer, wait_for: str = "", timeout: float = SHORT) -
             return text
         time.sleep(0.02)  # a file another process appends to: nothing to await
 
+
 @dataclass
 class Recorded:
     """A client's asynchronous errors (permission violations arrive this way)."""
@@ -187,8 +188,10 @@ async def nats_components(state: Path, topology: Topology) -> AsyncIterator[dict
     from sim.runtime.component import Context
 
     (state / "logs").mkdir(parents=True, exist_ok=True)
-    contexts = [Context(state, topology, "nats-server", CONTROL_CLUSTER),
-                Context(state, topology, "nats-auth-callout", CONTROL_CLUSTER)]
+    contexts = [
+        Context(state, topology, "nats-server", CONTROL_CLUSTER),
+        Context(state, topology, "nats-auth-callout", CONTROL_CLUSTER),
+    ]
     tasks: list[asyncio.Task[None]] = []
     bindings: dict[str, int] = {}
     try:

@@ -74,7 +74,9 @@ class Wire:
         return True
 
 
-def request(line: str, *headers: tuple[str, str], body: bytes = b"", host: str | None = f"{POD}:8443") -> bytes:
+def request(
+    line: str, *headers: tuple[str, str], body: bytes = b"", host: str | None = f"{POD}:8443"
+) -> bytes:
     fields = ([("Host", host)] if host else []) + list(headers)
     return (line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields) + "\r\n").encode("latin-1") + body
 
@@ -92,7 +94,6 @@ def pod_events(stack: LocalStack) -> list[dict]:
 
 def reached_pod(stack: LocalStack, request_id: str) -> bool:
     return any(e.get("requestId") == request_id for e in pod_events(stack) if e["kind"] == "pod.request")
-
 
 
 class DyingPod:
@@ -114,8 +115,11 @@ class DyingPod:
         with contextlib.suppress(OSError):
             while True:
                 conn, _ = self.listener.accept()
-                with contextlib.suppress(OSError, ssl.SSLError), conn, \
-                        self.tls.wrap_socket(conn, server_side=True) as tls:
+                with (
+                    contextlib.suppress(OSError, ssl.SSLError),
+                    conn,
+                    self.tls.wrap_socket(conn, server_side=True) as tls,
+                ):
                     data = b""
                     while b"\r\n\r\n" not in data and (chunk := tls.recv(65536)):
                         data += chunk

@@ -54,8 +54,9 @@ class Records:
         """The first new access-log line whose fields (sim.proxy.access_log.parse_line's names) match."""
         return self._wait("access-log line", lambda: self.access, match, timeout)
 
-    def _wait(self, what: str, records: Callable[[], list[dict[str, Any]]], match: dict[str, Match],
-              timeout: float) -> dict[str, Any]:
+    def _wait(
+        self, what: str, records: Callable[[], list[dict[str, Any]]], match: dict[str, Match], timeout: float
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             self._tail.refresh()
@@ -63,6 +64,7 @@ class Records:
             if found is not None:
                 return found
             if time.monotonic() >= deadline:
-                raise AssertionError(f"no {what} matching {match} within {timeout} s; "
-                                     f"the last ones written: {records()[-3:]}")
+                raise AssertionError(
+                    f"no {what} matching {match} within {timeout} s; the last ones written: {records()[-3:]}"
+                )
             time.sleep(POLL_INTERVAL)

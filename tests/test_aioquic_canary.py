@@ -34,8 +34,16 @@ HANDSHAKE_ROUNDS = 20  # datagram exchanges allowed for the in-memory handshake 
 
 # (owner, private method, the parameters the hook relies on, in order)
 PATCHED_METHODS = [
-    (QuicConnection, "_write_stream_limits", ["builder", "space", "stream"]),  # replaced: h3_quic._install_credit
-    (QuicConnection, "_on_max_stream_data_delivery", ["delivery", "stream"]),  # handler of our MAX_STREAM_DATA
+    (
+        QuicConnection,
+        "_write_stream_limits",
+        ["builder", "space", "stream"],
+    ),  # replaced: h3_quic._install_credit
+    (
+        QuicConnection,
+        "_on_max_stream_data_delivery",
+        ["delivery", "stream"],
+    ),  # handler of our MAX_STREAM_DATA
     (QuicConnection, "_initialize", ["peer_cid"]),  # wrapped: h3_quic.peek_server_name
     (tls.Context, "_server_handle_hello", ["input_buf", "initial_buf", "handshake_buf"]),  # wrapped: peek
 ]
@@ -49,13 +57,18 @@ def _client_config(trust: bytes) -> QuicConfiguration:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     ca = trustme.CA()
     leaf = ca.issue_cert(NAME)
-    secret = write_secret(tmp_path_factory.mktemp("canary") / "tls", leaf.cert_chain_pems[0].bytes(),
-                          leaf.private_key_pem.bytes(), ca.cert_pem.bytes())
+    secret = write_secret(
+        tmp_path_factory.mktemp("canary") / "tls",
+        leaf.cert_chain_pems[0].bytes(),
+        leaf.private_key_pem.bytes(),
+        ca.cert_pem.bytes(),
+    )
     return secret, ca.cert_pem.bytes()
 
 
-@pytest.mark.parametrize(("owner", "name", "params"), PATCHED_METHODS,
-                         ids=[f"{o.__name__}.{n}" for o, n, _ in PATCHED_METHODS])
+@pytest.mark.parametrize(
+    ("owner", "name", "params"), PATCHED_METHODS, ids=[f"{o.__name__}.{n}" for o, n, _ in PATCHED_METHODS]
+)
 def test_patched_method_keeps_its_name_and_parameters(owner: type, name: str, params: list[str]) -> None:
     method = getattr(owner, name, None)
     assert callable(method), f"aioquic {owner.__qualname__}.{name} is gone: sim/protocols/h3_quic.py hooks it"
@@ -66,8 +79,12 @@ def test_patched_method_keeps_its_name_and_parameters(owner: type, name: str, pa
 def test_connection_fields_the_glue_reads(pki: tuple[Path, bytes]) -> None:
     quic = QuicConnection(configuration=_client_config(pki[1]))
     streams = getattr(quic, "_streams", None)
-    assert isinstance(streams, dict), "QuicConnection._streams (stream id -> QuicStream) is gone: h3.py reads it"
-    assert hasattr(quic, "_close_event"), "QuicConnection._close_event is gone: h3.py reads it on each datagram"
+    assert isinstance(streams, dict), (
+        "QuicConnection._streams (stream id -> QuicStream) is gone: h3.py reads it"
+    )
+    assert hasattr(quic, "_close_event"), (
+        "QuicConnection._close_event is gone: h3.py reads it on each datagram"
+    )
     assert quic._close_event is None
 
 
@@ -76,7 +93,9 @@ def test_stream_fields_the_glue_reads() -> None:
     for field in ("stream_id", "max_stream_data_local", "max_stream_data_local_sent", "sender", "receiver"):
         assert hasattr(stream, field), f"QuicStream.{field} is gone: h3_quic's credit hook uses it"
     buffer = getattr(stream.sender, "_buffer", None)
-    assert isinstance(buffer, (bytes, bytearray)), "QuicStreamSender._buffer is gone: H3Endpoint.unacked reads it"
+    assert isinstance(buffer, (bytes, bytearray)), (
+        "QuicStreamSender._buffer is gone: H3Endpoint.unacked reads it"
+    )
 
 
 def test_frame_capacity_and_builder_arguments_match_aioquic() -> None:
@@ -92,11 +111,15 @@ def test_protocol_fields_the_glue_reads(pki: tuple[Path, bytes]) -> None:
 
     protocol = asyncio.run(make())
     for field in ("_transport", "_timer"):  # close_client takes the socket; abandon cancels the timer
-        assert hasattr(protocol, field), f"QuicConnectionProtocol.{field} is gone: sim/protocols/h3.py uses it"
+        assert hasattr(protocol, field), (
+            f"QuicConnectionProtocol.{field} is gone: sim/protocols/h3.py uses it"
+        )
 
 
 def test_tls_names_the_sni_check_uses() -> None:
-    assert callable(tls.pull_client_hello), "aioquic.tls.pull_client_hello is gone: peek_server_name parses with it"
+    assert callable(tls.pull_client_hello), (
+        "aioquic.tls.pull_client_hello is gone: peek_server_name parses with it"
+    )
     assert "server_name" in inspect.signature(tls.ClientHello).parameters
     assert issubclass(h3_quic.AlertUnrecognizedName, tls.Alert)
     assert tls.AlertDescription.unrecognized_name == 112
@@ -114,8 +137,10 @@ class Pair:
         self.client.connect(self.ADDR, now=self.now)
         first = self.client.datagrams_to_send(now=self.now)
         header = pull_quic_header(Buffer(data=first[0][0]), host_cid_length=8)
-        self.server = QuicConnection(configuration=h3_quic.server_configuration(secret),
-                                     original_destination_connection_id=header.destination_cid)
+        self.server = QuicConnection(
+            configuration=h3_quic.server_configuration(secret),
+            original_destination_connection_id=header.destination_cid,
+        )
         if callable(on_server):
             on_server(self.server)
         for data, _ in first:

@@ -25,17 +25,43 @@ from dns.rule import View, WildcardRule
 from dns.server import handle_packet
 
 SAMPLE = {
-    "machine": {"date": "2026-01-01T00:00:00Z", "nproc": 2, "cpu": "cpu", "memory_gib": 4.0, "python": "3.11",
-                "os": "linux", "load_average_start": [0.1, 0.1, 0.1], "load_average_end": [0.2, 0.2, 0.2]},
+    "machine": {
+        "date": "2026-01-01T00:00:00Z",
+        "nproc": 2,
+        "cpu": "cpu",
+        "memory_gib": 4.0,
+        "python": "3.11",
+        "os": "linux",
+        "load_average_start": [0.1, 0.1, 0.1],
+        "load_average_end": [0.2, 0.2, 0.2],
+    },
     "parameters": {"startup_runs": 5, "newconn_lanes": 4, "dns_window": 32, "dns_mix": "mix"},
-    "startup": {"http": {"median": 1.2, "min": 1.1, "max": 1.3, "cold_seconds": 1.5, "failed_runs": 0},
-                "grpc": {"median": 2.5, "min": 2.4, "max": 2.6, "cold_seconds": 2.9, "failed_runs": 0}},
+    "startup": {
+        "http": {"median": 1.2, "min": 1.1, "max": 1.3, "cold_seconds": 1.5, "failed_runs": 0},
+        "grpc": {"median": 2.5, "min": 2.4, "max": 2.6, "cold_seconds": 2.9, "failed_runs": 0},
+    },
     "catalogue": {"seconds": 30.0, "exit": 0, "passed": 16, "total": 16},
-    "relay": {"keepalive": {"ratio": 0.4, "round_ratio_median": 0.6, "round_ratio_range": [0.3, 0.7],
-                            "proxy": {"per_second": 40.0}, "direct": {"per_second": 100.0}},
-              "new_connection": {"ratio": 0.2, "proxy": {"per_second": 20.0}, "nginx": {"per_second": 100.0}}},
-    "scale": {"lost": 0, "callbacks": 10, "requested": 10, "clusters": 5, "workers": 20, "wall_seconds": 5.0,
-              "up_seconds": 1.0, "seconds": 4.0, "peak_rss_mib": 300.0},
+    "relay": {
+        "keepalive": {
+            "ratio": 0.4,
+            "round_ratio_median": 0.6,
+            "round_ratio_range": [0.3, 0.7],
+            "proxy": {"per_second": 40.0},
+            "direct": {"per_second": 100.0},
+        },
+        "new_connection": {"ratio": 0.2, "proxy": {"per_second": 20.0}, "nginx": {"per_second": 100.0}},
+    },
+    "scale": {
+        "lost": 0,
+        "callbacks": 10,
+        "requested": 10,
+        "clusters": 5,
+        "workers": 20,
+        "wall_seconds": 5.0,
+        "up_seconds": 1.0,
+        "seconds": 4.0,
+        "peak_rss_mib": 300.0,
+    },
     "dns": {"error": "RuntimeError: dnsmasq is not installed"},
 }
 
@@ -62,9 +88,11 @@ def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
 def test_first_ok_callback_reads_event_timestamps(tmp_path: Path) -> None:
     events = tmp_path / "events"
     events.mkdir()
-    lines = [{"ts": 5.0, "kind": "worker.callback.result", "ok": False},
-             {"ts": 7.0, "kind": "worker.callback.result", "ok": True},
-             {"ts": 6.0, "kind": "worker.callback.start"}]
+    lines = [
+        {"ts": 5.0, "kind": "worker.callback.result", "ok": False},
+        {"ts": 7.0, "kind": "worker.callback.result", "ok": True},
+        {"ts": 6.0, "kind": "worker.callback.start"},
+    ]
     (events / "w.jsonl").write_text("\n".join(json.dumps(e) for e in lines) + "\n{half a line")
     assert startup.first_ok_callback(tmp_path) == 7.0
 
@@ -112,18 +140,31 @@ def test_spawned_group_is_stopped_and_measured(tmp_path: Path) -> None:
 
 
 def test_nginx_config_verifies_the_pod(tmp_path: Path) -> None:
-    site = NginxSite(tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt",
-                     {"10-42-0-11.invocation.nvcf.svc.cluster.local": ("127.0.0.1", 4443)})
+    site = NginxSite(
+        tmp_path / "tls.crt",
+        tmp_path / "tls.key",
+        tmp_path / "ca.crt",
+        {"10-42-0-11.invocation.nvcf.svc.cluster.local": ("127.0.0.1", 4443)},
+    )
     conf = render(site, 8443, tmp_path)
-    for directive in ("proxy_ssl_verify on;", f"proxy_ssl_trusted_certificate {tmp_path / 'ca.crt'};",
-                      "proxy_ssl_name $host;", "listen 127.0.0.1:8443 ssl;", "server 127.0.0.1:4443; keepalive"):
+    for directive in (
+        "proxy_ssl_verify on;",
+        f"proxy_ssl_trusted_certificate {tmp_path / 'ca.crt'};",
+        "proxy_ssl_name $host;",
+        "listen 127.0.0.1:8443 ssl;",
+        "server 127.0.0.1:4443; keepalive",
+    ):
         assert directive in conf
     if shutil.which("nginx") is None:
         return
     (tmp_path / "nginx.conf").write_text(conf)
     # Syntax only: the certificate files do not exist, so expect nginx to get past parsing to loading them.
-    done = subprocess.run(["nginx", "-t", "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "err.log")],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["nginx", "-t", "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "err.log")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert "tls.crt" in done.stderr or "successful" in done.stderr
 
 

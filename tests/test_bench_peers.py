@@ -26,13 +26,18 @@ def test_missing_peers_are_found_before_anything_starts(tmp_path: Path) -> None:
     assert [p.binary for p in peers.missing(which_only("nginx"), sbin)] == []  # found off PATH, in sbin
 
 
-@pytest.mark.parametrize(("present", "root", "command"), [
-    (("apt-get",), True, ["apt-get", "install", "-y", "nginx-light", "dnsmasq-base"]),
-    (("apt-get",), False, ["sudo", "apt-get", "install", "-y", "nginx-light", "dnsmasq-base"]),
-    (("brew",), False, ["brew", "install", "nginx", "dnsmasq"]),
-    ((), False, None),
-])
-def test_install_command_for_this_machine(present: tuple[str, ...], root: bool, command: list[str] | None) -> None:
+@pytest.mark.parametrize(
+    ("present", "root", "command"),
+    [
+        (("apt-get",), True, ["apt-get", "install", "-y", "nginx-light", "dnsmasq-base"]),
+        (("apt-get",), False, ["sudo", "apt-get", "install", "-y", "nginx-light", "dnsmasq-base"]),
+        (("brew",), False, ["brew", "install", "nginx", "dnsmasq"]),
+        ((), False, None),
+    ],
+)
+def test_install_command_for_this_machine(
+    present: tuple[str, ...], root: bool, command: list[str] | None
+) -> None:
     assert peers.install_command(list(peers.PEERS), which_only(*present), root=root) == command
 
 
@@ -44,7 +49,9 @@ def test_advice_names_each_peer_its_comparison_and_the_fix() -> None:
     assert "apt-get install -y nginx-light dnsmasq-base" in lines[2] and "--install-peers" in lines[2]
 
 
-def test_check_installs_only_when_asked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_installs_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     nginx, dnsmasq = peers.PEERS
     installed: list[list[str]] = []
     monkeypatch.setattr(peers, "missing", lambda: [nginx, dnsmasq])
@@ -60,11 +67,15 @@ def test_check_installs_only_when_asked(monkeypatch: pytest.MonkeyPatch, capsys:
 
 
 def test_skipped_comparisons_are_neither_errors_nor_misses() -> None:
-    results = {"relay": {"keepalive": {}, "new_connection": peers.skipped("nginx")}, "dns": peers.skipped("dnsmasq"),
-               "catalogue": {"skipped": True}}
+    results = {
+        "relay": {"keepalive": {}, "new_connection": peers.skipped("nginx")},
+        "dns": peers.skipped("dnsmasq"),
+        "catalogue": {"skipped": True},
+    }
     assert runner.skipped_comparisons(results) == [
         "nginx is not installed (relay: new-TLS-connection callbacks, proxy vs nginx)",
-        "dnsmasq is not installed (dns: queries/s, resolver vs dnsmasq)"]
+        "dnsmasq is not installed (dns: queries/s, resolver vs dnsmasq)",
+    ]
     assert not [k for k, v in results.items() if isinstance(v, dict) and v.get("error")]
     rows = {r.figure.split(",")[0]: r for r in judge(results)}
     assert all(row.met is not False for row in rows.values())

@@ -77,12 +77,15 @@ def test_stack_profiles_cover_every_secret() -> None:
     assert [p.issuer for p in profiles] == [STACK, STACK, STACK, PUBLIC]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: Profile("x", ("a.b",), "letsencrypt"),
-    lambda: Profile("x", (), STACK),
-    lambda: frontend_profile(""),
-    lambda: frontend_profile(WD, "openbao"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Profile("x", ("a.b",), "letsencrypt"),
+        lambda: Profile("x", (), STACK),
+        lambda: frontend_profile(""),
+        lambda: frontend_profile(WD, "openbao"),
+    ],
+)
 def test_bad_profiles_raise(make) -> None:
     with pytest.raises(ValueError):
         make()
@@ -201,8 +204,10 @@ def test_ensure_cas_is_idempotent(tmp_path: Path) -> None:
     assert [info.sha256 for info in store.describe()] == first
     assert len(set(first)) == 3  # stack, public-style and private CAs
     org = x509.NameOID.ORGANIZATION_NAME
-    orgs = {issuer: _cert(store.ca_path(issuer)).subject.get_attributes_for_oid(org)[0].value
-            for issuer in (STACK, PUBLIC)}
+    orgs = {
+        issuer: _cert(store.ca_path(issuer)).subject.get_attributes_for_oid(org)[0].value
+        for issuer in (STACK, PUBLIC)
+    }
     assert orgs == {STACK: "ncpsim stack CA (OpenBao PKI)", PUBLIC: "ncpsim public-style CA"}
 
 
@@ -264,14 +269,24 @@ def test_damaged_ca_is_a_config_error(tmp_path: Path, damage: str) -> None:
 def test_openssl_agrees(issued: CertStore) -> None:
     for issuer in (STACK, PUBLIC):
         path = issued.ca_path(issuer)
-        out = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", str(path)],
-                             capture_output=True, text=True, check=True, timeout=SHORT_TIMEOUT).stdout
+        out = subprocess.run(
+            ["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=SHORT_TIMEOUT,
+        ).stdout
         assert out.strip().split("=", 1)[1] == inspect.fingerprint_sha256(path.read_bytes())
     folder = issued.secret_dir(INVOCATION_SECRET)
 
     def verify(cafile: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["openssl", "verify", "-CAfile", str(cafile), str(folder / "tls.crt")],
-                              capture_output=True, text=True, timeout=SHORT_TIMEOUT, check=False)
+        return subprocess.run(
+            ["openssl", "verify", "-CAfile", str(cafile), str(folder / "tls.crt")],
+            capture_output=True,
+            text=True,
+            timeout=SHORT_TIMEOUT,
+            check=False,
+        )
 
     ok = verify(folder / "ca.crt")
     assert ok.returncode == 0, ok.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +42,7 @@ def test_layout_and_swap(tmp_path: Path) -> None:
 
 
 def test_plain_files_are_replaced_by_links(tmp_path: Path) -> None:
-    for name, data in zip(FILES, _version(0)):
+    for name, data in zip(FILES, _version(0), strict=True):
         (tmp_path / name).write_bytes(data)
     assert load_secret(tmp_path) == _version(0)  # a hand-made folder still loads
     write_secret(tmp_path, *_version(1))
@@ -78,10 +79,8 @@ def test_readers_never_see_a_mix(tmp_path: Path) -> None:
             assert (crt, key, ca) == _version(n)
             # Through the user-visible link a read is whole too; but, as with the kubelet, it may find the
             # old payload already removed in the instant after a swap, which is why load_secret retries.
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 assert (tmp_path / "tls.crt").read_bytes() in {_version(m)[0] for m in range(last + 1)}
-            except FileNotFoundError:
-                pass
             seen.append(n)
         writing.result(timeout=5)  # re-raises anything the writer hit
     assert seen == sorted(seen)

@@ -15,8 +15,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def invoke(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def ports_listening(ports: list[int]) -> list[int]:
@@ -41,12 +48,16 @@ def alive(pids: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize(("scenario", "access_line"), [
-    ("http-callback", '"POST /v2/nvcf/worker/request-attach HTTP/1.1" 200 -'),
-    ("grpc-callback", '"POST /v1/proxy HTTP/3" 200 -'),
-])
-def test_up_literal_form_then_down_leaves_nothing(invoke_env: dict[str, str], scenario: str,
-                                                  access_line: str) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "access_line"),
+    [
+        ("http-callback", '"POST /v2/nvcf/worker/request-attach HTTP/1.1" 200 -'),
+        ("grpc-callback", '"POST /v1/proxy HTTP/3" 200 -'),
+    ],
+)
+def test_up_literal_form_then_down_leaves_nothing(
+    invoke_env: dict[str, str], scenario: str, access_line: str
+) -> None:
     state = Path(invoke_env["NCPSIM_HOME"]) / "cli"
     try:
         up = invoke("up", f"scenario={scenario}", "--stack", "cli", env=invoke_env)

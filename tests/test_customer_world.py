@@ -35,15 +35,17 @@ COMPUTE = "ncpsim-compute-1"
 
 def values(service_type: str = "LoadBalancer", **agent: str) -> dict:
     proxy = {"enabled": True, "workerDomain": WD, "service": {"type": service_type}}
-    return deep_merge(DEFAULTS, {"workerCallbackProxy": proxy,
-                                 "global": {"nvcaOperator": {"agent": agent}}})
+    return deep_merge(DEFAULTS, {"workerCallbackProxy": proxy, "global": {"nvcaOperator": {"agent": agent}}})
 
 
 DEFAULT_REWRITE = DnsRewrite()
 
 
-def topology(service_type: str = "LoadBalancer", rewrite: DnsRewrite = DEFAULT_REWRITE,
-             control: DnsRewrite | None = None) -> Topology:
+def topology(
+    service_type: str = "LoadBalancer",
+    rewrite: DnsRewrite = DEFAULT_REWRITE,
+    control: DnsRewrite | None = None,
+) -> Topology:
     return build("t", values(service_type), compute=(ComputeSpec((), rewrite),), control_rewrite=control)
 
 
@@ -54,13 +56,17 @@ def bound(t: Topology, port: int) -> NetMap:
 
 
 # -- workerCallbackProxy.service.type -----------------------------------------------------------------
-@pytest.mark.parametrize(("kind", "proxy_ip", "from_compute"), [
-    ("LoadBalancer", PROXY_LB_IP, "reached"),
-    ("ClusterIP", PROXY_CLUSTER_IP, "unreachable"),
-    ("NodePort", CONTROL_NODE_IP, "refused at the Service port"),
-])
-def test_service_type_decides_where_the_proxy_answers_and_who_reaches_it(kind: str, proxy_ip: str,
-                                                                        from_compute: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "proxy_ip", "from_compute"),
+    [
+        ("LoadBalancer", PROXY_LB_IP, "reached"),
+        ("ClusterIP", PROXY_CLUSTER_IP, "unreachable"),
+        ("NodePort", CONTROL_NODE_IP, "refused at the Service port"),
+    ],
+)
+def test_service_type_decides_where_the_proxy_answers_and_who_reaches_it(
+    kind: str, proxy_ip: str, from_compute: str
+) -> None:
     t = topology(kind)
     assert t.proxy_ip == proxy_ip
     netmap = bound(t, 10084)
@@ -87,15 +93,22 @@ def test_service_type_follows_the_values_as_applied() -> None:
 
 
 # -- DNS rewrites -----------------------------------------------------------------------------------
-@pytest.mark.parametrize(("rewrite", "name", "rcode", "address"), [
-    (DnsRewrite(), f"invocation.{WD}", "NOERROR", PROXY_LB_IP),
-    (DnsRewrite(), f"10-42-0-11.{WD}", "NOERROR", PROXY_LB_IP),
-    (DnsRewrite(domain="grpc-workers.example.com"), f"invocation.{WD}", "NXDOMAIN", None),
-    (DnsRewrite(domain="grpc-workers.example.com"), "invocation.grpc-workers.example.com", "NOERROR",
-     PROXY_LB_IP),
-    (DnsRewrite(target="10.100.0.99"), f"invocation.{WD}", "NOERROR", "10.100.0.99"),
-    (DnsRewrite(target="none"), f"invocation.{WD}", "NXDOMAIN", None),
-])
+@pytest.mark.parametrize(
+    ("rewrite", "name", "rcode", "address"),
+    [
+        (DnsRewrite(), f"invocation.{WD}", "NOERROR", PROXY_LB_IP),
+        (DnsRewrite(), f"10-42-0-11.{WD}", "NOERROR", PROXY_LB_IP),
+        (DnsRewrite(domain="grpc-workers.example.com"), f"invocation.{WD}", "NXDOMAIN", None),
+        (
+            DnsRewrite(domain="grpc-workers.example.com"),
+            "invocation.grpc-workers.example.com",
+            "NOERROR",
+            PROXY_LB_IP,
+        ),
+        (DnsRewrite(target="10.100.0.99"), f"invocation.{WD}", "NOERROR", "10.100.0.99"),
+        (DnsRewrite(target="none"), f"invocation.{WD}", "NXDOMAIN", None),
+    ],
+)
 def test_compute_dns_rewrite(rewrite: DnsRewrite, name: str, rcode: str, address: str | None) -> None:
     view = topology(rewrite=rewrite).dns_views()[COMPUTE]
     got = answer(view, name, "A")
@@ -128,8 +141,10 @@ def test_private_is_a_third_issuer_and_a_declared_secret_defaults_to_the_wildcar
 
 
 def test_topology_keeps_secrets_through_its_state_file() -> None:
-    secrets = (SecretSpec("corp-tls", PRIVATE, ("*.a.example.com",), expired=True),
-               SecretSpec("brought", source="/tmp/x"))
+    secrets = (
+        SecretSpec("corp-tls", PRIVATE, ("*.a.example.com",), expired=True),
+        SecretSpec("brought", source="/tmp/x"),
+    )
     t = build("t", values(), secrets=secrets)
     assert Topology.from_json(t.to_json()) == t
 
@@ -138,17 +153,22 @@ def test_secret_argument_parses_and_joins_the_scenario(tmp_path: Path) -> None:
     folder = tmp_path / "certs"
     folder.mkdir()
     assert parse_secret_arg(f"corp-tls={folder}") == ("corp-tls", folder.resolve())
-    scenario = Scenario("s", "s", tmp_path / "s.yaml", 1, values(), {"secrets": {"corp-tls": {"issuer": "stack"}}}, ())
+    scenario = Scenario(
+        "s", "s", tmp_path / "s.yaml", 1, values(), {"secrets": {"corp-tls": {"issuer": "stack"}}}, ()
+    )
     joined = with_brought_secrets(scenario, [f"corp-tls={folder}"])
     assert joined.topology["secrets"] == {"corp-tls": {"source": str(folder.resolve())}}
     assert joined.build_topology("t").secrets == (SecretSpec("corp-tls", source=str(folder.resolve())),)
 
 
-@pytest.mark.parametrize(("arg", "message"), [
-    ("corp-tls", "use NAME=DIR"),
-    ("Corp=/tmp", "a Secret name has only"),
-    ("corp-tls=/no/such/folder", "no such folder"),
-])
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("corp-tls", "use NAME=DIR"),
+        ("Corp=/tmp", "a Secret name has only"),
+        ("corp-tls=/no/such/folder", "no such folder"),
+    ],
+)
 def test_secret_argument_mistakes_are_one_line(arg: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_secret_arg(arg)
@@ -199,10 +219,13 @@ def test_pod_cert_fault_serves_the_wrong_certificate_and_keeps_the_trusted_ca(tm
     assert issuer == x509.load_pem_x509_certificate(store.ca_path(PRIVATE).read_bytes()).subject
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ({"pod": "nats"}, "choose one of invocation, grpc-proxy"),
-    ({"pod": "grpc-proxy"}, "give names or an issuer that differ"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"pod": "nats"}, "choose one of invocation, grpc-proxy"),
+        ({"pod": "grpc-proxy"}, "give names or an issuer that differ"),
+    ],
+)
 def test_pod_cert_fault_mistakes_are_one_line(tmp_path: Path, spec: dict, message: str) -> None:
     from certs.store import CertStore
     from sim.errors import ScenarioError
@@ -212,25 +235,32 @@ def test_pod_cert_fault_mistakes_are_one_line(tmp_path: Path, spec: dict, messag
         misissue_pod_certificate(CertStore(tmp_path), spec)
 
 
-@pytest.mark.parametrize(("rewrite", "message"), [
-    (DnsRewrite(domain="bad..domain"), "workerDomain must be a DNS name"),
-    (DnsRewrite(target="10.100.0.999"), "must be an IPv4 address"),
-])
+@pytest.mark.parametrize(
+    ("rewrite", "message"),
+    [
+        (DnsRewrite(domain="bad..domain"), "workerDomain must be a DNS name"),
+        (DnsRewrite(target="10.100.0.999"), "must be an IPv4 address"),
+    ],
+)
 def test_a_bad_rewrite_is_one_line_when_the_topology_is_built(rewrite: DnsRewrite, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         topology(rewrite=rewrite)
 
 
-@pytest.mark.parametrize(("kind", "rewrite", "control", "refused"), [
-    ("LoadBalancer", DEFAULT_REWRITE, None, None),
-    ("LoadBalancer", DnsRewrite(domain="grpc-workers.example.com"), None, None),  # rendered as asked
-    ("LoadBalancer", DnsRewrite(target="10.100.0.99"), None, "dnsRewrite of ncpsim-compute-1"),
-    ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(), None),  # a single cluster publishing the names
-    ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(target="10.1.2.3"), "dnsRewrite of ncpsim-cp"),
-    ("ClusterIP", DEFAULT_REWRITE, None, "set it to LoadBalancer"),
-])
-def test_k3d_refuses_in_one_line_what_it_cannot_render(kind: str, rewrite: DnsRewrite,
-                                                        control: DnsRewrite | None, refused: str | None) -> None:
+@pytest.mark.parametrize(
+    ("kind", "rewrite", "control", "refused"),
+    [
+        ("LoadBalancer", DEFAULT_REWRITE, None, None),
+        ("LoadBalancer", DnsRewrite(domain="grpc-workers.example.com"), None, None),  # rendered as asked
+        ("LoadBalancer", DnsRewrite(target="10.100.0.99"), None, "dnsRewrite of ncpsim-compute-1"),
+        ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(), None),  # a single cluster publishing the names
+        ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(target="10.1.2.3"), "dnsRewrite of ncpsim-cp"),
+        ("ClusterIP", DEFAULT_REWRITE, None, "set it to LoadBalancer"),
+    ],
+)
+def test_k3d_refuses_in_one_line_what_it_cannot_render(
+    kind: str, rewrite: DnsRewrite, control: DnsRewrite | None, refused: str | None
+) -> None:
     from clusters.k3d.backend import check_reachable
     from sim.errors import BackendError
 
@@ -242,31 +272,52 @@ def test_k3d_refuses_in_one_line_what_it_cannot_render(kind: str, rewrite: DnsRe
             check_reachable(t)
 
 
-@pytest.mark.parametrize(("topology_yaml", "where", "message"), [
-    ("  secrets:\n    corp-tls: {issuer: corporate}\n", ":9: topology.secrets.corp-tls.issuer",
-     "'corporate' is not one of"),
-    ("  computeClusters:\n    - dnsRewrite: {target: proxyy}\n", ":9: topology.computeClusters[0].dnsRewrite.target",
-     "does not have the expected form"),
-    ("  controlPlane:\n    dnsRewrite: {domian: a.example.com}\n", ":9: topology.controlPlane.dnsRewrite.domian",
-     "unknown key"),
-])
-def test_topology_mistakes_name_the_file_line_and_key(tmp_path: Path, topology_yaml: str, where: str,
-                                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("topology_yaml", "where", "message"),
+    [
+        (
+            "  secrets:\n    corp-tls: {issuer: corporate}\n",
+            ":9: topology.secrets.corp-tls.issuer",
+            "'corporate' is not one of",
+        ),
+        (
+            "  computeClusters:\n    - dnsRewrite: {target: proxyy}\n",
+            ":9: topology.computeClusters[0].dnsRewrite.target",
+            "does not have the expected form",
+        ),
+        (
+            "  controlPlane:\n    dnsRewrite: {domian: a.example.com}\n",
+            ":9: topology.controlPlane.dnsRewrite.domian",
+            "unknown key",
+        ),
+    ],
+)
+def test_topology_mistakes_name_the_file_line_and_key(
+    tmp_path: Path, topology_yaml: str, where: str, message: str
+) -> None:
     from scenarios.model import load_scenario
     from sim.errors import ScenarioError
 
     path = tmp_path / "ticket.yaml"
-    path.write_text("name: ticket\nsummary: s\nsteps:\n  - invoke: {function: http-echo}\nvalues:\n"
-                    "  workerCallbackProxy: {enabled: true}\ntopology:\n" + topology_yaml)
+    path.write_text(
+        "name: ticket\nsummary: s\nsteps:\n  - invoke: {function: http-echo}\nvalues:\n"
+        "  workerCallbackProxy: {enabled: true}\ntopology:\n" + topology_yaml
+    )
     with pytest.raises(ScenarioError) as caught:
         load_scenario(str(path))
     assert f"{path}{where}" in str(caught.value) and message in str(caught.value), str(caught.value)
 
 
-@pytest.mark.parametrize(("pem", "message"), [
-    ("@corp-ca", "unknown marker '@corp-ca'; paste PEM text or use one of @stack-ca, @public-ca, @private-ca"),
-    (True, "must be PEM text (a block scalar, |), found a boolean"),
-])
+@pytest.mark.parametrize(
+    ("pem", "message"),
+    [
+        (
+            "@corp-ca",
+            "unknown marker '@corp-ca'; paste PEM text or use one of @stack-ca, @public-ca, @private-ca",
+        ),
+        (True, "must be PEM text (a block scalar, |), found a boolean"),
+    ],
+)
 def test_a_bad_worker_ca_pem_is_refused_with_the_values(pem: object, message: str) -> None:
     from sim.model.values import validate
 
@@ -279,7 +330,14 @@ def test_a_bad_worker_ca_pem_is_refused_with_the_values(pem: object, message: st
 def test_service_addresses_do_not_collide() -> None:
     t = topology()
     control = t.cluster(CONTROL_CLUSTER)
-    addresses = [PROXY_LB_IP, BUS_LB_IP, PROXY_CLUSTER_IP, INVOCATION_SERVICE_IP, control.dns_ip, CONTROL_NODE_IP]
+    addresses = [
+        PROXY_LB_IP,
+        BUS_LB_IP,
+        PROXY_CLUSTER_IP,
+        INVOCATION_SERVICE_IP,
+        control.dns_ip,
+        CONTROL_NODE_IP,
+    ]
     assert len(set(addresses)) == len(addresses)
 
 
@@ -292,8 +350,11 @@ def test_an_undeclared_existing_secret_left_by_an_earlier_run_is_replaced(tmp_pa
 
     store = CertStore(tmp_path)
     wcp = {"tls": {"frontend": {"existingSecret": "customer-tls"}}}
-    declared = build("t", deep_merge(values(), {"workerCallbackProxy": wcp}),
-                     secrets=(SecretSpec("customer-tls", PRIVATE),))
+    declared = build(
+        "t",
+        deep_merge(values(), {"workerCallbackProxy": wcp}),
+        secrets=(SecretSpec("customer-tls", PRIVATE),),
+    )
     prepare_certificates(store, declared)
     first = load_secret(store.secret_dir("customer-tls"))[0]
     assert inspect.issued_by(first, store.ca_path(PRIVATE).read_bytes())
@@ -321,7 +382,9 @@ def test_the_stacks_own_secrets_keep_their_issuer_and_a_broken_one_is_renewed(tm
     assert inspect.issued_by(crt[PUBLIC_FRONTEND_SECRET], store.ca_path("public").read_bytes())
     misissue_pod_certificate(store, {"pod": "invocation", "names": ["*.wrong.example"]})
     prepare_certificates(store, t)  # the next `up` on the same state folder
-    assert inspect.sans(load_secret(store.secret_dir(INVOCATION_SECRET))[0]) == ["*.invocation.nvcf.svc.cluster.local"]
+    assert inspect.sans(load_secret(store.secret_dir(INVOCATION_SECRET))[0]) == [
+        "*.invocation.nvcf.svc.cluster.local"
+    ]
     assert load_secret(store.secret_dir(FRONTEND_SECRET))[0] == crt[FRONTEND_SECRET]  # valid: kept
 
 
@@ -347,13 +410,26 @@ def test_k3d_renders_the_control_planes_rewrite_to_the_proxy_service() -> None:
     from scenarios.model import load_scenario
 
     pem = (b"-", b"-", b"-")
-    material = CertMaterial(secrets=dict.fromkeys(
-        ("worker-callback-proxy-frontend-tls", "invocation-service-worker-tls", "grpc-proxy-worker-tls",
-         "worker-public-tls"), pem), stack_ca=b"-", public_ca=b"-")
+    material = CertMaterial(
+        secrets=dict.fromkeys(
+            (
+                "worker-callback-proxy-frontend-tls",
+                "invocation-service-worker-tls",
+                "grpc-proxy-worker-tls",
+                "worker-public-tls",
+            ),
+            pem,
+        ),
+        stack_ca=b"-",
+        public_ca=b"-",
+    )
     for name, published in (("single-cluster-names-published", True), ("single-cluster-direct", False)):
         t = load_scenario(name).build_topology("default")
         objects = manifests_by_cluster(t, material, Addresses.virtual(t))[CONTROL_CLUSTER]
         maps = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "coredns-custom"]
         assert bool(maps) == published, name
         if published:
-            assert evaluate_rewrite(maps[0], f"10-42-0-41.{WD}") == "worker-callback-proxy.nvcf.svc.cluster.local"
+            assert (
+                evaluate_rewrite(maps[0], f"10-42-0-41.{WD}")
+                == "worker-callback-proxy.nvcf.svc.cluster.local"
+            )

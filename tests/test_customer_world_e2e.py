@@ -66,6 +66,7 @@ def assert_fails_at(result: ScenarioResult, step: int, reason: str) -> None:
 def drop_set_values(step: int) -> Callable[[Data], None]:
     def change(data: Data) -> None:
         del data["steps"][step - 1]["setValues"]
+
     return change
 
 
@@ -74,32 +75,56 @@ CONTROLS = [
     # (scenario, what is taken away, the step that must then fail, the reason it fails)
     ("private-ca-frontend", drop_set_values(2), 3, "certificate verify failed"),
     ("stale-ca-pem-after-rotation", drop_set_values(6), 7, "certificate verify failed"),
-    ("clusterip-service",
-     lambda d: d["values"]["workerCallbackProxy"]["service"].update(type="LoadBalancer"), 1,
-     "outcome failure, but it succeeded"),
-    ("dns-rewrite-wrong-domain", lambda d: d["topology"]["computeClusters"][0].pop("dnsRewrite"), 1,
-     "outcome failure, but it succeeded"),
-    ("dns-rewrite-wrong-address", lambda d: d["topology"]["computeClusters"][0].pop("dnsRewrite"), 1,
-     "outcome failure, but it succeeded"),
-    ("single-cluster-names-published", lambda d: d["topology"].pop("controlPlane"), 1,
-     "cannot resolve invocation.grpc-worker.example.com"),
+    (
+        "clusterip-service",
+        lambda d: d["values"]["workerCallbackProxy"]["service"].update(type="LoadBalancer"),
+        1,
+        "outcome failure, but it succeeded",
+    ),
+    (
+        "dns-rewrite-wrong-domain",
+        lambda d: d["topology"]["computeClusters"][0].pop("dnsRewrite"),
+        1,
+        "outcome failure, but it succeeded",
+    ),
+    (
+        "dns-rewrite-wrong-address",
+        lambda d: d["topology"]["computeClusters"][0].pop("dnsRewrite"),
+        1,
+        "outcome failure, but it succeeded",
+    ),
+    (
+        "single-cluster-names-published",
+        lambda d: d["topology"].pop("controlPlane"),
+        1,
+        "cannot resolve invocation.grpc-worker.example.com",
+    ),
     ("wrong-name-pod-cert", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
 ]
 
 
 @pytest.mark.parametrize(("name", "change", "step", "reason"), CONTROLS, ids=[c[0] for c in CONTROLS])
-def test_negative_control(tmp_path: Path, name: str, change: Callable[[Data], None], step: int,
-                          reason: str) -> None:
+def test_negative_control(
+    tmp_path: Path, name: str, change: Callable[[Data], None], step: int, reason: str
+) -> None:
     assert_fails_at(replay(tmp_path, without(name, change)), step, reason)
 
 
 # -- effects the catalogue shows only in part -------------------------------------------------------
 def base(name: str, steps: list[Data], **proxy: Any) -> Data:
     wcp = {"enabled": True, "workerDomain": WD, "service": {"type": "LoadBalancer"}, **proxy}
-    return {"name": name, "summary": name, "seed": 5, "values": {"workerCallbackProxy": wcp},
-            "topology": {"invocationReplicas": 1, "grpcProxyReplicas": 0,
-                         "computeClusters": [{"workers": [{"count": 1, "trust": "system"}]}]},
-            "steps": steps}
+    return {
+        "name": name,
+        "summary": name,
+        "seed": 5,
+        "values": {"workerCallbackProxy": wcp},
+        "topology": {
+            "invocationReplicas": 1,
+            "grpcProxyReplicas": 0,
+            "computeClusters": [{"workers": [{"count": 1, "trust": "system"}]}],
+        },
+        "steps": steps,
+    }
 
 
 HTTP_OK = {"invoke": {"function": "http-echo", "count": 2}, "expect": {"outcome": "success", "via": "proxy"}}
@@ -113,14 +138,17 @@ def http_fails(error: str) -> Data:
 def test_node_port_answers_on_the_node_address_at_its_node_port(tmp_path: Path) -> None:
     """Workers resolve to the node; the Service port 10084 is closed there, the node port 30084 is not."""
     trust = {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}
-    closed = base("node-port", [http_fails("connection refused: 172.18.0.2:10084/tcp")],
-                  service={"type": "NodePort"})
+    closed = base(
+        "node-port", [http_fails("connection refused: 172.18.0.2:10084/tcp")], service={"type": "NodePort"}
+    )
     closed["values"]["global"] = trust
     result = replay(tmp_path, closed)
     assert result.ok, result.failures
     opened = base("node-port-url", [HTTP_OK], service={"type": "NodePort"})
-    opened["values"]["global"] = {**trust, "workerEndpoints": {
-        "invocationProxyURL": f"https://invocation.{WD}:30084"}}
+    opened["values"]["global"] = {
+        **trust,
+        "workerEndpoints": {"invocationProxyURL": f"https://invocation.{WD}:30084"},
+    }
     result = replay(tmp_path, opened)
     assert result.ok, result.failures
 
@@ -138,8 +166,11 @@ def test_undeclared_existing_secret_is_public_and_workers_trust_it(tmp_path: Pat
 
 
 def test_declared_expired_secret(tmp_path: Path) -> None:
-    data = base("expired-secret", [http_fails("certificate has expired")],
-                tls={"frontend": {"existingSecret": "customer-tls"}})
+    data = base(
+        "expired-secret",
+        [http_fails("certificate has expired")],
+        tls={"frontend": {"existingSecret": "customer-tls"}},
+    )
     data["topology"]["secrets"] = {"customer-tls": {"issuer": "public", "expired": True}}
     result = replay(tmp_path, data)
     assert result.ok, result.failures
@@ -159,9 +190,11 @@ def brought_folder(tmp_path: Path) -> tuple[Path, str]:
 def test_brought_secret_is_served_as_it_is_and_trusted_through_pasted_pem(tmp_path: Path) -> None:
     folder, corporate_pem = brought_folder(tmp_path)
     paste = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": corporate_pem}}}}
-    data = base("brought-secret", [http_fails("certificate verify failed"),
-                                   {"setValues": paste, **REDEPLOY_WORKERS}, HTTP_OK],
-                tls={"frontend": {"existingSecret": "customer-tls"}})
+    data = base(
+        "brought-secret",
+        [http_fails("certificate verify failed"), {"setValues": paste, **REDEPLOY_WORKERS}, HTTP_OK],
+        tls={"frontend": {"existingSecret": "customer-tls"}},
+    )
     # Declared as public: the brought folder must win over the declaration, or step 1 would pass.
     data["topology"]["secrets"] = {"customer-tls": {"issuer": "public"}}
     result = replay(tmp_path, data, secrets=[f"customer-tls={folder}"])
@@ -173,24 +206,43 @@ def test_brought_secret_is_served_as_it_is_and_trusted_through_pasted_pem(tmp_pa
 def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env: dict[str, str]) -> None:
     """`invoke up --secret NAME=DIR` as a user types it: the brought certificate is what the proxy serves."""
     folder, _ = brought_folder(tmp_path)
-    data = base("brought-cli", [http_fails("certificate verify failed")],
-                tls={"frontend": {"existingSecret": "customer-tls"}})
+    data = base(
+        "brought-cli",
+        [http_fails("certificate verify failed")],
+        tls={"frontend": {"existingSecret": "customer-tls"}},
+    )
     path = tmp_path / "brought-cli.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     state = Path(invoke_env["NCPSIM_HOME"]) / "cli-secret"
     try:
-        up = invoke("up", f"scenario={path}", "--secret", f"customer-tls={folder}", "--stack", "cli-secret",
-                    env=invoke_env)
+        up = invoke(
+            "up",
+            f"scenario={path}",
+            "--secret",
+            f"customer-tls={folder}",
+            "--stack",
+            "cli-secret",
+            env=invoke_env,
+        )
         assert up.returncode == 0, up.stdout + up.stderr
         served = state / "certs" / "secrets" / "customer-tls" / "tls.crt"
         assert served.read_bytes() == (folder / "tls.crt").read_bytes()
     finally:
         down = invoke("down", "--stack", "cli-secret", env=invoke_env)
     assert down.returncode == 0, down.stderr
-    bad = invoke("up", f"scenario={path}", "--secret", "customer-tls", "--stack", "cli-secret", env=invoke_env)
+    bad = invoke(
+        "up", f"scenario={path}", "--secret", "customer-tls", "--stack", "cli-secret", env=invoke_env
+    )
     assert bad.returncode == 2 and "use NAME=DIR" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )

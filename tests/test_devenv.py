@@ -25,8 +25,16 @@ COMMAND_TIMEOUT = 90.0  # up, a redeploy or a batch of calls: seconds on a lapto
 
 
 def run_invoke(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([INVOKE, *args], cwd=REPO, env=env, capture_output=True, text=True, input=stdin,
-                          timeout=COMMAND_TIMEOUT, check=False)
+    return subprocess.run(
+        [INVOKE, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
 
 
 def stack_processes(state: Path) -> list[int]:
@@ -88,8 +96,9 @@ def test_idle_stack_poked_as_a_user_would(user_env: dict[str, str]) -> None:
     assert after.returncode == 0, after.stdout + after.stderr
     assert [c["outcome"] for c in calls(after)] == ["success"] * 4
 
-    changed = run_invoke("set", "workerCallbackProxy.invocation.connect.enabled=true", "--redeploy", "proxy",
-                         env=user_env)
+    changed = run_invoke(
+        "set", "workerCallbackProxy.invocation.connect.enabled=true", "--redeploy", "proxy", env=user_env
+    )
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "redeployed proxy" in changed.stdout
     state = Path(user_env["NCPSIM_HOME"]) / "default"
@@ -107,12 +116,24 @@ def test_idle_stack_poked_as_a_user_would(user_env: dict[str, str]) -> None:
 
 def test_step_from_stdin_checks_its_expectations(user_env: dict[str, str]) -> None:
     assert run_invoke("up", "--stack", "steps", env=user_env).returncode == 0
-    holds = run_invoke("step", "-", "--stack", "steps", env=user_env,
-                       stdin="invoke: {function: grpc-echo, count: 2}\nexpect: {outcome: success, via: proxy}\n")
+    holds = run_invoke(
+        "step",
+        "-",
+        "--stack",
+        "steps",
+        env=user_env,
+        stdin="invoke: {function: grpc-echo, count: 2}\nexpect: {outcome: success, via: proxy}\n",
+    )
     assert holds.returncode == 0, holds.stdout + holds.stderr
     assert "2/2 calls succeeded" in holds.stdout
-    broken = run_invoke("step", "-", "--stack", "steps", env=user_env,
-                        stdin="invoke: {function: http-echo}\nexpect: {outcome: failure}\n")
+    broken = run_invoke(
+        "step",
+        "-",
+        "--stack",
+        "steps",
+        env=user_env,
+        stdin="invoke: {function: http-echo}\nexpect: {outcome: failure}\n",
+    )
     assert broken.returncode == 1  # the calls succeed, so the expectation of a failure does not hold
     assert "expected" in broken.stdout
     typo = run_invoke("step", "-", "--stack", "steps", env=user_env, stdin="invok: {function: http-echo}\n")
@@ -123,11 +144,13 @@ def test_probe_steps_repeat_on_a_running_stack(user_env: dict[str, str], tmp_pat
     """Hand-made forward-proxy requests through `invoke step`, twice on the same stack, expectations checked."""
     assert run_invoke("up", "--stack", "probes", env=user_env).returncode == 0
     steps = tmp_path / "probes.yaml"
-    steps.write_text("steps:\n"
-                     "  - probe: {targets: ['http://{pod}:8443/v2/nvcf/worker/request-attach']}\n"
-                     "    expect: {proxyStatus: 401, proxyFlag: '-', podContacted: true}\n"
-                     "  - probe: {targets: ['http://{pod}:8443/other']}\n"
-                     "    expect: {proxyStatus: 404, proxyFlag: NR, podContacted: false}\n")
+    steps.write_text(
+        "steps:\n"
+        "  - probe: {targets: ['http://{pod}:8443/v2/nvcf/worker/request-attach']}\n"
+        "    expect: {proxyStatus: 401, proxyFlag: '-', podContacted: true}\n"
+        "  - probe: {targets: ['http://{pod}:8443/other']}\n"
+        "    expect: {proxyStatus: 404, proxyFlag: NR, podContacted: false}\n"
+    )
     for _ in range(2):
         done = run_invoke("step", str(steps), "--stack", "probes", env=user_env)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -136,55 +159,78 @@ def test_probe_steps_repeat_on_a_running_stack(user_env: dict[str, str], tmp_pat
 def test_tasks_on_a_stack_that_is_not_up(user_env: dict[str, str]) -> None:
     done = run_invoke("call", "http-echo", "--stack", "nothing", env=user_env)
     assert done.returncode == 2
-    assert done.stderr.strip() == "ncpsim: stack 'nothing' is not up; start it with `invoke up --stack nothing`"
+    assert (
+        done.stderr.strip() == "ncpsim: stack 'nothing' is not up; start it with `invoke up --stack nothing`"
+    )
     missing = run_invoke("step", "no-such-step.yaml", "--stack", "nothing", env=user_env)
-    assert missing.returncode == 2 and missing.stderr.startswith("ncpsim: no-such-step.yaml: no such step file")
+    assert missing.returncode == 2 and missing.stderr.startswith(
+        "ncpsim: no-such-step.yaml: no such step file"
+    )
 
 
-@pytest.mark.parametrize(("words", "expected"), [
-    (["a.b=true"], {"a": {"b": True}}),
-    (["a.b=3", "a.c=x"], {"a": {"b": 3, "c": "x"}}),
-    (["workerCallbackProxy.tls.frontend.existingSecret=null"],
-     {"workerCallbackProxy": {"tls": {"frontend": {"existingSecret": None}}}}),
-    (["a.b="], {"a": {"b": ""}}),
-])
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (["a.b=true"], {"a": {"b": True}}),
+        (["a.b=3", "a.c=x"], {"a": {"b": 3, "c": "x"}}),
+        (
+            ["workerCallbackProxy.tls.frontend.existingSecret=null"],
+            {"workerCallbackProxy": {"tls": {"frontend": {"existingSecret": None}}}},
+        ),
+        (["a.b="], {"a": {"b": ""}}),
+    ],
+)
 def test_set_writes_set_values(words: list[str], expected: dict) -> None:
     assert set_step(words, None)["setValues"] == expected
 
 
 def test_set_warns_about_keys_the_stack_does_not_know() -> None:
-    step = set_step(["workerCallbackProxy.invocation.conect.enabled=true", "workerCallbackProxy.enabled=true"], None)
+    step = set_step(
+        ["workerCallbackProxy.invocation.conect.enabled=true", "workerCallbackProxy.enabled=true"], None
+    )
     assert unknown_key_warnings(step) == [
-        "unknown key workerCallbackProxy.invocation.conect (did you mean workerCallbackProxy.invocation.connect?)"]
+        "unknown key workerCallbackProxy.invocation.conect (did you mean workerCallbackProxy.invocation.connect?)"
+    ]
 
 
-@pytest.mark.parametrize(("words", "redeploy", "message"), [
-    ([], None, "give at least one key.path=value"),
-    (["novalue"], None, "^set novalue: expected key.path=value, e.g. set "),
-    (["a..b=1"], None, "^set a..b=1: cannot read the key"),
-    (["a=1", "a.b=2"], None, "cannot also hold keys"),
-    (["a.b=2", "a=1"], None, "cannot also hold keys"),
-    (["a=1"], "everything", "choose one of workers, proxy, pods, all"),
-])
+@pytest.mark.parametrize(
+    ("words", "redeploy", "message"),
+    [
+        ([], None, "give at least one key.path=value"),
+        (["novalue"], None, "^set novalue: expected key.path=value, e.g. set "),
+        (["a..b=1"], None, "^set a..b=1: cannot read the key"),
+        (["a=1", "a.b=2"], None, "cannot also hold keys"),
+        (["a.b=2", "a=1"], None, "cannot also hold keys"),
+        (["a=1"], "everything", "choose one of workers, proxy, pods, all"),
+    ],
+)
 def test_set_mistakes_are_one_line(words: list[str], redeploy: str | None, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         set_step(words, redeploy)
 
 
-@pytest.mark.parametrize(("action", "target", "expected"), [
-    ("kill", "invocation-service-0", {"kill": "invocation-service-0"}),
-    ("scale", "invocation=1", {"scale": {"role": "invocation", "replicas": 1}}),
-    ("expire", "frontend", {"expire": "frontend"}),
-    ("clear-links", None, {"clear-links": True}),
-])
+@pytest.mark.parametrize(
+    ("action", "target", "expected"),
+    [
+        ("kill", "invocation-service-0", {"kill": "invocation-service-0"}),
+        ("scale", "invocation=1", {"scale": {"role": "invocation", "replicas": 1}}),
+        ("expire", "frontend", {"expire": "frontend"}),
+        ("clear-links", None, {"clear-links": True}),
+    ],
+)
 def test_fault_writes_the_fault_step(action: str, target: str | None, expected: dict) -> None:
     assert fault_step(action, target)["fault"] == expected
 
 
 def test_fault_link_and_mistakes() -> None:
     link = fault_step("link", "ncpsim-compute-1", "10.100.0.10", latency_ms=200, drop=0.5)["fault"]["link"]
-    assert link == {"from": "ncpsim-compute-1", "to": "10.100.0.10", "latencyMs": 200, "drop": 0.5,
-                    "timeoutMs": 1000}
+    assert link == {
+        "from": "ncpsim-compute-1",
+        "to": "10.100.0.10",
+        "latencyMs": 200,
+        "drop": 0.5,
+        "timeoutMs": 1000,
+    }
     with pytest.raises(ConfigError, match="choose one of kill"):
         fault_step("explode", "x")
     with pytest.raises(ConfigError, match="invoke fault kill COMPONENT"):
@@ -195,7 +241,9 @@ def test_fault_link_and_mistakes() -> None:
         call_step("http-echo", 0)
     with pytest.raises(ConfigError, match="^call 'nope': choose one of http-echo, grpc-echo$"):
         call_step("nope", 1)
-    with pytest.raises(ConfigError, match="^rotate 'nope': choose one of frontend, pod-certs, stack-ca, public-ca$"):
+    with pytest.raises(
+        ConfigError, match="^rotate 'nope': choose one of frontend, pod-certs, stack-ca, public-ca$"
+    ):
         rotate_step("nope")
 
 
@@ -204,14 +252,17 @@ def test_stack_flag_only_for_other_stacks() -> None:
     assert stack_flag("x") == " --stack x"
 
 
-@pytest.mark.parametrize(("argv", "parsed"), [
-    (["up"], "{'scenario': None}"),
-    (["up", "http-callback"], "{'scenario': 'http-callback'}"),
-    (["up", "-f", "values.yaml", "--stack", "x"], "{'scenario': None}"),
-    (["up", "--file=values.yaml", "scenario=wrong-path"], "{'scenario': 'scenario=wrong-path'}"),
-    (["set", "a=1", "b=2", "--redeploy", "proxy"], "{'assignment': ['a=1', 'b=2'], 'redeploy': 'proxy'}"),
-    (["fault", "clear-links"], "{'action': 'clear-links', 'target': None}"),
-])
+@pytest.mark.parametrize(
+    ("argv", "parsed"),
+    [
+        (["up"], "{'scenario': None}"),
+        (["up", "http-callback"], "{'scenario': 'http-callback'}"),
+        (["up", "-f", "values.yaml", "--stack", "x"], "{'scenario': None}"),
+        (["up", "--file=values.yaml", "scenario=wrong-path"], "{'scenario': 'scenario=wrong-path'}"),
+        (["set", "a=1", "b=2", "--redeploy", "proxy"], "{'assignment': ['a=1', 'b=2'], 'redeploy': 'proxy'}"),
+        (["fault", "clear-links"], "{'action': 'clear-links', 'target': None}"),
+    ],
+)
 def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str) -> None:
     """invoke itself has no optional positional arguments; tasks.py gives them from the words present."""
     probe = tmp_path / "probe_tasks.py"
@@ -227,9 +278,16 @@ def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str)
         "    print({'assignment': assignment, 'redeploy': redeploy})\n"
         "@optional_positional('action', 'target')\n"
         "def fault(c, action=None, target=None):\n"
-        "    print({'action': action, 'target': target})\n")
-    done = subprocess.run([INVOKE, "-c", "probe_tasks", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=COMMAND_TIMEOUT,
-                          check=False)
+        "    print({'action': action, 'target': target})\n"
+    )
+    done = subprocess.run(
+        [INVOKE, "-c", "probe_tasks", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == parsed
 
@@ -268,8 +326,9 @@ def test_replay_stack_names_are_shortened_out_loud() -> None:
 def test_a_closed_pipe_ends_output_quietly(user_env: dict[str, str]) -> None:
     """`invoke scenarios | head`: the reader left before the writer was done."""
     for args in (["scenarios"], ["--list"], ["replay", "--help"]):
-        proc = subprocess.Popen([INVOKE, *args], cwd=REPO, env=user_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [INVOKE, *args], cwd=REPO, env=user_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         assert proc.stdout is not None
         proc.stdout.close()  # nothing will ever be read: every write meets a closed pipe
         _, err = proc.communicate(timeout=COMMAND_TIMEOUT)
@@ -292,7 +351,10 @@ def test_idle_up_with_a_customer_values_file(user_env: dict[str, str], tmp_path:
     status = json.loads(run_invoke("status", "--json", "--stack", "acme", env=user_env).stdout)
     assert status["workerDomain"] == "acme.example.net" and status["proxy"]["http"]["port"]
     done = run_invoke("call", "http-echo", "--count", "2", "--stack", "acme", "--json", env=user_env)
-    assert done.returncode == 0 and [c["dns"]["name"] for c in calls(done)] == ["invocation.acme.example.net"] * 2
+    assert (
+        done.returncode == 0
+        and [c["dns"]["name"] for c in calls(done)] == ["invocation.acme.example.net"] * 2
+    )
 
 
 def test_status_of_a_stack_that_is_not_up_says_how_to_start_it(user_env: dict[str, str]) -> None:

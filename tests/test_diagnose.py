@@ -25,14 +25,26 @@ PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}
 # -- what a worker or client logged -> the documented causes ---------------------------------------------
 SYMPTOM_ROWS = [
     ("x509: certificate signed by unknown authority", "worker-ca-missing"),
-    ("tls: failed to verify certificate: x509: certificate has expired or is not yet valid", "frontend-expired"),
-    ("x509: certificate is valid for *.grpc-worker.example.com, not callbacks.other.example", "invocation-proxy-url"),
+    (
+        "tls: failed to verify certificate: x509: certificate has expired or is not yet valid",
+        "frontend-expired",
+    ),
+    (
+        "x509: certificate is valid for *.grpc-worker.example.com, not callbacks.other.example",
+        "invocation-proxy-url",
+    ),
     ("dial tcp: lookup invocation.grpc-worker.example.com: no such host", "rewrite-missing"),
     ("dial tcp 10.100.0.10:10084: i/o timeout", "proxy-unreachable"),
-    ("proxyconnect tcp: CONNECT 10-42-0-11.invocation.nvcf.svc.cluster.local:8443 answered 404", "legacy-worker-connect-off"),
+    (
+        "proxyconnect tcp: CONNECT 10-42-0-11.invocation.nvcf.svc.cluster.local:8443 answered 404",
+        "legacy-worker-connect-off",
+    ),
     ("GET request failed with status code 404", "legacy-worker-connect-off"),
     ("GET request failed with status code 401", "callback-wrong-pod"),
-    ("upstream connect error or disconnect/reset before headers. reset reason: connection failure", "pod-cert-untrusted"),
+    (
+        "upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+        "pod-cert-untrusted",
+    ),
     ("nats: Authorization Violation", "nats-auth-rejected"),
     ("nats.workerAuth must be nkey or token", "nats-auth-mode"),
     ("nats.authCallout.workerTokenAuth.webhookUrl must be set in token mode", "callout-webhook-empty"),
@@ -42,7 +54,9 @@ SYMPTOM_ROWS = [
 ]
 
 
-@pytest.mark.parametrize(("symptom", "first"), SYMPTOM_ROWS, ids=[r[1] + ":" + r[0][:30] for r in SYMPTOM_ROWS])
+@pytest.mark.parametrize(
+    ("symptom", "first"), SYMPTOM_ROWS, ids=[r[1] + ":" + r[0][:30] for r in SYMPTOM_ROWS]
+)
 def test_symptom_names_its_most_likely_cause_first(symptom: str, first: str) -> None:
     causes = rank(symptom)
     assert causes and causes[0].id == first, [c.id for c in causes]
@@ -52,7 +66,12 @@ def test_every_symptom_row_names_known_causes_and_every_row_is_exercised() -> No
     assert all(c in CAUSES for _, causes in SYMPTOMS for c in causes)
     import re
 
-    hit = {pattern for pattern, _ in SYMPTOMS for text, _ in SYMPTOM_ROWS if re.search(pattern, text, re.IGNORECASE)}
+    hit = {
+        pattern
+        for pattern, _ in SYMPTOMS
+        for text, _ in SYMPTOM_ROWS
+        if re.search(pattern, text, re.IGNORECASE)
+    }
     assert hit == {pattern for pattern, _ in SYMPTOMS}
 
 
@@ -63,30 +82,95 @@ def test_an_unknown_symptom_names_nothing() -> None:
 # -- observations -> causes (pure) -------------------------------------------------------------------------
 LB, CLUSTER_IP = World(proxy_enabled=True), World(proxy_enabled=True, service_type="ClusterIP")
 OBSERVATION_ROWS = [
-    (Observation("1.4.0:system", "http-echo", False, "dns", "cannot resolve invocation.x: NXDOMAIN", "NXDOMAIN"),
-     LB, "rewrite-missing"),
-    (Observation("1.4.0:system", "http-echo", False, "connect", "OSError: network unreachable"), CLUSTER_IP,
-     "proxy-unreachable"),
-    (Observation("1.4.0:system", "http-echo", False, "connect", "TimeoutError: timed out"), LB,
-     "rewrite-wrong-address"),
-    (Observation("1.4.0:system", "http-echo", False, "connect", "OSError: unreachable"),
-     World(proxy_enabled=False), "proxy-disabled"),
-    (Observation("1.4.0:system", "http-echo", False, "tls", "TLS handshake failed: certificate verify failed"),
-     LB, "worker-ca-missing"),
-    (Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
-     World(proxy_enabled=True, pem_set=True), "worker-ca-stale"),
-    (Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
-     World(proxy_enabled=True, frontend="brought"), "frontend-private-ca"),
-    (Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed: certificate has expired"),
-     LB, "frontend-expired"),
-    (Observation("1.2.9:system", "http-echo", False, "connect", "CONNECT 10-42-0-11...:8443 answered 404",
-                 statuses=(404,)), LB, "legacy-worker-connect-off"),
-    (Observation("1.4.0:system", "http-echo", False, "get", "GET answered 503", statuses=(503,),
-                 proxy=((503, "UF"),)), LB, "pod-unreachable"),
-    (Observation("1.4.0:system", "http-echo", False, "get", "CERTIFICATE_VERIFY_FAILED", statuses=(503,),
-                 proxy=((503, "UF"),)), LB, "pod-cert-untrusted"),
-    (Observation("1.4.0:system", "http-echo", False, "get", "GET answered 401", statuses=(401,)), LB,
-     "callback-wrong-pod"),
+    (
+        Observation(
+            "1.4.0:system", "http-echo", False, "dns", "cannot resolve invocation.x: NXDOMAIN", "NXDOMAIN"
+        ),
+        LB,
+        "rewrite-missing",
+    ),
+    (
+        Observation("1.4.0:system", "http-echo", False, "connect", "OSError: network unreachable"),
+        CLUSTER_IP,
+        "proxy-unreachable",
+    ),
+    (
+        Observation("1.4.0:system", "http-echo", False, "connect", "TimeoutError: timed out"),
+        LB,
+        "rewrite-wrong-address",
+    ),
+    (
+        Observation("1.4.0:system", "http-echo", False, "connect", "OSError: unreachable"),
+        World(proxy_enabled=False),
+        "proxy-disabled",
+    ),
+    (
+        Observation(
+            "1.4.0:system", "http-echo", False, "tls", "TLS handshake failed: certificate verify failed"
+        ),
+        LB,
+        "worker-ca-missing",
+    ),
+    (
+        Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
+        World(proxy_enabled=True, pem_set=True),
+        "worker-ca-stale",
+    ),
+    (
+        Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
+        World(proxy_enabled=True, frontend="brought"),
+        "frontend-private-ca",
+    ),
+    (
+        Observation(
+            "1.4.0:system", "http-echo", False, "tls", "certificate verify failed: certificate has expired"
+        ),
+        LB,
+        "frontend-expired",
+    ),
+    (
+        Observation(
+            "1.2.9:system",
+            "http-echo",
+            False,
+            "connect",
+            "CONNECT 10-42-0-11...:8443 answered 404",
+            statuses=(404,),
+        ),
+        LB,
+        "legacy-worker-connect-off",
+    ),
+    (
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "get",
+            "GET answered 503",
+            statuses=(503,),
+            proxy=((503, "UF"),),
+        ),
+        LB,
+        "pod-unreachable",
+    ),
+    (
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "get",
+            "CERTIFICATE_VERIFY_FAILED",
+            statuses=(503,),
+            proxy=((503, "UF"),),
+        ),
+        LB,
+        "pod-cert-untrusted",
+    ),
+    (
+        Observation("1.4.0:system", "http-echo", False, "get", "GET answered 401", statuses=(401,)),
+        LB,
+        "callback-wrong-pod",
+    ),
     (Observation("1.4.0:system", "http-echo", True), LB, None),
 ]
 
@@ -105,14 +189,25 @@ def test_judge_gives_each_cause_once_with_all_its_evidence() -> None:
 
 # -- render-time refusals: no stack comes up, as in the field ----------------------------------------------
 RENDER_ROWS = [
-    ({"workerCallbackProxy": PROXY, "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}}},
-     "split-plane-url"),
-    ({"workerCallbackProxy": PROXY,
-      "global": {"workerEndpoints": {"invocationProxyURL": "https://invocation.other.example:10084"}}},
-     "invocation-proxy-url"),
+    (
+        {
+            "workerCallbackProxy": PROXY,
+            "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}},
+        },
+        "split-plane-url",
+    ),
+    (
+        {
+            "workerCallbackProxy": PROXY,
+            "global": {"workerEndpoints": {"invocationProxyURL": "https://invocation.other.example:10084"}},
+        },
+        "invocation-proxy-url",
+    ),
     ({"nats": {"workerAuth": "password"}}, "nats-auth-mode"),
-    ({"nats": {"workerAuth": "token", "authCallout": {"workerTokenAuth": {"webhookUrl": ""}}}},
-     "callout-webhook-empty"),
+    (
+        {"nats": {"workerAuth": "token", "authCallout": {"workerTokenAuth": {"webhookUrl": ""}}}},
+        "callout-webhook-empty",
+    ),
     ({"api": {"podAnnotations": {"team": 7}}}, "pod-annotations"),
 ]
 
@@ -123,7 +218,10 @@ def test_render_refusals_come_first_with_their_fix(tmp_path: Path, values: dict,
     path.write_text(yaml.safe_dump(values))
     found = diagnose([path], root=tmp_path / "state")
     assert found.findings[0].cause.id == cause
-    assert "render refused: " in found.findings[0].evidence[0] and "customer.yaml" in found.findings[0].evidence[0]
+    assert (
+        "render refused: " in found.findings[0].evidence[0]
+        and "customer.yaml" in found.findings[0].evidence[0]
+    )
     assert not (tmp_path / "state").exists()  # nothing was brought up
 
 
@@ -135,8 +233,15 @@ def test_bad_worker_spec_is_one_line() -> None:
 # -- live: the customer's world on the local backend -------------------------------------------------------
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "invoke", "diagnose", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=DIAGNOSE_TIMEOUT, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "diagnose", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DIAGNOSE_TIMEOUT,
+        check=False,
+    )
 
 
 def values_file(tmp_path: Path, values: dict) -> str:
@@ -153,8 +258,14 @@ def test_healthy_values_give_no_findings_and_exit_0(tmp_path: Path) -> None:
 
 def test_missing_pem_is_named_first_with_its_fix(tmp_path: Path) -> None:
     """The same file as the healthy one, less workerCallbackCaPem: the negative control of the test above."""
-    done = run_cli(tmp_path, "-f", values_file(tmp_path, {"workerCallbackProxy": PROXY}), "--json",
-                   "--symptom", "x509: certificate signed by unknown authority")
+    done = run_cli(
+        tmp_path,
+        "-f",
+        values_file(tmp_path, {"workerCallbackProxy": PROXY}),
+        "--json",
+        "--symptom",
+        "x509: certificate signed by unknown authority",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     first = json.loads(done.stdout)["findings"][0]
     assert first["id"] == "worker-ca-missing"
@@ -163,8 +274,14 @@ def test_missing_pem_is_named_first_with_its_fix(tmp_path: Path) -> None:
 
 
 def test_old_workers_with_connect_off(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "-f", values_file(tmp_path, {"workerCallbackProxy": PROXY, **PEM}), "--json",
-                   "--workers", "1.2.9:system")
+    done = run_cli(
+        tmp_path,
+        "-f",
+        values_file(tmp_path, {"workerCallbackProxy": PROXY, **PEM}),
+        "--json",
+        "--workers",
+        "1.2.9:system",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     first = json.loads(done.stdout)["findings"][0]
     assert first["id"] == "legacy-worker-connect-off" and "connect.enabled: true" in first["fix"]
@@ -174,21 +291,35 @@ def test_old_workers_with_connect_off(tmp_path: Path) -> None:
 # -- tickets: the top finding as a scenario that replays and passes ----------------------------------------
 def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
     env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "invoke", "replay", f"scenario={scenario}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=DIAGNOSE_TIMEOUT, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "replay", f"scenario={scenario}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DIAGNOSE_TIMEOUT,
+        check=False,
+    )
 
 
 TICKET_ROWS = [
     ({"workerCallbackProxy": PROXY}, ("--workers", "1.4.0:system"), "worker-ca-missing"),
     ({"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.2.9:system"), "legacy-worker-connect-off"),
-    ({"workerCallbackProxy": PROXY, "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}}}, (),
-     "split-plane-url"),
+    (
+        {
+            "workerCallbackProxy": PROXY,
+            "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}},
+        },
+        (),
+        "split-plane-url",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("values", "extra", "cause"), TICKET_ROWS, ids=[r[2] for r in TICKET_ROWS])
-def test_the_written_ticket_replays_and_passes(tmp_path: Path, values: dict, extra: tuple[str, ...],
-                                               cause: str) -> None:
+def test_the_written_ticket_replays_and_passes(
+    tmp_path: Path, values: dict, extra: tuple[str, ...], cause: str
+) -> None:
     ticket = tmp_path / "ticket.yaml"
     done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--write-ticket", str(ticket), *extra)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -220,22 +351,35 @@ def corporate_secret(tmp_path: Path, expired: bool = False) -> tuple[str, str]:
 
 CAUSE_ROWS = [
     ("rewrite-missing", {"workerCallbackProxy": PROXY, **PEM}, ("--rewrite", "none")),
-    ("rewrite-wrong-domain", {"workerCallbackProxy": PROXY, **PEM}, ("--rewrite", "callbacks.other.example=proxy")),
-    ("rewrite-wrong-address", {"workerCallbackProxy": PROXY, **PEM},
-     ("--rewrite", "grpc-worker.example.com=10.100.0.99")),
+    (
+        "rewrite-wrong-domain",
+        {"workerCallbackProxy": PROXY, **PEM},
+        ("--rewrite", "callbacks.other.example=proxy"),
+    ),
+    (
+        "rewrite-wrong-address",
+        {"workerCallbackProxy": PROXY, **PEM},
+        ("--rewrite", "grpc-worker.example.com=10.100.0.99"),
+    ),
     ("proxy-unreachable", {"workerCallbackProxy": {**PROXY, "service": {"type": "ClusterIP"}}, **PEM}, ()),
     ("proxy-disabled", {"workerCallbackProxy": {"enabled": False}}, ()),
-    ("frontend-private-ca",
-     {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}}, ("SECRET",)),
-    ("frontend-expired",  # the corporate CA's PEM is given, so only the expiry is wrong
-     {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}},
-     ("EXPIRED",)),
+    (
+        "frontend-private-ca",
+        {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}},
+        ("SECRET",),
+    ),
+    (
+        "frontend-expired",  # the corporate CA's PEM is given, so only the expiry is wrong
+        {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}},
+        ("EXPIRED",),
+    ),
 ]
 
 
 @pytest.mark.parametrize(("cause", "values", "extra"), CAUSE_ROWS, ids=[r[0] for r in CAUSE_ROWS])
-def test_each_cause_is_named_first_with_its_fix(tmp_path: Path, cause: str, values: dict,
-                                                extra: tuple[str, ...]) -> None:
+def test_each_cause_is_named_first_with_its_fix(
+    tmp_path: Path, cause: str, values: dict, extra: tuple[str, ...]
+) -> None:
     args = extra
     if extra in (("SECRET",), ("EXPIRED",)):
         secret, pem = corporate_secret(tmp_path, expired=extra == ("EXPIRED",))
@@ -247,5 +391,6 @@ def test_each_cause_is_named_first_with_its_fix(tmp_path: Path, cause: str, valu
     assert done.returncode == 1, done.stdout + done.stderr
     first = json.loads(done.stdout)["findings"][0]
     assert first["id"] == cause, first
-    assert first["fix"] == CAUSES[cause].fix and first["section"].startswith(("worker-callback-proxy.md",
-                                                                              "control-plane-operations.md"))
+    assert first["fix"] == CAUSES[cause].fix and first["section"].startswith(
+        ("worker-callback-proxy.md", "control-plane-operations.md")
+    )

@@ -21,8 +21,10 @@ from sim.model.netmap import LiveNetMap, Unreachable
 WD = "grpc-worker.example.com"
 POD = "10-42-0-11.invocation.nvcf.svc.cluster.local"
 ATTACH = "/v2/nvcf/worker/request-attach"
-pytestmark = pytest.mark.skipif(shutil.which("curl") is None or shutil.which("openssl") is None,
-                                reason="curl and openssl are the real clients these tests use")
+pytestmark = pytest.mark.skipif(
+    shutil.which("curl") is None or shutil.which("openssl") is None,
+    reason="curl and openssl are the real clients these tests use",
+)
 
 
 def proxy_port(stack: LocalStack) -> int:
@@ -33,9 +35,24 @@ def curl(stack: LocalStack, target: str, *extra: str, ca: str = "stack") -> tupl
     """curl through the proxy exactly as the README shows; returns (http_code, http_connect)."""
     port = proxy_port(stack)
     status = stack.status()
-    cmd = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{http_connect}", "--max-time", "5",
-           "--proxy", f"https://invocation.{WD}:{port}", "--proxy-cacert", status["ca"][ca],
-           "--resolve", f"invocation.{WD}:{port}:127.0.0.1", *extra, target]
+    cmd = [
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{http_connect}",
+        "--max-time",
+        "5",
+        "--proxy",
+        f"https://invocation.{WD}:{port}",
+        "--proxy-cacert",
+        status["ca"][ca],
+        "--resolve",
+        f"invocation.{WD}:{port}:127.0.0.1",
+        *extra,
+        target,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False).stdout.split()
     return (out + ["000", "000"])[0], (out + ["000", "000"])[1]
 
@@ -58,7 +75,9 @@ def test_scenario_passes_and_each_callback_reaches_the_pod_holding_it(http_stack
     assert {t.pod for t in traces} == {"invocation-service-0", "invocation-service-1"}
 
 
-def test_curl_through_the_proxy_gets_the_pods_own_answer(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
+def test_curl_through_the_proxy_gets_the_pods_own_answer(
+    http_stack: tuple[LocalStack, ScenarioResult],
+) -> None:
     stack, _ = http_stack
     records = Records(stack.state_dir)
     code, _ = curl(stack, f"http://{POD}:8443{ATTACH}")
@@ -88,19 +107,47 @@ def test_curl_proxytunnel_connect_gets_404(http_stack: tuple[LocalStack, Scenari
 def test_curl_with_the_public_ca_fails_verification(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
     """Negative control: the stack-CA frontend must not verify against the public-style CA."""
     stack, _ = http_stack
-    result = subprocess.run(["curl", "-s", "--max-time", "5", "--proxy", f"https://invocation.{WD}:{proxy_port(stack)}",
-                             "--proxy-cacert", stack.status()["ca"]["public"], "--resolve",
-                             f"invocation.{WD}:{proxy_port(stack)}:127.0.0.1", f"http://{POD}:8443{ATTACH}"],
-                            capture_output=True, timeout=10, check=False)
+    result = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "--max-time",
+            "5",
+            "--proxy",
+            f"https://invocation.{WD}:{proxy_port(stack)}",
+            "--proxy-cacert",
+            stack.status()["ca"]["public"],
+            "--resolve",
+            f"invocation.{WD}:{proxy_port(stack)}:127.0.0.1",
+            f"http://{POD}:8443{ATTACH}",
+        ],
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
     assert result.returncode == 60  # CURLE_PEER_FAILED_VERIFICATION
 
 
 @pytest.mark.parametrize(("ca", "verified"), [("stack", True), ("public", False)])
 def test_openssl_s_client_verifies_only_against_the_stack_ca(http_stack, ca: str, verified: bool) -> None:
     stack, _ = http_stack
-    out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{proxy_port(stack)}", "-servername",
-                          f"invocation.{WD}", "-CAfile", stack.status()["ca"][ca], "-verify_return_error"],
-                         input=b"", capture_output=True, timeout=10, check=False)
+    out = subprocess.run(
+        [
+            "openssl",
+            "s_client",
+            "-connect",
+            f"127.0.0.1:{proxy_port(stack)}",
+            "-servername",
+            f"invocation.{WD}",
+            "-CAfile",
+            stack.status()["ca"][ca],
+            "-verify_return_error",
+        ],
+        input=b"",
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
     text = out.stdout.decode() + out.stderr.decode()
     assert ("Verify return code: 0 (ok)" in text) is verified
     assert (out.returncode == 0) is verified
@@ -131,12 +178,19 @@ def test_dns_views_answer_as_each_cluster_would(http_stack: tuple[LocalStack, Sc
     assert asyncio.run(ask("ncpsim-compute-1", f"invocation.{WD}")) == ["10.100.0.10"]
     assert asyncio.run(ask("ncpsim-cp", POD)) == ["10.42.0.11"]
     if shutil.which("dig"):
-        out = subprocess.run(["dig", "@127.0.0.1", "-p", str(dns["ncpsim-compute-1"]["port"]), "+short",
-                              f"10-42-0-12.{WD}"], capture_output=True, text=True, timeout=10, check=False).stdout
+        out = subprocess.run(
+            ["dig", "@127.0.0.1", "-p", str(dns["ncpsim-compute-1"]["port"]), "+short", f"10-42-0-12.{WD}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout
         assert out.strip() == "10.100.0.10"
 
 
-def test_compute_cluster_dial_to_a_pod_ip_is_unreachable(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
+def test_compute_cluster_dial_to_a_pod_ip_is_unreachable(
+    http_stack: tuple[LocalStack, ScenarioResult],
+) -> None:
     stack, _ = http_stack
     netmap = LiveNetMap(stack.state_dir / "netmap.json")
     assert netmap.lookup("ncpsim-cp", "10.42.0.11", 8443)[0] == "127.0.0.1"

@@ -74,8 +74,9 @@ def test_uf_names_the_host_tried_and_counts_its_body(expired: ScenarioResult) ->
     traces = expired.steps[1].traces
     assert len(traces) == 2
     for trace in traces:
-        assert [(rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) for rec in trace.proxy] == [
-            ("GET", "503", "UF", "10.42.0.11:8443")]
+        assert [
+            (rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) for rec in trace.proxy
+        ] == [("GET", "503", "UF", "10.42.0.11:8443")]
         assert trace.proxy[0]["tx"] == str(len(UF_TLS_BODY))
         assert "CERTIFICATE_VERIFY_FAILED" in (trace.error or "")
     assert len({trace.proxy[0]["request_id"] for trace in traces}) == 2  # one line each, none shared
@@ -104,8 +105,9 @@ def idle_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
     os.environ[IDLE_ENV] = str(IDLE)
     try:
         try:
-            result = run_scenario(load_scenario("http-callback", values), LocalBackend(stack.root), stack.name,
-                                  keep=True)
+            result = run_scenario(
+                load_scenario("http-callback", values), LocalBackend(stack.root), stack.name, keep=True
+            )
         finally:
             if saved is None:
                 os.environ.pop(IDLE_ENV, None)
@@ -229,7 +231,8 @@ def test_a_pod_refusing_connections_is_uf_with_the_host_tried(quiet_stack: Local
         session = run_steps(quiet_stack, [call_step("http-echo", 1)], Path(__file__))
         (trace,) = session.steps[0].traces
         assert [(rec["status"], rec["flags"], rec["upstream_host"]) for rec in trace.proxy] == [
-            ("503", "UF", "10.42.0.11:8443")]
+            ("503", "UF", "10.42.0.11:8443")
+        ]
         failed = records.event("proxy.upstream.failed", requestId=trace.proxy[0]["request_id"])
         assert failed["detail"] == "connection refused by 10.42.0.11:8443"
     finally:

@@ -46,10 +46,14 @@ def test_the_access_log_is_capped_and_says_how_many_lines_it_dropped(tmp_path: P
 
     log = AccessLog(tmp_path / "access.log", max_bytes=2048)
     for n in range(200):
-        log.write(AccessRecord(start=1_764_500_000.0 + n, method="GET", path=f"/x{n}", status=404, flags="NR"))
+        log.write(
+            AccessRecord(start=1_764_500_000.0 + n, method="GET", path=f"/x{n}", status=404, flags="NR")
+        )
     log.close()
     text = (tmp_path / "access.log").read_text()
     assert len(text) < 2048 + 200
     kept = read_access_log(tmp_path / "access.log")
-    assert 0 < len(kept) < 200 and all(r["path"].startswith("/x") for r in kept)  # the comments parse as nothing
+    assert 0 < len(kept) < 200 and all(
+        r["path"].startswith("/x") for r in kept
+    )  # the comments parse as nothing
     assert text.splitlines()[-1] == f"# ncpsim: {200 - len(kept)} access-log lines dropped past the cap"

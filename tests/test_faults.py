@@ -18,12 +18,15 @@ from sim.runtime.component import Context
 from sim.runtime.faults import FaultInjector, LinkFault, link_delay
 
 
-@pytest.mark.parametrize(("fault", "draw", "expected"), [
-    (None, 0.5, (0.0, False)),
-    (LinkFault("c", "10.0.0.0/8", latency_ms=200), 0.5, (0.2, False)),
-    (LinkFault("c", "10.0.0.0/8", drop=0.3, timeout_ms=700), 0.1, (0.7, True)),
-    (LinkFault("c", "10.0.0.0/8", latency_ms=5, drop=0.3), 0.9, (0.005, False)),
-])
+@pytest.mark.parametrize(
+    ("fault", "draw", "expected"),
+    [
+        (None, 0.5, (0.0, False)),
+        (LinkFault("c", "10.0.0.0/8", latency_ms=200), 0.5, (0.2, False)),
+        (LinkFault("c", "10.0.0.0/8", drop=0.3, timeout_ms=700), 0.1, (0.7, True)),
+        (LinkFault("c", "10.0.0.0/8", latency_ms=5, drop=0.3), 0.9, (0.005, False)),
+    ],
+)
 def test_link_delay(fault: LinkFault | None, draw: float, expected: tuple[float, bool]) -> None:
     class Fixed(random.Random):
         def random(self) -> float:
@@ -43,7 +46,9 @@ def test_link_fault_matches_source_cluster_and_target_range() -> None:
 def stack(tmp_path) -> Iterator[LocalStack]:
     stack = LocalStack("faults", root=tmp_path)
     try:
-        assert run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True).ok
+        assert run_scenario(
+            load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True
+        ).ok
         yield stack
     finally:
         stack.down()
@@ -63,8 +68,15 @@ def call(stack: LocalStack, pod_index: int = 0) -> Invocation:
     async def go() -> Invocation:
         client = Context(stack.state_dir, topology, "test-client", CONTROL_CLUSTER)
         try:
-            return await invoke_http(client, topology.pods_of("invocation")[pod_index], "http-echo", b"x",
-                                     poll_seconds=1, timeout=10, give_up=give_up)
+            return await invoke_http(
+                client,
+                topology.pods_of("invocation")[pod_index],
+                "http-echo",
+                b"x",
+                poll_seconds=1,
+                timeout=10,
+                give_up=give_up,
+            )
         finally:
             client.events.close()
 

@@ -92,13 +92,13 @@ def flip_bytes(rng: random.Random, data: bytes) -> bytes:
 
 
 def truncate(rng: random.Random, data: bytes) -> bytes:
-    return data[:rng.randrange(len(data) + 1)]
+    return data[: rng.randrange(len(data) + 1)]
 
 
 def duplicate(rng: random.Random, data: bytes) -> bytes:
     lines = _lines(data.decode("utf-8", "replace"))
     start = rng.randrange(len(lines))
-    chunk = lines[start:start + rng.randint(1, 6)]
+    chunk = lines[start : start + rng.randint(1, 6)]
     at = rng.randrange(len(lines) + 1)
     return "".join(lines[:at] + chunk * rng.randint(1, 3) + lines[at:]).encode()
 
@@ -138,6 +138,7 @@ def aliases(rng: random.Random, data: bytes) -> bytes:
     def anchor() -> str:
         anchored[0] += 1
         return "&one {k: v, l: [1, 2]}" if anchored[0] == 1 else "*one"
+
     for _ in range(rng.randint(2, 5)):
         data = _replace_value(rng, data, anchor)
     return data
@@ -145,15 +146,57 @@ def aliases(rng: random.Random, data: bytes) -> bytes:
 
 def huge_numbers(rng: random.Random, data: bytes) -> bytes:
     digits = rng.choice([20, 64, 65, 4300, 4301, 5000, 100_000])
-    choices = ["9" * digits, "-" + "1" * digits, "0x" + "f" * digits, "1e99999", "-.inf", ".nan", "0o" + "7" * digits,
-               ":".join(["59"] * min(digits, 3000)), "1_000_000", "0b" + "1" * digits]
+    choices = [
+        "9" * digits,
+        "-" + "1" * digits,
+        "0x" + "f" * digits,
+        "1e99999",
+        "-.inf",
+        ".nan",
+        "0o" + "7" * digits,
+        ":".join(["59"] * min(digits, 3000)),
+        "1_000_000",
+        "0b" + "1" * digits,
+    ]
     return _replace_value(rng, data, lambda: rng.choice(choices))
 
 
-WRONG = ["[]", "{}", "null", "~", "true", "no", "on", "''", "[a, b]", "{a: 1}", "2001-12-14", "2001-13-45",
-         "2001-12-14t21:59:43.10-99:00", "!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "!!str", "!custom x",
-         "!!python/object/apply:os.system [id]", "|\n  block\n  text", ">-\n  folded", "- a\n- b", "? complex", "'",
-         '"\\x00"', '"\\ud800"', "<<: *nowhere", "<<: [1, 2]", "=", "%TAG", "@reserved", "`tick", "\t", "a: b: c"]
+WRONG = [
+    "[]",
+    "{}",
+    "null",
+    "~",
+    "true",
+    "no",
+    "on",
+    "''",
+    "[a, b]",
+    "{a: 1}",
+    "2001-12-14",
+    "2001-13-45",
+    "2001-12-14t21:59:43.10-99:00",
+    "!!binary aGVsbG8=",
+    "!!set {a, b}",
+    "!!omap [a: 1]",
+    "!!str",
+    "!custom x",
+    "!!python/object/apply:os.system [id]",
+    "|\n  block\n  text",
+    ">-\n  folded",
+    "- a\n- b",
+    "? complex",
+    "'",
+    '"\\x00"',
+    '"\\ud800"',
+    "<<: *nowhere",
+    "<<: [1, 2]",
+    "=",
+    "%TAG",
+    "@reserved",
+    "`tick",
+    "\t",
+    "a: b: c",
+]
 
 
 def wrong_types(rng: random.Random, data: bytes) -> bytes:
@@ -164,28 +207,94 @@ def odd_keys(rng: random.Random, data: bytes) -> bytes:
     lines = _lines(data.decode("utf-8", "replace"))
     i = rng.randrange(len(lines))
     indent = re.match(r"\s*", lines[i]).group(0)  # type: ignore[union-attr]
-    key = rng.choice(["1", "null", "true", "[a, b]", "{a: 1}", "? [x]\n" + indent, "<<", "2001-01-01", "''", "1.5",
-                      "!!binary aGk=", "a.b", "a[0]", "\"\\u0000\"", "x" * 5000, "é"])
+    key = rng.choice(
+        [
+            "1",
+            "null",
+            "true",
+            "[a, b]",
+            "{a: 1}",
+            "? [x]\n" + indent,
+            "<<",
+            "2001-01-01",
+            "''",
+            "1.5",
+            "!!binary aGk=",
+            "a.b",
+            "a[0]",
+            '"\\u0000"',
+            "x" * 5000,
+            "é",
+        ]
+    )
     lines.insert(i, f"{indent}{key}: value\n")
     return "".join(lines).encode()
 
 
 def odd_bytes(rng: random.Random, data: bytes) -> bytes:
     at = rng.randrange(len(data) + 1)
-    junk = rng.choice([b"\x00", b"\xff\xfe", b"\xef\xbb\xbf", b"\r", b"\x1b[2J", b"\xc3", b"\xe2\x80\xa8", b"\t",
-                       b"\x85", b"&", b"*", b"!", b"%", b"|", b">", b"---\n", b"...\n", b"\n---\nsecond: doc\n"])
+    junk = rng.choice(
+        [
+            b"\x00",
+            b"\xff\xfe",
+            b"\xef\xbb\xbf",
+            b"\r",
+            b"\x1b[2J",
+            b"\xc3",
+            b"\xe2\x80\xa8",
+            b"\t",
+            b"\x85",
+            b"&",
+            b"*",
+            b"!",
+            b"%",
+            b"|",
+            b">",
+            b"---\n",
+            b"...\n",
+            b"\n---\nsecond: doc\n",
+        ]
+    )
     return data[:at] + junk + data[at:]
 
 
 def splice(rng: random.Random, data: bytes, other: bytes) -> bytes:
     a, b = _lines(data.decode("utf-8", "replace")), _lines(other.decode("utf-8", "replace"))
     i, j = rng.randrange(len(a)), rng.randrange(len(b))
-    return "".join(a[:i] + b[j:j + rng.randint(1, 10)] + a[i:]).encode()
+    return "".join(a[:i] + b[j : j + rng.randint(1, 10)] + a[i:]).encode()
 
 
-ODD_VALUES: list[object] = [None, True, False, 0, -1, 65536, 2**63, 1.5, float("inf"), "", " ", "x" * 300, [], {},
-                            ["a"], {"a": 1}, [[[]]], "*", "${HOME}", "{podIp}", "{nope}", "10.0.0.1", "-1s",
-                            "http://", "https://user@host:0/", "*.example.com", "é", "\u2028", "a\nb"]
+ODD_VALUES: list[object] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    65536,
+    2**63,
+    1.5,
+    float("inf"),
+    "",
+    " ",
+    "x" * 300,
+    [],
+    {},
+    ["a"],
+    {"a": 1},
+    [[[]]],
+    "*",
+    "${HOME}",
+    "{podIp}",
+    "{nope}",
+    "10.0.0.1",
+    "-1s",
+    "http://",
+    "https://user@host:0/",
+    "*.example.com",
+    "é",
+    "\u2028",
+    "a\nb",
+]
 
 
 def structural(rng: random.Random, data: bytes) -> bytes:
@@ -232,9 +341,17 @@ def _random_slot(rng: random.Random, tree: object) -> tuple[object, object]:
 
 
 MUTATIONS: dict[str, Callable[[random.Random, bytes], bytes]] = {
-    "flip": flip_bytes, "truncate": truncate, "duplicate": duplicate, "nest": deep_nesting, "alias": aliases,
-    "number": huge_numbers, "type": wrong_types, "key": odd_keys, "bytes": odd_bytes,
-    "structure": structural, "structure ": structural,  # twice the weight: it reaches deepest
+    "flip": flip_bytes,
+    "truncate": truncate,
+    "duplicate": duplicate,
+    "nest": deep_nesting,
+    "alias": aliases,
+    "number": huge_numbers,
+    "type": wrong_types,
+    "key": odd_keys,
+    "bytes": odd_bytes,
+    "structure": structural,
+    "structure ": structural,  # twice the weight: it reaches deepest
 }
 
 
@@ -294,11 +411,23 @@ def load_as_scenario(path: Path, scenario: str) -> None:
         loaded.build_topology("fuzz")
 
 
-KINDS = [("alias", "alias"), ("deep", "nested too deep"), ("integer", "huge integer"), ("UTF-8", "not UTF-8"),
-         ("is not allowed in YAML", "forbidden character"), ("too large", "too large"), ("read as", "key not text"),
-         ("a key must be", "key not text"), ("not supported", "unsupported tag"), ("cannot read", "unreadable value"),
-         ("top level must be", "not a mapping"), ("fix the YAML syntax", "YAML syntax"),
-         ("check the indentation", "YAML syntax"), ("close the quote", "YAML syntax"), ("spaces, not tabs", "YAML syntax")]
+KINDS = [
+    ("alias", "alias"),
+    ("deep", "nested too deep"),
+    ("integer", "huge integer"),
+    ("UTF-8", "not UTF-8"),
+    ("is not allowed in YAML", "forbidden character"),
+    ("too large", "too large"),
+    ("read as", "key not text"),
+    ("a key must be", "key not text"),
+    ("not supported", "unsupported tag"),
+    ("cannot read", "unreadable value"),
+    ("top level must be", "not a mapping"),
+    ("fix the YAML syntax", "YAML syntax"),
+    ("check the indentation", "YAML syntax"),
+    ("close the quote", "YAML syntax"),
+    ("spaces, not tabs", "YAML syntax"),
+]
 
 
 def kind_of(exc: NcpsimError) -> str:
@@ -320,8 +449,13 @@ class Tally:
     examples: dict[str, Path] = field(default_factory=dict)  # a refused file of each kind, for the CLI check
 
 
-def fuzz(tmp_path: Path, cases: int, seed_files: list[tuple[str, bytes]], load: Callable[[Path, str], None],
-         seed: int) -> Tally:
+def fuzz(
+    tmp_path: Path,
+    cases: int,
+    seed_files: list[tuple[str, bytes]],
+    load: Callable[[Path, str], None],
+    seed: int,
+) -> Tally:
     rng, tally = random.Random(seed), Tally()
     corpus = [data for _, data in seed_files]
     for n in range(cases):
@@ -338,7 +472,9 @@ def fuzz(tmp_path: Path, cases: int, seed_files: list[tuple[str, bytes]], load: 
             kind = kind_of(exc)
             tally.refused[kind] += 1
             if "\n" in str(exc) or not str(exc).strip():
-                tally.failures.append(f"case {n} ({'+'.join(applied)}): refusal not one line: {str(exc)!r:.300}")
+                tally.failures.append(
+                    f"case {n} ({'+'.join(applied)}): refusal not one line: {str(exc)!r:.300}"
+                )
             if kind not in tally.examples:
                 keep = tmp_path / f"example-{len(tally.examples)}.yaml"
                 keep.write_bytes(data)
@@ -356,8 +492,10 @@ def fuzz(tmp_path: Path, cases: int, seed_files: list[tuple[str, bytes]], load: 
 
 def report(what: str, tally: Tally, seconds: float) -> str:
     kinds = ", ".join(f"{kind} {count}" for kind, count in tally.refused.most_common())
-    return (f"{what}: {tally.cases} cases in {seconds:.1f} s (slowest {tally.slowest * 1000:.0f} ms, {tally.slowest_case}), "
-            f"accepted {tally.accepted}, refused {sum(tally.refused.values())}: {kinds}")
+    return (
+        f"{what}: {tally.cases} cases in {seconds:.1f} s (slowest {tally.slowest * 1000:.0f} ms, {tally.slowest_case}), "
+        f"accepted {tally.accepted}, refused {sum(tally.refused.values())}: {kinds}"
+    )
 
 
 # -- the seed files -------------------------------------------------------------------------------------------
@@ -378,8 +516,10 @@ def values_seeds() -> list[tuple[str, bytes]]:
 
 def run_fuzz(tmp_path: Path, cases: int, seed: int) -> tuple[Tally, Tally]:
     results = []
-    for what, seeds, load in (("values files", values_seeds(), load_as_values),
-                              ("scenario files", scenario_seeds(), load_as_scenario)):
+    for what, seeds, load in (
+        ("values files", values_seeds(), load_as_values),
+        ("scenario files", scenario_seeds(), load_as_scenario),
+    ):
         folder = tmp_path / what.replace(" ", "-")
         folder.mkdir()
         start = time.monotonic()
@@ -411,9 +551,16 @@ def test_fuzz_quick(isolated_home: Path) -> None:
     env = {**os.environ, "NCPSIM_HOME": str(guard)}
     examples = list(values.examples.values())[:3]
     for path in examples:
-        run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", "-f", str(path)],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
-                             stdin=subprocess.DEVNULL)
+        run = subprocess.run(
+            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", "-f", str(path)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 

@@ -80,8 +80,9 @@ class Watch:
     def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return of_kind(self.events, kind, **match)
 
-    async def wait(self, kind: str, count: int = 1, timeout: float = EVENT_TIMEOUT,
-                   **match: Any) -> list[dict[str, Any]]:
+    async def wait(
+        self, kind: str, count: int = 1, timeout: float = EVENT_TIMEOUT, **match: Any
+    ) -> list[dict[str, Any]]:
         """At least `count` events of `kind` matching `match`, once they have all been emitted."""
         try:
             async with asyncio.timeout(timeout):
@@ -89,8 +90,9 @@ class Watch:
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
-            raise AssertionError(f"{len(self.of(kind, **match))} of {count} {kind} events matching {match} "
-                                 f"after {timeout} s") from None
+            raise AssertionError(
+                f"{len(self.of(kind, **match))} of {count} {kind} events matching {match} after {timeout} s"
+            ) from None
         return found
 
 
@@ -121,13 +123,27 @@ class Stack:
         return self.host.ca_path("stack").read_text()
 
 
-def make_state(tmp_path: Path, *, proxy: bool = True, grpc_identities: tuple[str, ...] | None = None,
-               workers: tuple[WorkerSpec, ...] = (WorkerSpec("worker-1-0", ""),)) -> Topology:
-    values = {"workerCallbackProxy": {"enabled": proxy, "workerDomain": DOMAIN},
-              "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
+def make_state(
+    tmp_path: Path,
+    *,
+    proxy: bool = True,
+    grpc_identities: tuple[str, ...] | None = None,
+    workers: tuple[WorkerSpec, ...] = (WorkerSpec("worker-1-0", ""),),
+) -> Topology:
+    values = {
+        "workerCallbackProxy": {"enabled": proxy, "workerDomain": DOMAIN},
+        "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
+    }
     compute = (ComputeSpec(workers=workers),) if proxy else ()
-    topology = build("t", values, invocation_replicas=0, grpc_replicas=2, compute=compute,
-                     control_workers=() if proxy else workers, seed=7)
+    topology = build(
+        "t",
+        values,
+        invocation_replicas=0,
+        grpc_replicas=2,
+        compute=compute,
+        control_workers=() if proxy else workers,
+        seed=7,
+    )
     store = CertStore(tmp_path / "certs")
     store.ensure_cas()
     # Applied as a backend applies values: `@stack-ca` becomes the CA's PEM text before any pod reads it.
@@ -187,7 +203,9 @@ async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -
         for ctx in contexts:
             watch.attach(ctx.events)
         if host_kind == "sim.worker.host":  # the real worker host process's main, run in this loop
-            worker_task = asyncio.create_task(sim.worker.host.run(host, lambda bindings: None), name="worker-host")
+            worker_task = asyncio.create_task(
+                sim.worker.host.run(host, lambda bindings: None), name="worker-host"
+            )
         else:
             worker_task = asyncio.create_task(_host_workers(stack), name="test-worker-host")
         yield stack
@@ -295,14 +313,22 @@ async def unary_once(stack: Stack, pod: str) -> bytes:
         return await echo.unary(b"once")
 
 
-@pytest.mark.parametrize(("headers", "status", "message"), [
-    ({"x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"}, 401, MISSING_AUTH),
-    ({"authorization": "Bearer " + "a" * 64}, 400, MISSING_REQUEST_ID),
-    ({"authorization": "Bearer " + "a" * 64, "x-request-id": "not-a-uuid"}, 400, INVALID_REQUEST_ID),
-    ({"authorization": "Bearer " + "a" * 64, "x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"},
-     403, INVALID_AUTH),
-])
-def test_callback_rejections_through_the_proxy(tmp_path: Path, headers: dict, status: int, message: str) -> None:
+@pytest.mark.parametrize(
+    ("headers", "status", "message"),
+    [
+        ({"x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"}, 401, MISSING_AUTH),
+        ({"authorization": "Bearer " + "a" * 64}, 400, MISSING_REQUEST_ID),
+        ({"authorization": "Bearer " + "a" * 64, "x-request-id": "not-a-uuid"}, 400, INVALID_REQUEST_ID),
+        (
+            {"authorization": "Bearer " + "a" * 64, "x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"},
+            403,
+            INVALID_AUTH,
+        ),
+    ],
+)
+def test_callback_rejections_through_the_proxy(
+    tmp_path: Path, headers: dict, status: int, message: str
+) -> None:
     async def body(stack: Stack) -> None:
         got = await raw_callback(stack, pod_sni(stack, "grpc-proxy-1"), headers)
         assert got == (status, message + "\n")
@@ -328,7 +354,9 @@ def test_worker_without_the_stack_ca_fails_the_handshake(tmp_path: Path) -> None
         assert result["error"].startswith("TLS handshake failed: certificate verify failed")
         assert stack.access_log() == []  # the worker never got as far as a request
         # Control: the same worker given NVCF_PROXY_CA_PEM gets through to the pod (403: a made-up token).
-        await handle_work(stack.worker(trust="system", pem=stack.stack_ca()), synthetic_work(stack, "grpc-proxy-0"))
+        await handle_work(
+            stack.worker(trust="system", pem=stack.stack_ca()), synthetic_work(stack, "grpc-proxy-0")
+        )
         assert stack.watch.of("worker.callback.result")[1]["status"] == 403
 
     run_stack(tmp_path, body)
@@ -371,6 +399,7 @@ def test_sni_naming_no_pod_is_refused(tmp_path: Path) -> None:
 
 def test_direct_callbacks_without_the_proxy(tmp_path: Path) -> None:
     """Single cluster, proxy off: the worker calls the pod's own name on UDP 10084, no access-log line."""
+
     async def body(stack: Stack) -> None:
         async with EchoClient(stack.client_addr("grpc-proxy-1")) as echo:
             assert await echo.unary(b"direct") == b"direct"
@@ -385,9 +414,10 @@ def test_direct_callbacks_without_the_proxy(tmp_path: Path) -> None:
 
 def test_client_sees_unavailable_when_the_pod_cannot_publish(tmp_path: Path) -> None:
     async def body(stack: Stack) -> None:
-        NetMap({k: v for k, v in stack.bindings.items() if "/tcp" not in k or ":10081/" in k},
-               {c.name: stack.topology.reachable_ranges(c.name) for c in stack.topology.clusters}
-               ).save(stack.state / "netmap.json")
+        NetMap(
+            {k: v for k, v in stack.bindings.items() if "/tcp" not in k or ":10081/" in k},
+            {c.name: stack.topology.reachable_ranges(c.name) for c in stack.topology.clusters},
+        ).save(stack.state / "netmap.json")
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await unary_once(stack, "grpc-proxy-0")
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -399,8 +429,11 @@ def test_client_sees_unavailable_when_the_pod_cannot_publish(tmp_path: Path) -> 
 
 def test_frontend_certificate_is_reloaded_for_new_connections(tmp_path: Path) -> None:
     """A worker with only system roots fails until the frontend Secret holds a public-style certificate."""
+
     async def body(stack: Stack) -> None:
-        config = h3.client_configuration(pod_sni(stack, "grpc-proxy-0"), h3.trust_pem([stack.host.ca_path(PUBLIC)]))
+        config = h3.client_configuration(
+            pod_sni(stack, "grpc-proxy-0"), h3.trust_pem([stack.host.ca_path(PUBLIC)])
+        )
         with pytest.raises(h3.HandshakeFailed):
             await h3.connect(stack.proxy_addr, config, timeout=5)
         CertStore(stack.state / "certs").issue(frontend_profile(DOMAIN, PUBLIC, secret=FRONTEND_SECRET))
@@ -453,8 +486,10 @@ def test_bench_measures_both_paths_side_by_side(tmp_path: Path) -> None:
     async def body(stack: Stack) -> None:
         report = await measure(stack.state, calls=4, concurrency=2)
         assert set(report) >= {"unary", "callbacks_direct", "callbacks_via_proxy"}
-        assert all(report[k]["calls"] == 4 and report[k]["per_second"] > 0
-                   for k in ("unary", "callbacks_direct", "callbacks_via_proxy"))
+        assert all(
+            report[k]["calls"] == 4 and report[k]["per_second"] > 0
+            for k in ("unary", "callbacks_direct", "callbacks_via_proxy")
+        )
         rejected = stack.watch.of("grpc.callback.rejected")
         assert len(rejected) == 8 and {r["status"] for r in rejected} == {403}
 
@@ -463,6 +498,7 @@ def test_bench_measures_both_paths_side_by_side(tmp_path: Path) -> None:
 
 def test_pod_gone_gives_503_uf_at_once(tmp_path: Path) -> None:
     """Nothing listens on the pod's UDP port any more: the proxy answers 503 UF without waiting out a timeout."""
+
     async def body(stack: Stack) -> None:
         stack.pods["grpc-proxy-1"].h3.close()
         auth = {"authorization": "Bearer " + "a" * 64, "x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"}

@@ -63,37 +63,65 @@ def test_revoked_tokens_and_seeded_replays() -> None:
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.mark.parametrize(("method", "path", "headers", "verdict"), [
-    ("POST", "/v1/proxy", {**AUTH, "x-request-id": RID}, Accept(TOKEN, RID)),
-    ("POST", "/v1/proxy?x=1", {**AUTH, "x-request-id": RID.upper()}, Accept(TOKEN, RID)),
-    ("POST", "/v1/proxy", {"authorization": f"bearer  {TOKEN} ", "x-request-id": RID}, Accept(TOKEN, RID)),
-    ("POST", "/v1/proxy", {"x-request-id": RID}, Reject(401, MISSING_AUTH)),
-    ("POST", "/v1/proxy", {"authorization": "Bearer ", "x-request-id": RID}, Reject(401, MISSING_AUTH)),
-    ("POST", "/v1/proxy", {"authorization": f"Basic {TOKEN}", "x-request-id": RID}, Reject(401, MISSING_AUTH)),
-    ("POST", "/v1/proxy", {}, Reject(401, MISSING_AUTH)),  # auth is judged first
-    ("POST", "/v1/proxy", AUTH, Reject(400, MISSING_REQUEST_ID)),
-    ("POST", "/v1/proxy", {**AUTH, "x-request-id": "  "}, Reject(400, MISSING_REQUEST_ID)),
-    ("POST", "/v1/proxy", {**AUTH, "x-request-id": "req-1"}, Reject(400, INVALID_REQUEST_ID)),
-    ("POST", "/v1/proxy", {**AUTH, "x-request-id": RID + "0"}, Reject(400, INVALID_REQUEST_ID)),
-    ("POST", "/v2/proxy", {**AUTH, "x-request-id": RID}, Reject(404, NOT_FOUND)),
-    ("GET", "/v1/proxy", {**AUTH, "x-request-id": RID}, Reject(405, METHOD_NOT_ALLOWED)),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "verdict"),
+    [
+        ("POST", "/v1/proxy", {**AUTH, "x-request-id": RID}, Accept(TOKEN, RID)),
+        ("POST", "/v1/proxy?x=1", {**AUTH, "x-request-id": RID.upper()}, Accept(TOKEN, RID)),
+        (
+            "POST",
+            "/v1/proxy",
+            {"authorization": f"bearer  {TOKEN} ", "x-request-id": RID},
+            Accept(TOKEN, RID),
+        ),
+        ("POST", "/v1/proxy", {"x-request-id": RID}, Reject(401, MISSING_AUTH)),
+        ("POST", "/v1/proxy", {"authorization": "Bearer ", "x-request-id": RID}, Reject(401, MISSING_AUTH)),
+        (
+            "POST",
+            "/v1/proxy",
+            {"authorization": f"Basic {TOKEN}", "x-request-id": RID},
+            Reject(401, MISSING_AUTH),
+        ),
+        ("POST", "/v1/proxy", {}, Reject(401, MISSING_AUTH)),  # auth is judged first
+        ("POST", "/v1/proxy", AUTH, Reject(400, MISSING_REQUEST_ID)),
+        ("POST", "/v1/proxy", {**AUTH, "x-request-id": "  "}, Reject(400, MISSING_REQUEST_ID)),
+        ("POST", "/v1/proxy", {**AUTH, "x-request-id": "req-1"}, Reject(400, INVALID_REQUEST_ID)),
+        ("POST", "/v1/proxy", {**AUTH, "x-request-id": RID + "0"}, Reject(400, INVALID_REQUEST_ID)),
+        ("POST", "/v2/proxy", {**AUTH, "x-request-id": RID}, Reject(404, NOT_FOUND)),
+        ("GET", "/v1/proxy", {**AUTH, "x-request-id": RID}, Reject(405, METHOD_NOT_ALLOWED)),
+    ],
+)
 def test_check_callback(method: str, path: str, headers: dict, verdict: Accept | Reject) -> None:
     assert check_callback(method, path, headers) == verdict
 
 
 def test_rejection_messages_are_word_for_word() -> None:
     assert (MISSING_AUTH, MISSING_REQUEST_ID, INVALID_REQUEST_ID, INVALID_AUTH) == (
-        "HTTP CONNECT request is missing auth", "HTTP CONNECT request is missing request id",
-        "HTTP CONNECT request has an invalid request id", "HTTP CONNECT request is missing valid auth")
+        "HTTP CONNECT request is missing auth",
+        "HTTP CONNECT request is missing request id",
+        "HTTP CONNECT request has an invalid request id",
+        "HTTP CONNECT request is missing valid auth",
+    )
 
 
 # -- URLs and retries ----------------------------------------------------------------------------
-@pytest.mark.parametrize(("proxy", "url", "host", "port"), [
-    (True, "https://10-42-0-41.grpc-worker.example.com/v1/proxy", "10-42-0-41.grpc-worker.example.com", 443),
-    (False, "https://10-42-0-41.grpc-headless.nvcf.svc.cluster.local:10084/v1/proxy",
-     "10-42-0-41.grpc-headless.nvcf.svc.cluster.local", 10084),
-])
+@pytest.mark.parametrize(
+    ("proxy", "url", "host", "port"),
+    [
+        (
+            True,
+            "https://10-42-0-41.grpc-worker.example.com/v1/proxy",
+            "10-42-0-41.grpc-worker.example.com",
+            443,
+        ),
+        (
+            False,
+            "https://10-42-0-41.grpc-headless.nvcf.svc.cluster.local:10084/v1/proxy",
+            "10-42-0-41.grpc-headless.nvcf.svc.cluster.local",
+            10084,
+        ),
+    ],
+)
 def test_connect_urls(proxy: bool, url: str, host: str, port: int) -> None:
     assert connect_url("10.42.0.41", "grpc-worker.example.com", proxy) == url
     target = parse_connect_url(url)
@@ -106,10 +134,19 @@ def test_connect_url_must_be_https(url: str) -> None:
         parse_connect_url(url)
 
 
-@pytest.mark.parametrize(("attempt", "status", "delay"), [
-    (1, None, 0.010), (2, 503, 0.020), (3, 400, 0.040), (5, None, 0.160), (MAX_ATTEMPTS, None, None),
-    (1, 200, None), (1, 401, None), (1, 403, None),
-])
+@pytest.mark.parametrize(
+    ("attempt", "status", "delay"),
+    [
+        (1, None, 0.010),
+        (2, 503, 0.020),
+        (3, 400, 0.040),
+        (5, None, 0.160),
+        (MAX_ATTEMPTS, None, None),
+        (1, 200, None),
+        (1, 401, None),
+        (1, 403, None),
+    ],
+)
 def test_retry_delay(attempt: int, status: int | None, delay: float | None) -> None:
     assert retry_delay(attempt, status) == (pytest.approx(delay) if delay else None)
 
@@ -128,7 +165,7 @@ def test_deframer_whole_and_byte_by_byte() -> None:
     assert Deframer().feed(WIRE) == MESSAGES
     deframer, got = Deframer(), []
     for i in range(len(WIRE)):
-        got += deframer.feed(WIRE[i:i + 1])
+        got += deframer.feed(WIRE[i : i + 1])
     assert got == MESSAGES and not deframer.partial
 
 
@@ -147,14 +184,23 @@ def test_deframer_refuses_compressed_messages() -> None:
 def test_echo_replies() -> None:
     assert echo_replies(UNARY, b"\x00raw") == [b"\x00raw"]
     replies = echo_replies(STREAM, json.dumps({"text": "hi", "count": 3}).encode())
-    assert [json.loads(r) for r in replies] == [{"seq": 0, "text": "hi"}, {"seq": 1, "text": "hi"},
-                                                {"seq": 2, "text": "hi"}]
+    assert [json.loads(r) for r in replies] == [
+        {"seq": 0, "text": "hi"},
+        {"seq": 1, "text": "hi"},
+        {"seq": 2, "text": "hi"},
+    ]
 
 
-@pytest.mark.parametrize(("path", "request_body", "status"), [
-    ("/ncpsim.Echo/Nope", b"", 12), (STREAM, b"not json", 3), (STREAM, b'{"text": "x"}', 3),
-    (STREAM, b'{"text": "x", "count": -1}', 3), (STREAM, b'{"text": "x", "count": 10001}', 3),
-])
+@pytest.mark.parametrize(
+    ("path", "request_body", "status"),
+    [
+        ("/ncpsim.Echo/Nope", b"", 12),
+        (STREAM, b"not json", 3),
+        (STREAM, b'{"text": "x"}', 3),
+        (STREAM, b'{"text": "x", "count": -1}', 3),
+        (STREAM, b'{"text": "x", "count": 10001}', 3),
+    ],
+)
 def test_echo_errors(path: str, request_body: bytes, status: int) -> None:
     with pytest.raises(GrpcError) as err:
         echo_replies(path, request_body)

@@ -19,8 +19,12 @@ NAME = "a.example.test"
 def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     ca = trustme.CA()
     leaf = ca.issue_cert("*.example.test")
-    secret = write_secret(tmp_path_factory.mktemp("h3") / "tls", leaf.cert_chain_pems[0].bytes(),
-                          leaf.private_key_pem.bytes(), ca.cert_pem.bytes())
+    secret = write_secret(
+        tmp_path_factory.mktemp("h3") / "tls",
+        leaf.cert_chain_pems[0].bytes(),
+        leaf.private_key_pem.bytes(),
+        ca.cert_pem.bytes(),
+    )
     return secret, ca.cert_pem.bytes()
 
 
@@ -58,8 +62,14 @@ def test_request_round_trip_and_sni(pki: tuple[Path, bytes]) -> None:
     async def body(harness: Harness, addr: tuple[str, int]) -> None:
         client = await h3.connect(addr, h3.client_configuration(NAME, ca), timeout=5)
         try:
-            stream = client.open_request([(b":method", b"POST"), (b":scheme", b"https"),
-                                          (b":authority", NAME.encode()), (b":path", b"/x")])
+            stream = client.open_request(
+                [
+                    (b":method", b"POST"),
+                    (b":scheme", b"https"),
+                    (b":authority", NAME.encode()),
+                    (b":path", b"/x"),
+                ]
+            )
             served = await harness.requests.get()
             assert dict(await served.headers)[b":path"] == b"/x"
             served.send_headers([(b":status", b"200")])
@@ -87,8 +97,14 @@ def test_unread_stream_stops_the_writer(pki: tuple[Path, bytes]) -> None:
     async def body(harness: Harness, addr: tuple[str, int]) -> None:
         client = await h3.connect(addr, h3.client_configuration(NAME, ca), timeout=5)
         try:
-            stream = client.open_request([(b":method", b"POST"), (b":scheme", b"https"),
-                                          (b":authority", NAME.encode()), (b":path", b"/bulk")])
+            stream = client.open_request(
+                [
+                    (b":method", b"POST"),
+                    (b":scheme", b"https"),
+                    (b":authority", NAME.encode()),
+                    (b":path", b"/bulk"),
+                ]
+            )
             served = await harness.requests.get()
 
             async def writer() -> None:
@@ -148,14 +164,17 @@ def test_trust_pem_normalises_bundles(tmp_path: Path) -> None:
 def test_reloading_config_swaps_good_material_and_keeps_old_on_broken(tmp_path: Path) -> None:
     ca = trustme.CA()
     first, second = ca.issue_cert("a.example.test"), ca.issue_cert("b.example.test")
-    secret = write_secret(tmp_path / "tls", first.cert_chain_pems[0].bytes(), first.private_key_pem.bytes(),
-                          ca.cert_pem.bytes())
+    secret = write_secret(
+        tmp_path / "tls", first.cert_chain_pems[0].bytes(), first.private_key_pem.bytes(), ca.cert_pem.bytes()
+    )
     errors: list[str] = []
     reloading = h3.ReloadingServerConfig(secret, errors.append)
     config = reloading.refresh()
     original = config.certificate
     write_secret(secret, b"garbage", b"garbage", ca.cert_pem.bytes())
     assert reloading.refresh().certificate == original and len(errors) == 1
-    write_secret(secret, second.cert_chain_pems[0].bytes(), second.private_key_pem.bytes(), ca.cert_pem.bytes())
+    write_secret(
+        secret, second.cert_chain_pems[0].bytes(), second.private_key_pem.bytes(), ca.cert_pem.bytes()
+    )
     assert reloading.refresh() is config  # same object: aioquic's server holds it
     assert config.certificate != original and reloading.generation == 2

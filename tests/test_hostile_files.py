@@ -24,8 +24,16 @@ ADDRESS_SPACE = 512 << 20  # bytes: the interpreter and its imports need ~60 MiB
 
 
 def invoke(*args: str, env: dict[str, str], timeout: float = QUICK) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
@@ -73,21 +81,36 @@ def write(path: Path, content: str | bytes) -> Path:
 HOSTILE: dict[str, tuple[Callable[[Path], Path], tuple[str, ...]]] = {
     "alias bomb, 7 levels": (lambda d: write(d / "bomb7.yaml", alias_bomb(7)), ("alias",)),
     "alias bomb, 9 levels": (lambda d: write(d / "bomb9.yaml", alias_bomb(9)), ("alias",)),
-    "alias bomb under an unknown key": (lambda d: write(d / "bomb-unknown.yaml", alias_bomb(9, "customerExtras")),
-                                        ("alias",)),
+    "alias bomb under an unknown key": (
+        lambda d: write(d / "bomb-unknown.yaml", alias_bomb(9, "customerExtras")),
+        ("alias",),
+    ),
     "alias inside itself": (lambda d: write(d / "loop.yaml", "a: &x\n  b: *x\n"), ("alias",)),
     "5,000-deep YAML": (lambda d: write(d / "deep.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n"), ("deep",)),
-    "1,000-deep block YAML": (lambda d: write(d / "deep-block.yaml", "".join(f"{' ' * n}k{n}:\n" for n in range(1000))),
-                              ("deep",)),
-    "5,000-digit integer": (lambda d: write(d / "bigint.yaml", "workerCallbackProxy:\n  port: " + "9" * 5000 + "\n"),
-                            ("integer",)),
-    "NUL byte": (lambda d: write(d / "nul.yaml", b"workerCallbackProxy:\n  enabled: true\x00\n"), ("binary",)),
-    "not UTF-8": (lambda d: write(d / "latin1.yaml", "workerDomain: caf\xe9\n".encode("latin-1")), ("UTF-8",)),
+    "1,000-deep block YAML": (
+        lambda d: write(d / "deep-block.yaml", "".join(f"{' ' * n}k{n}:\n" for n in range(1000))),
+        ("deep",),
+    ),
+    "5,000-digit integer": (
+        lambda d: write(d / "bigint.yaml", "workerCallbackProxy:\n  port: " + "9" * 5000 + "\n"),
+        ("integer",),
+    ),
+    "NUL byte": (
+        lambda d: write(d / "nul.yaml", b"workerCallbackProxy:\n  enabled: true\x00\n"),
+        ("binary",),
+    ),
+    "not UTF-8": (
+        lambda d: write(d / "latin1.yaml", "workerDomain: caf\xe9\n".encode("latin-1")),
+        ("UTF-8",),
+    ),
     "2 MiB": (lambda d: write(d / "big.yaml", "# padding\n" * (1 << 18)), ("too large",)),
     "/dev/zero": (lambda d: Path("/dev/zero"), ("character device",)),
     "a FIFO": (lambda d: (os.mkfifo(d / "fifo.yaml"), d / "fifo.yaml")[1], ("FIFO",)),
     "a folder": (lambda d: (d / "folder.yaml").mkdir() or d / "folder.yaml", ("folder",)),
-    "a python object tag": (lambda d: write(d / "tag.yaml", "a: !!python/object/apply:os.system [id]\n"), ("not supported",)),
+    "a python object tag": (
+        lambda d: write(d / "tag.yaml", "a: !!python/object/apply:os.system [id]\n"),
+        ("not supported",),
+    ),
 }
 CASES = sorted(HOSTILE)
 
@@ -108,13 +131,17 @@ def test_up_refuses_a_hostile_scenario_file(tmp_path: Path, case: str) -> None:
 
 @pytest.mark.parametrize("command", [("replay", "http-callback"), ("replay", "--all"), ("diagnose",)])
 @pytest.mark.parametrize("case", ["alias bomb under an unknown key", "a FIFO", "5,000-digit integer"])
-def test_replay_and_diagnose_refuse_a_hostile_values_file(tmp_path: Path, command: tuple[str, ...], case: str) -> None:
+def test_replay_and_diagnose_refuse_a_hostile_values_file(
+    tmp_path: Path, command: tuple[str, ...], case: str
+) -> None:
     make, words = HOSTILE[case]
     path = make(tmp_path)
     refused(invoke(*command, "-f", str(path), env=guarded(tmp_path)), str(path), *words)
 
 
-@pytest.mark.parametrize("case", ["alias bomb, 9 levels", "5,000-deep YAML", "a FIFO", "/dev/zero", "NUL byte"])
+@pytest.mark.parametrize(
+    "case", ["alias bomb, 9 levels", "5,000-deep YAML", "a FIFO", "/dev/zero", "NUL byte"]
+)
 def test_step_refuses_a_hostile_step_file(tmp_path: Path, case: str) -> None:
     make, words = HOSTILE[case]
     path = make(tmp_path)
@@ -123,15 +150,28 @@ def test_step_refuses_a_hostile_step_file(tmp_path: Path, case: str) -> None:
     refused(invoke("step", str(path), "--stack", "hostile", env=home(tmp_path)), str(path), *words)
 
 
-@pytest.mark.parametrize(("value", "words"), [
-    ("[" * 5000 + "]" * 5000, ("--set", "deep")),
-    ("9" * 5000, ("--set", "integer")),
-    ("[" + ",".join(["&a0 [x,x,x,x,x,x,x,x,x]"] + [f"&a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)])
-     + "]", ("--set", "alias")),
-])
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("[" * 5000 + "]" * 5000, ("--set", "deep")),
+        ("9" * 5000, ("--set", "integer")),
+        (
+            "["
+            + ",".join(
+                ["&a0 [x,x,x,x,x,x,x,x,x]"] + [f"&a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+            )
+            + "]",
+            ("--set", "alias"),
+        ),
+    ],
+)
 def test_up_refuses_a_hostile_set(tmp_path: Path, value: str, words: tuple[str, ...]) -> None:
-    refused(invoke("up", "--set", f"workerCallbackProxy.extra={value}", "--stack", "hostile", env=guarded(tmp_path)),
-            *words)
+    refused(
+        invoke(
+            "up", "--set", f"workerCallbackProxy.extra={value}", "--stack", "hostile", env=guarded(tmp_path)
+        ),
+        *words,
+    )
 
 
 # The alias bomb: refused fast, with memory bounded ----------------------------------------------------------
@@ -162,8 +202,14 @@ def test_alias_bombs_are_refused_in_under_a_second_with_memory_bounded(tmp_path:
     bombs.append(write(tmp_path / "bomb-unknown.yaml", alias_bomb(9, "customerExtras")))
     assert all(len(p.read_bytes()) < 600 for p in bombs)
     probe = BOMB_PROBE.format(limit=ADDRESS_SPACE, repo=str(REPO))
-    run = subprocess.run([sys.executable, "-c", probe, *map(str, bombs)], capture_output=True, text=True,
-                         timeout=QUICK, check=False, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", probe, *map(str, bombs)],
+        capture_output=True,
+        text=True,
+        timeout=QUICK,
+        check=False,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stdout + run.stderr[-3000:]
     assert float(run.stdout.strip()) < BOUND, f"slowest refusal took {run.stdout.strip()} s"
 
@@ -177,17 +223,29 @@ def test_up_refuses_the_alias_bomb_under_an_address_space_limit(tmp_path: Path) 
 
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
-    run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", "-f", str(bomb)],
-                         cwd=REPO, env=guarded(tmp_path), capture_output=True, text=True, timeout=QUICK,
-                         check=False, preexec_fn=cap, stdin=subprocess.DEVNULL)
+    run = subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", "-f", str(bomb)],
+        cwd=REPO,
+        env=guarded(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=QUICK,
+        check=False,
+        preexec_fn=cap,
+        stdin=subprocess.DEVNULL,
+    )
     refused(run, str(bomb), "alias")
 
 
 def test_a_date_that_is_no_date_is_text_as_helm_reads_it(tmp_path: Path) -> None:
     """PyYAML builds a datetime from 2001-13-45 and raises ValueError; Helm keeps the text, and so does ncpsim."""
     path = write(tmp_path / "date.yaml", "workerCallbackProxy:\n  workerDomain: 2001-13-45\n")
-    refused(invoke("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)),
-            f"{path}:2", "workerDomain", "not a valid DNS name")
+    refused(
+        invoke("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)),
+        f"{path}:2",
+        "workerDomain",
+        "not a valid DNS name",
+    )
 
 
 # Arguments where a folder or a number is wanted (item 7) ---------------------------------------------------
@@ -204,11 +262,17 @@ def test_render_refuses_an_out_that_is_a_file(tmp_path: Path, where: str) -> Non
     assert file.read_text() == "not a folder\n"
 
 
-@pytest.mark.parametrize("command", [("replay", "http-callback", "--junit"), ("diagnose", "--set",
-                                     "workerCallbackProxy.enabled=true", "--write-ticket")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("replay", "http-callback", "--junit"),
+        ("diagnose", "--set", "workerCallbackProxy.enabled=true", "--write-ticket"),
+    ],
+)
 @pytest.mark.parametrize("where", ["FOLDER", "FILE/report.xml"])
-def test_an_output_file_where_a_folder_is_is_refused_before_any_work(tmp_path: Path, command: tuple[str, ...],
-                                                                      where: str) -> None:
+def test_an_output_file_where_a_folder_is_is_refused_before_any_work(
+    tmp_path: Path, command: tuple[str, ...], where: str
+) -> None:
     """Checked first: a replay or a diagnosis is not run to its end only to fail writing its report."""
     file = write(tmp_path / "a-file", "not a folder\n")
     out = where.replace("FOLDER", str(tmp_path)).replace("FILE", str(file))
@@ -218,8 +282,9 @@ def test_an_output_file_where_a_folder_is_is_refused_before_any_work(tmp_path: P
 
 @pytest.mark.parametrize("command", [("certs",), ("render", "--out", "OUT")])
 @pytest.mark.parametrize("where", ["FILE/sub", "/proc/self/ncpsim"])
-def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(tmp_path: Path, command: tuple[str, ...],
-                                                                  where: str) -> None:
+def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(
+    tmp_path: Path, command: tuple[str, ...], where: str
+) -> None:
     """`invoke certs` and `invoke render` keep certificates in the state folder without bringing a stack up."""
     if where.startswith("/proc") and not Path("/proc/self").is_dir():
         pytest.skip("no /proc on this system")
@@ -247,8 +312,15 @@ def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path
     (the network map, tests/test_state_folder.py); this is the write outside it."""
     state = tmp_path / "state"
     state.mkdir()
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER.format(repo=str(REPO)), str(state)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER.format(repo=str(REPO)), str(state)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     try:
         results = [writer.communicate(timeout=QUICK) for writer in writers]
     finally:
@@ -261,17 +333,29 @@ def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path
 
 
 # `invoke step -`: standard input is untrusted too ----------------------------------------------------------------
-@pytest.mark.parametrize(("stdin", "words"), [
-    ("/dev/zero", ("standard input", "too large")),
-    (b"invoke: {function: http-echo}\n# caf\xe9\n", ("standard input", "UTF-8")),
-    (b"invoke: {function: http-echo}\x00\n", ("step-stdin.yaml:1", "binary")),
-])
-def test_step_refuses_hostile_standard_input(tmp_path: Path, stdin: str | bytes, words: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("stdin", "words"),
+    [
+        ("/dev/zero", ("standard input", "too large")),
+        (b"invoke: {function: http-echo}\n# caf\xe9\n", ("standard input", "UTF-8")),
+        (b"invoke: {function: http-echo}\x00\n", ("step-stdin.yaml:1", "binary")),
+    ],
+)
+def test_step_refuses_hostile_standard_input(
+    tmp_path: Path, stdin: str | bytes, words: tuple[str, ...]
+) -> None:
     source = Path(stdin) if isinstance(stdin, str) else write(tmp_path / "stdin", stdin)
     with source.open("rb") as handle:
-        run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"], cwd=REPO,
-                             env=home(tmp_path), stdin=handle, capture_output=True, text=True, timeout=QUICK,
-                             check=False)
+        run = subprocess.run(
+            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"],
+            cwd=REPO,
+            env=home(tmp_path),
+            stdin=handle,
+            capture_output=True,
+            text=True,
+            timeout=QUICK,
+            check=False,
+        )
     refused(run, *words)
 
 
@@ -280,9 +364,16 @@ def test_step_from_standard_input_refuses_an_unusable_ncpsim_home(tmp_path: Path
         pytest.skip("no /proc on this system")
     step = write(tmp_path / "step.yaml", "invoke: {function: http-echo}\n")
     with step.open("rb") as handle:
-        run = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"], cwd=REPO,
-                             env={**os.environ, "NCPSIM_HOME": "/proc/self/ncpsim"}, stdin=handle,
-                             capture_output=True, text=True, timeout=QUICK, check=False)
+        run = subprocess.run(
+            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"],
+            cwd=REPO,
+            env={**os.environ, "NCPSIM_HOME": "/proc/self/ncpsim"},
+            stdin=handle,
+            capture_output=True,
+            text=True,
+            timeout=QUICK,
+            check=False,
+        )
     refused(run, "NCPSIM_HOME")
 
 
@@ -318,8 +409,14 @@ def test_a_brought_secret_folder_is_read_with_bounds(tmp_path: Path, plant: str)
         write(folder / "tls.crt", "-----BEGIN CERTIFICATE-----\n")
         os.mkfifo(folder / "tls.key")
         words = ["tls.key"]
-    run = subprocess.run([sys.executable, "-c", SECRET_PROBE.format(limit=ADDRESS_SPACE, repo=str(REPO)), str(folder)],
-                         capture_output=True, text=True, timeout=QUICK, check=False, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", SECRET_PROBE.format(limit=ADDRESS_SPACE, repo=str(REPO)), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=QUICK,
+        check=False,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stdout + run.stderr[-3000:]
     line = run.stdout.strip()
     assert len(line.splitlines()) == 1 and all(w in line for w in words), line

@@ -35,13 +35,29 @@ SHORT = 5.0  # a local reply, a reset or a pod's 400 takes milliseconds; this on
 Fields = tuple[tuple[str, str], ...]
 
 
-def fields(name: str, authority: str | None = SNI, *, method: str | None = "POST", path: str | None = "/v1/proxy",
-           scheme: str | None = "https", extra: Fields = (), pseudo_extra: Fields = ()) -> Fields:
+def fields(
+    name: str,
+    authority: str | None = SNI,
+    *,
+    method: str | None = "POST",
+    path: str | None = "/v1/proxy",
+    scheme: str | None = "https",
+    extra: Fields = (),
+    pseudo_extra: Fields = (),
+) -> Fields:
     """A worker's callback head with the parts a row changes; every row carries x-request-id hx3-<name>."""
-    pseudo = [(k, v) for k, v in ((":method", method), (":scheme", scheme), (":authority", authority),
-                                   (":path", path)) if v is not None]
-    return (*pseudo, *pseudo_extra, ("authorization", "Bearer " + "a" * 64), ("x-request-id", f"hx3-{name}"),
-            *extra)
+    pseudo = [
+        (k, v)
+        for k, v in ((":method", method), (":scheme", scheme), (":authority", authority), (":path", path))
+        if v is not None
+    ]
+    return (
+        *pseudo,
+        *pseudo_extra,
+        ("authorization", "Bearer " + "a" * 64),
+        ("x-request-id", f"hx3-{name}"),
+        *extra,
+    )
 
 
 @dataclass(frozen=True)
@@ -77,7 +93,7 @@ ROWS = [
     row("userinfo", "404", f"x@{POD41}.{WD}"),
     row("suffix-trick", "404", f"{POD41}.{WD}.evil.example"),
     row("two-labels", "404", f"a.{POD41}.{WD}"),
-    Row("connect", (( ":method", "CONNECT"), (":authority", SNI), ("x-request-id", "hx3-connect")), "404"),
+    Row("connect", ((":method", "CONNECT"), (":authority", SNI), ("x-request-id", "hx3-connect")), "404"),
     row("options-star", "404", method="OPTIONS", path="*"),
     # Stream errors: reset, no response, the connection lives on.
     row("connect-with-path", MSG, method="CONNECT"),  # a CONNECT carries only :method and :authority
@@ -97,8 +113,11 @@ ROWS = [
     row("te-gzip", MSG, extra=(("te", "gzip"),)),
     row("space-in-authority", MSG, f"{POD41}.{WD} evil"),
     Row("pseudo-after-regular", (*fields("pseudo-after-regular", path=None), (":path", "/v1/proxy")), MSG),
-    Row("authority-twice", (*fields("authority-twice")[:3], (":authority", f"{POD42}.{WD}"),
-                            *fields("authority-twice")[3:]), MSG),
+    Row(
+        "authority-twice",
+        (*fields("authority-twice")[:3], (":authority", f"{POD42}.{WD}"), *fields("authority-twice")[3:]),
+        MSG,
+    ),
 ]
 assert len({r.name for r in ROWS}) == len(ROWS)
 
@@ -136,8 +155,10 @@ def vhost_matches(domain: str, host: str) -> bool:
 
 def lua_pod_header(authority: str) -> str | None:
     """What the rendered Lua filter puts in the pod header: `^([0-9-]+)%.` of :authority, then the suffix."""
-    pattern, suffix = re.search(r'string\.match\([^,]+, "([^"]+)"\)', LUA_SOURCE), re.search(
-        r'label \.\. "([^"]+)"', LUA_SOURCE)
+    pattern, suffix = (
+        re.search(r'string\.match\([^,]+, "([^"]+)"\)', LUA_SOURCE),
+        re.search(r'label \.\. "([^"]+)"', LUA_SOURCE),
+    )
     assert pattern and suffix, "the Lua source changed shape: update this reader"
     lua = pattern.group(1).replace("%.", r"\.")
     m = re.match(lua, authority)
@@ -155,8 +176,10 @@ def envoy_routes(request: H3Request, table: dict[str, Any]) -> str | None:
             if path is None or not path.startswith(match["prefix"]):  # CONNECT: no path, no prefix match
                 continue
             headers = {":authority": authority}
-            if all(re.fullmatch(h["string_match"]["safe_regex"]["regex"], headers[h["name"]])
-                   for h in match["headers"]):
+            if all(
+                re.fullmatch(h["string_match"]["safe_regex"]["regex"], headers[h["name"]])
+                for h in match["headers"]
+            ):
                 rewrite = route["typed_per_filter_config"]["envoy.filters.http.dynamic_forward_proxy"]
                 assert rewrite["host_rewrite_header"] == GRPC_POD_HEADER
                 return lua_pod_header(authority)
@@ -176,21 +199,36 @@ def test_decide_agrees_with_the_rendered_route_table(r: Row) -> None:
 
 def test_decide_agrees_with_the_route_table_on_random_authorities() -> None:
     rng = random.Random(16)
-    parts = [POD41, POD42, "10-42-0-041", "1-2-3-4", "255-255-255-255", "256-1-1-1", "10-42-0", "a", "",
-             "10-42-0-41-5", "invocation", "x@10-42-0-41"]
+    parts = [
+        POD41,
+        POD42,
+        "10-42-0-041",
+        "1-2-3-4",
+        "255-255-255-255",
+        "256-1-1-1",
+        "10-42-0",
+        "a",
+        "",
+        "10-42-0-41-5",
+        "invocation",
+        "x@10-42-0-41",
+    ]
     domains = [WD, WD.upper(), WD + ".", "evil.example", GRPC, "x" + WD, WD + ".evil", ""]
     ports = ["", ":443", ":10084", ":", ":0443", ":443:443"]
     table = grpc_routes(WD)
     checked = 0
     for _ in range(3000):
-        authority = rng.choice(parts) + rng.choice([".", ". ", "-", ""]) + rng.choice(domains) + rng.choice(ports)
+        authority = (
+            rng.choice(parts) + rng.choice([".", ". ", "-", ""]) + rng.choice(domains) + rng.choice(ports)
+        )
         request = H3Request(fields("random", authority))
         decision = decide(request, WD)
         if isinstance(decision, Reset):
             continue
         checked += 1
-        assert (decision.authority if isinstance(decision, Forward) else None) == envoy_routes(request, table), \
-            authority
+        assert (decision.authority if isinstance(decision, Forward) else None) == envoy_routes(
+            request, table
+        ), authority
     assert checked > 1000
 
 
@@ -209,7 +247,12 @@ class Seen:
     control: int | None = None  # the answer to a second request on the same connection afterwards
 
 
-CONTROL = ((":method", "POST"), (":scheme", "https"), (":authority", f"invocation.{WD}"), (":path", "/v1/proxy"))
+CONTROL = (
+    (":method", "POST"),
+    (":scheme", "https"),
+    (":authority", f"invocation.{WD}"),
+    (":path", "/v1/proxy"),
+)
 
 
 def encode(pairs: Fields) -> list[tuple[bytes, bytes]]:
@@ -226,7 +269,9 @@ async def ask(client: h3.H3Endpoint, pairs: Fields) -> int:
 
 async def attack(port: int, ca: Path, r: Row) -> Seen:
     seen = Seen()
-    client = await h3.connect(("127.0.0.1", port), h3.client_configuration(SNI, h3.trust_pem([ca])), timeout=SHORT)
+    client = await h3.connect(
+        ("127.0.0.1", port), h3.client_configuration(SNI, h3.trust_pem([ca])), timeout=SHORT
+    )
     try:
         try:
             seen.status = await ask(client, r.fields)
@@ -280,22 +325,29 @@ def test_attack(r: Row, attacked: tuple[Path, dict[str, Seen]]) -> None:
     else:
         assert got.status is not None, got  # the pod's own answer to a made-up token (the log says forwarded)
     rid = f"hx3-{r.name}"
-    [logged] = [e for e in events(state, "worker-callback-proxy.jsonl")
-                if e["kind"] == "proxy.h3.stream" and e.get("requestId") == rid] or [None]
+    [logged] = [
+        e
+        for e in events(state, "worker-callback-proxy.jsonl")
+        if e["kind"] == "proxy.h3.stream" and e.get("requestId") == rid
+    ] or [None]
     if logged is not None:  # a stream reset before its headers were decoded carries no request id
         flag = "DPE" if kind == "reset" else "NR" if kind == "404" else "-"
         assert logged["flags"] == flag, logged
 
 
-def test_no_request_reached_a_pod_the_route_table_would_not_dial(attacked: tuple[Path, dict[str, Seen]]) -> None:
+def test_no_request_reached_a_pod_the_route_table_would_not_dial(
+    attacked: tuple[Path, dict[str, Seen]],
+) -> None:
     state, _ = attacked
     pods = {"grpc-proxy-0": POD41, "grpc-proxy-1": POD42}
-    reached = {(e["requestId"], pods[e["pod"]]) for e in events(state, "grpc-proxy-*.jsonl")
-               if str(e.get("requestId", "")).startswith("hx3-")}
+    reached = {
+        (e["requestId"], pods[e["pod"]])
+        for e in events(state, "grpc-proxy-*.jsonl")
+        if str(e.get("requestId", "")).startswith("hx3-")
+    }
     allowed = {(f"hx3-{r.name}", r.expect.removeprefix("pod:")) for r in ROWS if r.expect.startswith("pod:")}
     assert allowed <= reached, "a control never reached its pod: the check below would prove nothing"
     assert reached == allowed
-
 
 
 def test_the_aioquic_internals_the_front_overrides_are_still_there() -> None:

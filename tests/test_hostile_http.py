@@ -70,8 +70,10 @@ def read_until_eof(sock: socket.socket | ssl.SSLSocket) -> tuple[bytes, bool]:
 
 
 def exchange(port: int, raw: bytes, ctx: ssl.SSLContext, sni: str | None = SNI) -> tuple[bytes, bool]:
-    with (socket.create_connection(("127.0.0.1", port), timeout=SHORT) as sock,
-          ctx.wrap_socket(sock, server_hostname=sni) as tls):
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=SHORT) as sock,
+        ctx.wrap_socket(sock, server_hostname=sni) as tls,
+    ):
         tls.sendall(raw)
         return read_until_eof(tls)
 
@@ -85,14 +87,26 @@ def statuses(data: bytes) -> list[int]:
             break
         lines = head.split(b"\r\n")
         found.append(int(lines[0].split()[1]))
-        length = next((int(line.split(b":", 1)[1]) for line in lines[1:]
-                       if line.lower().startswith(b"content-length:")), 0)
+        length = next(
+            (
+                int(line.split(b":", 1)[1])
+                for line in lines[1:]
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
         data = rest[length:]
     return found
 
 
-def req(name: str, line: str, *headers: tuple[str, str], host: str | None = f"{POD}:8443",
-        body: bytes = b"", close: bool = True) -> bytes:
+def req(
+    name: str,
+    line: str,
+    *headers: tuple[str, str],
+    host: str | None = f"{POD}:8443",
+    body: bytes = b"",
+    close: bool = True,
+) -> bytes:
     """One request head (+ body). Connection: close makes the proxy close after its log line is written,
     so reading to EOF means the access log is complete for this case."""
     hdrs = ([("Host", host)] if host else []) + [("X-Request-Id", f"hx-{name}"), *headers]
@@ -137,18 +151,38 @@ def path_case(name: str, path: str) -> Case:
 CASES: list[Case] = [
     # Allowed controls: the pod answers 401 (no token), proving these requests do reach it.
     Case("ok-get", get("ok-get", f"http://{POD}:8443{ATTACH}"), ((401, "-"),), allowed=("hx-ok-get",)),
-    Case("ok-post", req("ok-post", f"POST http://{POD}:8443{ATTACH} HTTP/1.1", ("Content-Length", "2"),
-                        body=b"{}"), ((401, "-"),), allowed=("hx-ok-post",)),
-    Case("ok-query", get("ok-query", f"http://{POD}:8443{ATTACH}?a=1&b=%2e%2e"), ((401, "-"),),
-         allowed=("hx-ok-query",)),
-    Case("ok-pod2", get("ok-pod2", f"http://{POD2}:8443{ATTACH}", host=f"{POD2}:8443"), ((401, "-"),),
-         allowed=("hx-ok-pod2",)),
+    Case(
+        "ok-post",
+        req("ok-post", f"POST http://{POD}:8443{ATTACH} HTTP/1.1", ("Content-Length", "2"), body=b"{}"),
+        ((401, "-"),),
+        allowed=("hx-ok-post",),
+    ),
+    Case(
+        "ok-query",
+        get("ok-query", f"http://{POD}:8443{ATTACH}?a=1&b=%2e%2e"),
+        ((401, "-"),),
+        allowed=("hx-ok-query",),
+    ),
+    Case(
+        "ok-pod2",
+        get("ok-pod2", f"http://{POD2}:8443{ATTACH}", host=f"{POD2}:8443"),
+        ((401, "-"),),
+        allowed=("hx-ok-pod2",),
+    ),
     # RFC 9112 3.2.2: with an absolute-form target the Host header is ignored (Envoy does the same).
-    Case("ok-host-mismatch", get("ok-host-mismatch", f"http://{POD}:8443{ATTACH}", host="evil.example"),
-         ((401, "-"),), allowed=("hx-ok-host-mismatch",)),
+    Case(
+        "ok-host-mismatch",
+        get("ok-host-mismatch", f"http://{POD}:8443{ATTACH}", host="evil.example"),
+        ((401, "-"),),
+        allowed=("hx-ok-host-mismatch",),
+    ),
     # Envoy lower-cases an absolute URL's scheme before routing, so this is the allowed form.
-    Case("ok-upper-scheme", get("ok-upper-scheme", f"HTTP://{POD}:8443{ATTACH}"), ((401, "-"),),
-         allowed=("hx-ok-upper-scheme",)),
+    Case(
+        "ok-upper-scheme",
+        get("ok-upper-scheme", f"HTTP://{POD}:8443{ATTACH}"),
+        ((401, "-"),),
+        allowed=("hx-ok-upper-scheme",),
+    ),
     # Path tricks: Envoy matches the path as sent (no normalisation in this route), so none matches.
     path_case("p-dotdot", "/v2/nvcf/x/../worker/request-attach"),
     path_case("p-dotdot-tail", f"{ATTACH}/../request-attach"),
@@ -169,11 +203,20 @@ CASES: list[Case] = [
     path_case("p-pct-nul", f"{ATTACH}%00"),
     path_case("p-empty", ""),
     # A pexec call through the proxy would start an invocation on the pod (seen as invoke.accepted).
-    nr("p-pexec", req("p-pexec", f"POST http://{POD}:8443/v2/nvcf/pexec/functions/hx-p-pexec HTTP/1.1",
-                      ("Content-Length", "0"))),
+    nr(
+        "p-pexec",
+        req(
+            "p-pexec",
+            f"POST http://{POD}:8443/v2/nvcf/pexec/functions/hx-p-pexec HTTP/1.1",
+            ("Content-Length", "0"),
+        ),
+    ),
     dpe("p-fragment", get("p-fragment", f"http://{POD}:8443{ATTACH}#frag"), parsed=True),
-    dpe("p-fragment-authority", get("p-fragment-authority", f"http://evil.example#@{POD}:8443{ATTACH}"),
-        parsed=True),
+    dpe(
+        "p-fragment-authority",
+        get("p-fragment-authority", f"http://evil.example#@{POD}:8443{ATTACH}"),
+        parsed=True,
+    ),
     # Absolute URLs off the allowed form: other schemes, hosts, ports, user-info.
     nr("a-https", get("a-https", f"https://{POD}:8443{ATTACH}")),
     nr("a-ftp", get("a-ftp", f"ftp://{POD}:8443{ATTACH}")),
@@ -187,8 +230,14 @@ CASES: list[Case] = [
     nr("a-double-port", get("a-double-port", f"http://{POD}:8443:8443{ATTACH}")),
     nr("a-upper-host", get("a-upper-host", f"http://{POD.upper()}:8443{ATTACH}")),
     nr("a-trailing-dot", get("a-trailing-dot", f"http://{POD}.:8443{ATTACH}")),
-    nr("a-bad-dashed-ip", get("a-bad-dashed-ip", f"http://10-42-0-256.invocation.nvcf.svc.cluster.local:8443{ATTACH}")),
-    nr("a-grpc-headless", get("a-grpc-headless", f"http://10-42-0-41.grpc-headless.nvcf.svc.cluster.local:8443{ATTACH}")),
+    nr(
+        "a-bad-dashed-ip",
+        get("a-bad-dashed-ip", f"http://10-42-0-256.invocation.nvcf.svc.cluster.local:8443{ATTACH}"),
+    ),
+    nr(
+        "a-grpc-headless",
+        get("a-grpc-headless", f"http://10-42-0-41.grpc-headless.nvcf.svc.cluster.local:8443{ATTACH}"),
+    ),
     nr("a-extra-label", get("a-extra-label", f"http://x.{POD}:8443{ATTACH}")),
     nr("a-ipv6", get("a-ipv6", f"http://[::1]:8443{ATTACH}")),
     dpe("a-bad-ipv6", get("a-bad-ipv6", "http://["), parsed=True),  # Envoy: 400 invalid_url
@@ -196,58 +245,143 @@ CASES: list[Case] = [
     nr("a-asterisk", req("a-asterisk", "OPTIONS * HTTP/1.1")),
     dpe("a-userinfo", get("a-userinfo", f"http://u:p@{POD}:8443{ATTACH}"), parsed=True),
     dpe("a-userinfo-user", get("a-userinfo-user", f"http://u@{POD}:8443{ATTACH}"), parsed=True),
-    dpe("a-userinfo-confusion", get("a-userinfo-confusion", f"http://{POD}:8443@example.com:8443{ATTACH}"),
-        parsed=True),
+    dpe(
+        "a-userinfo-confusion",
+        get("a-userinfo-confusion", f"http://{POD}:8443@example.com:8443{ATTACH}"),
+        parsed=True,
+    ),
     # CONNECT is off by default: every target gets 404 NR, and bytes after it are a new request.
     nr("c-pod", req("c-pod", f"CONNECT {POD}:8443 HTTP/1.1")),
     nr("c-other-host", req("c-other-host", "CONNECT example.com:443 HTTP/1.1", host="example.com:443")),
     nr("c-loopback", req("c-loopback", "CONNECT 127.0.0.1:{proxy_port} HTTP/1.1", host="127.0.0.1")),
     nr("c-pod-ip", req("c-pod-ip", "CONNECT 10.42.0.11:8443 HTTP/1.1", host="10.42.0.11:8443")),
-    Case("c-then-request", req("c-then-request", f"CONNECT {POD}:8443 HTTP/1.1", close=False)
-         + get("c-then-request-2", f"http://{POD}:8443/v2/nvcf/pexec/status/x"),
-         ((404, "NR"), (404, "NR")), forbidden_ids=("hx-c-then-request-2",)),
+    Case(
+        "c-then-request",
+        req("c-then-request", f"CONNECT {POD}:8443 HTTP/1.1", close=False)
+        + get("c-then-request-2", f"http://{POD}:8443/v2/nvcf/pexec/status/x"),
+        ((404, "NR"), (404, "NR")),
+        forbidden_ids=("hx-c-then-request-2",),
+    ),
     # Framing: request smuggling shapes.
-    dpe("f-cl-te", req("f-cl-te", f"POST http://{POD}:8443{ATTACH} HTTP/1.1", ("Content-Length", "5"),
-                       ("Transfer-Encoding", "chunked"), body=b"0\r\n\r\n"), parsed=True),
-    dpe("f-te-gzip", req("f-te-gzip", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                         ("Transfer-Encoding", "gzip")), status=501),
-    dpe("f-te-gzip-chunked", req("f-te-gzip-chunked", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                                 ("Transfer-Encoding", "gzip, chunked")), status=501),
-    dpe("f-te-identity", req("f-te-identity", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                             ("Transfer-Encoding", "identity")), status=501),
-    dpe("f-te-twice", req("f-te-twice", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                          ("Transfer-Encoding", "chunked"), ("Transfer-Encoding", "chunked")), status=501),
-    dpe("f-cl-conflict", req("f-cl-conflict", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                             ("Content-Length", "1"), ("Content-Length", "2"), body=b"xx")),
-    dpe("f-cl-negative", req("f-cl-negative", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                             ("Content-Length", "-1"))),
+    dpe(
+        "f-cl-te",
+        req(
+            "f-cl-te",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Content-Length", "5"),
+            ("Transfer-Encoding", "chunked"),
+            body=b"0\r\n\r\n",
+        ),
+        parsed=True,
+    ),
+    dpe(
+        "f-te-gzip",
+        req("f-te-gzip", f"POST http://{POD}:8443{ATTACH} HTTP/1.1", ("Transfer-Encoding", "gzip")),
+        status=501,
+    ),
+    dpe(
+        "f-te-gzip-chunked",
+        req(
+            "f-te-gzip-chunked",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Transfer-Encoding", "gzip, chunked"),
+        ),
+        status=501,
+    ),
+    dpe(
+        "f-te-identity",
+        req("f-te-identity", f"POST http://{POD}:8443{ATTACH} HTTP/1.1", ("Transfer-Encoding", "identity")),
+        status=501,
+    ),
+    dpe(
+        "f-te-twice",
+        req(
+            "f-te-twice",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Transfer-Encoding", "chunked"),
+            ("Transfer-Encoding", "chunked"),
+        ),
+        status=501,
+    ),
+    dpe(
+        "f-cl-conflict",
+        req(
+            "f-cl-conflict",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Content-Length", "1"),
+            ("Content-Length", "2"),
+            body=b"xx",
+        ),
+    ),
+    dpe(
+        "f-cl-negative",
+        req("f-cl-negative", f"POST http://{POD}:8443{ATTACH} HTTP/1.1", ("Content-Length", "-1")),
+    ),
     # A forbidden request hidden after a chunked body's end is parsed, and routed, as its own request.
-    Case("f-te-smuggle", req("f-te-smuggle", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                             ("Transfer-Encoding", "chunked"), close=False, body=b"0\r\n\r\n")
-         + get("f-te-smuggle-2", f"http://{POD}:8443/v2/nvcf/pexec/status/x"),
-         ((401, "-"), (404, "NR")), allowed=("hx-f-te-smuggle",), forbidden_ids=("hx-f-te-smuggle-2",)),
+    Case(
+        "f-te-smuggle",
+        req(
+            "f-te-smuggle",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Transfer-Encoding", "chunked"),
+            close=False,
+            body=b"0\r\n\r\n",
+        )
+        + get("f-te-smuggle-2", f"http://{POD}:8443/v2/nvcf/pexec/status/x"),
+        ((401, "-"), (404, "NR")),
+        allowed=("hx-f-te-smuggle",),
+        forbidden_ids=("hx-f-te-smuggle-2",),
+    ),
     # ... while one inside a Content-Length body is only body bytes for the allowed request.
-    Case("f-cl-smuggle", req("f-cl-smuggle", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                             ("Content-Length", str(len(inner := get("f-cl-smuggle-2", f"http://{POD}:8443/x")))),
-                             body=inner), ((401, "-"),), allowed=("hx-f-cl-smuggle",),
-         forbidden_ids=("hx-f-cl-smuggle-2",)),
+    Case(
+        "f-cl-smuggle",
+        req(
+            "f-cl-smuggle",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Content-Length", str(len(inner := get("f-cl-smuggle-2", f"http://{POD}:8443/x")))),
+            body=inner,
+        ),
+        ((401, "-"),),
+        allowed=("hx-f-cl-smuggle",),
+        forbidden_ids=("hx-f-cl-smuggle-2",),
+    ),
     # An allowed request whose chunked body is malformed: the head was already on its way to the pod (Envoy
     # streams too), but the worker gets the codec's 400 at once instead of waiting out the idle timeout.
-    Case("f-bad-chunk", req("f-bad-chunk", f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
-                            ("Transfer-Encoding", "chunked"), body=b"zz\r\nabc\r\n0\r\n\r\n"),
-         ((400, "DPE"),), may_reach=True),
-    Case("f-pipelined", get("f-pipelined", f"http://{POD}:8443{ATTACH}", close=False)
-         + get("f-pipelined-2", f"http://{POD}:8443/v2/nvcf/x/../worker/request-attach"),
-         ((401, "-"), (404, "NR")), allowed=("hx-f-pipelined",), forbidden_ids=("hx-f-pipelined-2",)),
+    Case(
+        "f-bad-chunk",
+        req(
+            "f-bad-chunk",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Transfer-Encoding", "chunked"),
+            body=b"zz\r\nabc\r\n0\r\n\r\n",
+        ),
+        ((400, "DPE"),),
+        may_reach=True,
+    ),
+    Case(
+        "f-pipelined",
+        get("f-pipelined", f"http://{POD}:8443{ATTACH}", close=False)
+        + get("f-pipelined-2", f"http://{POD}:8443/v2/nvcf/x/../worker/request-attach"),
+        ((401, "-"), (404, "NR")),
+        allowed=("hx-f-pipelined",),
+        forbidden_ids=("hx-f-pipelined-2",),
+    ),
     # Header limits: Envoy's max_request_headers_kb (60) and max_headers_count (100).
     dpe("h-61k", get("h-61k", f"http://{POD}:8443{ATTACH}", ("X-Big", "a" * 61 * 1024)), 431, parsed=True),
     dpe("h-70k", get("h-70k", f"http://{POD}:8443{ATTACH}", ("X-Big", "a" * 70 * 1024)), 431, parsed=None),
-    dpe("h-target-70k", get("h-target-70k", f"http://{POD}:8443{ATTACH}?{'a' * 70 * 1024}"), 431,
-        parsed=None),
-    dpe("h-101", get("h-101", f"http://{POD}:8443{ATTACH}", *[(f"X-H{i}", "v") for i in range(100)]), 431,
-        parsed=True),
-    dpe("h-no-colon",
-        get("h-no-colon", f"http://{POD}:8443{ATTACH}", ("X-A", "b")).replace(b"X-A: b", b"X-A b")),
+    dpe(
+        "h-target-70k", get("h-target-70k", f"http://{POD}:8443{ATTACH}?{'a' * 70 * 1024}"), 431, parsed=None
+    ),
+    dpe(
+        "h-101",
+        get("h-101", f"http://{POD}:8443{ATTACH}", *[(f"X-H{i}", "v") for i in range(100)]),
+        431,
+        parsed=True,
+    ),
+    dpe(
+        "h-no-colon",
+        get("h-no-colon", f"http://{POD}:8443{ATTACH}", ("X-A", "b")).replace(b"X-A: b", b"X-A b"),
+    ),
     dpe("h-space-before-colon", get("h-space-before-colon", f"http://{POD}:8443{ATTACH}", ("X-A ", "b"))),
     dpe("h-nul", get("h-nul", f"http://{POD}:8443{ATTACH}", ("X-A", "b\0c"))),
     # Bad request lines.
@@ -303,7 +437,8 @@ def send_batch(stack: LocalStack, cases: list[Case]) -> dict[str, Outcome]:
     outcomes = {}
     for case in cases:
         raw = case.raw.replace(b"{pod_port}", str(ports["pod_port"]).encode()).replace(
-            b"{proxy_port}", str(ports["proxy_port"]).encode())
+            b"{proxy_port}", str(ports["proxy_port"]).encode()
+        )
         before = len(access_log(stack))
         data, stalled = exchange(ports["proxy_port"], raw, ctx)
         outcomes[case.name] = Outcome(data, stalled, access_log(stack)[before:])
@@ -339,8 +474,9 @@ def test_no_forbidden_request_reached_a_pod(batch: tuple[LocalStack, dict[str, O
     events = pod_events(stack)
     # pod.request (every request a pod parses, any path) where the pods log it; attach.* and
     # invoke.accepted (the routes that act) in any case.
-    seen = {e.get("requestId") for e in events
-            if e["kind"] == "pod.request" or e["kind"].startswith("attach.")}
+    seen = {
+        e.get("requestId") for e in events if e["kind"] == "pod.request" or e["kind"].startswith("attach.")
+    }
     seen |= {e.get("function") for e in events if e["kind"] == "invoke.accepted"}
     allowed = {rid for c in CASES for rid in c.allowed}
     maybe = {f"hx-{c.name}" for c in CASES if c.may_reach}
@@ -359,20 +495,26 @@ def test_plaintext_http_to_the_tls_port_gets_no_http_answer(http_stack) -> None:
         data, stalled = read_until_eof(sock)
     assert not stalled and not data.startswith(b"HTTP/")  # a TLS alert at most, then close
     assert len(access_log(stack)) == before  # Envoy logs no HTTP request for a failed handshake
-    control = exchange(proxy_port(stack), get("t-plaintext-after", f"http://{POD}:8443{ATTACH}"),
-                       client_context(stack.status()["ca"]["stack"]))
+    control = exchange(
+        proxy_port(stack),
+        get("t-plaintext-after", f"http://{POD}:8443{ATTACH}"),
+        client_context(stack.status()["ca"]["stack"]),
+    )
     assert statuses(control[0]) == [401]
 
 
-@pytest.mark.parametrize("sni", [None, "invocation.other.example", WD],
-                         ids=["no-sni", "other-domain", "apex"])
+@pytest.mark.parametrize(
+    "sni", [None, "invocation.other.example", WD], ids=["no-sni", "other-domain", "apex"]
+)
 def test_sni_off_the_certificate_fails_the_workers_verification(http_stack, sni: str | None) -> None:
     """A worker that verifies (as every worker-utils does) refuses the session: the name is not covered.
     Without SNI the client checks the address it dialed, which the *.<workerDomain> certificate lacks."""
     stack, _ = http_stack
     ctx = client_context(stack.status()["ca"]["stack"])
-    with (socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
-          pytest.raises(ssl.SSLCertVerificationError)):
+    with (
+        socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
+        pytest.raises(ssl.SSLCertVerificationError),
+    ):
         ctx.wrap_socket(sock, server_hostname=sni or "127.0.0.1")  # an IP literal sends no SNI
 
 
@@ -384,15 +526,25 @@ def test_without_verification_the_proxy_serves_its_one_certificate(http_stack, s
     stack, _ = http_stack
     frontend = (stack.state_dir / "certs" / "secrets").glob("*/tls.crt")
     served = []
-    with (socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
-          client_context(None, verify=False).wrap_socket(sock, server_hostname=sni) as tls):
+    with (
+        socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
+        client_context(None, verify=False).wrap_socket(sock, server_hostname=sni) as tls,
+    ):
         served.append(ssl.DER_cert_to_PEM_cert(tls.getpeercert(binary_form=True) or b""))
     assert any(served[0].strip() in path.read_text() for path in frontend)
     name = "no-sni" if sni is None else "other-sni"
-    ok = exchange(proxy_port(stack), get(f"t-{name}-ok", f"http://{POD}:8443{ATTACH}"),
-                  client_context(None, verify=False), sni)
-    bad = exchange(proxy_port(stack), get(f"t-{name}-bad", f"http://{POD}:8443{ATTACH}/.."),
-                   client_context(None, verify=False), sni)
+    ok = exchange(
+        proxy_port(stack),
+        get(f"t-{name}-ok", f"http://{POD}:8443{ATTACH}"),
+        client_context(None, verify=False),
+        sni,
+    )
+    bad = exchange(
+        proxy_port(stack),
+        get(f"t-{name}-bad", f"http://{POD}:8443{ATTACH}/.."),
+        client_context(None, verify=False),
+        sni,
+    )
     assert (statuses(ok[0]), statuses(bad[0])) == ([401], [404])
     seen = {e.get("requestId") for e in pod_events(stack)}
     assert f"hx-t-{name}-ok" in seen and f"hx-t-{name}-bad" not in seen
@@ -404,8 +556,10 @@ def test_alpn_without_http11_is_served_as_http11(http_stack) -> None:
     stack, _ = http_stack
     ctx = client_context(stack.status()["ca"]["stack"])
     ctx.set_alpn_protocols(["h2"])
-    with (socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
-          ctx.wrap_socket(sock, server_hostname=SNI) as tls):
+    with (
+        socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
+        ctx.wrap_socket(sock, server_hostname=SNI) as tls,
+    ):
         assert tls.selected_alpn_protocol() is None
         tls.sendall(get("t-alpn-h2", f"http://{POD}:8443{ATTACH}"))
         data, _ = read_until_eof(tls)
@@ -422,7 +576,9 @@ def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
     os.environ["NCPSIM_PROXY_STREAM_IDLE"] = str(IDLE)
     try:
         try:
-            result = run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True)
+            result = run_scenario(
+                load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True
+            )
         finally:
             if saved is None:
                 os.environ.pop("NCPSIM_PROXY_STREAM_IDLE", None)
@@ -439,8 +595,10 @@ def slow_exchange(stack: LocalStack, *parts: bytes, gap: float = 0.0) -> tuple[l
     """Send `parts` `gap` seconds apart (the slowness under test), then read to EOF; (statuses, seconds)."""
     ctx = client_context(stack.status()["ca"]["stack"])
     started = time.monotonic()
-    with (socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
-          ctx.wrap_socket(sock, server_hostname=SNI) as tls):
+    with (
+        socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
+        ctx.wrap_socket(sock, server_hostname=SNI) as tls,
+    ):
         for i, part in enumerate(parts):
             if i:
                 time.sleep(gap)
@@ -479,7 +637,7 @@ def test_a_steady_trickle_is_not_idle(slow_stack: LocalStack) -> None:
     """A piece every TRICKLE seconds, longer than the idle timeout in all: idle means silent, not slow."""
     head = get("s-trickle", f"http://{POD}:8443{ATTACH}")
     step = len(head) // (int(IDLE / TRICKLE) + 2) + 1
-    pieces = [head[i:i + step] for i in range(0, len(head), step)]
+    pieces = [head[i : i + step] for i in range(0, len(head), step)]
     records = Records(slow_stack.state_dir)
     found, took, _ = slow_exchange(slow_stack, *pieces, gap=TRICKLE)
     assert found == [401] and took > IDLE
@@ -547,10 +705,17 @@ async def h3_attempt(port: int, ca: Path, case: H3Case) -> H3Outcome:
     except h3.HandshakeFailed as exc:
         return H3Outcome(handshake_error=exc.error_code)
     try:
-        stream = client.open_request([(b":method", b"POST"), (b":scheme", b"https"),
-                                      (b":authority", (case.sni or "").encode()), (b":path", b"/v1/proxy"),
-                                      (b"authorization", b"Bearer " + b"a" * 64),
-                                      (b"x-request-id", f"hx-{case.name}".encode())], end=True)
+        stream = client.open_request(
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"https"),
+                (b":authority", (case.sni or "").encode()),
+                (b":path", b"/v1/proxy"),
+                (b"authorization", b"Bearer " + b"a" * 64),
+                (b"x-request-id", f"hx-{case.name}".encode()),
+            ],
+            end=True,
+        )
         await asyncio.wait_for(stream.headers, SHORT)
         await asyncio.wait_for(stream.read(), SHORT)
         return H3Outcome(status=stream.status)
@@ -592,13 +757,17 @@ def test_h3_hostile_case(case: H3Case, h3_batch: tuple[LocalStack, dict[str, H3O
     # The proxy records a stream once both sides ended, which may be just after the client has its answer.
     stream = records.event("proxy.h3.stream", requestId=f"hx-{case.name}")
     assert (stream["status"], stream["flags"]) == (status, flag)
-    assert [e for e in records.events if e.get("requestId") == f"hx-{case.name}"
-            and e["kind"] == "proxy.h3.stream"] == [stream]
+    assert [
+        e
+        for e in records.events
+        if e.get("requestId") == f"hx-{case.name}" and e["kind"] == "proxy.h3.stream"
+    ] == [stream]
     assert (stream["upstream"] != "-") is case.allowed  # DF: the pod name never resolved
 
 
-def test_h3_no_forbidden_request_reached_a_grpc_pod(h3_batch: tuple[LocalStack, dict[str, H3Outcome]]
-                                                   ) -> None:
+def test_h3_no_forbidden_request_reached_a_grpc_pod(
+    h3_batch: tuple[LocalStack, dict[str, H3Outcome]],
+) -> None:
     stack, _ = h3_batch
     seen = set()
     for path in (stack.state_dir / "events").glob("grpc-proxy-*.jsonl"):
@@ -616,26 +785,33 @@ CONNECT_CASES = [
     nr("con-plain-port", req("con-plain-port", f"CONNECT {POD}:8080 HTTP/1.1", host=f"{POD}:8080")),
     nr("con-loopback", req("con-loopback", "CONNECT 127.0.0.1:{pod_port} HTTP/1.1", host="127.0.0.1")),
     nr("con-pod-ip", req("con-pod-ip", "CONNECT 10.42.0.11:8443 HTTP/1.1", host="10.42.0.11:8443")),
-    nr("con-grpc-pod", req("con-grpc-pod", "CONNECT 10-42-0-41.grpc-headless.nvcf.svc.cluster.local:8443"
-                                           " HTTP/1.1")),
+    nr(
+        "con-grpc-pod",
+        req("con-grpc-pod", "CONNECT 10-42-0-41.grpc-headless.nvcf.svc.cluster.local:8443 HTTP/1.1"),
+    ),
     nr("con-upper-host", req("con-upper-host", f"CONNECT {POD.upper()}:8443 HTTP/1.1")),
     nr("con-absolute", req("con-absolute", f"CONNECT http://{POD}:8443/ HTTP/1.1")),
     nr("con-userinfo", req("con-userinfo", f"CONNECT u:p@{POD}:8443 HTTP/1.1")),
-    Case("con-no-such-pod", req("con-no-such-pod",
-                                "CONNECT 10-42-0-99.invocation.nvcf.svc.cluster.local:8443 HTTP/1.1"),
-         ((503, "DF"),)),
+    Case(
+        "con-no-such-pod",
+        req("con-no-such-pod", "CONNECT 10-42-0-99.invocation.nvcf.svc.cluster.local:8443 HTTP/1.1"),
+        ((503, "DF"),),
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
-def connect_batch(tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[tuple[LocalStack, dict[str, Outcome]]]:
+def connect_batch(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalStack, dict[str, Outcome]]]:
     root = tmp_path_factory.mktemp("ncpsim-connect")
     values = root / "connect-on.yaml"
     values.write_text(CONNECT_ON)
     stack = LocalStack("hostile-connect", root=root)
     try:
-        result = run_scenario(load_scenario("http-callback", values), LocalBackend(stack.root), stack.name, keep=True)
+        result = run_scenario(
+            load_scenario("http-callback", values), LocalBackend(stack.root), stack.name, keep=True
+        )
         assert result.ok, result.failures
         yield stack, send_batch(stack, CONNECT_CASES)
     finally:
@@ -644,8 +820,9 @@ def connect_batch(tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.mark.parametrize("case", CONNECT_CASES, ids=[c.name for c in CONNECT_CASES])
-def test_connect_enabled_hostile_case(case: Case,
-                                      connect_batch: tuple[LocalStack, dict[str, Outcome]]) -> None:
+def test_connect_enabled_hostile_case(
+    case: Case, connect_batch: tuple[LocalStack, dict[str, Outcome]]
+) -> None:
     check_case(case, connect_batch[1][case.name])
 
 
@@ -685,14 +862,17 @@ def through_tunnel(tls: ssl.SSLSocket, ctx: ssl.SSLContext, host: str, raw: byte
 
 
 def test_connect_enabled_tunnel_reaches_only_the_named_pod(
-        connect_batch: tuple[LocalStack, dict[str, Outcome]]) -> None:
+    connect_batch: tuple[LocalStack, dict[str, Outcome]],
+) -> None:
     """The allowed control: CONNECT to the pod's 8443 gets 200, then the worker's request inside reaches
     that pod (401, no token); none of the refused CONNECTs above reached any pod."""
     stack, _ = connect_batch
     ca = stack.status()["ca"]["stack"]
     records = Records(stack.state_dir)
-    with (socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
-          client_context(ca).wrap_socket(sock, server_hostname=SNI) as tls):
+    with (
+        socket.create_connection(("127.0.0.1", proxy_port(stack)), timeout=SHORT) as sock,
+        client_context(ca).wrap_socket(sock, server_hostname=SNI) as tls,
+    ):
         tls.sendall(req("con-tunnel", f"CONNECT {POD}:8443 HTTP/1.1", close=False))
         head = b""
         while b"\r\n\r\n" not in head:
@@ -701,8 +881,12 @@ def test_connect_enabled_tunnel_reaches_only_the_named_pod(
         inner = through_tunnel(tls, client_context(ca), POD, get("con-tunnel-inner", ATTACH))
     assert statuses(inner) == [401]  # the pod's own answer, through the tunnel
     rec = records.access_line(request_id="hx-con-tunnel")  # written once both sides closed
-    assert (rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) == ("CONNECT", "200", "-",
-                                                                                  "10.42.0.11:8443")
+    assert (rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) == (
+        "CONNECT",
+        "200",
+        "-",
+        "10.42.0.11:8443",
+    )
     seen = {e.get("requestId") for e in pod_events(stack)}
     assert "hx-con-tunnel-inner" in seen
     refused = {rid for c in CONNECT_CASES for rid in c.ids}

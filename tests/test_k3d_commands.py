@@ -57,7 +57,9 @@ def scenario():
 
 
 def k3d_up(scenario, runner: CommandRunner, engine) -> K3dStack:
-    return K3dBackend(runner, engine, sleep=lambda _s: None).up(scenario.build_topology("default"), scenario.name)
+    return K3dBackend(runner, engine, sleep=lambda _s: None).up(
+        scenario.build_topology("default"), scenario.name
+    )
 
 
 def k3d_down(runner: CommandRunner, purge: bool = False) -> list[str]:
@@ -104,8 +106,13 @@ def expected_up(home: Path, first: bool) -> list[tuple[str, ...]]:
         (*cp, "apply", "-f", str(rendered / "manifests" / "ncpsim-cp.yaml")),
         *[
             (*cp, "-n", "nvcf", "rollout", "status", f"deployment/{name}", "--timeout=180s")
-            for name in ("nats", "nats-auth-callout-service", "invocation-service", "grpc-proxy-deployment",
-                         "worker-callback-proxy")
+            for name in (
+                "nats",
+                "nats-auth-callout-service",
+                "invocation-service",
+                "grpc-proxy-deployment",
+                "worker-callback-proxy",
+            )
         ],
         (*cp, "-n", "nvcf", "get", "service", "nats", "-o", "json"),
         (*cp, "-n", "nvcf", "get", "service", "worker-callback-proxy", "-o", "json"),

@@ -198,9 +198,7 @@ def test_upper_case_scheme_is_forwarded_by_envoy_and_the_policy() -> None:
     target = f"HTTP://{POD}:8443{CALLBACK_PATH}"
     route = select_route(hcm(bootstrap())["route_config"], envoy_headers("GET", target))
     assert route is not None and route["name"] == "request_attach"  # what Envoy does
-    assert isinstance(
-        decide(RequestHead("GET", target), DEFAULT), Forward
-    )  # and the local policy agrees
+    assert isinstance(decide(RequestHead("GET", target), DEFAULT), Forward)  # and the local policy agrees
 
 
 # -- row: allowed target + request-attach (query ignored) -> forwarded, SNI = pod name -------------
@@ -476,7 +474,9 @@ def test_config_uses_only_v3_type_urls_and_is_json() -> None:
 
 def test_both_listeners_match_only_the_worker_domain_sni() -> None:
     """A ClientHello or QUIC Initial for another name finds no filter chain, as the local fronts refuse it."""
-    listeners = {lst["name"]: lst for lst in render_envoy(DEFAULT, WD).bootstrap["static_resources"]["listeners"]}
+    listeners = {
+        lst["name"]: lst for lst in render_envoy(DEFAULT, WD).bootstrap["static_resources"]["listeners"]
+    }
     for listener in listeners.values():
         assert [c["filter_chain_match"]["server_names"] for c in listener["filter_chains"]] == [[f"*.{WD}"]]
     inspectors = [f["name"] for f in listeners["worker_callback_http"]["listener_filters"]]

@@ -291,7 +291,15 @@ def test_status_pod_targets_follow_upstream_tls(tmp_path: Path) -> None:
 
     from sim.model.values import deep_merge
 
-    plain = replace(TOPOLOGY, values=deep_merge(TOPOLOGY.values, {"workerCallbackProxy": {
-        "invocation": {"upstreamTls": {"enabled": False}}}}))
-    targets = {p["target"].rsplit(":", 1)[1] for p in status(plain, tmp_path, "x")["pods"] if p["role"] == "invocation"}
+    plain = replace(
+        TOPOLOGY,
+        values=deep_merge(
+            TOPOLOGY.values, {"workerCallbackProxy": {"invocation": {"upstreamTls": {"enabled": False}}}}
+        ),
+    )
+    targets = {
+        p["target"].rsplit(":", 1)[1]
+        for p in status(plain, tmp_path, "x")["pods"]
+        if p["role"] == "invocation"
+    }
     assert targets == {"8080"}

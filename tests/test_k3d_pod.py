@@ -168,7 +168,9 @@ def test_serve_publishes_what_the_component_reports(monkeypatch: pytest.MonkeyPa
 
     async def scenario() -> bytes:
         task = asyncio.create_task(entry.serve("invocation", ctx), name="serve")
-        async with asyncio.timeout(READY_TIMEOUT):  # the ready event on stdout, as kubelet's probe waits for it
+        async with asyncio.timeout(
+            READY_TIMEOUT
+        ):  # the ready event on stdout, as kubelet's probe waits for it
             while "component.ready" not in stream.getvalue():
                 await asyncio.sleep(POLL_INTERVAL)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -193,8 +195,13 @@ def test_kube_context_dials_the_real_network_and_reaches_nats(tmp_path: Path) ->
 
     async def scenario() -> bytes:
         assert server.endpoints is not None
-        ctx = entry.KubeContext(tmp_path, TOPOLOGY, "invocation-service-0", "ncpsim-cp",
-                                bus_address=f"127.0.0.1:{server.endpoints.port}")
+        ctx = entry.KubeContext(
+            tmp_path,
+            TOPOLOGY,
+            "invocation-service-0",
+            "ncpsim-cp",
+            bus_address=f"127.0.0.1:{server.endpoints.port}",
+        )
         assert ctx.udp_address("10.42.0.41", 10084) == ("10.42.0.41", 10084)
         publisher = WorkPublisher(ctx, "invocation-service")
         await publisher.publish("http-echo", "r1", {"requestId": "r1"})  # creates the streams first

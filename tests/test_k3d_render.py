@@ -180,8 +180,12 @@ def test_control_plane_objects() -> None:
 def test_nats_runs_the_real_server_with_the_local_backends_config(tmp_path: Path) -> None:
     """nats-server from nats.image.*, the config the local backend renders (listening on the pod), accepted by
     the real binary's config check; the callout as a stand-in; ready from /healthz."""
-    values = {"nats": {"image": {"registry": "registry.example.com", "repository": "mirror/nats", "tag": "2.11.4"}}}
-    topology = replace(TOPOLOGIES["http-callback"], values=deep_merge(TOPOLOGIES["http-callback"].values, values))
+    values = {
+        "nats": {"image": {"registry": "registry.example.com", "repository": "mirror/nats", "tag": "2.11.4"}}
+    }
+    topology = replace(
+        TOPOLOGIES["http-callback"], values=deep_merge(TOPOLOGIES["http-callback"].values, values)
+    )
     objects = control_objects(topology)
     pod = objects[("Deployment", "nats")]["spec"]["template"]["spec"]
     (server,) = pod["containers"]
@@ -190,13 +194,17 @@ def test_nats_runs_the_real_server_with_the_local_backends_config(tmp_path: Path
     text = objects[("ConfigMap", "nats-config")]["data"]["nats-server.conf"]
     local = render(server_config(StackKeys.derive(topology.seed), "/data/jetstream", 4222, 8222))
     assert text == local.replace('listen: "127.0.0.1:4222"', 'listen: "0.0.0.0:4222"').replace(
-        'http: "127.0.0.1:8222"', 'http: "0.0.0.0:8222"')
+        'http: "127.0.0.1:8222"', 'http: "0.0.0.0:8222"'
+    )
     conf = tmp_path / "nats-server.conf"
     conf.write_text(text.replace("/data/jetstream", str(tmp_path / "js")))
-    checked = subprocess.run([str(find_binary()), "-t", "-c", str(conf)], capture_output=True, text=True,
-                             timeout=30, check=False)
+    checked = subprocess.run(
+        [str(find_binary()), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30, check=False
+    )
     assert checked.returncode == 0, checked.stderr + checked.stdout
-    callout = objects[("Deployment", "nats-auth-callout-service")]["spec"]["template"]["spec"]["containers"][0]
+    callout = objects[("Deployment", "nats-auth-callout-service")]["spec"]["template"]["spec"]["containers"][
+        0
+    ]
     assert callout["args"] == ["nats-callout"] and callout["command"] == ["python", "-m", "clusters.k3d.pod"]
     env = {e["name"]: e.get("value") for e in callout["env"]}
     assert env["NCPSIM_BUS_ADDRESS"] == "nats.nvcf.svc.cluster.local:4222"

@@ -33,8 +33,9 @@ CALL_TIMEOUT = 15.0
 
 def _up(root, name: str, sets: tuple[str, ...] = ()) -> LocalStack:  # type: ignore[no-untyped-def]
     stack = LocalStack(name, root=root)
-    result = run_scenario(load_scenario("http-callback", sets=sets), LocalBackend(stack.root), stack.name,
-                          keep=True)
+    result = run_scenario(
+        load_scenario("http-callback", sets=sets), LocalBackend(stack.root), stack.name, keep=True
+    )
     assert result.ok, result
     return stack
 
@@ -183,7 +184,9 @@ def test_new_logins_need_the_callout_running_ones_do_not(nkey_stack: LocalStack)
     cred = worker_credentials(StackKeys.derive(nkey_stack.topology.seed), "nkey", "w", "http-echo")
     faults.apply({"kill": NATS_CALLOUT})
     _call_ok(nkey_stack)  # connected workers keep working without the callout
-    with pytest.raises(nats.errors.Error):  # the server holds the sign-in, then refuses it at its auth timeout
+    with pytest.raises(
+        nats.errors.Error
+    ):  # the server holds the sign-in, then refuses it at its auth timeout
         run(_login(url, cred.connect_kwargs))
     faults.apply({"restart": NATS_CALLOUT})
     run(_login(url, cred.connect_kwargs))

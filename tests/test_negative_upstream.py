@@ -33,20 +33,43 @@ def stack(tmp_path) -> Iterator[LocalStack]:
 
 def curl_code(stack: LocalStack, pod: str) -> str:
     port = stack.status()["proxy"]["http"]["port"]
-    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", "--proxy",
-                          f"https://invocation.{WD}:{port}", "--proxy-cacert", stack.status()["ca"]["stack"],
-                          "--resolve", f"invocation.{WD}:{port}:127.0.0.1", f"http://{pod}:8443{ATTACH}"],
-                         capture_output=True, text=True, timeout=10, check=False)
+    out = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+            "--proxy",
+            f"https://invocation.{WD}:{port}",
+            "--proxy-cacert",
+            stack.status()["ca"]["stack"],
+            "--resolve",
+            f"invocation.{WD}:{port}:127.0.0.1",
+            f"http://{pod}:8443{ATTACH}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
     return out.stdout
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is the real client here")
-@pytest.mark.parametrize(("issuer", "names", "why"), [
-    ("public", ("*.invocation.nvcf.svc.cluster.local",), "another CA"),
-    ("stack", ("*.wrong.nvcf.svc.cluster.local",), "wrong name"),
-])
-def test_pod_certificate_from_another_ca_or_for_another_name_gives_503_uf(stack, issuer: str, names: tuple,
-                                                                         why: str) -> None:
+@pytest.mark.parametrize(
+    ("issuer", "names", "why"),
+    [
+        ("public", ("*.invocation.nvcf.svc.cluster.local",), "another CA"),
+        ("stack", ("*.wrong.nvcf.svc.cluster.local",), "wrong name"),
+    ],
+)
+def test_pod_certificate_from_another_ca_or_for_another_name_gives_503_uf(
+    stack, issuer: str, names: tuple, why: str
+) -> None:
     pod = "10-42-0-11.invocation.nvcf.svc.cluster.local"
     assert curl_code(stack, pod) == "401"  # control: the pod answers while its certificate is right
     store = CertStore(stack.state_dir / "certs")

@@ -22,9 +22,18 @@ ROUTES = [
     # (why, head, policy, expected)
     ("callback GET", head("GET", f"http://{POD}:8443{ATTACH}"), TLS, Forward(POD, 8443, ATTACH, True)),
     ("callback POST", head("POST", f"http://{POD}:8443{ATTACH}"), TLS, Forward(POD, 8443, ATTACH, True)),
-    ("query ignored, kept", head("GET", f"http://{POD}:8443{ATTACH}?a=1"), TLS,
-     Forward(POD, 8443, ATTACH + "?a=1", True)),
-    ("plaintext upstream on 8080", head("GET", f"http://{POD}:8080{ATTACH}"), PLAIN, Forward(POD, 8080, ATTACH, False)),
+    (
+        "query ignored, kept",
+        head("GET", f"http://{POD}:8443{ATTACH}?a=1"),
+        TLS,
+        Forward(POD, 8443, ATTACH + "?a=1", True),
+    ),
+    (
+        "plaintext upstream on 8080",
+        head("GET", f"http://{POD}:8080{ATTACH}"),
+        PLAIN,
+        Forward(POD, 8080, ATTACH, False),
+    ),
     ("8443 while upstream TLS is off", head("GET", f"http://{POD}:8443{ATTACH}"), PLAIN, 404),
     ("other path", head("GET", f"http://{POD}:8443/v2/nvcf/pexec/functions/x"), TLS, 404),
     ("path prefix", head("GET", f"http://{POD}:8443{ATTACH}/x"), TLS, 404),
@@ -38,9 +47,18 @@ ROUTES = [
     ("no port", head("GET", f"http://{POD}{ATTACH}"), TLS, 404),
     ("other host", head("GET", f"http://example.com:8443{ATTACH}"), TLS, 404),
     ("not a dashed IP", head("GET", f"http://abc.invocation.nvcf.svc.cluster.local:8443{ATTACH}"), TLS, 404),
-    ("two labels", head("GET", f"http://x.10-42-0-11.invocation.nvcf.svc.cluster.local:8443{ATTACH}"), TLS, 404),
-    ("grpc-headless host", head("GET", f"http://10-42-0-41.grpc-headless.nvcf.svc.cluster.local:8443{ATTACH}"),
-     TLS, 404),
+    (
+        "two labels",
+        head("GET", f"http://x.10-42-0-11.invocation.nvcf.svc.cluster.local:8443{ATTACH}"),
+        TLS,
+        404,
+    ),
+    (
+        "grpc-headless host",
+        head("GET", f"http://10-42-0-41.grpc-headless.nvcf.svc.cluster.local:8443{ATTACH}"),
+        TLS,
+        404,
+    ),
     ("upper-case host", head("GET", f"http://{POD.upper()}:8443{ATTACH}"), TLS, 404),
     ("https scheme", head("GET", f"https://{POD}:8443{ATTACH}"), TLS, 404),
     ("ftp scheme", head("GET", f"ftp://{POD}:8443{ATTACH}"), TLS, 404),
@@ -53,13 +71,34 @@ ROUTES = [
     ("CONNECT enabled", head("CONNECT", f"{POD}:8443"), CONNECT_ON, Tunnel(POD, 8443)),
     ("CONNECT to another host", head("CONNECT", "example.com:443"), CONNECT_ON, 404),
     ("CONNECT to another port", head("CONNECT", f"{POD}:22"), CONNECT_ON, 404),
-    ("CL with TE", head("POST", f"http://{POD}:8443{ATTACH}",
-                        headers=H + (("content-length", "3"), ("transfer-encoding", "chunked"))), TLS, 400),
-    ("gzip TE", head("POST", f"http://{POD}:8443{ATTACH}", headers=H + (("transfer-encoding", "gzip"),)), TLS, 501),
-    ("101 headers", head("GET", f"http://{POD}:8443{ATTACH}",
-                         headers=H + tuple((f"x-{i}", "v") for i in range(100))), TLS, 431),
-    ("61 KiB of headers", head("GET", f"http://{POD}:8443{ATTACH}", headers=H + (("x-big", "a" * 61 * 1024),)),
-     TLS, 431),
+    (
+        "CL with TE",
+        head(
+            "POST",
+            f"http://{POD}:8443{ATTACH}",
+            headers=H + (("content-length", "3"), ("transfer-encoding", "chunked")),
+        ),
+        TLS,
+        400,
+    ),
+    (
+        "gzip TE",
+        head("POST", f"http://{POD}:8443{ATTACH}", headers=H + (("transfer-encoding", "gzip"),)),
+        TLS,
+        501,
+    ),
+    (
+        "101 headers",
+        head("GET", f"http://{POD}:8443{ATTACH}", headers=H + tuple((f"x-{i}", "v") for i in range(100))),
+        TLS,
+        431,
+    ),
+    (
+        "61 KiB of headers",
+        head("GET", f"http://{POD}:8443{ATTACH}", headers=H + (("x-big", "a" * 61 * 1024),)),
+        TLS,
+        431,
+    ),
 ]
 
 
@@ -75,14 +114,17 @@ def test_decide(why: str, request_head: RequestHead, policy: ProxyPolicy, expect
         assert decision == expected
 
 
-@pytest.mark.parametrize(("authority", "port", "expected"), [
-    (f"{POD}:8443", 8443, POD),
-    (f"{POD}:8443", 8080, None),
-    ("10-42-0-256.invocation.nvcf.svc.cluster.local:8443", 8443, None),
-    ("10-42-0.invocation.nvcf.svc.cluster.local:8443", 8443, None),
-    (".invocation.nvcf.svc.cluster.local:8443", 8443, None),
-    (f"{POD}", 8443, None),
-])
+@pytest.mark.parametrize(
+    ("authority", "port", "expected"),
+    [
+        (f"{POD}:8443", 8443, POD),
+        (f"{POD}:8443", 8080, None),
+        ("10-42-0-256.invocation.nvcf.svc.cluster.local:8443", 8443, None),
+        ("10-42-0.invocation.nvcf.svc.cluster.local:8443", 8443, None),
+        (".invocation.nvcf.svc.cluster.local:8443", 8443, None),
+        (f"{POD}", 8443, None),
+    ],
+)
 def test_pod_host(authority: str, port: int, expected: str | None) -> None:
     assert pod_host(authority, port) == expected
 

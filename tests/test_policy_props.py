@@ -50,7 +50,8 @@ def is_pod_name(host: str) -> bool:
         return False
     octets = m.groups()
     return all(o == str(int(o)) and int(o) <= 255 for o in octets) and bool(
-        ipaddress.IPv4Address(".".join(octets)))
+        ipaddress.IPv4Address(".".join(octets))
+    )
 
 
 def check_decision(head: RequestHead, policy: ProxyPolicy) -> None:
@@ -86,24 +87,72 @@ octet = st.one_of(st.integers(0, 255).map(str), st.sampled_from(["256", "010", "
 good_dashed = st.tuples(*[st.integers(0, 255)] * 4).map(lambda o: "-".join(map(str, o)))
 dashed = st.one_of(good_dashed, st.lists(octet, min_size=3, max_size=5).map("-".join))
 wild_host = st.one_of(
-    st.tuples(dashed, st.sampled_from([SUFFIX, SUFFIX.upper(), SUFFIX + ".", ".invocation.nvcf.svc", "",
-                                       ".grpc-headless.nvcf.svc.cluster.local", ".example.com"])
-              ).map("".join),
+    st.tuples(
+        dashed,
+        st.sampled_from(
+            [
+                SUFFIX,
+                SUFFIX.upper(),
+                SUFFIX + ".",
+                ".invocation.nvcf.svc",
+                "",
+                ".grpc-headless.nvcf.svc.cluster.local",
+                ".example.com",
+            ]
+        ),
+    ).map("".join),
     st.sampled_from(["example.com", "127.0.0.1", "10.42.0.11", "[::1]", "localhost", ""]),
     st.text(st.characters(codec="ascii", exclude_characters="\r\n "), max_size=20),
 )
-port = st.one_of(st.sampled_from(["8443", "8080"]),
-                 st.sampled_from(["08443", "443", "", "8443:8443", "65536", "-1", " 8443"]),
-                 st.integers(0, 70000).map(str))
-query = st.one_of(st.just(""), st.just("?"),
-                  st.text(st.characters(codec="ascii", exclude_characters="\r\n #"), max_size=15
-                          ).map("?".__add__))
-allowed_target = st.builds(lambda d, p, q: f"http://{d}{SUFFIX}:{p}{ATTACH}{q}", good_dashed,
-                           st.sampled_from(["8443", "8080"]), query)
+port = st.one_of(
+    st.sampled_from(["8443", "8080"]),
+    st.sampled_from(["08443", "443", "", "8443:8443", "65536", "-1", " 8443"]),
+    st.integers(0, 70000).map(str),
+)
+query = st.one_of(
+    st.just(""),
+    st.just("?"),
+    st.text(st.characters(codec="ascii", exclude_characters="\r\n #"), max_size=15).map("?".__add__),
+)
+allowed_target = st.builds(
+    lambda d, p, q: f"http://{d}{SUFFIX}:{p}{ATTACH}{q}",
+    good_dashed,
+    st.sampled_from(["8443", "8080"]),
+    query,
+)
 # Mutations at any position: the tricks of DESIGN.md section 3 and the bytes that end or escape a field.
-TRICKS = ["/", "//", "..", ".", "%2e%2e", "%2E", "%2f", "%2F", ";", ";a=b", "#", "?", "?a=1", "%00", "\\",
-          "A", "%", "/./", "/../", "@", ":", ":8443", "u:p@", "http://", "HTTP", "s", " ", "\t", "\x80",
-          "\xff"]
+TRICKS = [
+    "/",
+    "//",
+    "..",
+    ".",
+    "%2e%2e",
+    "%2E",
+    "%2f",
+    "%2F",
+    ";",
+    ";a=b",
+    "#",
+    "?",
+    "?a=1",
+    "%00",
+    "\\",
+    "A",
+    "%",
+    "/./",
+    "/../",
+    "@",
+    ":",
+    ":8443",
+    "u:p@",
+    "http://",
+    "HTTP",
+    "s",
+    " ",
+    "\t",
+    "\x80",
+    "\xff",
+]
 
 
 @st.composite
@@ -112,36 +161,51 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy[str]) -> str:
     for _ in range(draw(st.integers(1, 3))):
         at = draw(st.integers(0, len(text)))
         cut = draw(st.integers(0, 2))
-        text = text[:at] + draw(st.sampled_from(TRICKS) | st.sampled_from(["", ""])) + text[at + cut:]
+        text = text[:at] + draw(st.sampled_from(TRICKS) | st.sampled_from(["", ""])) + text[at + cut :]
     return text
 
 
 scheme = st.sampled_from(["http://", "https://", "HTTP://", "ftp://", "http:/", "http:", "//", ""])
 userinfo = st.sampled_from(["", "", "", "u@", "u:p@", ":@", f"10-42-0-11{SUFFIX}:8443@"])
-wild_path = st.one_of(st.sampled_from([ATTACH, ATTACH.upper(), ATTACH + "/", "/" + ATTACH, "", "/x"]),
-                      st.text(st.characters(codec="latin-1", exclude_characters="\r\n "), max_size=40))
+wild_path = st.one_of(
+    st.sampled_from([ATTACH, ATTACH.upper(), ATTACH + "/", "/" + ATTACH, "", "/x"]),
+    st.text(st.characters(codec="latin-1", exclude_characters="\r\n "), max_size=40),
+)
 wild_target = st.one_of(
-    st.builds(lambda s, u, h, p, pa, q: f"{s}{u}{h}{':' + p if p else ''}{pa}{q}",
-              scheme, userinfo, wild_host, port, wild_path, query),
+    st.builds(
+        lambda s, u, h, p, pa, q: f"{s}{u}{h}{':' + p if p else ''}{pa}{q}",
+        scheme,
+        userinfo,
+        wild_host,
+        port,
+        wild_path,
+        query,
+    ),
     st.builds(lambda d, p: f"{d}{SUFFIX}:{p}", dashed, port),  # authority-form, as CONNECT sends
     st.text(st.characters(codec="latin-1", exclude_characters="\r\n "), max_size=60),
 )
 # Listed twice: hypothesis picks a one_of branch uniformly, and forwards are where an escape would be.
-target = st.one_of(allowed_target, allowed_target, mutated(allowed_target), mutated(allowed_target),
-                   wild_target)
-method = st.one_of(st.sampled_from(["GET", "POST"]),
-                   st.sampled_from(["CONNECT", "connect", "get", "PUT", "OPTIONS", "PRI", "HEAD"]),
-                   st.text(st.characters(codec="ascii", categories=["Lu", "Ll"]), min_size=1, max_size=8))
-version = st.one_of(st.just("1.1"), st.just("1.1"),
-                    st.sampled_from(["1.0", "1.2", "2.0", "0.9", "1.1", "11"]))
-header_name = st.one_of(st.sampled_from(["x-request-id", "authorization", "accept", "user-agent"]),
-                        st.sampled_from(["content-length", "transfer-encoding", "Transfer-Encoding",
-                                         "Content-Length"]),
-                        st.text(st.characters(codec="ascii", categories=["Ll"]), min_size=1, max_size=10))
-header_value = st.one_of(st.sampled_from(["chunked", "0", "5", "Bearer x", "application/octet-stream"]),
-                         st.sampled_from(["gzip", "gzip, chunked", " chunked", "Chunked", "identity", "-1",
-                                          ""]),
-                         st.text(st.characters(codec="latin-1", exclude_characters="\r\n"), max_size=20))
+target = st.one_of(
+    allowed_target, allowed_target, mutated(allowed_target), mutated(allowed_target), wild_target
+)
+method = st.one_of(
+    st.sampled_from(["GET", "POST"]),
+    st.sampled_from(["CONNECT", "connect", "get", "PUT", "OPTIONS", "PRI", "HEAD"]),
+    st.text(st.characters(codec="ascii", categories=["Lu", "Ll"]), min_size=1, max_size=8),
+)
+version = st.one_of(
+    st.just("1.1"), st.just("1.1"), st.sampled_from(["1.0", "1.2", "2.0", "0.9", "1.1", "11"])
+)
+header_name = st.one_of(
+    st.sampled_from(["x-request-id", "authorization", "accept", "user-agent"]),
+    st.sampled_from(["content-length", "transfer-encoding", "Transfer-Encoding", "Content-Length"]),
+    st.text(st.characters(codec="ascii", categories=["Ll"]), min_size=1, max_size=10),
+)
+header_value = st.one_of(
+    st.sampled_from(["chunked", "0", "5", "Bearer x", "application/octet-stream"]),
+    st.sampled_from(["gzip", "gzip, chunked", " chunked", "Chunked", "identity", "-1", ""]),
+    st.text(st.characters(codec="latin-1", exclude_characters="\r\n"), max_size=20),
+)
 headers = st.one_of(st.just(()), st.lists(st.tuples(header_name, header_value), max_size=6).map(tuple))
 policy = st.builds(ProxyPolicy, upstream_tls=st.booleans(), connect_enabled=st.booleans())
 heads = st.builds(RequestHead, method=method, target=target, http_version=version, headers=headers)
@@ -158,8 +222,9 @@ def head_bytes(draw: st.DrawFn) -> bytes:
     for _ in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):
         at = draw(st.integers(0, len(data)))
         op = draw(st.sampled_from(["insert", "delete", "flip"]))
-        byte = draw(st.sampled_from([0, 9, 10, 13, 32, 35, 37, 47, 58, 59, 63, 0x7F, 0xFF])
-                    | st.integers(0, 255))
+        byte = draw(
+            st.sampled_from([0, 9, 10, 13, 32, 35, 37, 47, 58, 59, 63, 0x7F, 0xFF]) | st.integers(0, 255)
+        )
         if op == "insert":
             data[at:at] = bytes([byte])
         elif data and at < len(data):
@@ -207,7 +272,8 @@ def test_decide_never_forwards_outside_the_allowed_form(head: RequestHead, pol: 
 @settings(max_examples=DEFAULT_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wire)
 def test_wire_bytes_through_h11_never_forward_outside_the_allowed_form(
-        case: tuple[bytes, list[int], ProxyPolicy]) -> None:
+    case: tuple[bytes, list[int], ProxyPolicy],
+) -> None:
     _check_wire_case(case)
 
 
@@ -236,8 +302,16 @@ def test_an_oversize_target_counts_toward_the_header_limit() -> None:
     assert isinstance(decision, Reject) and (decision.status, decision.flag) == (431, "DPE")
 
 
-@pytest.mark.parametrize("target", ["http://[", "http://]/x", f"http://10-42-0-11{SUFFIX}:84\t43{ATTACH}",
-                                    f"\x00http://10-42-0-11{SUFFIX}:8443{ATTACH}", "http://a\u00e9/"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://[",
+        "http://]/x",
+        f"http://10-42-0-11{SUFFIX}:84\t43{ATTACH}",
+        f"\x00http://10-42-0-11{SUFFIX}:8443{ATTACH}",
+        "http://a\u00e9/",
+    ],
+)
 def test_malformed_targets_are_refused_not_crashed_on(target: str) -> None:
     """Found by the long fuzz run: "http://[" made urlsplit raise inside decide() (the front then dropped
     the connection with no answer); urlsplit also silently deletes tabs, which could re-spell a target."""
@@ -248,8 +322,7 @@ def test_malformed_targets_are_refused_not_crashed_on(target: str) -> None:
 # Long run: 100,000 inputs ------------------------------------------------------------------------
 @pytest.mark.long
 @pytest.mark.timeout(1800)  # 50,000 inputs take minutes; the suite's 120 s limit is for normal tests
-@settings(max_examples=LONG_EXAMPLES, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=LONG_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(heads, policy)
 def test_long_decide_fuzz(head: RequestHead, pol: ProxyPolicy) -> None:
     check_decision(head, pol)
@@ -257,8 +330,7 @@ def test_long_decide_fuzz(head: RequestHead, pol: ProxyPolicy) -> None:
 
 @pytest.mark.long
 @pytest.mark.timeout(1800)  # 50,000 inputs take minutes; the suite's 120 s limit is for normal tests
-@settings(max_examples=LONG_EXAMPLES, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=LONG_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(wire)
 def test_long_wire_fuzz(case: tuple[bytes, list[int], ProxyPolicy]) -> None:
     _check_wire_case(case)

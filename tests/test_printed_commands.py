@@ -24,8 +24,9 @@ COMMAND_TIMEOUT = 30.0  # each pasted command answers in well under a second on 
 
 
 def run_invoke(*args: str, env: dict[str, str], timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run([INVOKE, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [INVOKE, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def printed_commands(stdout: str) -> list[str]:
@@ -70,8 +71,15 @@ def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def paste(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT, check=False)
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
 
 
 def check_command(command: str, env: dict[str, str]) -> None:
@@ -102,7 +110,7 @@ def up_and_paste(env: dict[str, str], *up_args: str) -> list[str]:
     up = run_invoke("up", *up_args, env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     commands = printed_commands(up.stdout)
-    endpoints = up.stdout[up.stdout.index("\nStack "):]
+    endpoints = up.stdout[up.stdout.index("\nStack ") :]
     assert "None" not in endpoints, endpoints  # a proxy that is off has no port to print
     assert commands[-1].endswith(" down" + (f" --stack {up_args[-1]}" if "--stack" in up_args else ""))
     for command in commands:
@@ -110,8 +118,10 @@ def up_and_paste(env: dict[str, str], *up_args: str) -> list[str]:
     return commands
 
 
-@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl") and shutil.which("dig")),
-                    reason="curl, openssl and dig are the clients the printed commands use")
+@pytest.mark.skipif(
+    not (shutil.which("curl") and shutil.which("openssl") and shutil.which("dig")),
+    reason="curl, openssl and dig are the clients the printed commands use",
+)
 def test_default_idle_stack_commands_work_as_pasted(shell_env: dict[str, str]) -> None:
     commands = up_and_paste(shell_env)
     kinds = " ".join(commands)
@@ -120,8 +130,10 @@ def test_default_idle_stack_commands_work_as_pasted(shell_env: dict[str, str]) -
     assert "--stack" not in kinds  # the default stack needs no flag
 
 
-@pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl") and shutil.which("dig")),
-                    reason="curl, openssl and dig are the clients the printed commands use")
+@pytest.mark.skipif(
+    not (shutil.which("curl") and shutil.which("openssl") and shutil.which("dig")),
+    reason="curl, openssl and dig are the clients the printed commands use",
+)
 def test_named_stack_commands_carry_the_stack(shell_env: dict[str, str]) -> None:
     commands = up_and_paste(shell_env, "--stack", "x")
     invokes = [c for c in commands if c.startswith(INVOKE)]
@@ -138,9 +150,11 @@ def test_public_frontend_commands_trust_the_public_ca(shell_env: dict[str, str])
     run_invoke("up", "public-frontend-cert", "--stack", "pub2", env=shell_env)
     status = json.loads(run_invoke("status", "--json", "--stack", "pub2", env=shell_env).stdout)
     http = status["proxy"]["http"]
-    wrong = paste(f"openssl s_client -connect 127.0.0.1:{http['port']} -servername invocation."
-                  f"{status['workerDomain']} -CAfile {status['ca']['stack']} -verify_return_error </dev/null",
-                  shell_env)
+    wrong = paste(
+        f"openssl s_client -connect 127.0.0.1:{http['port']} -servername invocation."
+        f"{status['workerDomain']} -CAfile {status['ca']['stack']} -verify_return_error </dev/null",
+        shell_env,
+    )
     assert wrong.returncode != 0
 
 

@@ -29,13 +29,22 @@ from sim.runtime.component import Context
 
 WD = "grpc-worker.example.com"
 SCENARIO = {
-    "name": "rotation-load", "summary": "HTTP and gRPC callbacks while certificates rotate", "seed": 3,
-    "values": {"workerCallbackProxy": {"enabled": True, "workerDomain": WD, "service": {"type": "LoadBalancer"}},
-               "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}},
-    "topology": {"invocationReplicas": 2, "grpcProxyReplicas": 2,
-                 "computeClusters": [{"workers": [{"count": 4, "trust": "system"}]}]},
-    "steps": [{"invoke": {"function": "http-echo", "count": 2}, "expect": {"outcome": "success"}},
-              {"invoke": {"function": "grpc-echo", "count": 2}, "expect": {"outcome": "success"}}],
+    "name": "rotation-load",
+    "summary": "HTTP and gRPC callbacks while certificates rotate",
+    "seed": 3,
+    "values": {
+        "workerCallbackProxy": {"enabled": True, "workerDomain": WD, "service": {"type": "LoadBalancer"}},
+        "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
+    },
+    "topology": {
+        "invocationReplicas": 2,
+        "grpcProxyReplicas": 2,
+        "computeClusters": [{"workers": [{"count": 4, "trust": "system"}]}],
+    },
+    "steps": [
+        {"invoke": {"function": "http-echo", "count": 2}, "expect": {"outcome": "success"}},
+        {"invoke": {"function": "grpc-echo", "count": 2}, "expect": {"outcome": "success"}},
+    ],
 }
 
 
@@ -75,8 +84,15 @@ async def one_callback(client: Context, tail: StackTail, n: int, result: LoadRes
     body = f"callback {n}".encode()
     result.sent += 1
     if pod.role == "invocation":
-        inv = await invoke_http(client, pod, "http-echo", body, poll_seconds=5, timeout=30,
-                                give_up=lambda rid: worker_failure(tail, rid))
+        inv = await invoke_http(
+            client,
+            pod,
+            "http-echo",
+            body,
+            poll_seconds=5,
+            timeout=30,
+            give_up=lambda rid: worker_failure(tail, rid),
+        )
         ok, why = inv.status == 200 and inv.body == body, inv.error or f"status {inv.status}"
     else:
         host, port = client.netmap.lookup(CONTROL_CLUSTER, pod.ip, GRPC_CLIENT_PORT)
@@ -95,7 +111,9 @@ async def rotate_in_background(store: CertStore, kind: str, client: Context, res
     client.events.emit("rotation.done", rotation=kind)
 
 
-async def load_while_rotating(stack: LocalStack, rate: float, seconds: float, grpc_every: int = 2) -> LoadResult:
+async def load_while_rotating(
+    stack: LocalStack, rate: float, seconds: float, grpc_every: int = 2
+) -> LoadResult:
     """Open-loop callbacks at `rate` per second for `seconds`, rotating every kind once along the way
     (in the background: the load does not pause while a rotation waits out its propagation grace)."""
     client = Context(stack.state_dir, stack.topology, "load", CONTROL_CLUSTER)
@@ -109,14 +127,16 @@ async def load_while_rotating(stack: LocalStack, rate: float, seconds: float, gr
     while (elapsed := time.monotonic() - started) < seconds:
         due = int(elapsed * rate)
         while n < due:
-            tasks.append(asyncio.create_task(one_callback(client, tail, n, result, grpc_every),
-                                             name=f"callback-{n}"))
+            tasks.append(
+                asyncio.create_task(one_callback(client, tail, n, result, grpc_every), name=f"callback-{n}")
+            )
             n += 1
         slot = int(elapsed / seconds * (len(KINDS) + 1))
         if slot in schedule:
             kind = schedule.pop(slot)
-            tasks.append(asyncio.create_task(rotate_in_background(store, kind, client, result),
-                                             name=f"rotate-{kind}"))
+            tasks.append(
+                asyncio.create_task(rotate_in_background(store, kind, client, result), name=f"rotate-{kind}")
+            )
         await asyncio.sleep(1 / rate)  # pacing the open-loop load, not waiting for readiness
     await asyncio.gather(*tasks)
     client.events.close()
@@ -124,13 +144,17 @@ async def load_while_rotating(stack: LocalStack, rate: float, seconds: float, gr
 
 
 def test_rotating_every_kind_under_load_loses_no_callback(stack: LocalStack) -> None:
-    before = {name: fingerprint_sha256((stack.state_dir / "certs/secrets" / name / "tls.crt").read_bytes())
-              for name in (FRONTEND_SECRET, INVOCATION_SECRET)}
+    before = {
+        name: fingerprint_sha256((stack.state_dir / "certs/secrets" / name / "tls.crt").read_bytes())
+        for name in (FRONTEND_SECRET, INVOCATION_SECRET)
+    }
     result = asyncio.run(load_while_rotating(stack, rate=30, seconds=3))
     assert len(result.rotations) == len(KINDS)
     assert result.failures == [] and result.ok == result.sent > 60
-    after = {name: fingerprint_sha256((stack.state_dir / "certs/secrets" / name / "tls.crt").read_bytes())
-             for name in (FRONTEND_SECRET, INVOCATION_SECRET)}
+    after = {
+        name: fingerprint_sha256((stack.state_dir / "certs/secrets" / name / "tls.crt").read_bytes())
+        for name in (FRONTEND_SECRET, INVOCATION_SECRET)
+    }
     assert all(before[name] != after[name] for name in before)  # the material really changed
 
 
@@ -143,8 +167,10 @@ def test_new_handshakes_use_new_material_and_broken_files_keep_the_old(stack: Lo
     ctx = ssl.create_default_context(cafile=stack.status()["ca"]["stack"])
 
     def served() -> str:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock, \
-                ctx.wrap_socket(sock, server_hostname=f"invocation.{WD}") as tls:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as sock,
+            ctx.wrap_socket(sock, server_hostname=f"invocation.{WD}") as tls,
+        ):
             return fingerprint_sha256(ssl.DER_cert_to_PEM_cert(tls.getpeercert(binary_form=True)))
 
     first = served()
@@ -162,6 +188,8 @@ def test_new_handshakes_use_new_material_and_broken_files_keep_the_old(stack: Lo
 def test_rotation_benchmark_100_per_second_for_30_seconds(stack: LocalStack) -> None:
     """110 callbacks/s for 30 s (one in ten over gRPC/QUIC, whose path tops out near 40 calls/s here)."""
     result = asyncio.run(load_while_rotating(stack, rate=110, seconds=30, grpc_every=10))
-    print(f"rotation benchmark: sent {result.sent}, ok {result.ok}, lost {len(result.failures)}; "
-          f"rotations: {result.rotations}")
+    print(
+        f"rotation benchmark: sent {result.sent}, ok {result.ok}, lost {len(result.failures)}; "
+        f"rotations: {result.rotations}"
+    )
     assert result.failures == []

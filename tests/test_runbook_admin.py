@@ -30,14 +30,17 @@ INSTALLED = ai.sync(ai.Plane(), {})
 
 
 # -- install state and the two-step removal ---------------------------------------------------------
-@pytest.mark.parametrize(("start", "values", "route", "serving", "grant"), [
-    (ai.Plane(), {}, True, True, True),
-    (ai.Plane(), {"adminIssuerProxy": {"enabled": False}}, False, False, False),
-    (ai.Plane(), {"adminIssuerProxy": {"gateway": {"enabled": False}}}, False, True, True),
-    (INSTALLED, {"adminIssuerProxy": {"enabled": False}}, True, True, True),  # removes nothing
-    (INSTALLED, {"adminIssuerProxy": {"gateway": {"enabled": False}}}, False, True, True),
-    (ai.Plane(frozenset(), frozenset()), {"adminIssuerProxy": {"enabled": True}}, True, True, True),
-])
+@pytest.mark.parametrize(
+    ("start", "values", "route", "serving", "grant"),
+    [
+        (ai.Plane(), {}, True, True, True),
+        (ai.Plane(), {"adminIssuerProxy": {"enabled": False}}, False, False, False),
+        (ai.Plane(), {"adminIssuerProxy": {"gateway": {"enabled": False}}}, False, True, True),
+        (INSTALLED, {"adminIssuerProxy": {"enabled": False}}, True, True, True),  # removes nothing
+        (INSTALLED, {"adminIssuerProxy": {"gateway": {"enabled": False}}}, False, True, True),
+        (ai.Plane(frozenset(), frozenset()), {"adminIssuerProxy": {"enabled": True}}, True, True, True),
+    ],
+)
 def test_sync(start: ai.Plane, values: dict, route: bool, serving: bool, grant: bool) -> None:
     plane = ai.sync(start, values)
     assert (plane.route_attached, plane.serving, plane.can_sign()) == (route, serving, grant)
@@ -52,10 +55,15 @@ def test_pdb_is_part_of_the_release_when_enabled() -> None:
     assert "PodDisruptionBudget" in ai.sync(ai.Plane(), {}, pdb=True).release
 
 
-@pytest.mark.parametrize(("deleted", "capability"), [
-    ((), "granted"), ((ai.AUTH_ROLE,), "partly revoked"), ((ai.AUTH_ROLE, ai.POLICY), "partly revoked"),
-    (ai.GRANT, "withdrawn"),
-])
+@pytest.mark.parametrize(
+    ("deleted", "capability"),
+    [
+        ((), "granted"),
+        ((ai.AUTH_ROLE,), "partly revoked"),
+        ((ai.AUTH_ROLE, ai.POLICY), "partly revoked"),
+        (ai.GRANT, "withdrawn"),
+    ],
+)
 def test_removal_check_after_step_1(deleted: tuple[str, ...], capability: str) -> None:
     plane = ai.helm_uninstall(INSTALLED)
     for path in deleted:
@@ -100,16 +108,24 @@ ISSUER = ai.Issuer.generate(random.Random(1))
 HOST = ai.keys_host(DOMAIN)
 
 
-@pytest.mark.parametrize(("plane", "host", "method", "path", "status"), [
-    (INSTALLED, HOST, "POST", ai.KEYS_PATH, 200),
-    (INSTALLED, HOST, "GET", ai.KEYS_PATH, 405),
-    (INSTALLED, HOST, "POST", "/v1/other", 404),
-    (INSTALLED, f"other.{DOMAIN}", "POST", ai.KEYS_PATH, 404),
-    (ai.helm_uninstall(INSTALLED), HOST, "POST", ai.KEYS_PATH, 404),
-    (ai.sync(INSTALLED, {"adminIssuerProxy": {"gateway": {"enabled": False}}}), HOST, "POST", ai.KEYS_PATH,
-     404),
-    (ai.bao_delete(INSTALLED, ai.POLICY), HOST, "POST", ai.KEYS_PATH, 500),
-])
+@pytest.mark.parametrize(
+    ("plane", "host", "method", "path", "status"),
+    [
+        (INSTALLED, HOST, "POST", ai.KEYS_PATH, 200),
+        (INSTALLED, HOST, "GET", ai.KEYS_PATH, 405),
+        (INSTALLED, HOST, "POST", "/v1/other", 404),
+        (INSTALLED, f"other.{DOMAIN}", "POST", ai.KEYS_PATH, 404),
+        (ai.helm_uninstall(INSTALLED), HOST, "POST", ai.KEYS_PATH, 404),
+        (
+            ai.sync(INSTALLED, {"adminIssuerProxy": {"gateway": {"enabled": False}}}),
+            HOST,
+            "POST",
+            ai.KEYS_PATH,
+            404,
+        ),
+        (ai.bao_delete(INSTALLED, ai.POLICY), HOST, "POST", ai.KEYS_PATH, 500),
+    ],
+)
 def test_gateway_reply(plane: ai.Plane, host: str, method: str, path: str, status: int) -> None:
     reply = ai.gateway_reply(plane, ISSUER, DOMAIN, host, method, path, NOW)
     assert reply.status == status
@@ -143,11 +159,18 @@ def test_token_resolution_order(tmp_path: Path) -> None:
 
 
 # -- reading the edge check ----------------------------------------------------------------------------
-@pytest.mark.parametrize(("code", "status", "outcome", "passed"), [
-    (0, "404", "no-route", True), (0, "405", "served", False), (0, "200", "served", False),
-    (60, "000", "certificate-mismatch", False), (7, "000", "inconclusive", False),
-    (28, "000", "inconclusive", False), (35, "000", "inconclusive", False),
-])
+@pytest.mark.parametrize(
+    ("code", "status", "outcome", "passed"),
+    [
+        (0, "404", "no-route", True),
+        (0, "405", "served", False),
+        (0, "200", "served", False),
+        (60, "000", "certificate-mismatch", False),
+        (7, "000", "inconclusive", False),
+        (28, "000", "inconclusive", False),
+        (35, "000", "inconclusive", False),
+    ],
+)
 def test_interpret_edge(code: int, status: str, outcome: str, passed: bool) -> None:
     verdict = ai.interpret_edge(code, status)
     assert (verdict.outcome, verdict.passed) == (outcome, passed)
@@ -214,11 +237,16 @@ def test_curl_nothing_listening_is_inconclusive(tmp_path: Path) -> None:
 
 
 # -- rehearsals --------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "fix"), [
-    ("admin-issuer-removal", STEP_REVOKE), ("admin-issuer-edge", STEP_UNINSTALL),
-    ("admin-issuer-edge-cert", STEP_RERUN_K), ("nvcf-cli-no-proxy", STEP_TOKEN),
-    ("admin-issuer-edge-host-header", STEP_RESOLVE),
-])
+@pytest.mark.parametrize(
+    ("name", "fix"),
+    [
+        ("admin-issuer-removal", STEP_REVOKE),
+        ("admin-issuer-edge", STEP_UNINSTALL),
+        ("admin-issuer-edge-cert", STEP_RERUN_K),
+        ("nvcf-cli-no-proxy", STEP_TOKEN),
+        ("admin-issuer-edge-host-header", STEP_RESOLVE),
+    ],
+)
 def test_runs(name: str, fix: str, tmp_path: Path) -> None:
     right, wrong = RUNS[name]("right", tmp_path / "r"), RUNS[name]("wrong", tmp_path / "w")
     assert right.ok, right.summary()
@@ -241,5 +269,5 @@ def test_cli_wrong_run_shows_the_bare_error(tmp_path: Path) -> None:
 def test_host_header_checks_the_certificate_against_the_address(gateway: tuple[Holder, int, Path]) -> None:
     _, port, ca = gateway
     wrong = run_edge_check(DOMAIN, port, ca, host_header=True)
-    assert ("-H", f"Host: {HOST}") == wrong.command[wrong.command.index("-H"):][:2]
+    assert ("-H", f"Host: {HOST}") == wrong.command[wrong.command.index("-H") :][:2]
     assert (wrong.exit_code, wrong.status, wrong.verdict.outcome) == (60, "000", "certificate-mismatch")

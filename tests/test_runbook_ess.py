@@ -59,9 +59,13 @@ def test_dropping_the_old_mek_early_strands_secrets() -> None:
     assert "no longer in OpenBao" in ess.unreadable()["a/key"]
 
 
-@pytest.mark.parametrize(("created", "now", "known"), [
-    (100.0, 350.0, {"mek-1"}), (100.0, 400.0, {"mek-1", "mek-2"}),
-])
+@pytest.mark.parametrize(
+    ("created", "now", "known"),
+    [
+        (100.0, 350.0, {"mek-1"}),
+        (100.0, 400.0, {"mek-1", "mek-2"}),
+    ],
+)
 def test_lagging_replica_keyring(created: float, now: float, known: set[str]) -> None:
     ess = _ess()
     ess.add_mek(created, 300.0)

@@ -36,13 +36,12 @@ REHEARSAL_TIMEOUT = 30.0  # seconds for one rehearsal on a real nats-server
 
 def live(body: Callable[[NatsStack], Awaitable[T]], values: dict | None = None) -> T:
     """Run ``body`` on a rehearsal stack (a real nats-server and callout, stopped afterwards)."""
+
     async def go() -> T:
         async with NatsStack.running(values or {}, random.Random(3)) as stack:
             return await body(stack)
 
     return asyncio.run(asyncio.wait_for(go(), REHEARSAL_TIMEOUT))
-
-
 
 
 # -- NKeys -------------------------------------------------------------------------------------------
@@ -69,12 +68,17 @@ def test_nkey_generation_is_seeded() -> None:
 
 
 # -- values ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("values", "error"), [
-    ({"nats": {"workerAuth": "tokens"}}, "nats.workerAuth must be nkey or token"),
-    ({"nats": {"workerAuth": True}}, "nats.workerAuth must be nkey or token"),
-    ({"nats": {"workerAuth": "token", "authCallout": {"workerTokenAuth": {"webhookUrl": ""}}}},
-     "must be set when nats.workerAuth is token"),
-])
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"nats": {"workerAuth": "tokens"}}, "nats.workerAuth must be nkey or token"),
+        ({"nats": {"workerAuth": True}}, "nats.workerAuth must be nkey or token"),
+        (
+            {"nats": {"workerAuth": "token", "authCallout": {"workerTokenAuth": {"webhookUrl": ""}}}},
+            "must be set when nats.workerAuth is token",
+        ),
+    ],
+)
 def test_values_errors(values: dict, error: str) -> None:
     with pytest.raises(ConfigError, match=error):
         callout_config(values)
@@ -82,29 +86,54 @@ def test_values_errors(values: dict, error: str) -> None:
 
 def test_config_defaults_and_logging() -> None:
     assert callout_config({}) == CalloutConfig("nkey", DEFAULT_WEBHOOK_URL, LogSettings("info", 100, 100))
-    config = callout_config({"nats": {"workerAuth": "token"}, "natsAuthCalloutService": {"serviceConfig": {
-        "logging": {"level": "debug", "sampling": {"initial": 0}}, "other": {"ignored": True}}}})
+    config = callout_config(
+        {
+            "nats": {"workerAuth": "token"},
+            "natsAuthCalloutService": {
+                "serviceConfig": {
+                    "logging": {"level": "debug", "sampling": {"initial": 0}},
+                    "other": {"ignored": True},
+                }
+            },
+        }
+    )
     assert config.plugins == {APP: DEFAULT_WEBHOOK_URL}
     assert config.logging == LogSettings("debug", 0, 100) and not config.logging.sampling
 
 
-@pytest.mark.parametrize(("new", "reasons"), [
-    ({}, []),
-    ({"nats": {"workerAuth": "token"}}, ["nats.workerAuth changed from nkey to token"]),
-    ({"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": "http://x/y"}}}},
-     ["the webhook URL changed"]),
-    ({"natsAuthCalloutService": {"serviceConfig": {"logging": {"level": "debug"}}}},
-     ["natsAuthCalloutService.serviceConfig.logging changed"]),
-])
+@pytest.mark.parametrize(
+    ("new", "reasons"),
+    [
+        ({}, []),
+        ({"nats": {"workerAuth": "token"}}, ["nats.workerAuth changed from nkey to token"]),
+        (
+            {"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": "http://x/y"}}}},
+            ["the webhook URL changed"],
+        ),
+        (
+            {"natsAuthCalloutService": {"serviceConfig": {"logging": {"level": "debug"}}}},
+            ["natsAuthCalloutService.serviceConfig.logging changed"],
+        ),
+    ],
+)
 def test_callout_restarts_on_mode_url_and_logging(new: dict, reasons: list[str]) -> None:
     assert callout_restart_reasons(callout_config({}), callout_config(new)) == reasons
 
 
 # -- subjects and grants ------------------------------------------------------------------------------
-@pytest.mark.parametrize(("pattern", "subject", "match"), [
-    (">", "a.b", True), ("a.>", "a.b.c", True), ("a.>", "a", False), ("a.*", "a.b", True),
-    ("a.*", "a.b.c", False), ("a.b", "a.b", True), ("a.b", "a.c", False), ("a.*.c", "a.x.c", True),
-])
+@pytest.mark.parametrize(
+    ("pattern", "subject", "match"),
+    [
+        (">", "a.b", True),
+        ("a.>", "a.b.c", True),
+        ("a.>", "a", False),
+        ("a.*", "a.b", True),
+        ("a.*", "a.b.c", False),
+        ("a.b", "a.b", True),
+        ("a.b", "a.c", False),
+        ("a.*.c", "a.x.c", True),
+    ],
+)
 def test_subject_matching(pattern: str, subject: str, match: bool) -> None:
     assert subject_matches(pattern, subject) is match
 
@@ -120,10 +149,16 @@ def test_scope_nkey_everything_forever_token_own_subjects_until_expiry() -> None
 
 
 # -- sampling ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("settings", "burst", "kept"), [
-    (LogSettings(), 100, 100), (LogSettings(), 300, 102), (LogSettings(), 1000, 109),
-    (LogSettings(initial=0), 300, 300), (LogSettings(initial=10, thereafter=1), 50, 50),
-])
+@pytest.mark.parametrize(
+    ("settings", "burst", "kept"),
+    [
+        (LogSettings(), 100, 100),
+        (LogSettings(), 300, 102),
+        (LogSettings(), 1000, 109),
+        (LogSettings(initial=0), 300, 300),
+        (LogSettings(initial=10, thereafter=1), 50, 50),
+    ],
+)
 def test_sampler_first_100_a_second_then_1_in_100(settings: LogSettings, burst: int, kept: int) -> None:
     sampler = LogSampler(settings)
     record = LogRecord("info", "Authentication successful")
@@ -134,7 +169,11 @@ def test_sampler_counts_per_second_and_per_message() -> None:
     sampler = LogSampler(LogSettings(initial=1, thereafter=100))
     a, b = LogRecord("info", "a"), LogRecord("info", "b")
     assert [sampler.allow(a, 0.1), sampler.allow(a, 0.9), sampler.allow(b, 0.9), sampler.allow(a, 1.0)] == [
-        True, False, True, True]
+        True,
+        False,
+        True,
+        True,
+    ]
 
 
 # -- the switch ----------------------------------------------------------------------------------------
@@ -156,11 +195,14 @@ def test_running_workers_keep_the_nkey_after_the_switch() -> None:
     live(body)
 
 
-@pytest.mark.parametrize(("name", "fix", "log_text"), [
-    ("nats-token-switch", STEP_REPLACE, None),
-    ("nats-worker-utils", STEP_ACCOUNT, "plugin webhook not found for account Worker"),
-    ("nats-webhook-url", STEP_URL, "webhook request failed"),
-])
+@pytest.mark.parametrize(
+    ("name", "fix", "log_text"),
+    [
+        ("nats-token-switch", STEP_REPLACE, None),
+        ("nats-worker-utils", STEP_ACCOUNT, "plugin webhook not found for account Worker"),
+        ("nats-webhook-url", STEP_URL, "webhook request failed"),
+    ],
+)
 def test_done_wrong_runs_name_the_mistake_and_fix(name: str, fix: str, log_text: str | None) -> None:
     right, wrong = RUNS[name]("right", None), RUNS[name]("wrong", None)
     assert right.ok
@@ -169,8 +211,10 @@ def test_done_wrong_runs_name_the_mistake_and_fix(name: str, fix: str, log_text:
     if log_text:
         assert any(log_text in line for line in wrong.log_lines)
         # nats-server's own line, from the real server's log
-        assert any(line.startswith("nats-server: ") and f"Auth callout service returned an error: {log_text}" in line
-                   for line in wrong.log_lines)
+        assert any(
+            line.startswith("nats-server: ") and f"Auth callout service returned an error: {log_text}" in line
+            for line in wrong.log_lines
+        )
 
 
 def test_token_switch_right_end_state() -> None:

@@ -29,10 +29,18 @@ SCENARIO = "http-callback"
 STACK = "st"
 
 
-def invoke(*args: str, env: dict[str, str], cwd: Path = REPO, timeout: float = QUICK
-           ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+def invoke(
+    *args: str, env: dict[str, str], cwd: Path = REPO, timeout: float = QUICK
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
@@ -110,8 +118,10 @@ def test_ncpsim_home_read_only_is_refused(tmp_path: Path) -> None:
     state = tmp_path / "ro"
     state.mkdir(mode=0o500)
     try:
-        refused(invoke("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}),
-                "NCPSIM_HOME")
+        refused(
+            invoke("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}),
+            "NCPSIM_HOME",
+        )
     finally:
         state.chmod(0o700)
 
@@ -163,9 +173,23 @@ def test_a_folder_holding_only_what_ncpsim_writes_is_adopted(tmp_path: Path) -> 
 
 
 # Symbolic links planted where ncpsim writes (item 5) -----------------------------------------------------------
-@pytest.mark.parametrize("name", ["topology.json", "status.json", "netmap.json", "logs", "events", "reports",
-                                  "certs", "pids", "nats", "netmap.tmp", "certs/ca",
-                                  "certs/secrets/grpc-proxy-worker-tls/tls.key"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "topology.json",
+        "status.json",
+        "netmap.json",
+        "logs",
+        "events",
+        "reports",
+        "certs",
+        "pids",
+        "nats",
+        "netmap.tmp",
+        "certs/ca",
+        "certs/secrets/grpc-proxy-worker-tls/tls.key",
+    ],
+)
 def test_up_refuses_a_planted_link(tmp_path: Path, name: str, teardown: list[dict[str, int]]) -> None:
     from clusters.state import create_stack_dir
 
@@ -189,12 +213,17 @@ def test_up_refuses_a_planted_link(tmp_path: Path, name: str, teardown: list[dic
 
 
 # Two `invoke up` at once, and a component killed under a running stack (item 8) ------------------------------
-def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(tmp_path: Path,
-                                                                   teardown: list[dict[str, int]]) -> None:
+def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(
+    tmp_path: Path, teardown: list[dict[str, int]]
+) -> None:
     env, stack = home(tmp_path), tmp_path / "state" / STACK
     command = [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", SCENARIO, "--stack", STACK]
-    runs = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     try:
         results = [run.communicate(timeout=UP) for run in runs]
     finally:
@@ -213,7 +242,9 @@ def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(tmp_path: Pat
     status = invoke("status", "--json", "--stack", STACK, env=env)
     assert status.returncode == 0, status.stdout + status.stderr
     current = json.loads(status.stdout)
-    assert current["down"] == [] and current["running"] and living(pids) == set(pids) == set(current["running"])
+    assert (
+        current["down"] == [] and current["running"] and living(pids) == set(pids) == set(current["running"])
+    )
 
     # Item 8: the proxy killed under the running stack; status must not print it as if it ran, and exits 1.
     proxy = pids["worker-callback-proxy"]
@@ -222,8 +253,9 @@ def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(tmp_path: Pat
     text = invoke("status", "--stack", STACK, env=env)
     assert text.returncode == 1, text.stdout
     assert "down: worker-callback-proxy" in text.stdout
-    assert json.loads(invoke("status", "--json", "--stack", STACK, env=env).stdout)["down"] == \
-        ["worker-callback-proxy"]
+    assert json.loads(invoke("status", "--json", "--stack", STACK, env=env).stdout)["down"] == [
+        "worker-callback-proxy"
+    ]
 
 
 # `invoke up` SIGKILLed mid-start (item 8) -----------------------------------------------------------------------
@@ -254,11 +286,16 @@ def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[d
     """The control plane is ready, the worker hosts are held (SIGSTOP) so the start cannot finish, and then
     `invoke up` is SIGKILLed: its components keep running without status.json, and status must say so."""
     env, stack = home(tmp_path), tmp_path / "state" / STACK
-    up = subprocess.Popen([sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", SCENARIO,
-                           "--stack", STACK], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", SCENARIO, "--stack", STACK],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     held: dict[str, int] = {}
     try:
+
         def workers_held() -> bool:
             for name, pid in component_pids(stack).items():
                 if name.startswith("ncpsim-compute") and name not in held:
@@ -288,7 +325,9 @@ def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[d
     assert set(current["down"]) == set(held)
 
     down = invoke("down", "--stack", STACK, env=env)
-    assert down.returncode == 0 and f"stopped {len(control)} processes" in down.stdout, down.stdout + down.stderr
+    assert down.returncode == 0 and f"stopped {len(control)} processes" in down.stdout, (
+        down.stdout + down.stderr
+    )
     assert not living(pids)
 
 
@@ -299,7 +338,9 @@ def test_a_pid_file_naming_a_foreign_process_is_not_a_component(tmp_path: Path) 
     stack = tmp_path / "state" / STACK
     create_stack_dir(stack)
     (stack / "pids").mkdir()
-    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) as other:
+    with subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    ) as other:
         try:
             (stack / "pids" / "worker-callback-proxy.pid").write_text(str(other.pid))
             status = invoke("status", "--stack", STACK, env=home(tmp_path))
@@ -311,7 +352,9 @@ def test_a_pid_file_naming_a_foreign_process_is_not_a_component(tmp_path: Path) 
             other.wait(QUICK)
 
 
-def test_k3d_purge_refuses_a_folder_ncpsim_did_not_make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_k3d_purge_refuses_a_folder_ncpsim_did_not_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same attack through the k3d backend (fake k3d and docker first on PATH): the clusters go, the
     clone's sim/ package stays."""
     import importlib.util

@@ -71,8 +71,9 @@ def test_h3_example_is_null_without_grpc_pods() -> None:
 def direct_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     stack = LocalStack("contract-direct", root=tmp_path_factory.mktemp("ncpsim-contract"))
     try:
-        result = run_scenario(load_scenario("single-cluster-direct"), LocalBackend(stack.root), stack.name,
-                              keep=True)
+        result = run_scenario(
+            load_scenario("single-cluster-direct"), LocalBackend(stack.root), stack.name, keep=True
+        )
         assert result.ok, result.failures
         yield stack
     finally:

@@ -8,6 +8,7 @@ succeeding afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -102,8 +103,11 @@ def leftovers(root: Path, name: str) -> list[str]:
             found.append(f"port {port} still bound by {sorted(set(owners.values())) or 'an unseen process'}")
     tmp = root / "tmp"
     found += [f"temporary file outside the state folder: {p}" for p in tmp.rglob("*")] if tmp.exists() else []
-    found += [f"stray entry beside the state folders: {p}" for p in root.iterdir()
-              if p.name not in ("tmp",) and not p.is_dir()]
+    found += [
+        f"stray entry beside the state folders: {p}"
+        for p in root.iterdir()
+        if p.name not in ("tmp",) and not p.is_dir()
+    ]
     return found
 
 
@@ -116,32 +120,52 @@ def cli_env(root: Path) -> dict[str, str]:
 def invoke_up(root: Path, name: str) -> subprocess.Popen:
     # Its own session, like a shell job: the signal below reaches only `invoke`, as Ctrl-C on a terminal
     # reaches only the foreground job (the components already run in sessions of their own).
-    return subprocess.Popen([sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack", name],
-                            cwd=REPO, env=cli_env(root), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack", name],
+        cwd=REPO,
+        env=cli_env(root),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def invoke_down(root: Path, name: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", "down", "--stack", name], check=False, cwd=REPO,
-                          env=cli_env(root), capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "down", "--stack", name],
+        check=False,
+        cwd=REPO,
+        env=cli_env(root),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def invoke_downs(root: Path, names: list[str]) -> dict[str, tuple[int, str]]:
     """`invoke down` for several stacks at once (each is an interpreter start: run them side by side)."""
-    procs = {name: subprocess.Popen([sys.executable, "-m", "invoke", "down", "--stack", name], cwd=REPO,
-                                    env=cli_env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for name in names}
-    return {name: (proc.wait(timeout=30), proc.communicate()[0].decode(errors="replace"))
-            for name, proc in procs.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "invoke", "down", "--stack", name],
+            cwd=REPO,
+            env=cli_env(root),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for name in names
+    }
+    return {
+        name: (proc.wait(timeout=30), proc.communicate()[0].decode(errors="replace"))
+        for name, proc in procs.items()
+    }
 
 
 def force_clean(root: Path) -> None:
     """Last resort so a failing test does not leak into the next: SIGKILL whatever names this root."""
     for pid in processes_naming(str(root)):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 @pytest.fixture
@@ -165,8 +189,10 @@ class Moment:
 
 def moments(seed: int = SEED, count: int = MOMENTS) -> list[Moment]:
     rng = random.Random(seed)
-    return [Moment(i, round(rng.uniform(0.0, WINDOW), 3), rng.choice([signal.SIGINT, signal.SIGTERM]))
-            for i in range(count)]
+    return [
+        Moment(i, round(rng.uniform(0.0, WINDOW), 3), rng.choice([signal.SIGINT, signal.SIGTERM]))
+        for i in range(count)
+    ]
 
 
 @dataclass
@@ -219,7 +245,7 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
     problems: list[str] = []
     phases: dict[str, int] = {}
     for start in range(0, len(plan), WAVE):
-        wave = plan[start:start + WAVE]
+        wave = plan[start : start + WAVE]
         results = interrupt(root, wave)
         for m in wave:
             got = results[m.stack]
@@ -276,9 +302,15 @@ def test_two_stacks_side_by_side_do_not_collide(root: Path) -> None:
         assert running["side-a"].keys() == running["side-b"].keys() and running["side-a"]
         assert not set(running["side-a"].values()) & set(running["side-b"].values())
         # A second `up` under a running name is refused (exit 2), and touches neither stack.
-        again = subprocess.run([sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack",
-                                "side-a"], check=False, cwd=REPO, env=cli_env(root), capture_output=True,
-                               text=True, timeout=30)
+        again = subprocess.run(
+            [sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack", "side-a"],
+            check=False,
+            cwd=REPO,
+            env=cli_env(root),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert again.returncode == 2 and "already running" in again.stderr
         # Down one: the other keeps every process and still answers.
         assert invoke_down(root, "side-a").returncode == 0
@@ -328,9 +360,14 @@ except KeyboardInterrupt:
 def test_stop_on_interrupt_covers_the_replay(root: Path, sig: signal.Signals) -> None:
     """The local backend's interruptible() around run_scenario (what `invoke up` should do): a signal after
     every component is ready, mid-replay, still stops them all."""
-    proc = subprocess.Popen([sys.executable, "-c", REPLAY_SCRIPT, str(root), "replay-int"], cwd=REPO,
-                            env=cli_env(root), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", REPLAY_SCRIPT, str(root), "replay-int"],
+        cwd=REPO,
+        env=cli_env(root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"up\n"  # readiness from the process itself, not a sleep
@@ -346,8 +383,9 @@ def test_stop_on_interrupt_covers_the_replay(root: Path, sig: signal.Signals) ->
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(root: Path,
-                                                                     sig: signal.Signals) -> None:
+def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(
+    root: Path, sig: signal.Signals
+) -> None:
     proc = invoke_up(root, "replay-cli")
     try:
         deadline = time.monotonic() + 30
@@ -408,8 +446,15 @@ except KeyboardInterrupt:
 def test_a_signal_at_an_exact_point_of_the_launch_stops_every_child(root: Path, mode: str) -> None:
     """SIGINT right after a child starts but before it is recorded (deferred until it is), and SIGTERM
     between two spawns (made a KeyboardInterrupt instead of killing the launcher): nothing survives."""
-    done = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT, str(root), "exact", mode], check=False,
-                          cwd=REPO, env=cli_env(root), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH_SCRIPT, str(root), "exact", mode],
+        check=False,
+        cwd=REPO,
+        env=cli_env(root),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 130, done.stdout + done.stderr
     assert int(done.stdout.split()[-1]) >= 2  # children had been started when the signal came
     assert leftovers(root, "exact") == []

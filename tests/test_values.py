@@ -71,8 +71,11 @@ def test_deep_merge_copies() -> None:
 
 
 _KEYS = st.sampled_from("abc")
-_trees = st.recursive(st.integers(0, 3) | st.none() | st.lists(st.integers(0, 3), max_size=2),
-                      lambda inner: st.dictionaries(_KEYS, inner, max_size=3), max_leaves=6)
+_trees = st.recursive(
+    st.integers(0, 3) | st.none() | st.lists(st.integers(0, 3), max_size=2),
+    lambda inner: st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -102,8 +105,19 @@ BOOLS = [
     "adminIssuerProxy.enabled",
     "adminIssuerProxy.gateway.enabled",
 ]
-ANNOTATIONS = [f"{svc}.podAnnotations" for svc in (
-    "api", "nvctApi", "invocation", "grpcproxy", "apikeys", "ess", "natsAuthCalloutService", "nats")]
+ANNOTATIONS = [
+    f"{svc}.podAnnotations"
+    for svc in (
+        "api",
+        "nvctApi",
+        "invocation",
+        "grpcproxy",
+        "apikeys",
+        "ess",
+        "natsAuthCalloutService",
+        "nats",
+    )
+]
 ANNOTATIONS.append("openbao.server.annotations")
 URL = "global.workerEndpoints.invocationProxyURL"
 REF = "workerCallbackProxy.tls.frontend.certificate.issuerRef"
@@ -113,6 +127,7 @@ WDP = "workerCallbackProxy.workerDomain"
 TYPE = "workerCallbackProxy.service.type"
 AUTH = "nats.workerAuth"
 CLUSTER_ISSUER = {"kind": "ClusterIssuer", "name": "letsencrypt"}
+
 
 def on(path: str, value: Any) -> dict:
     """The proxy enabled (it is off by default, as in the stack) and one more key set."""
@@ -144,24 +159,44 @@ FAILING: list[tuple[str, dict, str, str]] = [
     *[(f"bool {p}", nested(p, "true"), p, "true or false") for p in BOOLS],
     *[(f"bool null {p}", nested(p, None), p, "found null") for p in BOOLS],
     ("nats mode", nested(AUTH, "jwt"), AUTH, "nats.workerAuth must be nkey or token"),
-    ("nats token no url", deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "")), WEBHOOK,
-     "must be set when nats.workerAuth is token"),
+    (
+        "nats token no url",
+        deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "")),
+        WEBHOOK,
+        "must be set when nats.workerAuth is token",
+    ),
     *[(f"annotation int {p}", nested(p, {"a": 8080}), f"{p}.a", '"8080"') for p in ANNOTATIONS],
     *[(f"annotation bool {p}", nested(p, {"a": True}), f"{p}.a", '"true"') for p in ANNOTATIONS],
-    *[(f"reserved {p}", nested(p, {"nvcf.nvidia.com/nats-worker-auth-hash": "x"}),
-       f'{p}["nvcf.nvidia.com/nats-worker-auth-hash"]', "reserved") for p in ANNOTATIONS],
-    ("reserved exact", nested("api.podAnnotations", {"nvcf.nvidia.com/nats-worker-auth": "x"}),
-     'api.podAnnotations["nvcf.nvidia.com/nats-worker-auth"]', "reserved"),
-    ("checksum", nested("nats.podAnnotations", {"checksum/config": "abc"}),
-     "nats.podAnnotations.checksum/config", "managed by the chart"),
+    *[
+        (
+            f"reserved {p}",
+            nested(p, {"nvcf.nvidia.com/nats-worker-auth-hash": "x"}),
+            f'{p}["nvcf.nvidia.com/nats-worker-auth-hash"]',
+            "reserved",
+        )
+        for p in ANNOTATIONS
+    ],
+    (
+        "reserved exact",
+        nested("api.podAnnotations", {"nvcf.nvidia.com/nats-worker-auth": "x"}),
+        'api.podAnnotations["nvcf.nvidia.com/nats-worker-auth"]',
+        "reserved",
+    ),
+    (
+        "checksum",
+        nested("nats.podAnnotations", {"checksum/config": "abc"}),
+        "nats.podAnnotations.checksum/config",
+        "managed by the chart",
+    ),
     ("mapping expected", {"workerCallbackProxy": "yes"}, "workerCallbackProxy", "must be a mapping"),
     ("nested mapping", nested("global.workerEndpoints", []), "global.workerEndpoints", "found a list"),
     ("annotations list", nested("api.podAnnotations", ["a"]), "api.podAnnotations", "must be a mapping"),
 ]
 
 
-@pytest.mark.parametrize(("values", "path", "fragment"),
-                         [r[1:] for r in FAILING], ids=[r[0] for r in FAILING])
+@pytest.mark.parametrize(
+    ("values", "path", "fragment"), [r[1:] for r in FAILING], ids=[r[0] for r in FAILING]
+)
 def test_rule_fails(values: dict, path: str, fragment: str) -> None:
     issues = validate(values)
     assert [issue.path for issue in issues] == [path]  # exactly one issue: no follow-on noise
@@ -181,10 +216,16 @@ PASSING: list[tuple[str, dict]] = [
     ("issuerRef", nested(REF, CLUSTER_ISSUER)),
     ("existingSecret", nested(SECRET, "worker-public-tls")),
     ("existingSecret empty with issuerRef", deep_merge(nested(REF, CLUSTER_ISSUER), nested(SECRET, ""))),
-    *[(f"service {t}", nested("workerCallbackProxy.service.type", t)) for t in ("ClusterIP", "NodePort", "LoadBalancer")],
+    *[
+        (f"service {t}", nested("workerCallbackProxy.service.type", t))
+        for t in ("ClusterIP", "NodePort", "LoadBalancer")
+    ],
     *[(f"bool {p}", nested(p, False)) for p in BOOLS],
     ("nats token default url", nested("nats.workerAuth", "token")),
-    ("nats token url", deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "http://api.x:8080/h"))),
+    (
+        "nats token url",
+        deep_merge(nested("nats.workerAuth", "token"), nested(WEBHOOK, "http://api.x:8080/h")),
+    ),
     ("nats nkey empty url", nested(WEBHOOK, "")),
     *[(f"annotation {p}", nested(p, {"example.com/scrape": "true", "port": "8080"})) for p in ANNOTATIONS],
     *[(f"annotation null {p}", nested(p, None)) for p in ANNOTATIONS],
@@ -218,8 +259,10 @@ def test_several_issues_in_rule_order() -> None:
         (ValuesIssue("a.b", "must be x", "env.yaml"), "env.yaml: a.b: must be x"),
         (ValuesIssue("a.b", "must be x"), "a.b: must be x"),
         (ValuesIssue("a.b", "must be x", None, 3), "line 3: a.b: must be x"),
-        (ValuesIssue("nats.workerAuth", "nats.workerAuth must be nkey or token", "e.yaml", 2),
-         "e.yaml:2: nats.workerAuth must be nkey or token"),
+        (
+            ValuesIssue("nats.workerAuth", "nats.workerAuth must be nkey or token", "e.yaml", 2),
+            "e.yaml:2: nats.workerAuth must be nkey or token",
+        ),
     ],
 )
 def test_issue_text(issue: ValuesIssue, text: str) -> None:
@@ -275,8 +318,10 @@ def test_origin_lines(tmp_path: Path) -> None:
         f'{name}:4: {WDP}: "Bad-Domain.example.com" is not a valid DNS name: must be lower case',
         f"{name}:8: {REF}.name: must be set, e.g. name: letsencrypt",  # the nearest line the file set
         f"{name}:11: nats.workerAuth must be nkey or token",
-        (f'{name}:15: api.podAnnotations["nvcf.nvidia.com/nats-worker-auth-hash"]: is reserved for the auth '
-         "callout's restart on a worker auth change; remove it"),
+        (
+            f'{name}:15: api.podAnnotations["nvcf.nvidia.com/nats-worker-auth-hash"]: is reserved for the auth '
+            "callout's restart on a worker auth change; remove it"
+        ),
     ]
     with pytest.raises(ConfigError, match=rf"^{name}:4: {WDP}: "):
         check(values, origin)
@@ -326,7 +371,9 @@ def test_recursive_alias_does_not_hang(tmp_path: Path) -> None:
 
 # -- proxy settings ------------------------------------------------------------------------------------
 DEFAULT_URL = f"https://invocation.{WD}:10084"
-BASE = ProxySettings(False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False)  # the stack's defaults
+BASE = ProxySettings(
+    False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False
+)  # the stack's defaults
 
 
 @pytest.mark.parametrize(
@@ -339,14 +386,31 @@ BASE = ProxySettings(False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL
         (nested("workerCallbackProxy.invocation.upstreamTls.enabled", False), {"upstream_tls": False}),
         (nested("workerCallbackProxy.invocation.connect.enabled", True), {"connect_enabled": True}),
         (nested(URL, f"https://callbacks.{WD}:443"), {"invocation_proxy_url": f"https://callbacks.{WD}:443"}),
-        (nested(WDP, "w.example.org"),
-         {"worker_domain": "w.example.org", "invocation_proxy_url": "https://invocation.w.example.org:10084"}),
-        (nested("global.nvcaOperator.agent.workerCallbackCaPem", "-----BEGIN CERTIFICATE-----\n"),
-         {"worker_ca_pem_set": True}),
+        (
+            nested(WDP, "w.example.org"),
+            {
+                "worker_domain": "w.example.org",
+                "invocation_proxy_url": "https://invocation.w.example.org:10084",
+            },
+        ),
+        (
+            nested("global.nvcaOperator.agent.workerCallbackCaPem", "-----BEGIN CERTIFICATE-----\n"),
+            {"worker_ca_pem_set": True},
+        ),
         (nested("global.nvcaOperator.agent.workerCallbackCaPem", "  \n"), {}),
     ],
-    ids=["defaults", "enabled", "existingSecret", "issuerRef", "plain upstream", "connect", "url override",
-         "other domain", "worker CA", "blank worker CA"],
+    ids=[
+        "defaults",
+        "enabled",
+        "existingSecret",
+        "issuerRef",
+        "plain upstream",
+        "connect",
+        "url override",
+        "other domain",
+        "worker CA",
+        "blank worker CA",
+    ],
 )
 def test_proxy_settings(values: dict, changes: dict) -> None:
     settings = proxy_settings(values)

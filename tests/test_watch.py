@@ -34,8 +34,15 @@ ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def run_invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([INVOKE, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT, check=False)
+    return subprocess.run(
+        [INVOKE, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -128,11 +135,15 @@ def exit_code(pid: int, out: Output) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def test_watch_on_a_terminal_shows_rows_and_stops_on_ctrl_c(stack_env: dict[str, str], started: list[int]) -> None:
+def test_watch_on_a_terminal_shows_rows_and_stops_on_ctrl_c(
+    stack_env: dict[str, str], started: list[int]
+) -> None:
     pid, terminal = watch_on_a_terminal(stack_env)
     started.append(pid)
     try:
-        assert terminal.read_until(lambda text: b"callbacks (Ctrl-C stops)" in text, ROW_TIMEOUT), terminal.text
+        assert terminal.read_until(lambda text: b"callbacks (Ctrl-C stops)" in text, ROW_TIMEOUT), (
+            terminal.text
+        )
         assert b"\x1b[" in terminal.screen  # a live table drawn with terminal controls, not plain lines
 
         ids = request_ids(stack_env, "http-echo", 2) + request_ids(stack_env, "grpc-echo", 1)
@@ -146,11 +157,18 @@ def test_watch_on_a_terminal_shows_rows_and_stops_on_ctrl_c(stack_env: dict[str,
         os.close(terminal.fd)
 
 
-def test_watch_into_a_pipe_prints_plain_lines_and_ends_with_the_stack(stack_env: dict[str, str],
-                                                                      started: list[int]) -> None:
+def test_watch_into_a_pipe_prints_plain_lines_and_ends_with_the_stack(
+    stack_env: dict[str, str], started: list[int]
+) -> None:
     read_end, write_end = os.pipe()
-    watch = subprocess.Popen([INVOKE, "watch", "--stack", STACK], cwd=REPO, env=stack_env, stdout=write_end,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    watch = subprocess.Popen(
+        [INVOKE, "watch", "--stack", STACK],
+        cwd=REPO,
+        env=stack_env,
+        stdout=write_end,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     os.close(write_end)
     started.append(watch.pid)
     out = Output(read_end)

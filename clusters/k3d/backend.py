@@ -42,6 +42,7 @@ from sim.protocols.wire import NAMESPACE
 OURS = re.compile(rf"^(?:{re.escape(CONTROL_CLUSTER)}|ncpsim-compute-\d+)$")
 LB_ATTEMPTS, LB_INTERVAL = 90, 2.0  # servicelb publishes node IPs within seconds; allow three minutes
 
+
 @dataclass
 class Backend:
     """The k3d backend's steps on one stack, and what this run created (for rollback)."""
@@ -175,7 +176,10 @@ def bring_up(backend: Backend, topology: Topology, material: CertMaterial) -> To
 def check_reachable(topology: Topology) -> None:
     """Compute clusters reach the proxy here only through a LoadBalancer Service, and the CoreDNS rewrite
     rendered here points a cluster's names at the proxy Service, nothing else."""
-    if topology.compute_clusters and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer":
+    if (
+        topology.compute_clusters
+        and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer"
+    ):
         raise BackendError(
             "workerCallbackProxy.service.type: the k3d backend reaches the proxy from compute "
             "clusters through its load balancer; set it to LoadBalancer"
@@ -205,7 +209,9 @@ def teardown(backend: Backend, purge: bool = False) -> list[str]:
     # Only a stack folder is removed: a link, or a folder holding anything ncpsim does not write (a clone's
     # sim/ package, with NCPSIM_HOME at the clone), is refused in one line (clusters.state).
     if purge and (backend.state.exists() or backend.state.is_symlink()):
-        adopt(backend.state)  # k3d's `up` writes no marker: a folder of nothing but ncpsim's own names is ours
+        adopt(
+            backend.state
+        )  # k3d's `up` writes no marker: a folder of nothing but ncpsim's own names is ours
         purge_state(backend.state)
         removed.append(f"state folder {backend.state}")
     return removed

@@ -16,6 +16,7 @@ its parts are tested with a fake kubectl.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -129,10 +130,8 @@ class PortForward:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:

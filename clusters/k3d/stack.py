@@ -170,7 +170,8 @@ def endpoints(topology: Topology) -> Endpoints:
     cp = kube_context(CONTROL_CLUSTER)
     logs = {"worker-callback-proxy": f"kubectl --context {cp} -n {NAMESPACE} logs deploy/{PROXY_NAME}"}
     return Endpoints(
-        proxy_http=Endpoint("127.0.0.1", HTTP_HOST_PORT), proxy_h3=Endpoint("127.0.0.1", H3_HOST_PORT),
+        proxy_http=Endpoint("127.0.0.1", HTTP_HOST_PORT),
+        proxy_h3=Endpoint("127.0.0.1", H3_HOST_PORT),
         dns={c.name: Endpoint(None, None, {"context": kube_context(c.name)}) for c in topology.clusters},
         logs=logs,
     )
@@ -186,12 +187,18 @@ class K3dBackend:
 
     name = "k3d"
 
-    def __init__(self, runner: CommandRunner | None = None, engine: DockerEngine | None = None,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        runner: CommandRunner | None = None,
+        engine: DockerEngine | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.runner, self.engine, self.sleep = runner, engine, sleep
 
     def _steps(self, stack: str) -> Backend:
-        return Backend(self.runner or CommandRunner(), self.engine or SdkEngine(), stack_state(stack), self.sleep)
+        return Backend(
+            self.runner or CommandRunner(), self.engine or SdkEngine(), stack_state(stack), self.sleep
+        )
 
     def up(self, topology: Topology, scenario: str) -> K3dStack:
         """preflight -> clusters, image, manifests, rollouts (rolled back on failure) -> attach."""
@@ -201,16 +208,23 @@ class K3dBackend:
         material = cert_material(k3d.state / "certs", topology)
         # The values as applied: a workerCallbackCaPem marker is PEM text from here on, so a redeploy after a
         # CA rotation renders the PEM the customer pasted, not the new CA (as the local backend does).
-        topology = topology.with_ca_pem(lambda issuer: (k3d.state / "certs" / "ca" / issuer / "ca.crt").read_text())
+        topology = topology.with_ca_pem(
+            lambda issuer: (k3d.state / "certs" / "ca" / issuer / "ca.crt").read_text()
+        )
         bring_up(k3d, topology, material)
         return K3dStack(k3d, topology).attach(scenario)
 
     def attach(self, stack: str) -> K3dStack:
         k3d = self._steps(stack)
         saved = k3d.state / "topology.json"
-        topology = (Topology.load(k3d.state) if saved.exists()
-                    else Topology(stack=stack, worker_domain="", values={}, clusters=(), pods=()))
+        topology = (
+            Topology.load(k3d.state)
+            if saved.exists()
+            else Topology(stack=stack, worker_domain="", values={}, clusters=(), pods=())
+        )
         return K3dStack(k3d, topology)
 
     def interruptible(self, stack: str) -> AbstractContextManager[None]:
-        return nullcontext()  # `bring_up` rolls back itself; clusters that are up stay up, as with Ctrl-C on Helm
+        return (
+            nullcontext()
+        )  # `bring_up` rolls back itself; clusters that are up stay up, as with Ctrl-C on Helm

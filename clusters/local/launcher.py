@@ -47,10 +47,15 @@ class ProcessSpec:
 
 
 def phase_one(topology: Topology) -> list[ProcessSpec]:
-    specs = [ProcessSpec("resolver", "resolver", CONTROL_CLUSTER), ProcessSpec("nats", NATS_SERVER, CONTROL_CLUSTER),
-             ProcessSpec("nats-callout", NATS_CALLOUT, CONTROL_CLUSTER)]
-    specs += [ProcessSpec("invocation" if p.role == "invocation" else "grpc-proxy", p.name, p.cluster)
-              for p in topology.pods]
+    specs = [
+        ProcessSpec("resolver", "resolver", CONTROL_CLUSTER),
+        ProcessSpec("nats", NATS_SERVER, CONTROL_CLUSTER),
+        ProcessSpec("nats-callout", NATS_CALLOUT, CONTROL_CLUSTER),
+    ]
+    specs += [
+        ProcessSpec("invocation" if p.role == "invocation" else "grpc-proxy", p.name, p.cluster)
+        for p in topology.pods
+    ]
     if topology.proxy_enabled:
         specs.append(ProcessSpec("proxy", "worker-callback-proxy", CONTROL_CLUSTER))
     return specs
@@ -137,8 +142,11 @@ class Launcher:
         # The values are applied here: pods read topology.json, whose workerCallbackCaPem is PEM text now.
         applied = prepare_certificates(CertStore(self.state_dir / "certs"), topology)
         (self.state_dir / "topology.json").write_text(applied.to_json())
-        netmap = NetMap(reach={c.name: topology.reachable_ranges(c.name) for c in topology.clusters},
-                        services=topology.service_endpoints(), seed=topology.seed)
+        netmap = NetMap(
+            reach={c.name: topology.reachable_ranges(c.name) for c in topology.clusters},
+            services=topology.service_endpoints(),
+            seed=topology.seed,
+        )
         netmap.save(self.state_dir / "netmap.json")
         return netmap
 
@@ -160,6 +168,7 @@ class Launcher:
                         for fd in pipes.values():
                             os.close(fd)
                     raise
+
                 def publish(_name: str, bindings: dict[str, int]) -> None:
                     # Each component's addresses go into the map as soon as it is ready, so those waiting
                     # on it (workers on nats-server) go on without waiting for the slowest of its phase.
@@ -176,14 +185,33 @@ class Launcher:
 
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
-        cmd = [sys.executable, "-m", "sim.runtime.run", spec.kind, "--state", str(self.state_dir), "--name", spec.name,
-               "--cluster", spec.cluster, "--ready-fd", str(write_fd)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sim.runtime.run",
+            spec.kind,
+            "--state",
+            str(self.state_dir),
+            "--name",
+            spec.name,
+            "--cluster",
+            spec.cluster,
+            "--ready-fd",
+            str(write_fd),
+        ]
         # Started and recorded as one step: an interrupt in between would orphan the child.
         with self.guard.held():
             log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
             try:
-                proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state_dir)
+                proc = subprocess.Popen(
+                    cmd,
+                    pass_fds=(write_fd,),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    cwd=self.state_dir,
+                )
             except BaseException:
                 os.close(read_fd)
                 raise
@@ -194,8 +222,9 @@ class Launcher:
             write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
         return read_fd
 
-    def _await_ready(self, pipes: dict[str, int],
-                     on_ready: Callable[[str, dict[str, int]], None] | None = None) -> dict[str, dict[str, int]]:
+    def _await_ready(
+        self, pipes: dict[str, int], on_ready: Callable[[str, dict[str, int]], None] | None = None
+    ) -> dict[str, dict[str, int]]:
         selector = selectors.DefaultSelector()
         buffers = {name: b"" for name in pipes}
         for name, fd in pipes.items():
@@ -208,8 +237,10 @@ class Launcher:
                 events = selector.select(max(remaining, 0)) if remaining > 0 else []
                 if not events:
                     late = sorted(set(pipes) - set(ready))
-                    raise BackendError(f"components not ready after {READY_TIMEOUT:.0f}s: {', '.join(late)}; "
-                                       f"see {self.logs_dir}")
+                    raise BackendError(
+                        f"components not ready after {READY_TIMEOUT:.0f}s: {', '.join(late)}; "
+                        f"see {self.logs_dir}"
+                    )
                 for key, _ in events:
                     name = key.data
                     chunk = os.read(key.fd, 65536)

@@ -40,8 +40,10 @@ class LocalStack:
         # Under the lock, so two `invoke up` runs cannot both pass the check; a loser stops nothing.
         with self.lock.held():
             if self.launcher.running():
-                raise ConfigError(f"stack {self.name!r} is already running ({self.state_dir}); "
-                                  f"run `invoke down` first or pick another --stack name")
+                raise ConfigError(
+                    f"stack {self.name!r} is already running ({self.state_dir}); "
+                    f"run `invoke down` first or pick another --stack name"
+                )
             check_links(self.state_dir)
             (self.state_dir / "status.json").unlink(missing_ok=True)  # until this start completes
             try:
@@ -49,8 +51,9 @@ class LocalStack:
             except BaseException:
                 self.launcher.stop_all()  # Ctrl-C or a failed component: leave nothing half-up
                 raise
-            status = build_status(self.backend, topology, self.state_dir, scenario,
-                                  endpoints(topology, netmap, self.state_dir))
+            status = build_status(
+                self.backend, topology, self.state_dir, scenario, endpoints(topology, netmap, self.state_dir)
+            )
             write_file(self.state_dir / "status.json", json.dumps(status, indent=2))
         return self
 
@@ -67,8 +70,9 @@ class LocalStack:
             netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
             topology = self.topology
             scenario = json.loads(path.read_text()).get("scenario", "")
-            status = build_status(self.backend, topology, self.state_dir, scenario,
-                                  endpoints(topology, netmap, self.state_dir))
+            status = build_status(
+                self.backend, topology, self.state_dir, scenario, endpoints(topology, netmap, self.state_dir)
+            )
             write_file(path, json.dumps(status, indent=2))
 
     def expected(self) -> list[str]:
@@ -93,8 +97,12 @@ class LocalStack:
             status = json.loads(path.read_text())
             status["complete"] = True
         elif running:
-            status = {"backend": self.backend, "stack": self.name, "stateDir": str(self.state_dir),
-                      "complete": False}
+            status = {
+                "backend": self.backend,
+                "stack": self.name,
+                "stateDir": str(self.state_dir),
+                "complete": False,
+            }
         else:
             return None
         status["running"] = running
@@ -107,12 +115,15 @@ class LocalStack:
     def down(self, purge: bool = False) -> list[str]:
         """Stop every component; with `purge`, delete the stack folder, only if it is one ncpsim made."""
         if self.state_dir.is_symlink():
-            raise ConfigError(f"{self.state_dir} is a symbolic link, not a stack folder: nothing stopped or removed")
+            raise ConfigError(
+                f"{self.state_dir} is a symbolic link, not a stack folder: nothing stopped or removed"
+            )
         if not self.state_dir.exists():
             return []
         if not adopt(self.state_dir):
-            raise ConfigError(f"{self.state_dir} is not an ncpsim stack folder (no marker): "
-                              f"nothing stopped or removed")
+            raise ConfigError(
+                f"{self.state_dir} is not an ncpsim stack folder (no marker): nothing stopped or removed"
+            )
         with self.lock.held():
             stopped = self.launcher.stop_all()
             if purge:
@@ -153,11 +164,15 @@ def endpoints(topology: Topology, netmap: NetMap, state: Path) -> Endpoints:
     def real(ip: str, port: int, proto: str) -> Endpoint:
         return Endpoint(LOOPBACK, netmap.bindings.get(f"{ip}:{port}/{proto}"))
 
-    (http_ip, http_port), = topology.proxy_addresses(PROXY_HTTP_PORT)[:1]
-    (h3_ip, h3_port), = topology.proxy_addresses(PROXY_H3_PORT)[:1]
-    return Endpoints(proxy_http=real(http_ip, http_port, "tcp"), proxy_h3=real(h3_ip, h3_port, "udp"),
-                     dns={c.name: real(c.dns_ip, DNS_PORT, "udp") for c in topology.clusters},
-                     logs=log_files(state), nats=nats_endpoint(topology, netmap.bindings, LOOPBACK))
+    ((http_ip, http_port),) = topology.proxy_addresses(PROXY_HTTP_PORT)[:1]
+    ((h3_ip, h3_port),) = topology.proxy_addresses(PROXY_H3_PORT)[:1]
+    return Endpoints(
+        proxy_http=real(http_ip, http_port, "tcp"),
+        proxy_h3=real(h3_ip, h3_port, "udp"),
+        dns={c.name: real(c.dns_ip, DNS_PORT, "udp") for c in topology.clusters},
+        logs=log_files(state),
+        nats=nats_endpoint(topology, netmap.bindings, LOOPBACK),
+    )
 
 
 class LocalBackend:

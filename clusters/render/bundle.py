@@ -47,7 +47,9 @@ def manifests_by_cluster(
         if cluster.kind == "control":
             # A single cluster with the proxy enabled publishes *.<workerDomain> in its own CoreDNS (seed step 2).
             rewrite = coredns_rewrite(topology, cluster)
-            out[cluster.name] = control_plane_manifests(topology, material, image) + ([rewrite] if rewrite else [])
+            out[cluster.name] = control_plane_manifests(topology, material, image) + (
+                [rewrite] if rewrite else []
+            )
         else:
             out[cluster.name] = compute_manifests(
                 topology, cluster, material, addresses.proxy, addresses.bus, image

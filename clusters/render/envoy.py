@@ -150,8 +150,9 @@ def http_listener(policy: ProxyPolicy, worker_domain: str) -> Json:
         },
         # The TLS inspector reads the SNI so the chain can match it: a ClientHello for any other name
         # finds no filter chain and the connection is closed, as the local front does.
-        "listener_filters": [{"name": "envoy.filters.listener.tls_inspector",
-                              "typed_config": {"@type": TLS_INSPECTOR}}],
+        "listener_filters": [
+            {"name": "envoy.filters.listener.tls_inspector", "typed_config": {"@type": TLS_INSPECTOR}}
+        ],
         "filter_chains": [
             {
                 "filter_chain_match": {"server_names": [f"*.{worker_domain}"]},

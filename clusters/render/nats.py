@@ -55,7 +55,10 @@ def nats_deployment(topology: Topology, config_map: Json) -> Json:
         "ports": [{"name": p["name"], "containerPort": p["port"], "protocol": p["protocol"]} for p in PORTS],
         # /healthz answers 200 only once JetStream is up: the same readiness as the local supervisor's.
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": MONITOR_PORT}, "periodSeconds": 2},
-        "volumeMounts": [kube.mount("config", CONFIG_DIR), kube.mount("jetstream", STORE_DIR, read_only=False)],
+        "volumeMounts": [
+            kube.mount("config", CONFIG_DIR),
+            kube.mount("jetstream", STORE_DIR, read_only=False),
+        ],
     }
     spec = {
         "containers": [container],
@@ -68,8 +71,9 @@ def nats_deployment(topology: Topology, config_map: Json) -> Json:
 
 def nats_service() -> Json:
     """Compute clusters reach NATS only through this load balancer (client port only)."""
-    return kube.service(BUS_NAME, NAMESPACE, [kube.port("client", NATS_PORT)], {"app": BUS_NAME},
-                        kind="LoadBalancer")
+    return kube.service(
+        BUS_NAME, NAMESPACE, [kube.port("client", NATS_PORT)], {"app": BUS_NAME}, kind="LoadBalancer"
+    )
 
 
 def callout_deployment(topology: Topology, cluster: str, image: str = STANDIN_IMAGE) -> Json:
@@ -80,5 +84,9 @@ def callout_deployment(topology: Topology, cluster: str, image: str = STANDIN_IM
 
 def nats_manifests(topology: Topology, cluster: str, image: str = STANDIN_IMAGE) -> list[Json]:
     config_map = nats_config_map(topology)
-    return [config_map, nats_deployment(topology, config_map), nats_service(),
-            callout_deployment(topology, cluster, image)]
+    return [
+        config_map,
+        nats_deployment(topology, config_map),
+        nats_service(),
+        callout_deployment(topology, cluster, image),
+    ]

@@ -21,75 +21,173 @@ class Cause:
     fix: str  # the values key and the runbook step
 
 
-CAUSES: dict[str, Cause] = {c.id: c for c in (
-    Cause("split-plane-url", "split-plane worker URLs are set with the proxy enabled", "error",
-          f'{WCP}, "Prerequisites"',
-          "leave global.workerEndpoints.invocationServiceURL, global.workerEndpoints.grpcProxyWorkerConnectURL, "
-          "grpcproxy.workerConnectBaseURL and invocation.env.WORKER_STREAM_PROPERTIES__SELF_ADDRESS empty, "
-          "then apply the stack (helmfile sync)"),
-    Cause("invocation-proxy-url", "invocationProxyURL is not https or not covered by *.<workerDomain>", "error",
-          f'{WCP}, "Enable the proxy" step 1',
-          "unset global.workerEndpoints.invocationProxyURL, or make it an https name under the workerDomain"),
-    Cause("nats-auth-mode", "nats.workerAuth is neither nkey nor token", "error",
-          f'{CPO}, "Worker NATS Authentication"', "set nats.workerAuth to nkey or token"),
-    Cause("callout-webhook-empty", "token mode without a callout webhook URL", "error",
-          f'{CPO}, "Worker NATS Authentication"',
-          "set nats.authCallout.workerTokenAuth.webhookUrl (or keep nats.workerAuth: nkey)"),
-    Cause("pod-annotations", "pod annotations are not strings or use a reserved key", "error",
-          f'{CPO}, "Service Operations"',
-          "quote every annotation value; drop keys starting with nvcf.nvidia.com/nats-worker-auth"),
-    Cause("values-refused", "the values are refused at render time", "error", f'{WCP}, "Enable the proxy"',
-          "fix the key named in the evidence, then apply the stack"),
-    Cause("proxy-disabled", "compute-cluster workers but the proxy is off", "error", f'{WCP}, "Enable the proxy"',
-          "set workerCallbackProxy.enabled: true and workerCallbackProxy.service.type: LoadBalancer"),
-    Cause("rewrite-missing", "*.<workerDomain> does not resolve from the compute cluster", "error",
-          f'{WCP}, "Enable the proxy" step 2',
-          "add the wildcard DNS record (or the CoreDNS rewrite: invoke dns-rewrite --domain <workerDomain>) "
-          "for *.<workerDomain> to the proxy's load-balancer address"),
-    Cause("rewrite-wrong-domain", "the compute cluster's DNS rewrite is for another domain than the workerDomain",
-          "error", f'{WCP}, "Enable the proxy" step 2',
-          "rewrite *.<workerDomain> (workerCallbackProxy.workerDomain, exactly) to the proxy's load-balancer "
-          "address: invoke dns-rewrite --domain <workerDomain>"),
-    Cause("rewrite-wrong-address", "*.<workerDomain> resolves, but not to a reachable proxy", "error",
-          f'{WCP}, "Enable the proxy" step 2',
-          "point the *.<workerDomain> record at the proxy Service's load-balancer address"),
-    Cause("proxy-unreachable", "the proxy Service is not reachable from the compute cluster", "error",
-          f'{WCP}, "Enable the proxy" step 1',
-          "set workerCallbackProxy.service.type: LoadBalancer (ClusterIP is reachable only in-cluster) "
-          "and allow the compute cluster's egress through the load balancer"),
-    Cause("worker-ca-missing", "workers do not trust the stack-CA frontend (no workerCallbackCaPem)", "error",
-          f'{WCP}, "Give workers the CA"',
-          "set global.nvcaOperator.agent.workerCallbackCaPem to the frontend's ca.crt, apply the compute-plane "
-          "stack, then redeploy the functions"),
-    Cause("worker-ca-stale", "workerCallbackCaPem does not sign the frontend certificate", "error",
-          f'{WCP}, "Give workers the CA"',
-          "read ca.crt from worker-callback-proxy-frontend-tls again (after a rotation or a brought "
-          "certificate), update global.nvcaOperator.agent.workerCallbackCaPem, then redeploy the functions"),
-    Cause("pem-not-redeployed", "workerCallbackCaPem set, but running function pods predate it", "warning",
-          f'{WCP}, "Give workers the CA" step 3', "redeploy existing functions so new pods get NVCF_PROXY_CA_PEM"),
-    Cause("frontend-private-ca", "the brought frontend certificate is not from a public CA", "error",
-          f'{WCP}, "Use a public certificate on the proxy"',
-          "issue tls.frontend.existingSecret from a public CA, or give workers its CA through "
-          "global.nvcaOperator.agent.workerCallbackCaPem and redeploy the functions"),
-    Cause("frontend-expired", "the proxy's frontend certificate has expired", "error",
-          f'{WCP}, "Certificates and CAs"', "renew the frontend certificate; the proxy reloads it without restart"),
-    Cause("legacy-worker-connect-off", "worker-utils older than 1.3.2 with CONNECT off", "error",
-          f'{WCP}, "Callback path and CONNECT"',
-          "upgrade worker-utils to 1.3.2 or later, or set workerCallbackProxy.invocation.connect.enabled: true"),
-    Cause("pod-cert-untrusted", "the proxy cannot verify the pod certificate", "error",
-          f'{WCP}, "Pod certificate Secrets"',
-          "reissue the pod certificate from the stack CA for *.invocation.nvcf.svc.cluster.local "
-          "(or *.grpc-headless...); check ca.crt of the pod's Secret"),
-    Cause("pod-unreachable", "the proxy cannot reach the pod", "error", f'{WCP}, "How callbacks reach a pod"',
-          "check the pod is running and ready; with upstream TLS off the pod must listen on 8080 "
-          "(workerCallbackProxy.invocation.upstreamTls.enabled)"),
-    Cause("callback-wrong-pod", "the callback landed on another pod than the one holding the request", "error",
-          f'{WCP}, "How callbacks reach a pod"',
-          "leave the split-plane worker URLs empty so workers get per-pod targets through the proxy"),
-    Cause("wrong-path", "the worker called a path the proxy does not route", "error",
-          f'{WCP}, "Callback path and CONNECT"', "only /v2/nvcf/worker/request-attach is forwarded"),
-    Cause("nats-auth-rejected", "the worker's NATS sign-in is refused", "error",
-          f'{CPO}, "Worker NATS Authentication"',
-          "match nats.workerAuth to the workers' worker-utils (token needs a version that sends NVCF_NATS "
-          "tokens), and check the callout's webhook URL is reachable"),
-)}
+CAUSES: dict[str, Cause] = {
+    c.id: c
+    for c in (
+        Cause(
+            "split-plane-url",
+            "split-plane worker URLs are set with the proxy enabled",
+            "error",
+            f'{WCP}, "Prerequisites"',
+            "leave global.workerEndpoints.invocationServiceURL, global.workerEndpoints.grpcProxyWorkerConnectURL, "
+            "grpcproxy.workerConnectBaseURL and invocation.env.WORKER_STREAM_PROPERTIES__SELF_ADDRESS empty, "
+            "then apply the stack (helmfile sync)",
+        ),
+        Cause(
+            "invocation-proxy-url",
+            "invocationProxyURL is not https or not covered by *.<workerDomain>",
+            "error",
+            f'{WCP}, "Enable the proxy" step 1',
+            "unset global.workerEndpoints.invocationProxyURL, or make it an https name under the workerDomain",
+        ),
+        Cause(
+            "nats-auth-mode",
+            "nats.workerAuth is neither nkey nor token",
+            "error",
+            f'{CPO}, "Worker NATS Authentication"',
+            "set nats.workerAuth to nkey or token",
+        ),
+        Cause(
+            "callout-webhook-empty",
+            "token mode without a callout webhook URL",
+            "error",
+            f'{CPO}, "Worker NATS Authentication"',
+            "set nats.authCallout.workerTokenAuth.webhookUrl (or keep nats.workerAuth: nkey)",
+        ),
+        Cause(
+            "pod-annotations",
+            "pod annotations are not strings or use a reserved key",
+            "error",
+            f'{CPO}, "Service Operations"',
+            "quote every annotation value; drop keys starting with nvcf.nvidia.com/nats-worker-auth",
+        ),
+        Cause(
+            "values-refused",
+            "the values are refused at render time",
+            "error",
+            f'{WCP}, "Enable the proxy"',
+            "fix the key named in the evidence, then apply the stack",
+        ),
+        Cause(
+            "proxy-disabled",
+            "compute-cluster workers but the proxy is off",
+            "error",
+            f'{WCP}, "Enable the proxy"',
+            "set workerCallbackProxy.enabled: true and workerCallbackProxy.service.type: LoadBalancer",
+        ),
+        Cause(
+            "rewrite-missing",
+            "*.<workerDomain> does not resolve from the compute cluster",
+            "error",
+            f'{WCP}, "Enable the proxy" step 2',
+            "add the wildcard DNS record (or the CoreDNS rewrite: invoke dns-rewrite --domain <workerDomain>) "
+            "for *.<workerDomain> to the proxy's load-balancer address",
+        ),
+        Cause(
+            "rewrite-wrong-domain",
+            "the compute cluster's DNS rewrite is for another domain than the workerDomain",
+            "error",
+            f'{WCP}, "Enable the proxy" step 2',
+            "rewrite *.<workerDomain> (workerCallbackProxy.workerDomain, exactly) to the proxy's load-balancer "
+            "address: invoke dns-rewrite --domain <workerDomain>",
+        ),
+        Cause(
+            "rewrite-wrong-address",
+            "*.<workerDomain> resolves, but not to a reachable proxy",
+            "error",
+            f'{WCP}, "Enable the proxy" step 2',
+            "point the *.<workerDomain> record at the proxy Service's load-balancer address",
+        ),
+        Cause(
+            "proxy-unreachable",
+            "the proxy Service is not reachable from the compute cluster",
+            "error",
+            f'{WCP}, "Enable the proxy" step 1',
+            "set workerCallbackProxy.service.type: LoadBalancer (ClusterIP is reachable only in-cluster) "
+            "and allow the compute cluster's egress through the load balancer",
+        ),
+        Cause(
+            "worker-ca-missing",
+            "workers do not trust the stack-CA frontend (no workerCallbackCaPem)",
+            "error",
+            f'{WCP}, "Give workers the CA"',
+            "set global.nvcaOperator.agent.workerCallbackCaPem to the frontend's ca.crt, apply the compute-plane "
+            "stack, then redeploy the functions",
+        ),
+        Cause(
+            "worker-ca-stale",
+            "workerCallbackCaPem does not sign the frontend certificate",
+            "error",
+            f'{WCP}, "Give workers the CA"',
+            "read ca.crt from worker-callback-proxy-frontend-tls again (after a rotation or a brought "
+            "certificate), update global.nvcaOperator.agent.workerCallbackCaPem, then redeploy the functions",
+        ),
+        Cause(
+            "pem-not-redeployed",
+            "workerCallbackCaPem set, but running function pods predate it",
+            "warning",
+            f'{WCP}, "Give workers the CA" step 3',
+            "redeploy existing functions so new pods get NVCF_PROXY_CA_PEM",
+        ),
+        Cause(
+            "frontend-private-ca",
+            "the brought frontend certificate is not from a public CA",
+            "error",
+            f'{WCP}, "Use a public certificate on the proxy"',
+            "issue tls.frontend.existingSecret from a public CA, or give workers its CA through "
+            "global.nvcaOperator.agent.workerCallbackCaPem and redeploy the functions",
+        ),
+        Cause(
+            "frontend-expired",
+            "the proxy's frontend certificate has expired",
+            "error",
+            f'{WCP}, "Certificates and CAs"',
+            "renew the frontend certificate; the proxy reloads it without restart",
+        ),
+        Cause(
+            "legacy-worker-connect-off",
+            "worker-utils older than 1.3.2 with CONNECT off",
+            "error",
+            f'{WCP}, "Callback path and CONNECT"',
+            "upgrade worker-utils to 1.3.2 or later, or set workerCallbackProxy.invocation.connect.enabled: true",
+        ),
+        Cause(
+            "pod-cert-untrusted",
+            "the proxy cannot verify the pod certificate",
+            "error",
+            f'{WCP}, "Pod certificate Secrets"',
+            "reissue the pod certificate from the stack CA for *.invocation.nvcf.svc.cluster.local "
+            "(or *.grpc-headless...); check ca.crt of the pod's Secret",
+        ),
+        Cause(
+            "pod-unreachable",
+            "the proxy cannot reach the pod",
+            "error",
+            f'{WCP}, "How callbacks reach a pod"',
+            "check the pod is running and ready; with upstream TLS off the pod must listen on 8080 "
+            "(workerCallbackProxy.invocation.upstreamTls.enabled)",
+        ),
+        Cause(
+            "callback-wrong-pod",
+            "the callback landed on another pod than the one holding the request",
+            "error",
+            f'{WCP}, "How callbacks reach a pod"',
+            "leave the split-plane worker URLs empty so workers get per-pod targets through the proxy",
+        ),
+        Cause(
+            "wrong-path",
+            "the worker called a path the proxy does not route",
+            "error",
+            f'{WCP}, "Callback path and CONNECT"',
+            "only /v2/nvcf/worker/request-attach is forwarded",
+        ),
+        Cause(
+            "nats-auth-rejected",
+            "the worker's NATS sign-in is refused",
+            "error",
+            f'{CPO}, "Worker NATS Authentication"',
+            "match nats.workerAuth to the workers' worker-utils (token needs a version that sends NVCF_NATS "
+            "tokens), and check the callout's webhook URL is reachable",
+        ),
+    )
+}

@@ -12,11 +12,18 @@ from typing import Any
 
 from scenarios.diagnose.causes import CAUSES, Cause
 
-SPLIT_PLANE_KEYS = ("global.workerEndpoints.invocationServiceURL", "global.workerEndpoints.grpcProxyWorkerConnectURL",
-                    "grpcproxy.workerConnectBaseURL", "invocation.env.WORKER_STREAM_PROPERTIES__SELF_ADDRESS")
-RENDER_CAUSES = (("global.workerEndpoints.invocationProxyURL", "invocation-proxy-url"),
-                 ("nats.authCallout.workerTokenAuth.webhookUrl", "callout-webhook-empty"),
-                 ("nats.workerAuth", "nats-auth-mode"), ("podAnnotations", "pod-annotations"))
+SPLIT_PLANE_KEYS = (
+    "global.workerEndpoints.invocationServiceURL",
+    "global.workerEndpoints.grpcProxyWorkerConnectURL",
+    "grpcproxy.workerConnectBaseURL",
+    "invocation.env.WORKER_STREAM_PROPERTIES__SELF_ADDRESS",
+)
+RENDER_CAUSES = (
+    ("global.workerEndpoints.invocationProxyURL", "invocation-proxy-url"),
+    ("nats.authCallout.workerTokenAuth.webhookUrl", "callout-webhook-empty"),
+    ("nats.workerAuth", "nats-auth-mode"),
+    ("podAnnotations", "pod-annotations"),
+)
 
 
 @dataclass(frozen=True)
@@ -60,13 +67,22 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         c = self.cause
-        return {"id": c.id, "severity": c.severity, "title": c.title, "section": c.section, "fix": c.fix,
-                "evidence": list(self.evidence)}
+        return {
+            "id": c.id,
+            "severity": c.severity,
+            "title": c.title,
+            "section": c.section,
+            "fix": c.fix,
+            "evidence": list(self.evidence),
+        }
 
 
 def render_finding(issue: RenderIssue) -> Finding:
-    cause = "split-plane-url" if issue.path in SPLIT_PLANE_KEYS else next(
-        (c for key, c in RENDER_CAUSES if key in issue.path), "values-refused")
+    cause = (
+        "split-plane-url"
+        if issue.path in SPLIT_PLANE_KEYS
+        else next((c for key, c in RENDER_CAUSES if key in issue.path), "values-refused")
+    )
     where = f"{issue.where}: " if issue.where else ""
     return Finding(CAUSES[cause], (f"render refused: {where}{issue.path}: {issue.message}",))
 

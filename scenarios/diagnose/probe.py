@@ -63,13 +63,20 @@ class Diagnosis:
     def ranked(self) -> list[Finding]:
         """Findings whose cause the symptom names come first, in the symptom table's order."""
         order = {c: i for i, c in enumerate(self.symptom_causes)}
-        return sorted(self.findings, key=lambda f: (order.get(f.cause.id, len(order)), f.cause.severity != "error"))
+        return sorted(
+            self.findings, key=lambda f: (order.get(f.cause.id, len(order)), f.cause.severity != "error")
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"findings": [f.to_json() for f in self.ranked()], "warnings": self.warnings,
-                "symptom": self.symptom, "symptomCauses": self.symptom_causes, "probes": self.probes,
-                "notes": [f.to_json() for f in self.notes],
-                "seconds": round(self.seconds, 2)}
+        return {
+            "findings": [f.to_json() for f in self.ranked()],
+            "warnings": self.warnings,
+            "symptom": self.symptom,
+            "symptomCauses": self.symptom_causes,
+            "probes": self.probes,
+            "notes": [f.to_json() for f in self.notes],
+            "seconds": round(self.seconds, 2),
+        }
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,9 @@ def parse_rewrite(spec: str) -> Rewrite:
     if spec.strip() == "none":
         return Rewrite(None, "none")
     if not sep or not domain or not target:
-        raise ConfigError(f"--rewrite {spec!r}: write DOMAIN=TARGET (TARGET: proxy, none or an IPv4 address), "
-                          f"or none")
+        raise ConfigError(
+            f"--rewrite {spec!r}: write DOMAIN=TARGET (TARGET: proxy, none or an IPv4 address), or none"
+        )
     return Rewrite(domain.strip().lstrip("*.").rstrip("."), target.strip())
 
 
@@ -100,8 +108,10 @@ def parse_workers(spec: str) -> list[Profile]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         version, _, trust = item.partition(":")
         if trust not in ("stack", "system") or not all(p.isdigit() for p in version.split(".")):
-            raise ConfigError(f"--workers {item!r}: write VERSION:TRUST, e.g. 1.2.9:system,1.4.0:stack "
-                              f"(trust is stack or system)")
+            raise ConfigError(
+                f"--workers {item!r}: write VERSION:TRUST, e.g. 1.2.9:system,1.4.0:stack "
+                f"(trust is stack or system)"
+            )
         profiles.append(Profile(version, trust))
     return profiles
 
@@ -135,10 +145,14 @@ def write_ticket(d: Diagnosis, path: Path) -> list[Path]:
 def world_of(values: dict[str, Any], dns: Rewrite | None = None) -> World:
     settings = proxy_settings(values)
     other_domain = bool(dns and dns.domain and dns.domain != settings.worker_domain)
-    return World(proxy_enabled=settings.enabled, rewrite_other_domain=other_domain,
-                 service_type=str(lookup(values, ("workerCallbackProxy", "service", "type"), "LoadBalancer")),
-                 frontend="stack" if settings.frontend_issuer == "stack" else "brought",
-                 pem_set=settings.worker_ca_pem_set, connect_enabled=settings.connect_enabled)
+    return World(
+        proxy_enabled=settings.enabled,
+        rewrite_other_domain=other_domain,
+        service_type=str(lookup(values, ("workerCallbackProxy", "service", "type"), "LoadBalancer")),
+        frontend="stack" if settings.frontend_issuer == "stack" else "brought",
+        pem_set=settings.worker_ca_pem_set,
+        connect_enabled=settings.connect_enabled,
+    )
 
 
 def default_profiles(world: World) -> list[Profile]:
@@ -147,14 +161,22 @@ def default_profiles(world: World) -> list[Profile]:
     return [Profile(CURRENT, "system"), Profile(LEGACY, "system")]
 
 
-def diagnose(files: Sequence[Path], sets: Sequence[str] = (), symptom: str | None = None,
-             workers: str | None = None, root: Path | None = None, rewrite: str | None = None,
-             secrets: Sequence[str] = ()) -> Diagnosis:
+def diagnose(
+    files: Sequence[Path],
+    sets: Sequence[str] = (),
+    symptom: str | None = None,
+    workers: str | None = None,
+    root: Path | None = None,
+    rewrite: str | None = None,
+    secrets: Sequence[str] = (),
+) -> Diagnosis:
     started = time.monotonic()
     layered = customer_values(files, sets)
     warnings = [str(u) for u in layered.unknown]
-    issues = [RenderIssue(i.path, i.message, f"{i.file}:{i.line}" if i.file else "")
-              for i in validate(layered.values, layered.locations())]
+    issues = [
+        RenderIssue(i.path, i.message, f"{i.file}:{i.line}" if i.file else "")
+        for i in validate(layered.values, layered.locations())
+    ]
     dns = parse_rewrite(rewrite) if rewrite else None
     world = world_of(layered.values, dns) if not issues else World(proxy_enabled=False)
     profiles = parse_workers(workers) if workers else default_profiles(world)
@@ -163,10 +185,19 @@ def diagnose(files: Sequence[Path], sets: Sequence[str] = (), symptom: str | Non
     # The default older-worker probe asks "what if some workers are old?": its failure is a note, unless
     # the user said such workers run (--workers) or the symptom points at it.
     named = {c.id for c in rank(symptom)} if symptom else set()
-    notes = [f for f in findings if f.cause.id == "legacy-worker-connect-off" and not workers
-             and f.cause.id not in named]
-    result = Diagnosis([f for f in findings if f not in notes], warnings, symptom,
-                       [c.id for c in rank(symptom)] if symptom else [], [p.label for p in profiles], notes)
+    notes = [
+        f
+        for f in findings
+        if f.cause.id == "legacy-worker-connect-off" and not workers and f.cause.id not in named
+    ]
+    result = Diagnosis(
+        [f for f in findings if f not in notes],
+        warnings,
+        symptom,
+        [c.id for c in rank(symptom)] if symptom else [],
+        [p.label for p in profiles],
+        notes,
+    )
     for obs in reversed(observations):
         cause = cause_of(obs, world)
         if cause is not None:
@@ -177,15 +208,22 @@ def diagnose(files: Sequence[Path], sets: Sequence[str] = (), symptom: str | Non
     return result
 
 
-def observe(values: dict[str, Any], profiles: list[Profile], root: Path | None,
-            dns: Rewrite | None = None, secrets: Sequence[str] = ()) -> list[Observation]:
+def observe(
+    values: dict[str, Any],
+    profiles: list[Profile],
+    root: Path | None,
+    dns: Rewrite | None = None,
+    secrets: Sequence[str] = (),
+) -> list[Observation]:
     with tempfile.TemporaryDirectory(prefix="ncpsim-diagnose-") as scratch:
         backend = LocalBackend(root or Path(scratch) / "state")
         found: list[Observation] = []
         for n, profile in enumerate(profiles):
             path = Path(scratch) / f"probe-{n}.yaml"
             path.write_text(yaml.safe_dump(probe_scenario(values, profile, dns), sort_keys=False))
-            scenario = with_brought_secrets(load_scenario(str(path)), list(secrets))  # the customer's own certs
+            scenario = with_brought_secrets(
+                load_scenario(str(path)), list(secrets)
+            )  # the customer's own certs
             result = run_scenario(scenario, backend, f"diagnose-{n}", keep=False)
             refused = of_kind(read_events(backend.attach(f"diagnose-{n}").state_dir), "worker.nats.refused")
             found += observations_of(result, profile, refused)
@@ -194,24 +232,47 @@ def observe(values: dict[str, Any], profiles: list[Profile], root: Path | None,
 
 
 def probe_scenario(values: dict[str, Any], profile: Profile, dns: Rewrite | None = None) -> dict[str, Any]:
-    grpc = lookup(values, ("workerCallbackProxy", "enabled"), False)  # gRPC callbacks need the proxy's H3 front
+    grpc = lookup(
+        values, ("workerCallbackProxy", "enabled"), False
+    )  # gRPC callbacks need the proxy's H3 front
     call = {"count": 1, "timeout": PROBE_TIMEOUT}
-    steps: list[dict[str, Any]] = [{"name": "HTTP callback", "invoke": {"function": "http-echo", **call},
-                                    "expect": {"outcome": "success"}}]
+    steps: list[dict[str, Any]] = [
+        {
+            "name": "HTTP callback",
+            "invoke": {"function": "http-echo", **call},
+            "expect": {"outcome": "success"},
+        }
+    ]
     if grpc:
-        steps.append({"name": "gRPC callback", "invoke": {"function": "grpc-echo", **call},
-                      "expect": {"outcome": "success"}})
-    return {"name": f"diagnose-{profile.worker_utils.replace('.', '-')}-{profile.trust}",
-            "summary": "a customer's values, probed by one worker profile", "seed": 1, "values": values,
-            "topology": {"invocationReplicas": 2, "grpcProxyReplicas": 1 if grpc else 0,
-                         "computeClusters": [{"workers": [{"count": 1, "trust": profile.trust,
-                                                           "workerUtils": profile.worker_utils}],
-                                              **({"dnsRewrite": dns.to_topology()} if dns else {})}]},
-            "steps": steps}
+        steps.append(
+            {
+                "name": "gRPC callback",
+                "invoke": {"function": "grpc-echo", **call},
+                "expect": {"outcome": "success"},
+            }
+        )
+    return {
+        "name": f"diagnose-{profile.worker_utils.replace('.', '-')}-{profile.trust}",
+        "summary": "a customer's values, probed by one worker profile",
+        "seed": 1,
+        "values": values,
+        "topology": {
+            "invocationReplicas": 2,
+            "grpcProxyReplicas": 1 if grpc else 0,
+            "computeClusters": [
+                {
+                    "workers": [{"count": 1, "trust": profile.trust, "workerUtils": profile.worker_utils}],
+                    **({"dnsRewrite": dns.to_topology()} if dns else {}),
+                }
+            ],
+        },
+        "steps": steps,
+    }
 
 
-def observations_of(result: ScenarioResult, profile: Profile, refused: list[dict[str, Any]] = ()
-                    ) -> list[Observation]:
+def observations_of(
+    result: ScenarioResult, profile: Profile, refused: list[dict[str, Any]] = ()
+) -> list[Observation]:
     """Each call's observation; a worker that NATS refused never took work, so the calls it never took
     are explained by the refusal (its error as the callout and the server gave it), not by a timeout."""
     if result.error and not result.steps:
@@ -219,8 +280,13 @@ def observations_of(result: ScenarioResult, profile: Profile, refused: list[dict
     traces = [t for step in result.steps for t in step.traces]
     if refused:
         first = refused[0]
-        nats = Observation(profile.label, ",".join(first.get("functions", [])), False, "nats",
-                           f"NATS sign-in refused ({first.get('credentials')}): {first.get('error')}")
+        nats = Observation(
+            profile.label,
+            ",".join(first.get("functions", [])),
+            False,
+            "nats",
+            f"NATS sign-in refused ({first.get('credentials')}): {first.get('error')}",
+        )
         return [nats] + [observation(t, profile) for t in traces if t.worker is not None]
     return [observation(t, profile) for t in traces]
 
@@ -229,13 +295,25 @@ def observation(t: CallTrace, profile: Profile) -> Observation:
     ok = t.outcome == "success"
     proxy = tuple((int(r.get("status", 0) or 0), str(r.get("flags", "-"))) for r in t.proxy)
     rcode = (t.dns or {}).get("rcode")
-    return Observation(profile.label, t.function, ok, None if ok else t.worker_stage, None if ok else t.error,
-                       rcode if rcode and rcode != "NOERROR" else None, tuple(t.worker_statuses), proxy)
+    return Observation(
+        profile.label,
+        t.function,
+        ok,
+        None if ok else t.worker_stage,
+        None if ok else t.error,
+        rcode if rcode and rcode != "NOERROR" else None,
+        tuple(t.worker_statuses),
+        proxy,
+    )
 
 
 def text(d: Diagnosis) -> str:
-    lines = [(f"ncpsim diagnose: {len(d.findings)} finding(s) in {d.seconds:.1f}s "
-              f"(probe workers: {', '.join(d.probes)})")]
+    lines = [
+        (
+            f"ncpsim diagnose: {len(d.findings)} finding(s) in {d.seconds:.1f}s "
+            f"(probe workers: {', '.join(d.probes)})"
+        )
+    ]
     lines += [f"warning: {w}" for w in d.warnings]
     if d.symptom:
         named = ", ".join(d.symptom_causes) or "no documented cause matches"
@@ -246,11 +324,15 @@ def text(d: Diagnosis) -> str:
         lines.append(f"   seed: {f.cause.section}")
         lines.append(f"   fix: {f.cause.fix}")
     for f in d.notes:
-        lines.append(f"note: {f.cause.title} ({f.cause.id}): {'; '.join(f.evidence)}; if such workers run: "
-                     f"{f.cause.fix}")
+        lines.append(
+            f"note: {f.cause.title} ({f.cause.id}): {'; '.join(f.evidence)}; if such workers run: "
+            f"{f.cause.fix}"
+        )
     if not d.findings:
         lines.append("no findings: the current workers' callbacks arrived")
         if d.symptom_causes:
             lines.append("the symptom's documented causes, most likely first:")
-            lines += [f"  - {CAUSES[c].id}: {CAUSES[c].title} (fix: {CAUSES[c].fix})" for c in d.symptom_causes]
+            lines += [
+                f"  - {CAUSES[c].id}: {CAUSES[c].title} (fix: {CAUSES[c].fix})" for c in d.symptom_causes
+            ]
     return "\n".join(lines)

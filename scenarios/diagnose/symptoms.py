@@ -18,26 +18,34 @@ SYMPTOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"invocationProxyURL", ("invocation-proxy-url",)),
     (r"annotation", ("pod-annotations",)),
     # what workers, Envoy and NATS clients log
-    (r"x509: certificate has expired|certificate has expired|certificate expired",
-     ("frontend-expired",)),
-    (r"x509: certificate signed by unknown authority|unknown authority|certificate verify failed",
-     ("worker-ca-missing", "pem-not-redeployed", "worker-ca-stale", "frontend-private-ca")),
-    (r"x509: certificate is valid for|certificate is not valid for|hostname mismatch",
-     ("invocation-proxy-url",)),
-    (r"no such host|nxdomain|cannot resolve|server misbehaving",
-     ("rewrite-missing", "rewrite-wrong-domain")),
-    (r"connection refused|i/o timeout|no route to host|network is unreachable|timed out|unreachable",
-     ("proxy-unreachable", "rewrite-wrong-address", "proxy-disabled")),
-    (r"CONNECT .* 404|connect.*answered 404|proxytunnel",
-     ("legacy-worker-connect-off",)),
-    (r"\b404\b|route_not_found|\bNR\b",
-     ("legacy-worker-connect-off", "wrong-path")),
-    (r"status code 401|\b401\b|authorization token is invalid or has expired",
-     ("callback-wrong-pod", "split-plane-url")),
-    (r"\b503\b|upstream connect error|\bUF\b|CERTIFICATE_VERIFY_FAILED",
-     ("pod-cert-untrusted", "pod-unreachable")),
-    (r"authorization violation|nats: .*authori[sz]ation|authentication (failed|denied)|plugin .* not found",
-     ("nats-auth-rejected", "callout-webhook-empty", "nats-auth-mode")),
+    (r"x509: certificate has expired|certificate has expired|certificate expired", ("frontend-expired",)),
+    (
+        r"x509: certificate signed by unknown authority|unknown authority|certificate verify failed",
+        ("worker-ca-missing", "pem-not-redeployed", "worker-ca-stale", "frontend-private-ca"),
+    ),
+    (
+        r"x509: certificate is valid for|certificate is not valid for|hostname mismatch",
+        ("invocation-proxy-url",),
+    ),
+    (r"no such host|nxdomain|cannot resolve|server misbehaving", ("rewrite-missing", "rewrite-wrong-domain")),
+    (
+        r"connection refused|i/o timeout|no route to host|network is unreachable|timed out|unreachable",
+        ("proxy-unreachable", "rewrite-wrong-address", "proxy-disabled"),
+    ),
+    (r"CONNECT .* 404|connect.*answered 404|proxytunnel", ("legacy-worker-connect-off",)),
+    (r"\b404\b|route_not_found|\bNR\b", ("legacy-worker-connect-off", "wrong-path")),
+    (
+        r"status code 401|\b401\b|authorization token is invalid or has expired",
+        ("callback-wrong-pod", "split-plane-url"),
+    ),
+    (
+        r"\b503\b|upstream connect error|\bUF\b|CERTIFICATE_VERIFY_FAILED",
+        ("pod-cert-untrusted", "pod-unreachable"),
+    ),
+    (
+        r"authorization violation|nats: .*authori[sz]ation|authentication (failed|denied)|plugin .* not found",
+        ("nats-auth-rejected", "callout-webhook-empty", "nats-auth-mode"),
+    ),
 )
 
 

@@ -37,34 +37,55 @@ def _nested(parts: tuple[str, ...], value: Any) -> dict[str, Any]:
 FIXES: dict[str, Fix] = {
     "worker-ca-missing": Fix(_nested(PEM, "@stack-ca"), "workers", "certificate verify failed"),
     "worker-ca-stale": Fix(_nested(PEM, "@stack-ca"), "workers", "certificate verify failed"),
-    "legacy-worker-connect-off": Fix({"workerCallbackProxy": {"invocation": {"connect": {"enabled": True}}}},
-                                     "proxy", "answered 404"),
+    "legacy-worker-connect-off": Fix(
+        {"workerCallbackProxy": {"invocation": {"connect": {"enabled": True}}}}, "proxy", "answered 404"
+    ),
 }
 
 
-def ticket(finding: Finding, values: dict[str, Any], probe: str, message: str | None = None) -> dict[str, Any]:
+def ticket(
+    finding: Finding, values: dict[str, Any], probe: str, message: str | None = None
+) -> dict[str, Any]:
     """The scenario for `finding`, seen by probe worker `probe` (VERSION:TRUST)."""
     cause = finding.cause
-    head = {"name": f"ticket-{cause.id}", "summary": f"{cause.title} (written by invoke diagnose)",
-            "ticket": f"seed {cause.section}; fix: {cause.fix}", "seed": 1, "values": values}
+    head = {
+        "name": f"ticket-{cause.id}",
+        "summary": f"{cause.title} (written by invoke diagnose)",
+        "ticket": f"seed {cause.section}; fix: {cause.fix}",
+        "seed": 1,
+        "values": values,
+    }
     if finding.evidence and finding.evidence[0].startswith("render refused: "):
         return {**head, "expectError": message or cause.title}
     fix = FIXES.get(cause.id)
     if fix is None:
-        raise ConfigError(f"no ticket template for {cause.id} yet; write the scenario by hand from the finding")
+        raise ConfigError(
+            f"no ticket template for {cause.id} yet; write the scenario by hand from the finding"
+        )
     version, _, trust = probe.partition(":")
     steps: list[dict[str, Any]] = [
-        {"name": "as the customer has it", "invoke": {"function": "http-echo", "count": 2},
-         "expect": {"outcome": "failure", **({"error": fix.error} if fix.error else {})}},
+        {
+            "name": "as the customer has it",
+            "invoke": {"function": "http-echo", "count": 2},
+            "expect": {"outcome": "failure", **({"error": fix.error} if fix.error else {})},
+        },
         # Work waits in the function's JetStream stream until the new pods pull it: no wait step needed.
         {"name": f"the fix: {cause.fix}"[:120], "setValues": fix.values, "redeploy": fix.redeploy},
-        {"name": "after the fix", "invoke": {"function": "http-echo", "count": 2},
-         "expect": {"outcome": "success", "via": "proxy", "samePod": True}},
+        {
+            "name": "after the fix",
+            "invoke": {"function": "http-echo", "count": 2},
+            "expect": {"outcome": "success", "via": "proxy", "samePod": True},
+        },
     ]
-    return {**head, "topology": {"invocationReplicas": 2, "grpcProxyReplicas": 0,
-                                 "computeClusters": [{"workers": [{"count": 2, "trust": trust,
-                                                                   "workerUtils": version}]}]},
-            "steps": steps}
+    return {
+        **head,
+        "topology": {
+            "invocationReplicas": 2,
+            "grpcProxyReplicas": 0,
+            "computeClusters": [{"workers": [{"count": 2, "trust": trust, "workerUtils": version}]}],
+        },
+        "steps": steps,
+    }
 
 
 def write(path: Path, scenario: dict[str, Any], values: dict[str, Any]) -> list[Path]:

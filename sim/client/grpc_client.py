@@ -32,8 +32,9 @@ class EchoClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.channel.close()
 
     async def unary(self, payload: bytes, timeout: float = 10) -> bytes:
@@ -43,9 +44,13 @@ class EchoClient:
         request = json.dumps({"text": text, "count": count}).encode()
         return [message async for message in self.channel.unary_stream(STREAM)(request, timeout=timeout)]
 
-
-    async def traced(self, payload: bytes, stream_count: int | None = None, timeout: float = 10,
-                     on_request_id: Callable[[str], None] | None = None) -> CallOutcome:
+    async def traced(
+        self,
+        payload: bytes,
+        stream_count: int | None = None,
+        timeout: float = 10,
+        on_request_id: Callable[[str], None] | None = None,
+    ) -> CallOutcome:
         """One unary (or server-streaming, with `stream_count`) call, keeping its request id and error."""
         if stream_count is None:
             call = self.channel.unary_unary(UNARY)(payload, timeout=timeout)

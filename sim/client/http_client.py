@@ -30,10 +30,17 @@ class Invocation:
     error: str | None = None
 
 
-async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_seconds: int = 60,
-                      timeout: float = 30.0, give_up: Callable[[str], str | None] | None = None,
-                      first_poll_seconds: int | None = None,
-                      watch: Callable[[str], Awaitable[str]] | None = None) -> Invocation:
+async def invoke_http(
+    ctx: Context,
+    pod: Pod,
+    function: str,
+    body: bytes,
+    poll_seconds: int = 60,
+    timeout: float = 30.0,
+    give_up: Callable[[str], str | None] | None = None,
+    first_poll_seconds: int | None = None,
+    watch: Callable[[str], Awaitable[str]] | None = None,
+) -> Invocation:
     """POST pexec to `pod`; follow 202s with status polls until the response or `timeout`.
 
     `give_up(request_id)` is asked between polls; a non-empty answer (why) ends the wait early, as a
@@ -51,8 +58,14 @@ async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_s
     host = ("host", f"{pod.ip}:{INVOCATION_HTTP_PORT}")
     poller = _Poller(stream, host, poll_seconds, timeout, started, give_up, watch)
     try:
-        response = await exchange(stream, "POST", PEXEC + function, [host, ("content-type", "application/json"),
-                                  ("nvcf-poll-seconds", str(first))], body, timeout=timeout)
+        response = await exchange(
+            stream,
+            "POST",
+            PEXEC + function,
+            [host, ("content-type", "application/json"), ("nvcf-poll-seconds", str(first))],
+            body,
+            timeout=timeout,
+        )
         response, why = await poller.follow(response)
         if why:
             return Invocation(function, pod.name, 202, b"", response.header("nvcf-reqid"), _ms(started), why)
@@ -67,9 +80,16 @@ async def invoke_http(ctx: Context, pod: Pod, function: str, body: bytes, poll_s
 class _Poller:
     """Follows a 202 with status polls; gives up when `give_up` or the `watch` says why."""
 
-    def __init__(self, stream: H11Stream, host: tuple[str, str], poll_seconds: int, timeout: float,
-                 started: float, give_up: Callable[[str], str | None] | None,
-                 watch: Callable[[str], Awaitable[str]] | None):
+    def __init__(
+        self,
+        stream: H11Stream,
+        host: tuple[str, str],
+        poll_seconds: int,
+        timeout: float,
+        started: float,
+        give_up: Callable[[str], str | None] | None,
+        watch: Callable[[str], Awaitable[str]] | None,
+    ):
         self.stream, self.host, self.poll_seconds, self.timeout = stream, host, poll_seconds, timeout
         self.started, self.give_up, self.watch = started, give_up, watch
         self.watcher: asyncio.Task[str] | None = None  # started once the request id is known
@@ -82,8 +102,13 @@ class _Poller:
                 return response, why
             if self.watch and self.watcher is None:
                 self.watcher = asyncio.create_task(_as_task(self.watch(reqid)), name=f"watch:{reqid}")
-            poll = exchange(self.stream, "GET", f"/v2/nvcf/pexec/status/{reqid}",
-                            [self.host, ("nvcf-poll-seconds", str(self.poll_seconds))], timeout=self.timeout)
+            poll = exchange(
+                self.stream,
+                "GET",
+                f"/v2/nvcf/pexec/status/{reqid}",
+                [self.host, ("nvcf-poll-seconds", str(self.poll_seconds))],
+                timeout=self.timeout,
+            )
             polled, why = await _race(poll, self.watcher)
             if why:
                 return response, why
@@ -99,8 +124,9 @@ async def _as_task(awaitable: Awaitable[str]) -> str:
     return await awaitable
 
 
-async def _race(poll: Coroutine[Any, Any, Response],
-                watcher: asyncio.Task[str] | None) -> tuple[Response, str | None]:
+async def _race(
+    poll: Coroutine[Any, Any, Response], watcher: asyncio.Task[str] | None
+) -> tuple[Response, str | None]:
     """The poll's response, or the watcher's reason if it comes first (the poll is then abandoned)."""
     if watcher is None:
         return await poll, None
@@ -119,5 +145,6 @@ def _ms(started: float) -> int:
 
 
 def _result(function: str, pod: Pod, response: Response, started: float) -> Invocation:
-    return Invocation(function, pod.name, response.status, response.body, response.header("nvcf-reqid"),
-                      _ms(started))
+    return Invocation(
+        function, pod.name, response.status, response.body, response.header("nvcf-reqid"), _ms(started)
+    )

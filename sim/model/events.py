@@ -35,8 +35,14 @@ class EventLog:
         line = json.dumps(event, sort_keys=True, default=str) + "\n"
         if self.written + len(line) > self.max_bytes:
             if not self.dropped:
-                self._write({"ts": event["ts"], "component": self.component, "kind": "events.capped",
-                             "maxBytes": self.max_bytes})
+                self._write(
+                    {
+                        "ts": event["ts"],
+                        "component": self.component,
+                        "kind": "events.capped",
+                        "maxBytes": self.max_bytes,
+                    }
+                )
             self.dropped += 1
             return event
         self._write_line(line)
@@ -51,8 +57,14 @@ class EventLog:
 
     def close(self) -> None:
         if self.dropped and not self._file.closed:
-            self._write({"ts": time.time(), "component": self.component, "kind": "events.dropped",
-                         "count": self.dropped})
+            self._write(
+                {
+                    "ts": time.time(),
+                    "component": self.component,
+                    "kind": "events.dropped",
+                    "count": self.dropped,
+                }
+            )
         self._file.close()
 
 

@@ -97,12 +97,19 @@ class Override:
     by: KeyOrigin
 
     def __str__(self) -> str:
-        return (f"{self.path}: {_show(self.value)} from {self.by} "
-                f"(the {self.scenario} had {_show(self.scenario_value)})")
+        return (
+            f"{self.path}: {_show(self.value)} from {self.by} "
+            f"(the {self.scenario} had {_show(self.scenario_value)})"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.path, "value": self.value, "from": str(self.by),
-                "scenarioValue": self.scenario_value, "scenario": str(self.scenario)}
+        return {
+            "key": self.path,
+            "value": self.value,
+            "from": str(self.by),
+            "scenarioValue": self.scenario_value,
+            "scenario": str(self.scenario),
+        }
 
 
 @dataclass(frozen=True)
@@ -180,12 +187,17 @@ def then(layered: Layered, step: Layer) -> Layered:
     """The values after a step's `setValues`, which sits above every other layer."""
     origins = dict(layered.origins)
     _record(origins, step)
-    return Layered(deep_merge(layered.values, step.values), origins, layered.overrides,
-                   layered.unknown + _unknown([step]))
+    return Layered(
+        deep_merge(layered.values, step.values),
+        origins,
+        layered.overrides,
+        layered.unknown + _unknown([step]),
+    )
 
 
-def _overrides(layers: Sequence[Layer], values: dict[str, Any],
-               origins: Mapping[str, KeyOrigin]) -> tuple[Override, ...]:
+def _overrides(
+    layers: Sequence[Layer], values: dict[str, Any], origins: Mapping[str, KeyOrigin]
+) -> tuple[Override, ...]:
     found = []
     merged = Layered(values, origins)
     for scenario in (x for x in layers if x.kind == SCENARIO):
@@ -194,8 +206,11 @@ def _overrides(layers: Sequence[Layer], values: dict[str, Any],
                 continue
             by = merged.origin_of(parts)
             if by is not None and by.kind in CUSTOMER:
-                found.append(Override(key_path(parts), value, lookup(values, parts),
-                                      scenario.origin(key_path(parts)), by))
+                found.append(
+                    Override(
+                        key_path(parts), value, lookup(values, parts), scenario.origin(key_path(parts)), by
+                    )
+                )
     return tuple(found)
 
 
@@ -242,9 +257,12 @@ def unknown_keys(values: Mapping[str, Any]) -> list[KeyPath]:
 
 
 def _unknown(layers: Sequence[Layer]) -> tuple[UnknownKey, ...]:
-    return tuple(UnknownKey(key_path(parts), current.origin(key_path(parts)), suggest(parts))
-                 for current in layers if current.kind != DEFAULT
-                 for parts in unknown_keys(current.values))
+    return tuple(
+        UnknownKey(key_path(parts), current.origin(key_path(parts)), suggest(parts))
+        for current in layers
+        if current.kind != DEFAULT
+        for parts in unknown_keys(current.values)
+    )
 
 
 # -- `--set key.path=value` -----------------------------------------------------------------------------
@@ -257,8 +275,10 @@ def _set_parts(text: str, key: str) -> KeyPath:
     while True:
         found = _SEGMENT.match(key, pos)
         if found is None:
-            raise ConfigError(f"--set {text}: cannot read the key {key!r}; write it as a.b.c "
-                              '(a key with dots as a\\.b or ["a.b"])')
+            raise ConfigError(
+                f"--set {text}: cannot read the key {key!r}; write it as a.b.c "
+                '(a key with dots as a\\.b or ["a.b"])'
+            )
         bracketed, plain = found.groups()
         parts.append(bracketed if bracketed is not None else re.sub(r"\\(.)", r"\1", plain))
         pos = found.end()
@@ -271,7 +291,9 @@ def parse_set(text: str) -> Layer:
     """`key.path=value`, the value read as YAML (true, 8080, [a, b]); an empty value is the empty string."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set {text}: expected key.path=value, e.g. --set workerCallbackProxy.enabled=true")
+        raise ConfigError(
+            f"--set {text}: expected key.path=value, e.g. --set workerCallbackProxy.enabled=true"
+        )
     if re.search(r"\[\d+\]", key):
         raise ConfigError(f"--set {text}: list indexes are not supported; set the whole list: key=[a, b]")
     try:

@@ -99,8 +99,13 @@ class LiveNetMap:
             services, seed = raw.get("services"), raw.get("seed", 0)
             if services is None:
                 services, seed = _topology_services(self.path.parent)
-            self._map = NetMap(bindings=raw["bindings"], reach=raw["reach"], services=services,
-                               pickers=self._pickers, seed=seed)
+            self._map = NetMap(
+                bindings=raw["bindings"],
+                reach=raw["reach"],
+                services=services,
+                pickers=self._pickers,
+                seed=seed,
+            )
             self._stamp = stamp
         return self._map
 

@@ -152,8 +152,9 @@ class Topology:
     def proxy_ip(self) -> str:
         """Where the proxy Service answers, by service.type: its load-balancer address, its ClusterIP
         (routable only inside the control plane), or the control plane's node address."""
-        return {"ClusterIP": PROXY_CLUSTER_IP, "NodePort": CONTROL_NODE_IP}.get(self.proxy_service_type,
-                                                                               self.proxy_lb_ip)
+        return {"ClusterIP": PROXY_CLUSTER_IP, "NodePort": CONTROL_NODE_IP}.get(
+            self.proxy_service_type, self.proxy_lb_ip
+        )
 
     def proxy_addresses(self, service_port: int) -> list[tuple[str, int]]:
         """Virtual (ip, port)s at which the proxy's Service port (10084/tcp, 443/udp) answers; the first is
@@ -177,7 +178,9 @@ class Topology:
                 hosts = tuple((p.fqdn, p.ip) for p in self.pods)
                 # In cluster the Service name answers its ClusterIP (a NodePort Service has one too); the
                 # simulation keeps the LB address for LoadBalancer, where both reach the same proxy.
-                service_ip = self.proxy_lb_ip if self.proxy_service_type == "LoadBalancer" else PROXY_CLUSTER_IP
+                service_ip = (
+                    self.proxy_lb_ip if self.proxy_service_type == "LoadBalancer" else PROXY_CLUSTER_IP
+                )
                 hosts += ((PROXY_SERVICE_FQDN, service_ip), (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
             views[c.name] = View(cluster=c.name, hosts=hosts, wildcard=rule)
         return views
@@ -187,8 +190,10 @@ class Topology:
         pods = self.pods_of("invocation")
         if not pods:
             return {}
-        return {f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
-                for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)}
+        return {
+            f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
+            for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)
+        }
 
     def with_ca_pem(self, pem_of: Callable[[str], str]) -> Topology:
         """The values as applied: a workerCallbackCaPem marker replaced by that CA's PEM text now, once.
@@ -196,13 +201,17 @@ class Topology:
         Worker pods read the text, never the CA file, so a CA rotated after this keeps the old PEM in
         every worker pod created later, until the values are applied again (as in the field).
         """
-        pem = self.values.get("global", {}).get("nvcaOperator", {}).get("agent", {}).get("workerCallbackCaPem")
+        pem = (
+            self.values.get("global", {}).get("nvcaOperator", {}).get("agent", {}).get("workerCallbackCaPem")
+        )
         if not isinstance(pem, str) or not pem.strip().startswith("@"):
             return self
         issuer = CA_MARKERS.get(pem.strip())
         if issuer is None:
-            raise ConfigError(f"global.nvcaOperator.agent.workerCallbackCaPem: unknown marker {pem.strip()!r}; "
-                              f"paste PEM text or use one of {', '.join(CA_MARKERS)}")
+            raise ConfigError(
+                f"global.nvcaOperator.agent.workerCallbackCaPem: unknown marker {pem.strip()!r}; "
+                f"paste PEM text or use one of {', '.join(CA_MARKERS)}"
+            )
         agent = {**self.values["global"]["nvcaOperator"]["agent"], "workerCallbackCaPem": pem_of(issuer)}
         nvca = {**self.values["global"]["nvcaOperator"], "agent": agent}
         values = {**self.values, "global": {**self.values["global"], "nvcaOperator": nvca}}
@@ -245,7 +254,10 @@ def _rewrite(rule: DnsRewrite | None, worker_domain: str, proxy_ip: str) -> tupl
     """(domain, IPv4) a cluster's CoreDNS rewrite answers with; ("", "") for none."""
     if rule is None or rule.target == NO_REWRITE:
         return "", ""
-    domain, target = rule.domain or worker_domain, proxy_ip if rule.target == REWRITE_TO_PROXY else rule.target
+    domain, target = (
+        rule.domain or worker_domain,
+        proxy_ip if rule.target == REWRITE_TO_PROXY else rule.target,
+    )
     try:
         WildcardRule(domain, target)  # refused here, in one line, rather than by the resolver process later
     except ValueError as exc:
@@ -276,17 +288,30 @@ def build(
     proxy_ip = Topology("", worker_domain, values, (), ()).proxy_ip
     domain, target = _rewrite(control_rewrite, worker_domain, proxy_ip)
     clusters = [Cluster(CONTROL_CLUSTER, "control", "10.42.0.0/16", "10.43.0.0/16", domain, target)]
-    pods = [Pod(f"invocation-service-{i}", "invocation", CONTROL_CLUSTER, f"10.42.0.{11 + i}")
-            for i in range(invocation_replicas)]
-    pods += [Pod(f"grpc-proxy-{i}", "grpc-proxy", CONTROL_CLUSTER, f"10.42.0.{41 + i}")
-             for i in range(grpc_replicas)]
+    pods = [
+        Pod(f"invocation-service-{i}", "invocation", CONTROL_CLUSTER, f"10.42.0.{11 + i}")
+        for i in range(invocation_replicas)
+    ]
+    pods += [
+        Pod(f"grpc-proxy-{i}", "grpc-proxy", CONTROL_CLUSTER, f"10.42.0.{41 + i}")
+        for i in range(grpc_replicas)
+    ]
     workers = [WorkerSpec(w.name, CONTROL_CLUSTER, w.worker_utils, w.trust) for w in control_workers]
     for n, spec in enumerate(compute, start=1):
         name = f"ncpsim-compute-{n}"
         second = 42 + 10 * n
         domain, target = _rewrite(spec.rewrite, worker_domain, proxy_ip)
-        clusters.append(Cluster(name, "compute", f"10.{second}.0.0/16", f"10.{second + 1}.0.0/16",
-                                domain, target))
+        clusters.append(
+            Cluster(name, "compute", f"10.{second}.0.0/16", f"10.{second + 1}.0.0/16", domain, target)
+        )
         workers += [WorkerSpec(w.name, name, w.worker_utils, w.trust) for w in spec.workers]
-    return Topology(stack=stack, worker_domain=worker_domain, values=values, clusters=tuple(clusters),
-                    pods=tuple(pods), workers=tuple(workers), seed=seed, secrets=secrets)
+    return Topology(
+        stack=stack,
+        worker_domain=worker_domain,
+        values=values,
+        clusters=tuple(clusters),
+        pods=tuple(pods),
+        workers=tuple(workers),
+        seed=seed,
+        secrets=secrets,
+    )

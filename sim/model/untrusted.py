@@ -27,15 +27,24 @@ from sim.errors import ConfigError
 
 MAX_BYTES = 1 << 20  # 1 MiB: a values file or scenario is a few KiB
 MAX_DEPTH = 64  # nesting, aliases expanded: real files are under 10 deep; Python's stack needs ~1,000 frames
-MAX_NODES = 10_000  # values as written, and as the aliases expand them (a real file has hundreds; the pure-Python
+MAX_NODES = (
+    10_000  # values as written, and as the aliases expand them (a real file has hundreds; the pure-Python
+)
 # reader takes about 50 ms a thousand, so this also bounds the time a 1 MiB file of tiny values costs)
 MAX_INT_DIGITS = 64  # a port, a count, a duration: Python refuses to print ints past 4,300 digits
 
 _INT, _STR, _MERGE = "tag:yaml.org,2002:int", "tag:yaml.org,2002:str", "tag:yaml.org,2002:merge"
-_PLAIN = {f"tag:yaml.org,2002:{kind}" for kind in ("str", "int", "float", "bool", "null", "seq", "map", "merge",
-                                                   "timestamp")}
-_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+_PLAIN = {
+    f"tag:yaml.org,2002:{kind}"
+    for kind in ("str", "int", "float", "bool", "null", "seq", "map", "merge", "timestamp")
+}
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
 
 
 class Refused(Exception):
@@ -52,7 +61,7 @@ def read_text(path: os.PathLike[str] | str, what: str = "values file", limit: in
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
+        line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text; save the {what} as UTF-8") from None
 
 
@@ -70,15 +79,19 @@ def read_bytes(path: os.PathLike[str] | str, what: str = "file", limit: int = MA
             kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
             raise ConfigError(f"{name}: is {kind}, not a regular file; give the {what} as a file")
         if info.st_size > limit:
-            raise ConfigError(f"{name}: {info.st_size:,} bytes is too large for a {what} "
-                              f"(at most {limit:,}); is it the right file?")
+            raise ConfigError(
+                f"{name}: {info.st_size:,} bytes is too large for a {what} "
+                f"(at most {limit:,}); is it the right file?"
+            )
         raw = _read_at_most(fd, limit + 1)
     except OSError as exc:
         raise ConfigError(f"{name}: cannot read the {what} ({exc.strerror or exc}); check the path") from None
     finally:
         os.close(fd)
     if len(raw) > limit:  # it grew after the fstat (or /proc lies about its size)
-        raise ConfigError(f"{name}: more than {limit:,} bytes is too large for a {what}; is it the right file?")
+        raise ConfigError(
+            f"{name}: more than {limit:,} bytes is too large for a {what}; is it the right file?"
+        )
     return raw
 
 
@@ -153,8 +166,10 @@ def parse(text: str) -> tuple[yaml.Node | None, Any]:
             return node, loader.construct_document(node)
         except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
             where = loader.constructing or node
-            _refuse(where.start_mark.line + 1, f"cannot read {str(where.value)[:40]!r}: "
-                                               f"{' '.join(str(exc).split())[:120]}")
+            _refuse(
+                where.start_mark.line + 1,
+                f"cannot read {str(where.value)[:40]!r}: {' '.join(str(exc).split())[:120]}",
+            )
     finally:
         loader.dispose()
 
@@ -165,7 +180,9 @@ def measure(node: yaml.Node) -> int:
     return _measure(node, 1, {}, set())[0]
 
 
-def _measure(node: yaml.Node, depth: int, memo: dict[int, tuple[int, int]], active: set[int]) -> tuple[int, int]:
+def _measure(
+    node: yaml.Node, depth: int, memo: dict[int, tuple[int, int]], active: set[int]
+) -> tuple[int, int]:
     """(expanded size, height) of `node`, each shared node measured once: linear in the file's size."""
     line = node.start_mark.line + 1
     if id(node) in memo:
@@ -178,8 +195,11 @@ def _measure(node: yaml.Node, depth: int, memo: dict[int, tuple[int, int]], acti
     if depth > MAX_DEPTH:
         _refuse(line, f"its aliases nest more than {MAX_DEPTH} levels deep; write the values out")
     if node.tag not in _PLAIN:
-        _refuse(line, f"{node.tag.replace('tag:yaml.org,2002:', '!!')} values are not supported; values are "
-                      f"text, numbers, true/false, null, lists and mappings")
+        _refuse(
+            line,
+            f"{node.tag.replace('tag:yaml.org,2002:', '!!')} values are not supported; values are "
+            f"text, numbers, true/false, null, lists and mappings",
+        )
     if isinstance(node, yaml.ScalarNode):
         _check_scalar(node, line)
         memo[id(node)] = (1, 0)
@@ -191,8 +211,11 @@ def _measure(node: yaml.Node, depth: int, memo: dict[int, tuple[int, int]], acti
         size += child_size
         height = max(height, child_height + 1)
         if size > MAX_NODES:
-            _refuse(line, f"its aliases expand to more than {MAX_NODES:,} values (an alias bomb?); "
-                          f"write the values out")
+            _refuse(
+                line,
+                f"its aliases expand to more than {MAX_NODES:,} values (an alias bomb?); "
+                f"write the values out",
+            )
     active.discard(id(node))
     memo[id(node)] = (size, height)
     return size, height
@@ -222,8 +245,11 @@ def _check_key(key: yaml.Node) -> None:
 
 def _check_scalar(node: yaml.ScalarNode, line: int) -> None:
     if node.tag == _INT and len(node.value) > MAX_INT_DIGITS:
-        _refuse(line, f"an integer {len(node.value):,} characters long (at most {MAX_INT_DIGITS}); "
-                      f"quote it if it is text")
+        _refuse(
+            line,
+            f"an integer {len(node.value):,} characters long (at most {MAX_INT_DIGITS}); "
+            f"quote it if it is text",
+        )
 
 
 def value(text: str) -> Any:

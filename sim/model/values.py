@@ -48,13 +48,15 @@ DEFAULTS: dict[str, Any] = {
     },
     "global": {
         "workerEndpoints": dict.fromkeys(
-            ("invocationServiceURL", "grpcProxyWorkerConnectURL", "invocationProxyURL"), ""),
+            ("invocationServiceURL", "grpcProxyWorkerConnectURL", "invocationProxyURL"), ""
+        ),
         "nvcaOperator": {"agent": {"workerCallbackCaPem": ""}},
     },
     "grpcproxy": _annotated(workerConnectBaseURL=""),
     "invocation": _annotated(env={"WORKER_STREAM_PROPERTIES__SELF_ADDRESS": ""}),
     "nats": _annotated(
-        workerAuth="nkey", authCallout={"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}),
+        workerAuth="nkey", authCallout={"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}
+    ),
     "api": _annotated(),
     "nvctApi": _annotated(),
     "apikeys": _annotated(),
@@ -88,8 +90,19 @@ BOOLEANS: tuple[KeyPath, ...] = (
     ("adminIssuerProxy", "gateway", "enabled"),
 )
 ANNOTATION_MAPS: tuple[KeyPath, ...] = (
-    *((svc, "podAnnotations") for svc in (
-        "api", "nvctApi", "invocation", "grpcproxy", "apikeys", "ess", "natsAuthCalloutService", "nats")),
+    *(
+        (svc, "podAnnotations")
+        for svc in (
+            "api",
+            "nvctApi",
+            "invocation",
+            "grpcproxy",
+            "apikeys",
+            "ess",
+            "natsAuthCalloutService",
+            "nats",
+        )
+    ),
     ("openbao", "server", "annotations"),
 )
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
@@ -225,14 +238,19 @@ def _rule_proxy_enabled(values: Mapping[str, Any], add: Add) -> None:
         return
     domain = lookup(values, WORKER_DOMAIN)
     if not isinstance(domain, str) or not domain:
-        add(WORKER_DOMAIN, "must be set to the DNS name workers reach the proxy under, "
-            "e.g. grpc-worker.example.com")
+        add(
+            WORKER_DOMAIN,
+            "must be set to the DNS name workers reach the proxy under, e.g. grpc-worker.example.com",
+        )
     elif problem := _dns_problem(domain):
         add(WORKER_DOMAIN, f"{json.dumps(domain, ensure_ascii=False)} is not a valid DNS name: {problem}")
     for parts in SPLIT_PLANE_URLS:
         if _set(lookup(values, parts)):
-            add(parts, "must be empty when workerCallbackProxy.enabled is true "
-                "(the proxy replaces split-plane URLs)")
+            add(
+                parts,
+                "must be empty when workerCallbackProxy.enabled is true "
+                "(the proxy replaces split-plane URLs)",
+            )
 
 
 def _rule_proxy_url(values: Mapping[str, Any], add: Add) -> None:
@@ -255,15 +273,20 @@ def _rule_proxy_url(values: Mapping[str, Any], add: Add) -> None:
     else:
         domain = lookup(values, WORKER_DOMAIN)
         if isinstance(domain, str) and domain and not covers(f"*.{domain}", host):
-            add(PROXY_URL, f"host {host} is not covered by the *.{domain} certificate; "
-                "use exactly one label under workerCallbackProxy.workerDomain")
+            add(
+                PROXY_URL,
+                f"host {host} is not covered by the *.{domain} certificate; "
+                "use exactly one label under workerCallbackProxy.workerDomain",
+            )
 
 
 def _rule_frontend_tls(values: Mapping[str, Any], add: Add) -> None:
     ref, secret = lookup(values, ISSUER_REF), lookup(values, EXISTING_SECRET)
     if ref is not None and _set(secret):
-        add(EXISTING_SECRET, "cannot be combined with workerCallbackProxy.tls.frontend.certificate."
-            "issuerRef; set only one")
+        add(
+            EXISTING_SECRET,
+            "cannot be combined with workerCallbackProxy.tls.frontend.certificate.issuerRef; set only one",
+        )
     if ref is not None:
         if not isinstance(ref, Mapping):
             add(ISSUER_REF, f"must be a mapping with kind and name, found {_kind(ref)}")
@@ -300,8 +323,11 @@ def _rule_nats(values: Mapping[str, Any], add: Add) -> None:
     elif mode == "token":
         url = lookup(values, WEBHOOK_URL)
         if not isinstance(url, str) or not url.strip():
-            add(WEBHOOK_URL, "must be set when nats.workerAuth is token (the auth callout sends worker "
-                f"tokens there), e.g. {DEFAULT_WEBHOOK_URL}")
+            add(
+                WEBHOOK_URL,
+                "must be set when nats.workerAuth is token (the auth callout sends worker "
+                f"tokens there), e.g. {DEFAULT_WEBHOOK_URL}",
+            )
 
 
 def _annotation_key_problem(key: str) -> str | None:
@@ -321,12 +347,18 @@ def _rule_annotations(values: Mapping[str, Any], add: Add) -> None:
                 add(here, problem)
             if not isinstance(value, str):
                 # json.dumps spells the value the way YAML would (true, 8080), ready to be quoted.
-                add(here, f"value must be a string, found {_kind(value)}; quote it: \"{json.dumps(value)}\"")
+                add(here, f'value must be a string, found {_kind(value)}; quote it: "{json.dumps(value)}"')
 
 
 RULES: tuple[Callable[[Mapping[str, Any], Add], None], ...] = (
-    _rule_booleans, _rule_proxy_enabled, _rule_proxy_url, _rule_frontend_tls,
-    _rule_service_type, _rule_worker_ca_pem, _rule_nats, _rule_annotations,
+    _rule_booleans,
+    _rule_proxy_enabled,
+    _rule_proxy_url,
+    _rule_frontend_tls,
+    _rule_service_type,
+    _rule_worker_ca_pem,
+    _rule_nats,
+    _rule_annotations,
 )
 
 

@@ -65,9 +65,11 @@ def load_values_file(path: Path, what: str = "values file") -> tuple[dict, dict[
         where = f"{name}:{exc.line}" if exc.line else name
         raise ConfigError(f"{where}: {exc.message}") from None
     except yaml.reader.ReaderError as exc:
-        line = text[:exc.position].count("\n") + 1
-        raise ConfigError(f"{name}:{line}: character {exc.character:#06x} is not allowed in YAML "
-                          f"(is it a binary file?); save the {what} as plain text") from None
+        line = text[: exc.position].count("\n") + 1
+        raise ConfigError(
+            f"{name}:{line}: character {exc.character:#06x} is not allowed in YAML "
+            f"(is it a binary file?); save the {what} as plain text"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(_yaml_message(name, exc)) from None
     except yaml.YAMLError as exc:
@@ -75,8 +77,10 @@ def load_values_file(path: Path, what: str = "values file") -> tuple[dict, dict[
     if data is None or node is None:
         return {}, {}  # an empty file overrides nothing
     if not isinstance(data, dict):
-        raise ConfigError(f"{name}:{node.start_mark.line + 1}: top level must be a mapping of keys "
-                          f"(e.g. workerCallbackProxy:), found {_kind(data)}")
+        raise ConfigError(
+            f"{name}:{node.start_mark.line + 1}: top level must be a mapping of keys "
+            f"(e.g. workerCallbackProxy:), found {_kind(data)}"
+        )
     origin: dict[str, tuple[str, int]] = {}
     _collect_origin(node, (), name, origin, set())  # bounded: parse measured the expanded graph
     return data, origin

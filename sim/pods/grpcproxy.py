@@ -52,8 +52,13 @@ def _text_headers(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
 def respond_text(stream: H3Stream, status: int, message: str) -> None:
     """A complete plain-text answer, as Go's http.Error writes it (message and a newline)."""
     body = (message + "\n").encode()
-    stream.send_headers([(b":status", str(status).encode()), (b"content-type", b"text/plain; charset=utf-8"),
-                         (b"content-length", str(len(body)).encode())])
+    stream.send_headers(
+        [
+            (b":status", str(status).encode()),
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+    )
     stream.write(body, end=True)
 
 
@@ -72,17 +77,26 @@ class GrpcProxyPod:
     # Lifecycle -------------------------------------------------------------------------------
     async def start(self) -> dict[str, int]:
         self.grpc = grpc.aio.server()
-        self.grpc.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
-            "Unary": grpc.unary_unary_rpc_method_handler(self._unary),
-            "Stream": grpc.unary_stream_rpc_method_handler(self._stream),
-        }),))
+        self.grpc.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    SERVICE,
+                    {
+                        "Unary": grpc.unary_unary_rpc_method_handler(self._unary),
+                        "Stream": grpc.unary_stream_rpc_method_handler(self._stream),
+                    },
+                ),
+            )
+        )
         grpc_port = self.grpc.add_insecure_port("127.0.0.1:0")
         await self.grpc.start()
         config = ReloadingServerConfig(self.ctx.secret(GRPC_SECRET), self._tls_error)
         self.h3 = H3Server(config, self._endpoint)
         quic_port = await self.h3.start()
-        return {f"{self.pod.ip}:{GRPC_CALLBACK_PORT}/udp": quic_port,
-                f"{self.pod.ip}:{GRPC_CLIENT_PORT}/tcp": grpc_port}
+        return {
+            f"{self.pod.ip}:{GRPC_CALLBACK_PORT}/udp": quic_port,
+            f"{self.pod.ip}:{GRPC_CLIENT_PORT}/tcp": grpc_port,
+        }
 
     async def close(self) -> None:
         if self.grpc is not None:
@@ -111,8 +125,13 @@ class GrpcProxyPod:
             if not spent or waiter is None or waiter.done():
                 verdict = Reject(403, INVALID_AUTH)
         if isinstance(verdict, Reject):
-            self.ctx.events.emit("grpc.callback.rejected", pod=self.pod.name, status=verdict.status,
-                                 reason=verdict.message, requestId=headers.get("x-request-id"))
+            self.ctx.events.emit(
+                "grpc.callback.rejected",
+                pod=self.pod.name,
+                status=verdict.status,
+                reason=verdict.message,
+                requestId=headers.get("x-request-id"),
+            )
             respond_text(stream, verdict.status, verdict.message)
             return
         self.ctx.events.emit("grpc.callback.accepted", requestId=verdict.request_id, pod=self.pod.name)
@@ -123,15 +142,18 @@ class GrpcProxyPod:
     async def _unary(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         replies = [message async for message in self._relay(UNARY, request, context)]
         if len(replies) != 1:
-            await context.abort(_status_code(INTERNAL), f"worker sent {len(replies)} messages for a unary call")
+            await context.abort(
+                _status_code(INTERNAL), f"worker sent {len(replies)} messages for a unary call"
+            )
         return replies[0]
 
     async def _stream(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         async for message in self._relay(STREAM, request, context):
             yield message
 
-    async def _relay(self, method: str, request: bytes,
-                     context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, method: str, request: bytes, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
         request_id = new_request_id(self.rng)
         token = self.book.mint(request_id, self.clock())
         self.ctx.events.emit("grpc.token.minted", requestId=request_id, pod=self.pod.name)
@@ -162,8 +184,15 @@ class GrpcProxyPod:
             self.book.revoke(token)  # a late callback for an abandoned call gets 403
             if not ok and waiter.done() and not waiter.cancelled():
                 waiter.result().reset()  # a failed or abandoned call leaves no half-open tunnel
-            self.ctx.events.emit("grpc.call.done", requestId=request_id, pod=self.pod.name, method=method,
-                                 messages=messages, ok=ok, error=error)
+            self.ctx.events.emit(
+                "grpc.call.done",
+                requestId=request_id,
+                pod=self.pod.name,
+                method=method,
+                messages=messages,
+                ok=ok,
+                error=error,
+            )
 
     async def _tunnel(self, request_id: str, waiter: asyncio.Future[H3Stream]) -> H2Tunnel:
         try:

@@ -50,7 +50,9 @@ class Pending:
     function: str
     request: bytes  # the client's request as an HTTP/1.1 message
     body: bytes
-    response: asyncio.Future[InnerResponse] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    response: asyncio.Future[InnerResponse] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
     delivered: asyncio.Event = field(default_factory=asyncio.Event)  # the client has read the body
 
 
@@ -72,7 +74,9 @@ class InvocationPod:
         override = self.ctx.values.get("global", {}).get("workerEndpoints", {}).get("invocationServiceURL")
         target = override or f"http://{dashed_ip(self.pod.ip)}.{INVOCATION_SUFFIX}:{port}"
         return {
-            "requestId": pending.request_id, "functionId": pending.function, "kind": "http",
+            "requestId": pending.request_id,
+            "functionId": pending.function,
+            "kind": "http",
             "targetURI": target,
             "proxyURI": self.settings.invocation_proxy_url if self.settings.enabled else "",
             "requestToken": self.tokens.mint(pending.request_id, "request"),
@@ -82,8 +86,13 @@ class InvocationPod:
 
     async def publish(self, pending: Pending) -> None:
         work = self.work_message(pending)
-        self.ctx.events.emit("token.minted", requestId=pending.request_id, pod=self.pod.name,
-                             target=work["targetURI"], proxy=work["proxyURI"])
+        self.ctx.events.emit(
+            "token.minted",
+            requestId=pending.request_id,
+            pod=self.pod.name,
+            target=work["targetURI"],
+            proxy=work["proxyURI"],
+        )
         seq = await self.work.publish(pending.function, pending.request_id, work)
         self.ctx.events.emit("work.published", requestId=pending.request_id, pod=self.pod.name, seq=seq)
 
@@ -109,8 +118,13 @@ class InvocationPod:
         path = req.target.decode("latin-1").split("?", 1)[0]
         headers = decode_headers(req.headers)
         # Every request is recorded, routed or not: a probe's "no pod was contacted" rests on this.
-        self.ctx.events.emit("pod.request", requestId=dict(headers).get("x-request-id"), pod=self.pod.name,
-                             method=req.method.decode(), path=path)
+        self.ctx.events.emit(
+            "pod.request",
+            requestId=dict(headers).get("x-request-id"),
+            pod=self.pod.name,
+            method=req.method.decode(),
+            path=path,
+        )
         body = await read_body(stream)
         method = req.method.decode()
         head = method == "HEAD"  # a HEAD answer has the GET's head and no body (RFC 9110 9.3.2)
@@ -119,14 +133,15 @@ class InvocationPod:
         elif path == ATTACH_PATH and method == "POST":
             await self.attach_post(stream, dict(headers), body)
         elif path.startswith(PEXEC_PREFIX) and method == "POST":
-            await self.invoke(stream, path[len(PEXEC_PREFIX):], headers, body)
+            await self.invoke(stream, path[len(PEXEC_PREFIX) :], headers, body)
         elif path.startswith(STATUS_PREFIX) and method == "GET":
-            await self.poll(stream, path[len(STATUS_PREFIX):], dict(headers))
+            await self.poll(stream, path[len(STATUS_PREFIX) :], dict(headers))
         else:
             await _problem(stream, 404, "Not Found", head)
 
-    async def invoke(self, stream: H11Stream, function: str, headers: list[tuple[str, str]],
-                     body: bytes) -> None:
+    async def invoke(
+        self, stream: H11Stream, function: str, headers: list[tuple[str, str]], body: bytes
+    ) -> None:
         request_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         inner = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not k.startswith("nvcf-")]
         pending = Pending(request_id, function, request_h1("POST", "/", inner, body), body)
@@ -147,16 +162,18 @@ class InvocationPod:
         try:
             inner = await asyncio.wait_for(asyncio.shield(pending.response), poll)
         except TimeoutError:
-            await respond(stream, 202, b"", [("nvcf-reqid", pending.request_id),
-                                             ("nvcf-status", "pending-evaluation")])
+            await respond(
+                stream, 202, b"", [("nvcf-reqid", pending.request_id), ("nvcf-status", "pending-evaluation")]
+            )
             return
         out = [(k, v) for k, v in inner.headers if k not in HOP_BY_HOP]
         out += [("nvcf-reqid", pending.request_id), ("nvcf-status", "fulfilled")]
         await respond(stream, inner.status, inner.body, out)
         pending.delivered.set()
         self.pending.pop(pending.request_id, None)
-        self.ctx.events.emit("invoke.completed", requestId=pending.request_id, pod=self.pod.name,
-                             status=inner.status)
+        self.ctx.events.emit(
+            "invoke.completed", requestId=pending.request_id, pod=self.pod.name, status=inner.status
+        )
 
     async def attach_get(self, stream: H11Stream, headers: dict[str, str]) -> None:
         status, message, request_id = self.tokens.redeem(headers.get("authorization"), "request")
@@ -165,10 +182,15 @@ class InvocationPod:
             status, message = 404, "Request is no longer pending"
         # xRequestId: the proxy's id for this request (workers send none), as its access log shows it; token:
         # which bearer the leg carried, so a leg refused here is still traced to the worker that sent it.
-        self.ctx.events.emit("attach.get", requestId=request_id or headers.get("x-request-id"),
-                             pod=self.pod.name, status=status, reason=message,
-                             xRequestId=headers.get("x-request-id"),
-                             token=token_fingerprint(headers.get("authorization")))
+        self.ctx.events.emit(
+            "attach.get",
+            requestId=request_id or headers.get("x-request-id"),
+            pod=self.pod.name,
+            status=status,
+            reason=message,
+            xRequestId=headers.get("x-request-id"),
+            token=token_fingerprint(headers.get("authorization")),
+        )
         if status != 200 or pending is None:
             await _problem(stream, status, message)
         elif H1_TYPE in headers.get("accept", ""):
@@ -184,10 +206,15 @@ class InvocationPod:
         inner = parse_inner_response(body) if status == 200 else message
         if isinstance(inner, str) and status == 200:
             status, message = 400, inner
-        self.ctx.events.emit("attach.post", requestId=request_id or headers.get("x-request-id"),
-                             pod=self.pod.name, status=status, reason=message,
-                             xRequestId=headers.get("x-request-id"),
-                             token=token_fingerprint(headers.get("authorization")))
+        self.ctx.events.emit(
+            "attach.post",
+            requestId=request_id or headers.get("x-request-id"),
+            pod=self.pod.name,
+            status=status,
+            reason=message,
+            xRequestId=headers.get("x-request-id"),
+            token=token_fingerprint(headers.get("authorization")),
+        )
         if status != 200 or pending is None or not isinstance(inner, InnerResponse):
             await _problem(stream, status, message or INCOMPLETE)
             return
@@ -210,9 +237,14 @@ async def run(ctx: Context, ready: Ready) -> None:
     servers = [plain]
     bindings = {f"{pod.ip}:{INVOCATION_HTTP_PORT}/tcp": plain.sockets[0].getsockname()[1]}
     if server.settings.upstream_tls:
-        tls = ReloadingContext(ctx.secret(INVOCATION_SECRET), server_context,
-                               lambda msg: ctx.events.emit("pod.tls.reload_failed", error=msg))
-        secure = await asyncio.start_server(connection_handler(server.serve), "127.0.0.1", 0, ssl=tls.sni_switcher())
+        tls = ReloadingContext(
+            ctx.secret(INVOCATION_SECRET),
+            server_context,
+            lambda msg: ctx.events.emit("pod.tls.reload_failed", error=msg),
+        )
+        secure = await asyncio.start_server(
+            connection_handler(server.serve), "127.0.0.1", 0, ssl=tls.sni_switcher()
+        )
         servers.append(secure)
         bindings[f"{pod.ip}:{INVOCATION_TLS_PORT}/tcp"] = secure.sockets[0].getsockname()[1]
     ready(bindings)

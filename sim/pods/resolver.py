@@ -11,8 +11,15 @@ from sim.runtime.component import Context, Ready
 
 async def run(ctx: Context, ready: Ready) -> None:
     def record(q: QueryEvent) -> None:
-        ctx.events.emit("dns.query", view=q.view, qname=q.qname, qtype=q.qtype, rcode=q.rcode,
-                        answers=list(q.addresses), transport=q.transport)
+        ctx.events.emit(
+            "dns.query",
+            view=q.view,
+            qname=q.qname,
+            qtype=q.qtype,
+            rcode=q.rcode,
+            answers=list(q.addresses),
+            transport=q.transport,
+        )
 
     resolver = Resolver(ctx.topology.dns_views(), on_query=record)
     await resolver.start()

@@ -138,5 +138,11 @@ def retry_delay(attempt: int, status: int | None) -> float | None:
 
 
 def work_message(request_id: str, token: str, url: str, pod: str) -> dict[str, str]:
-    return {"requestId": request_id, "functionId": "grpc-echo", "kind": "grpc", "connectUrl": url,
-            "token": token, "pod": pod}
+    return {
+        "requestId": request_id,
+        "functionId": "grpc-echo",
+        "kind": "grpc",
+        "connectUrl": url,
+        "token": token,
+        "pod": pod,
+    }

@@ -70,8 +70,8 @@ class Deframer:
                 raise GrpcError(INTERNAL, "compressed messages are not supported")
             if len(self._buffer) < _PREFIX.size + length:
                 break
-            messages.append(bytes(self._buffer[_PREFIX.size:_PREFIX.size + length]))
-            del self._buffer[:_PREFIX.size + length]
+            messages.append(bytes(self._buffer[_PREFIX.size : _PREFIX.size + length]))
+            del self._buffer[: _PREFIX.size + length]
         return messages
 
 
@@ -85,7 +85,9 @@ def echo_replies(path: str, request: bytes) -> list[bytes]:
         ask = json.loads(request)
         text, count = str(ask["text"]), int(ask["count"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise GrpcError(INVALID_ARGUMENT, f'request must be JSON {{"text": str, "count": int}}: {exc}') from exc
+        raise GrpcError(
+            INVALID_ARGUMENT, f'request must be JSON {{"text": str, "count": int}}: {exc}'
+        ) from exc
     if not 0 <= count <= MAX_STREAM_COUNT:
         raise GrpcError(INVALID_ARGUMENT, f"count must be 0..{MAX_STREAM_COUNT}")
     return [json.dumps({"seq": i, "text": text}).encode() for i in range(count)]
@@ -141,7 +143,9 @@ class H2Tunnel:
             self._window.set()
         elif isinstance(event, h2.events.RequestReceived) and self._handler is not None:
             self._inbox[event.stream_id] = asyncio.Queue()
-            self._tasks.spawn(self._answer(event.stream_id, dict(event.headers)), f"h2-call-{event.stream_id}")
+            self._tasks.spawn(
+                self._answer(event.stream_id, dict(event.headers)), f"h2-call-{event.stream_id}"
+            )
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._shut()
         inbox = self._inbox.get(getattr(event, "stream_id", -1))
@@ -180,9 +184,17 @@ class H2Tunnel:
         stream_id = self.conn.get_next_available_stream_id()
         self._inbox[stream_id] = asyncio.Queue()
         self.calls += 1
-        self.conn.send_headers(stream_id, [(":method", "POST"), (":scheme", "http"), (":path", path),
-                                           (":authority", authority), ("content-type", "application/grpc"),
-                                           ("te", "trailers")])
+        self.conn.send_headers(
+            stream_id,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", path),
+                (":authority", authority),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+            ],
+        )
         await self._send_body(stream_id, frame_message(request), end=True)
         deframer, status = Deframer(), None
         while not isinstance(event := await self._next(stream_id), h2.events.StreamEnded):
@@ -223,7 +235,9 @@ class H2Tunnel:
             async for reply in replies:
                 if not started:
                     started = True
-                    self.conn.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")])
+                    self.conn.send_headers(
+                        stream_id, [(":status", "200"), ("content-type", "application/grpc")]
+                    )
                 await self._send_body(stream_id, frame_message(reply), end=False)
             trailers = [("grpc-status", str(OK))]
         except GrpcError as exc:

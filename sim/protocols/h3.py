@@ -52,9 +52,25 @@ from sim.protocols.h3_quic import (
 
 # The public API, including what sim.protocols.h3_quic defines: callers import all of it from sim.protocols.h3.
 __all__ = [
-    "H3_CONNECT_ERROR", "H3_REQUEST_CANCELLED", "HIGH_WATER", "WINDOW", "AlertUnrecognizedName", "H3Endpoint",
-    "H3Server", "H3Stream", "HandshakeFailed", "Headers", "ReloadingServerConfig", "StreamError", "Tasks",
-    "client_configuration", "close_client", "connect", "peek_server_name", "server_configuration", "trust_pem",
+    "H3_CONNECT_ERROR",
+    "H3_REQUEST_CANCELLED",
+    "HIGH_WATER",
+    "WINDOW",
+    "AlertUnrecognizedName",
+    "H3Endpoint",
+    "H3Server",
+    "H3Stream",
+    "HandshakeFailed",
+    "Headers",
+    "ReloadingServerConfig",
+    "StreamError",
+    "Tasks",
+    "client_configuration",
+    "close_client",
+    "connect",
+    "peek_server_name",
+    "server_configuration",
+    "trust_pem",
 ]
 
 Headers = list[tuple[bytes, bytes]]
@@ -64,9 +80,13 @@ HIGH_WATER = 256 * 1024  # unacknowledged bytes a writer may leave queued before
 H3_REQUEST_CANCELLED = 0x10C
 H3_CONNECT_ERROR = 0x10F
 # TLS alerts that mean "I do not accept your certificate" (CRYPTO_ERROR + alert, RFC 9001 4.8).
-_CERT_ALERTS = {tls.AlertDescription.bad_certificate, tls.AlertDescription.unsupported_certificate,
-                tls.AlertDescription.certificate_expired, tls.AlertDescription.unknown_ca,
-                tls.AlertDescription.certificate_unknown}
+_CERT_ALERTS = {
+    tls.AlertDescription.bad_certificate,
+    tls.AlertDescription.unsupported_certificate,
+    tls.AlertDescription.certificate_expired,
+    tls.AlertDescription.unknown_ca,
+    tls.AlertDescription.certificate_unknown,
+}
 
 
 class HandshakeFailed(ConnectionError):
@@ -212,8 +232,13 @@ class H3Stream:
 class H3Endpoint(QuicConnectionProtocol):
     """One QUIC connection speaking HTTP/3, client or server side."""
 
-    def __init__(self, quic: QuicConnection, stream_handler: Any = None, *,
-                 on_request: Callable[[H3Stream], None] | None = None):
+    def __init__(
+        self,
+        quic: QuicConnection,
+        stream_handler: Any = None,
+        *,
+        on_request: Callable[[H3Stream], None] | None = None,
+    ):
         super().__init__(quic, stream_handler)
         self.quic = quic
         self.h3: H3Connection | None = None
@@ -237,7 +262,9 @@ class H3Endpoint(QuicConnectionProtocol):
 
     def _consumed(self, stream_id: int) -> None:
         limit = self._credit(stream_id)
-        granted = self.quic._streams[stream_id].max_stream_data_local if stream_id in self.quic._streams else 0
+        granted = (
+            self.quic._streams[stream_id].max_stream_data_local if stream_id in self.quic._streams else 0
+        )
         if limit is not None and limit - granted >= WINDOW // 2:  # batch updates: one per half window
             self.flush_soon()
 
@@ -289,7 +316,9 @@ class H3Endpoint(QuicConnectionProtocol):
         elif isinstance(event, StreamDataReceived):
             self._raw_received[event.stream_id] = self._raw_received.get(event.stream_id, 0) + len(event.data)
         elif isinstance(event, QuicStreamReset) and event.stream_id in self.streams:
-            self.streams[event.stream_id]._on_error(StreamError(f"stream reset by peer ({event.error_code:#x})"))
+            self.streams[event.stream_id]._on_error(
+                StreamError(f"stream reset by peer ({event.error_code:#x})")
+            )
         elif isinstance(event, ConnectionTerminated):
             self._terminated(event.error_code, event.reason_phrase)
         if self.h3 is not None:
@@ -386,8 +415,7 @@ def close_client(endpoint: H3Endpoint) -> None:
 class H3Server:
     """An HTTP/3 listener on 127.0.0.1: each new connection gets an H3Endpoint from `make_endpoint`."""
 
-    def __init__(self, config: ReloadingServerConfig,
-                 make_endpoint: Callable[[QuicConnection], H3Endpoint]):
+    def __init__(self, config: ReloadingServerConfig, make_endpoint: Callable[[QuicConnection], H3Endpoint]):
         self.config, self.make_endpoint = config, make_endpoint
         self.endpoints: set[H3Endpoint] = set()
         self._server: QuicServer | None = None
@@ -397,7 +425,8 @@ class H3Server:
         loop = asyncio.get_running_loop()
         self._transport, self._server = await loop.create_datagram_endpoint(
             lambda: QuicServer(configuration=self.config.config, create_protocol=self._create),
-            local_addr=(host, port))
+            local_addr=(host, port),
+        )
         return self._transport.get_extra_info("sockname")[1]
 
     def _create(self, quic: QuicConnection, stream_handler: Any = None) -> H3Endpoint:

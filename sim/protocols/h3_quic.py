@@ -53,15 +53,17 @@ def trust_pem(cafiles: Iterable[Path], extra_pem: str = "") -> bytes:
 
 
 def client_configuration(server_name: str, trust: bytes) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=True, alpn_protocols=list(H3_ALPN), server_name=server_name,
-                               max_stream_data=WINDOW)
+    config = QuicConfiguration(
+        is_client=True, alpn_protocols=list(H3_ALPN), server_name=server_name, max_stream_data=WINDOW
+    )
     config.load_verify_locations(cadata=trust)
     return config
 
 
 def server_configuration(secret_dir: Path) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN), max_stream_data=WINDOW,
-                               idle_timeout=QUIC_IDLE_TIMEOUT)
+    config = QuicConfiguration(
+        is_client=False, alpn_protocols=list(H3_ALPN), max_stream_data=WINDOW, idle_timeout=QUIC_IDLE_TIMEOUT
+    )
     config.load_cert_chain(secret_dir / "tls.crt", secret_dir / "tls.key")
     return config
 
@@ -106,8 +108,12 @@ def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -
             return
         stream.max_stream_data_local = max(stream.max_stream_data_local, limit)
         if stream.max_stream_data_local_sent != stream.max_stream_data_local:
-            buf = builder.start_frame(QuicFrameType.MAX_STREAM_DATA, capacity=_MAX_STREAM_DATA_FRAME_CAPACITY,
-                                      handler=quic._on_max_stream_data_delivery, handler_args=(stream,))
+            buf = builder.start_frame(
+                QuicFrameType.MAX_STREAM_DATA,
+                capacity=_MAX_STREAM_DATA_FRAME_CAPACITY,
+                handler=quic._on_max_stream_data_delivery,
+                handler_args=(stream,),
+            )
             buf.push_uint_var(stream.stream_id)
             buf.push_uint_var(stream.max_stream_data_local)
             stream.max_stream_data_local_sent = stream.max_stream_data_local

@@ -18,8 +18,9 @@ class PeerClosed(ConnectionError):
 
 
 class H11Stream:
-    def __init__(self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter):
+    def __init__(
+        self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ):
         self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
         self.reader, self.writer = reader, writer
 
@@ -76,15 +77,24 @@ async def read_body(stream: H11Stream, timeout: float | None = None) -> bytes:
             raise PeerClosed("connection closed mid-body")
 
 
-async def exchange(stream: H11Stream, method: str, target: str, headers: list[tuple[str, str]],
-                   body: bytes = b"", timeout: float | None = None) -> Response:
+async def exchange(
+    stream: H11Stream,
+    method: str,
+    target: str,
+    headers: list[tuple[str, str]],
+    body: bytes = b"",
+    timeout: float | None = None,
+) -> Response:
     """Send one request and read the whole response (client role)."""
     if stream.reusable():
         stream.next_cycle()
     if body or method in ("POST", "PUT"):
         headers = [*headers, ("content-length", str(len(body)))]
-    await stream.send(h11.Request(method=method, target=target, headers=headers),
-                      *([h11.Data(data=body)] if body else []), h11.EndOfMessage())
+    await stream.send(
+        h11.Request(method=method, target=target, headers=headers),
+        *([h11.Data(data=body)] if body else []),
+        h11.EndOfMessage(),
+    )
     while True:
         event = await stream.next_event(timeout)
         if isinstance(event, h11.Response):
@@ -95,16 +105,25 @@ async def exchange(stream: H11Stream, method: str, target: str, headers: list[tu
     return Response(event.status_code, decode_headers(event.headers), payload)
 
 
-async def respond(stream: H11Stream, status: int, body: bytes = b"",
-                  headers: list[tuple[str, str]] | None = None, close: bool = False, head: bool = False) -> None:
+async def respond(
+    stream: H11Stream,
+    status: int,
+    body: bytes = b"",
+    headers: list[tuple[str, str]] | None = None,
+    close: bool = False,
+    head: bool = False,
+) -> None:
     """Send one complete response (server role); `head`: the answer to HEAD, Content-Length and no body."""
     hdrs = list(headers or [])
     hdrs.append(("content-length", str(len(body))))
     if close:
         hdrs.append(("connection", "close"))
     sent = b"" if head else body
-    await stream.send(h11.Response(status_code=status, headers=hdrs, reason=reason_phrase(status)),
-                      *([h11.Data(data=sent)] if sent else []), h11.EndOfMessage())
+    await stream.send(
+        h11.Response(status_code=status, headers=hdrs, reason=reason_phrase(status)),
+        *([h11.Data(data=sent)] if sent else []),
+        h11.EndOfMessage(),
+    )
 
 
 def reason_phrase(status: int) -> bytes:

@@ -31,10 +31,10 @@ class TokenBook:
         """(status, message, request id): 200 and the request id, or the 401 the pod answers."""
         if not authorization or not authorization.startswith("Bearer "):
             return 401, MISSING_TOKEN, None
-        entry = self._tokens.get(authorization[len("Bearer "):].strip())
+        entry = self._tokens.get(authorization[len("Bearer ") :].strip())
         if entry is None or entry[1] != leg:
             return 401, INVALID_TOKEN, None
-        del self._tokens[authorization[len("Bearer "):].strip()]
+        del self._tokens[authorization[len("Bearer ") :].strip()]
         return 200, "", entry[0]
 
 

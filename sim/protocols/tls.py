@@ -23,8 +23,12 @@ def server_context(secret_dir: Path, alpn: tuple[str, ...] = ("http/1.1",)) -> s
     return ctx
 
 
-def client_context(cafiles: list[Path], extra_pem: str = "", alpn: tuple[str, ...] = ("http/1.1",),
-                   check_hostname: bool = True) -> ssl.SSLContext:
+def client_context(
+    cafiles: list[Path],
+    extra_pem: str = "",
+    alpn: tuple[str, ...] = ("http/1.1",),
+    check_hostname: bool = True,
+) -> ssl.SSLContext:
     """A client that trusts exactly `cafiles` (and an extra PEM, as NVCF_PROXY_CA_PEM) and nothing else."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -45,15 +49,22 @@ def secret_stamp(secret_dir: Path) -> tuple:
     data = secret_dir / "..data"
     if data.is_symlink():
         return ("link", os.readlink(data))
-    return tuple((name, (secret_dir / name).stat().st_mtime_ns)
-                 for name in ("tls.crt", "tls.key", "ca.crt") if (secret_dir / name).exists())
+    return tuple(
+        (name, (secret_dir / name).stat().st_mtime_ns)
+        for name in ("tls.crt", "tls.key", "ca.crt")
+        if (secret_dir / name).exists()
+    )
 
 
 class ReloadingContext:
     """An SSLContext rebuilt by `factory(secret_dir)` whenever the Secret changes."""
 
-    def __init__(self, secret_dir: Path, factory: Callable[[Path], ssl.SSLContext],
-                 on_error: Callable[[str], None] = lambda msg: None):
+    def __init__(
+        self,
+        secret_dir: Path,
+        factory: Callable[[Path], ssl.SSLContext],
+        on_error: Callable[[str], None] = lambda msg: None,
+    ):
         self.secret_dir = secret_dir
         self.factory = factory
         self.on_error = on_error

@@ -33,8 +33,10 @@ GRPC_CALLBACK_PATH = "/v1/proxy"  # the worker's HTTP/3 POST that becomes the gR
 UF_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection failure"
 # Envoy names the TLS failure after the reset reason; the rendered routes have no retry policy, so
 # the body never says "retried".
-UF_TLS_BODY = (UF_BODY + ", transport failure reason: TLS_error:|268435581:SSL routines:OPENSSL_internal:"
-               "CERTIFICATE_VERIFY_FAILED:TLS_error_end")
+UF_TLS_BODY = (
+    UF_BODY + ", transport failure reason: TLS_error:|268435581:SSL routines:OPENSSL_internal:"
+    "CERTIFICATE_VERIFY_FAILED:TLS_error_end"
+)
 UC_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
 DF_BODY = "dns resolution failure"
 

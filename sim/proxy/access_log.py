@@ -48,19 +48,24 @@ def _q(value: str) -> str:
 
 
 def format_record(r: AccessRecord) -> str:
-    started = datetime.fromtimestamp(r.start, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
-        f"{int(r.start * 1000) % 1000:03d}Z"
-    return (f'[{started}] "{r.method} {r.path} {r.protocol}" {r.status} {r.flags} '
-            f"{r.bytes_received} {r.bytes_sent} {r.duration_ms} {r.upstream_service_time} "
-            f"{_q(r.forwarded_for)} {_q(r.user_agent)} {_q(r.request_id)} {_q(r.authority)} "
-            f"{_q(r.upstream_host)}")
+    started = (
+        datetime.fromtimestamp(r.start, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        + f"{int(r.start * 1000) % 1000:03d}Z"
+    )
+    return (
+        f'[{started}] "{r.method} {r.path} {r.protocol}" {r.status} {r.flags} '
+        f"{r.bytes_received} {r.bytes_sent} {r.duration_ms} {r.upstream_service_time} "
+        f"{_q(r.forwarded_for)} {_q(r.user_agent)} {_q(r.request_id)} {_q(r.authority)} "
+        f"{_q(r.upstream_host)}"
+    )
 
 
 LINE = re.compile(
     r'^\[(?P<start>[^\]]+)\] "(?P<method>\S+) (?P<path>\S+) (?P<protocol>\S+)" (?P<status>\d+) '
     r"(?P<flags>\S+) (?P<rx>\d+) (?P<tx>\d+) (?P<duration>\d+) (?P<ust>\S+) "
     r'"(?P<xff>[^"]*)" "(?P<ua>[^"]*)" "(?P<request_id>[^"]*)" "(?P<authority>[^"]*)" '
-    r'"(?P<upstream_host>[^"]*)"$')
+    r'"(?P<upstream_host>[^"]*)"$'
+)
 
 
 def parse_line(line: str) -> dict[str, str] | None:
@@ -86,7 +91,9 @@ class AccessLog:
         line = format_record(record)
         if self.written + len(line) + 1 > self.max_bytes:
             if not self.dropped:
-                self._file.write(f"# ncpsim: access log capped at {self.max_bytes} bytes; later lines are counted\n")
+                self._file.write(
+                    f"# ncpsim: access log capped at {self.max_bytes} bytes; later lines are counted\n"
+                )
             self.dropped += 1
             return line
         self._file.write(line + "\n")

@@ -28,8 +28,9 @@ async def run(ctx: Context, ready: Ready) -> None:
         ctx.events.emit("proxy.tls.reload_failed", error=message)
 
     frontend = ReloadingContext(ctx.secret(settings.frontend_secret), server_context, tls_error)
-    upstream = ReloadingContext(ctx.secret(INVOCATION_SECRET),
-                                lambda d: client_context([d / "ca.crt"]), tls_error)
+    upstream = ReloadingContext(
+        ctx.secret(INVOCATION_SECRET), lambda d: client_context([d / "ca.crt"]), tls_error
+    )
     access_log = AccessLog(ctx.state_dir / "logs" / ACCESS_LOG)
     # NCPSIM_PROXY_STREAM_IDLE lets tests exercise Envoy's idle stream timeout (300 s) in milliseconds.
     idle = float(os.environ.get("NCPSIM_PROXY_STREAM_IDLE", "300"))
@@ -38,8 +39,12 @@ async def run(ctx: Context, ready: Ready) -> None:
     try:
         http_port, h3_port = await http.start(), await h3.start()
         # Every address service.type gives the Service (LB, ClusterIP, node port) reaches the same fronts.
-        bindings = {f"{ip}:{port}/tcp": http_port for ip, port in ctx.topology.proxy_addresses(PROXY_HTTP_PORT)}
-        bindings.update({f"{ip}:{port}/udp": h3_port for ip, port in ctx.topology.proxy_addresses(PROXY_H3_PORT)})
+        bindings = {
+            f"{ip}:{port}/tcp": http_port for ip, port in ctx.topology.proxy_addresses(PROXY_HTTP_PORT)
+        }
+        bindings.update(
+            {f"{ip}:{port}/udp": h3_port for ip, port in ctx.topology.proxy_addresses(PROXY_H3_PORT)}
+        )
         ready(bindings)
         await asyncio.Event().wait()
     finally:

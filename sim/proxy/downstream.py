@@ -72,10 +72,12 @@ async def read_head(down: H11Stream, stream_idle: float, connection_idle: float)
             raw = bytearray(fixed)
             continue
         if event is not h11.NEED_DATA:
-            return event, bytes(raw[:len(raw) - len(down.conn.trailing_data[0])])
+            return event, bytes(raw[: len(raw) - len(down.conn.trailing_data[0])])
         started = bool(down.conn.trailing_data[0])
         try:
-            data = await asyncio.wait_for(down.reader.read(READ_SIZE), stream_idle if started else connection_idle)
+            data = await asyncio.wait_for(
+                down.reader.read(READ_SIZE), stream_idle if started else connection_idle
+            )
         except TimeoutError:
             if started:
                 raise

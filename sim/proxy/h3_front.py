@@ -120,7 +120,9 @@ class StreamScopedH3(H3Connection):
         # An encoded field line is never longer than its QPACK size (name + value + 32), so a frame this
         # long holds more than the limit however it is encoded.
         if stream.frame_type == FrameType.HEADERS and (stream.frame_size or 0) > MAX_HEADERS_BYTES + 1024:
-            self._reset(stream, Reset(H3_EXCESSIVE_LOAD, "DPE", f"headers frame of {stream.frame_size} bytes"))
+            self._reset(
+                stream, Reset(H3_EXCESSIVE_LOAD, "DPE", f"headers frame of {stream.frame_size} bytes")
+            )
         return events
 
     def _reset(self, stream: Any, reset: Reset) -> None:
@@ -220,10 +222,18 @@ class H3Front:
 
     def _log(self, conn: _Connection, record: AccessRecord, detail: str | None) -> None:
         self.access_log.write(record)
-        self.ctx.events.emit("proxy.h3.stream", requestId=None if record.request_id == "-" else record.request_id,
-                             authority=record.authority, sni=conn.sni, upstream=record.upstream_host,
-                             status=record.status, flags=record.flags, method=record.method, path=record.path,
-                             details=detail)
+        self.ctx.events.emit(
+            "proxy.h3.stream",
+            requestId=None if record.request_id == "-" else record.request_id,
+            authority=record.authority,
+            sni=conn.sni,
+            upstream=record.upstream_host,
+            status=record.status,
+            flags=record.flags,
+            method=record.method,
+            path=record.path,
+            details=detail,
+        )
 
     # One request stream ----------------------------------------------------------------------
     async def relay(self, conn: _Connection, down: H3Stream) -> None:
@@ -257,13 +267,22 @@ class H3Front:
             record.finish()
             self._log(conn, record, detail)
 
-    async def _forward(self, conn: _Connection, down: H3Stream, headers: list[tuple[bytes, bytes]],
-                       route: Forward, record: AccessRecord) -> None:
+    async def _forward(
+        self,
+        conn: _Connection,
+        down: H3Stream,
+        headers: list[tuple[bytes, bytes]],
+        route: Forward,
+        record: AccessRecord,
+    ) -> None:
         upstream = await self._upstream(conn, route, record)
         sent = time.monotonic()
         # Envoy sets x-forwarded-proto (never trusts it) and rewrites :authority to the pod it dials.
-        forwarded = [(k, route.authority.encode() if k == b":authority" else v) for k, v in headers
-                     if k != b"x-forwarded-proto"]
+        forwarded = [
+            (k, route.authority.encode() if k == b":authority" else v)
+            for k, v in headers
+            if k != b"x-forwarded-proto"
+        ]
         up = upstream.open_request([*forwarded, (b"x-forwarded-proto", b"https")])
         request_body = self.tasks.spawn(_pump(down, up), f"h3-front:request-body:{up.stream_id}")
         try:
@@ -274,8 +293,13 @@ class H3Front:
             record.upstream_service_time = str(int((time.monotonic() - sent) * 1000))
             record.status = up.status
             kept = [(k, v) for k, v in response if k not in (b"server", b"x-envoy-upstream-service-time")]
-            down.send_headers([*kept, (b"server", b"envoy"),
-                               (b"x-envoy-upstream-service-time", record.upstream_service_time.encode())])
+            down.send_headers(
+                [
+                    *kept,
+                    (b"server", b"envoy"),
+                    (b"x-envoy-upstream-service-time", record.upstream_service_time.encode()),
+                ]
+            )
             await _pump(up, down)
             await request_body
         except StreamError:
@@ -329,9 +353,15 @@ class H3Front:
         record.status, record.flags = status, flag
         data = body.encode()
         try:
-            down.send_headers([(b":status", str(status).encode()), (b"content-type", b"text/plain"),
-                               (b"content-length", str(len(data)).encode()), (b"server", b"envoy")],
-                              end=not data)
+            down.send_headers(
+                [
+                    (b":status", str(status).encode()),
+                    (b"content-type", b"text/plain"),
+                    (b"content-length", str(len(data)).encode()),
+                    (b"server", b"envoy"),
+                ],
+                end=not data,
+            )
             if data:
                 down.write(data, end=True)
         except StreamError:

@@ -47,8 +47,16 @@ from sim.proxy.policy import (
 from sim.proxy.tunnel import splice
 from sim.runtime.component import Context, connection_handler
 
-HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "te", "upgrade", "proxy-authorization",
-              "transfer-encoding", "content-length"}
+HOP_BY_HOP = {
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "upgrade",
+    "proxy-authorization",
+    "transfer-encoding",
+    "content-length",
+}
 UPSTREAM_CLOSED = "upstream connection closed mid-response"
 DNS_CACHE_TTL = 5.0
 MAX_IDLE_PER_AUTHORITY = 64
@@ -58,10 +66,13 @@ Pool = dict[str, tuple[H11Stream, str]]  # authority -> (upstream connection, up
 def request_head(event: h11.Request, raw_head: bytes | None = None) -> RequestHead:
     """What decide() sees of a parsed request (shared with the property tests, so they judge this path).
     `raw_head`, the bytes as sent, shows what h11 folds away (repeated Content-Length)."""
-    return RequestHead(method=event.method.decode("latin-1"), target=event.target.decode("latin-1"),
-                       http_version=event.http_version.decode("latin-1"),
-                       headers=tuple(decode_headers(event.headers)),
-                       content_lengths=None if raw_head is None else raw_field_values(raw_head, "content-length"))
+    return RequestHead(
+        method=event.method.decode("latin-1"),
+        target=event.target.decode("latin-1"),
+        http_version=event.http_version.decode("latin-1"),
+        headers=tuple(decode_headers(event.headers)),
+        content_lengths=None if raw_head is None else raw_field_values(raw_head, "content-length"),
+    )
 
 
 def reply_body(reject: Reject) -> bytes:
@@ -93,9 +104,16 @@ def _closing(reject: Reject, head: RequestHead) -> Reject:
 
 
 class HttpFront:
-    def __init__(self, ctx: Context, policy: ProxyPolicy, access_log: AccessLog,
-                 frontend: ReloadingContext, upstream_trust: ReloadingContext,
-                 stream_idle_timeout: float = 300.0, connection_idle: float | None = None):
+    def __init__(
+        self,
+        ctx: Context,
+        policy: ProxyPolicy,
+        access_log: AccessLog,
+        frontend: ReloadingContext,
+        upstream_trust: ReloadingContext,
+        stream_idle_timeout: float = 300.0,
+        connection_idle: float | None = None,
+    ):
         self.ctx, self.policy, self.access_log = ctx, policy, access_log
         self.frontend, self.upstream_trust = frontend, upstream_trust
         self.stream_idle_timeout = stream_idle_timeout
@@ -107,8 +125,13 @@ class HttpFront:
         self._idle: dict[str, list[tuple[H11Stream, str, int]]] = {}
 
     async def start(self) -> int:
-        self.server = await asyncio.start_server(connection_handler(self._serve), "127.0.0.1", 0,
-                                                 ssl=self.frontend.sni_switcher(), ssl_handshake_timeout=10)
+        self.server = await asyncio.start_server(
+            connection_handler(self._serve),
+            "127.0.0.1",
+            0,
+            ssl=self.frontend.sni_switcher(),
+            ssl_handshake_timeout=10,
+        )
         return self.server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -133,8 +156,9 @@ class HttpFront:
             for authority, (up, addr) in pool.items():
                 self._park(authority, up, addr)
             writer.close()
-        (log.debug if ended is None else log.info)("connection from %s:%s ended: %s", peer[0], peer[1],
-                                                   end_reason(ended))
+        (log.debug if ended is None else log.info)(
+            "connection from %s:%s ended: %s", peer[0], peer[1], end_reason(ended)
+        )
 
     def _park(self, authority: str, up: H11Stream, addr: str) -> None:
         idle = self._idle.setdefault(authority, [])
@@ -149,8 +173,11 @@ class HttpFront:
         idle = self._idle.get(authority) or []
         while idle:
             up, addr, generation = idle.pop()
-            if generation == self.upstream_trust.generation and not up.writer.is_closing() \
-                    and not up.reader.at_eof():
+            if (
+                generation == self.upstream_trust.generation
+                and not up.writer.is_closing()
+                and not up.reader.at_eof()
+            ):
                 return up, addr
             up.close()
         return None
@@ -162,8 +189,9 @@ class HttpFront:
             event, raw = await read_head(down, self.stream_idle_timeout, self.connection_idle_timeout)
         except h11.RemoteProtocolError as exc:
             log.debug("codec refused a request head: %s", exc)
-            await self._local_reply(down, record, Reject(exc.error_status_hint, "DPE", "malformed request",
-                                                         close=True))
+            await self._local_reply(
+                down, record, Reject(exc.error_status_hint, "DPE", "malformed request", close=True)
+            )
             return False
         except TimeoutError:
             await self._local_reply(down, record, Reject(408, "SI", "stream timeout", close=True))
@@ -177,14 +205,21 @@ class HttpFront:
         if expects_continue(head) and not (isinstance(decision, Reject) and decision.close):
             await send_continue(down)  # before routing, as Envoy's connection manager does
         if not isinstance(decision, Forward):  # a forwarded request is on record in the access log line
-            self.ctx.events.emit("proxy.decision", requestId=record.request_id, target=head.target,
-                                 method=head.method, decision=type(decision).__name__,
-                                 status=getattr(decision, "status", None), flag=getattr(decision, "flag", None),
-                                 reason=getattr(decision, "reason", None))
+            self.ctx.events.emit(
+                "proxy.decision",
+                requestId=record.request_id,
+                target=head.target,
+                method=head.method,
+                decision=type(decision).__name__,
+                status=getattr(decision, "status", None),
+                flag=getattr(decision, "flag", None),
+                reason=getattr(decision, "reason", None),
+            )
         return await self._dispatch(down, pool, head, decision, record)
 
-    async def _dispatch(self, down: H11Stream, pool: Pool, head: RequestHead,
-                        decision: Decision, record: AccessRecord) -> bool:
+    async def _dispatch(
+        self, down: H11Stream, pool: Pool, head: RequestHead, decision: Decision, record: AccessRecord
+    ) -> bool:
         if isinstance(decision, Reject):
             decision = _closing(decision, head)
             await self._local_reply(down, record, decision, head.method == "HEAD")
@@ -210,12 +245,14 @@ class HttpFront:
         record.user_agent = head.header("user-agent") or "-"
         record.request_id = head.header("x-request-id") or str(uuid.uuid4())
 
-    async def _local_reply(self, down: H11Stream, record: AccessRecord, reject: Reject,
-                           head_request: bool = False) -> None:
+    async def _local_reply(
+        self, down: H11Stream, record: AccessRecord, reject: Reject, head_request: bool = False
+    ) -> None:
         record.status, record.flags = reject.status, reject.flag
         try:
-            record.bytes_sent = await local_reply(down, reject.status, reply_body(reject), reject.close,
-                                                  head_request)
+            record.bytes_sent = await local_reply(
+                down, reject.status, reply_body(reject), reject.close, head_request
+            )
         except (h11.LocalProtocolError, ConnectionError) as exc:
             log.debug("local reply %s not delivered: %s", reject.status, exc)
         self._log(record, down)
@@ -253,9 +290,12 @@ class HttpFront:
     async def _connect(self, host: str, ip: str, port: int, tls: bool) -> H11Stream:
         try:
             reader, writer = await self.ctx.open_tcp(
-                ip, port, tls=self.upstream_trust.current() if tls else None, server_hostname=host)
+                ip, port, tls=self.upstream_trust.current() if tls else None, server_hostname=host
+            )
         except ssl.SSLCertVerificationError as exc:
-            raise UpstreamFailure("UF", UF_TLS_BODY, f"CERTIFICATE_VERIFY_FAILED: {exc.verify_message}") from exc
+            raise UpstreamFailure(
+                "UF", UF_TLS_BODY, f"CERTIFICATE_VERIFY_FAILED: {exc.verify_message}"
+            ) from exc
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             log.debug("dial %s:%s (%s) failed: %s: %s", ip, port, host, type(exc).__name__, exc)
             raise UpstreamFailure("UF", UF_BODY, dial_failure(exc, f"{ip}:{port}")) from exc
@@ -277,13 +317,19 @@ class HttpFront:
         pool[fwd.authority] = (up, record.upstream_host)
         return up
 
-    async def _forward(self, down: H11Stream, pool: Pool, head: RequestHead,
-                       fwd: Forward, record: AccessRecord) -> bool:
+    async def _forward(
+        self, down: H11Stream, pool: Pool, head: RequestHead, fwd: Forward, record: AccessRecord
+    ) -> bool:
         try:
             up = await self._upstream(pool, fwd, record)
         except UpstreamFailure as failure:
-            self.ctx.events.emit("proxy.upstream.failed", requestId=record.request_id, host=fwd.host,
-                                 flag=failure.flag, detail=failure.detail)
+            self.ctx.events.emit(
+                "proxy.upstream.failed",
+                requestId=record.request_id,
+                host=fwd.host,
+                flag=failure.flag,
+                detail=failure.detail,
+            )
             reject = _closing(Reject(503, failure.flag, failure.body), head)
             await self._local_reply(down, record, reject, head.method == "HEAD")
             return not reject.close and await self._drain(down)
@@ -310,7 +356,9 @@ class HttpFront:
             up.close()
         return ok and down.reusable()
 
-    async def _failed(self, down: H11Stream, record: AccessRecord, exc: BaseException, head_request: bool) -> None:
+    async def _failed(
+        self, down: H11Stream, record: AccessRecord, exc: BaseException, head_request: bool
+    ) -> None:
         """A forwarded exchange that broke: answer if nothing was sent yet, and log it either way."""
         log.debug("exchange %s failed: %s: %s", record.request_id, type(exc).__name__, exc)
         if isinstance(exc, relay.BodyError):
@@ -321,8 +369,12 @@ class HttpFront:
             reject = Reject(0, "DC", "worker connection closed mid-request", close=True)
         else:  # the pod closed, reset or broke its framing
             reject = Reject(503, "UC", UPSTREAM_CLOSED, close=True)
-        self.ctx.events.emit("proxy.stream.failed", requestId=record.request_id, flag=reject.flag,
-                             reason=UPSTREAM_CLOSED if reject.flag == "UC" else reject.reason)
+        self.ctx.events.emit(
+            "proxy.stream.failed",
+            requestId=record.request_id,
+            flag=reject.flag,
+            reason=UPSTREAM_CLOSED if reject.flag == "UC" else reject.reason,
+        )
         if record.status == 0 and reject.status:
             if reject.flag == "UC":  # the worker reads Envoy's reset text; the log and event say why
                 reject = Reject(503, "UC", UC_BODY, close=True)
@@ -348,6 +400,9 @@ class HttpFront:
         moved = await splice((down.reader, down.writer), (reader, writer), self.connection_idle_timeout)
         record.bytes_received, record.bytes_sent = moved.up + len(leftover), moved.down
         if moved.idle:
-            log.info("CONNECT tunnel to %s closed: idle timeout (%g s)", record.upstream_host,
-                     self.connection_idle_timeout)
+            log.info(
+                "CONNECT tunnel to %s closed: idle timeout (%g s)",
+                record.upstream_host,
+                self.connection_idle_timeout,
+            )
         self._log(record, down)

@@ -147,8 +147,8 @@ def raw_field_values(raw_head: bytes, name: str) -> tuple[str, ...]:
         line = line.rstrip(b"\r")
         if not line:
             break  # the end of the head: what follows is body
-        if line[:len(wanted)].lower() == wanted:
-            values.append(line[len(wanted):].strip().decode("latin-1"))
+        if line[: len(wanted)].lower() == wanted:
+            values.append(line[len(wanted) :].strip().decode("latin-1"))
     return tuple(values)
 
 

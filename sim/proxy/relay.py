@@ -25,8 +25,9 @@ class BodyError(Exception):
         self.status = error.error_status_hint
 
 
-async def exchange(down: H11Stream, up: H11Stream, request: h11.Request, record: AccessRecord,
-                   idle: float) -> bool:
+async def exchange(
+    down: H11Stream, up: H11Stream, request: h11.Request, record: AccessRecord, idle: float
+) -> bool:
     """Relay one request and its response; True when the response went out whole.
 
     Raises BodyError, DownstreamClosed, UpstreamClosed, h11.RemoteProtocolError (from the pod) or
@@ -42,8 +43,9 @@ async def exchange(down: H11Stream, up: H11Stream, request: h11.Request, record:
     response_pump: asyncio.Task[bool] | None = None
     try:
         await _to_pod(up, request, *buffered)
-        response_pump = asyncio.create_task(_pump_response(down, up, record, started, idle),
-                                            name="proxy-response")
+        response_pump = asyncio.create_task(
+            _pump_response(down, up, record, started, idle), name="proxy-response"
+        )
         # Whichever side fails first ends the exchange: a malformed or stalled request body must not
         # wait out the response, which the pod cannot send before it has that body.
         await asyncio.wait({request_pump, response_pump}, return_when=asyncio.FIRST_EXCEPTION)
@@ -115,13 +117,16 @@ async def _pump_body(down: H11Stream, up: H11Stream, record: AccessRecord, idle:
             raise DownstreamClosed("worker connection closed mid-request")
 
 
-async def _pump_response(down: H11Stream, up: H11Stream, record: AccessRecord, started: float,
-                         idle: float) -> bool:
+async def _pump_response(
+    down: H11Stream, up: H11Stream, record: AccessRecord, started: float, idle: float
+) -> bool:
     while True:
         # Relay what one read brought (typically head, body and end together) in one write.
         events: list[Next] = [await up.next_event(idle)]
-        while type(events[-1]) in (h11.Response, h11.InformationalResponse, h11.Data) \
-                and (more := up.conn.next_event()) is not h11.NEED_DATA:
+        while (
+            type(events[-1]) in (h11.Response, h11.InformationalResponse, h11.Data)
+            and (more := up.conn.next_event()) is not h11.NEED_DATA
+        ):
             events.append(more)
         out: list[h11.Event] = []
         for event in events:

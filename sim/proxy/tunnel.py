@@ -16,8 +16,11 @@ class Spliced:
     last: float = 0.0  # monotonic time of the last byte either way
 
 
-async def splice(worker: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                 pod: tuple[asyncio.StreamReader, asyncio.StreamWriter], idle_timeout: float) -> Spliced:
+async def splice(
+    worker: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    pod: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    idle_timeout: float,
+) -> Spliced:
     """Copy bytes both ways until either side closes, or nothing moves either way for `idle_timeout`
     (Envoy's idle timeout counts both directions: a long one-way download is not idle)."""
     result = Spliced(last=time.monotonic())
@@ -36,8 +39,10 @@ async def splice(worker: tuple[asyncio.StreamReader, asyncio.StreamWriter],
             if dst.can_write_eof():
                 dst.write_eof()
 
-    pumps = [asyncio.create_task(copy(worker[0], pod[1], True), name="tunnel-up"),
-             asyncio.create_task(copy(pod[0], worker[1], False), name="tunnel-down")]
+    pumps = [
+        asyncio.create_task(copy(worker[0], pod[1], True), name="tunnel-up"),
+        asyncio.create_task(copy(pod[0], worker[1], False), name="tunnel-down"),
+    ]
     try:
         while not all(p.done() for p in pumps):
             remaining = result.last + idle_timeout - time.monotonic()

@@ -18,7 +18,10 @@ from sim.runbooks.report import RIGHT, VARIANTS, WRONG, RunbookReport
 Runner = Callable[[str, Path | None], RunbookReport]
 
 RUNBOOKS: dict[str, Runner] = {
-    **nats_runs.RUNS, **admin_runs.RUNS, **ess_runs.RUNS, **service_runs.RUNS,
+    **nats_runs.RUNS,
+    **admin_runs.RUNS,
+    **ess_runs.RUNS,
+    **service_runs.RUNS,
 }
 
 __all__ = ["RIGHT", "RUNBOOKS", "VARIANTS", "WRONG", "RunbookReport", "run"]

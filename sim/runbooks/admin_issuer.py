@@ -143,8 +143,14 @@ class Issuer:
         if not plane.can_sign():
             raise SigningDenied("permission denied")
         header = {"alg": "EdDSA", "typ": "JWT", "kid": "nvcf-api"}
-        claims = {"iss": ISSUER, "sub": f"system:serviceaccount:{NAMESPACE}:{RELEASE}", "aud": "nvcf-api",
-                  "iat": int(now), "exp": int(now) + TOKEN_LIFETIME, "scopes": list(ADMIN_SCOPES)}
+        claims = {
+            "iss": ISSUER,
+            "sub": f"system:serviceaccount:{NAMESPACE}:{RELEASE}",
+            "aud": "nvcf-api",
+            "iat": int(now),
+            "exp": int(now) + TOKEN_LIFETIME,
+            "scopes": list(ADMIN_SCOPES),
+        }
         signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
         return f"{signing_input}.{_b64(self.key.sign(signing_input.encode()))}"
 
@@ -170,8 +176,16 @@ class Reply:
     content_type: str = ""
 
 
-def gateway_reply(plane: Plane, issuer: Issuer, domain: str, host: str, method: str, path: str,
-                  now: float, in_cluster: bool = False) -> Reply:
+def gateway_reply(
+    plane: Plane,
+    issuer: Issuer,
+    domain: str,
+    host: str,
+    method: str,
+    path: str,
+    now: float,
+    in_cluster: bool = False,
+) -> Reply:
     """The shared Gateway (edge) or the in-cluster Service. An unrouted host gets 404 with an empty body."""
     reachable = plane.serving and (in_cluster or (plane.route_attached and host == keys_host(domain)))
     if not reachable or path.split("?")[0] != KEYS_PATH:
@@ -247,9 +261,15 @@ def interpret_edge(exit_code: int, status: str) -> EdgeVerdict:
     if exit_code == 0:
         return EdgeVerdict("served", False, f"status {status}: the route is still being served")
     if exit_code == 60:
-        return EdgeVerdict("certificate-mismatch", False,
-                           "the edge presents a certificate that does not cover this hostname; re-run with "
-                           "-k to read the routing result (-k says nothing about whether the edge's TLS is "
-                           "sound)")
-    return EdgeVerdict("inconclusive", False,
-                       f"curl exit {exit_code}, status {status}: the request never reached the Gateway")
+        return EdgeVerdict(
+            "certificate-mismatch",
+            False,
+            "the edge presents a certificate that does not cover this hostname; re-run with "
+            "-k to read the routing result (-k says nothing about whether the edge's TLS is "
+            "sound)",
+        )
+    return EdgeVerdict(
+        "inconclusive",
+        False,
+        f"curl exit {exit_code}, status {status}: the request never reached the Gateway",
+    )

@@ -29,13 +29,19 @@ from sim.runbooks.report import RIGHT, RunbookReport, Steps
 DOMAIN = "nvcf.example.com"
 NOW = 1_800_000_000.0  # a fixed clock: the 12-hour expiry is checked against it
 STEP_UNINSTALL = "step 1: helm uninstall admin-issuer-proxy -n api-keys"
-STEP_REVOKE = (f"step 2: revoke the OpenBao grant: bao delete {ai.AUTH_ROLE}; bao delete {ai.POLICY}; "
-               f"bao delete {ai.SECRET_ROLE}")
+STEP_REVOKE = (
+    f"step 2: revoke the OpenBao grant: bao delete {ai.AUTH_ROLE}; bao delete {ai.POLICY}; "
+    f"bao delete {ai.SECRET_ROLE}"
+)
 STEP_RERUN_K = "re-run the edge check with -k to get past the TLS check and read the routing result"
-STEP_RESOLVE = ("run the edge check with --resolve api-keys.<domain>:443:<load-balancer-address>, "
-                "not -H Host, so the TLS server name is the route's hostname")
-STEP_TOKEN = ("skip nvcf-cli init: export NVCF_TOKEN with a token from your identity provider "
-              "(or put token: in ~/.nvcf-cli.yaml)")
+STEP_RESOLVE = (
+    "run the edge check with --resolve api-keys.<domain>:443:<load-balancer-address>, "
+    "not -H Host, so the TLS server name is the route's hostname"
+)
+STEP_TOKEN = (
+    "skip nvcf-cli init: export NVCF_TOKEN with a token from your identity provider "
+    "(or put token: in ~/.nvcf-cli.yaml)"
+)
 
 
 @dataclass
@@ -59,13 +65,21 @@ class Rehearsal:
 
     def state(self, *checks: EdgeCheck) -> dict:
         check = ai.removal_check(self.plane)
-        return {"release_left": list(check.release_left), "grant_left": list(check.grant_left),
-                "capability": check.capability, "edge": [_edge_summary(c) for c in checks]}
+        return {
+            "release_left": list(check.release_left),
+            "grant_left": list(check.grant_left),
+            "capability": check.capability,
+            "edge": [_edge_summary(c) for c in checks],
+        }
 
 
 def _edge_summary(check: EdgeCheck) -> dict:
-    return {"exit": check.exit_code, "status": check.status, "outcome": check.verdict.outcome,
-            "insecure": "-k" in check.command}
+    return {
+        "exit": check.exit_code,
+        "status": check.status,
+        "outcome": check.verdict.outcome,
+        "insecure": "-k" in check.command,
+    }
 
 
 @contextlib.contextmanager
@@ -82,12 +96,15 @@ def rehearsal(state_dir: Path | None, names: tuple[str, ...] = (f"*.{DOMAIN}",))
         yield run
 
 
-def _report(name: str, variant: str, run: Rehearsal, mistake: str | None, fix: str | None,
-            *checks: EdgeCheck) -> RunbookReport:
-    lines = tuple(shlex.join(c.command) + f" -> exit {c.exit_code}, {c.status}: {c.verdict.advice}"
-                  for c in checks)
-    return RunbookReport(name, variant, run.steps.as_tuple(), run.state(*checks), mistake is None,
-                         mistake, fix, lines)
+def _report(
+    name: str, variant: str, run: Rehearsal, mistake: str | None, fix: str | None, *checks: EdgeCheck
+) -> RunbookReport:
+    lines = tuple(
+        shlex.join(c.command) + f" -> exit {c.exit_code}, {c.status}: {c.verdict.advice}" for c in checks
+    )
+    return RunbookReport(
+        name, variant, run.steps.as_tuple(), run.state(*checks), mistake is None, mistake, fix, lines
+    )
 
 
 def removal(variant: str, state_dir: Path | None = None) -> RunbookReport:
@@ -112,9 +129,11 @@ def removal(variant: str, state_dir: Path | None = None) -> RunbookReport:
 def _grant_mistake(check: ai.RemovalCheck) -> str:
     left = ", ".join(check.grant_left)
     if check.capability == "granted":
-        return (f"only step 1 was done: capability still granted, OpenBao still holds {left}, so any pod "
-                "running as the admin-issuer-proxy service account in api-keys can still sign admin-scoped "
-                "tokens for the NVCF API issuer")
+        return (
+            f"only step 1 was done: capability still granted, OpenBao still holds {left}, so any pod "
+            "running as the admin-issuer-proxy service account in api-keys can still sign admin-scoped "
+            "tokens for the NVCF API issuer"
+        )
     return f"step 2 was left half done: OpenBao still holds {left}; the verification grep is not empty"
 
 
@@ -128,14 +147,17 @@ def edge_route(variant: str, state_dir: Path | None = None) -> RunbookReport:
         run.steps(f"set adminIssuerProxy.{key}{'.enabled' if key == 'gateway' else ''}: false and synced")
         edge = run.edge()
         run.steps(f"edge check: curl exit {edge.exit_code}, status {edge.status} ({edge.verdict.outcome})")
-        inside = ai.gateway_reply(run.plane, run.issuer, DOMAIN, "", "POST", ai.KEYS_PATH, NOW,
-                                  in_cluster=True)
+        inside = ai.gateway_reply(
+            run.plane, run.issuer, DOMAIN, "", "POST", ai.KEYS_PATH, NOW, in_cluster=True
+        )
         run.steps(f"in-cluster POST {ai.KEYS_PATH}: {inside.status}")
         mistake = None
         if not edge.verdict.passed:
-            mistake = (f"the edge still serves {ai.keys_host(DOMAIN)}{ai.KEYS_PATH} "
-                       f"(curl exit {edge.exit_code} with {edge.status}): setting adminIssuerProxy.enabled: "
-                       "false on an existing install removes nothing")
+            mistake = (
+                f"the edge still serves {ai.keys_host(DOMAIN)}{ai.KEYS_PATH} "
+                f"(curl exit {edge.exit_code} with {edge.status}): setting adminIssuerProxy.enabled: "
+                "false on an existing install removes nothing"
+            )
         return _report("admin-issuer-edge", variant, run, mistake, STEP_UNINSTALL if mistake else None, edge)
 
 
@@ -151,16 +173,21 @@ def edge_certificate(variant: str, state_dir: Path | None = None) -> RunbookRepo
         checks = [first]
         if variant == RIGHT and first.verdict.outcome == "certificate-mismatch":
             checks.append(run.edge(insecure=True))
-            run.steps(f"re-ran with -k: exit {checks[-1].exit_code}, status {checks[-1].status} "
-                      f"({checks[-1].verdict.outcome})")
+            run.steps(
+                f"re-ran with -k: exit {checks[-1].exit_code}, status {checks[-1].status} "
+                f"({checks[-1].verdict.outcome})"
+            )
         else:
             run.steps("read the result as a pass: nothing answered 200")
         mistake = None
         if not checks[-1].verdict.passed:
-            mistake = (f"took curl exit {first.exit_code} with status {first.status} for a pass: the request "
-                       "never reached the Gateway, so the check is inconclusive")
-        return _report("admin-issuer-edge-cert", variant, run, mistake, STEP_RERUN_K if mistake else None,
-                       *checks)
+            mistake = (
+                f"took curl exit {first.exit_code} with status {first.status} for a pass: the request "
+                "never reached the Gateway, so the check is inconclusive"
+            )
+        return _report(
+            "admin-issuer-edge-cert", variant, run, mistake, STEP_RERUN_K if mistake else None, *checks
+        )
 
 
 def edge_host_header(variant: str, state_dir: Path | None = None) -> RunbookReport:
@@ -172,15 +199,20 @@ def edge_host_header(variant: str, state_dir: Path | None = None) -> RunbookRepo
         run.steps(f"{STEP_UNINSTALL}; {STEP_REVOKE}")
         edge = run.edge(host_header=variant != RIGHT)
         form = "-H Host" if variant != RIGHT else "--resolve"
-        run.steps(f"edge check with {form}: curl exit {edge.exit_code}, status {edge.status} "
-                  f"({edge.verdict.outcome})")
+        run.steps(
+            f"edge check with {form}: curl exit {edge.exit_code}, status {edge.status} "
+            f"({edge.verdict.outcome})"
+        )
         mistake = None
         if not edge.verdict.passed:
-            mistake = ("checked the edge with -H Host: the TLS server name was the load-balancer address, "
-                       f"so the certificate was checked against it (curl exit {edge.exit_code}, status "
-                       f"{edge.status}) and the request never reached the Gateway")
-        return _report("admin-issuer-edge-host-header", variant, run, mistake,
-                       STEP_RESOLVE if mistake else None, edge)
+            mistake = (
+                "checked the edge with -H Host: the TLS server name was the load-balancer address, "
+                f"so the certificate was checked against it (curl exit {edge.exit_code}, status "
+                f"{edge.status}) and the request never reached the Gateway"
+            )
+        return _report(
+            "admin-issuer-edge-host-header", variant, run, mistake, STEP_RESOLVE if mistake else None, edge
+        )
 
 
 def cli_without_proxy(variant: str, state_dir: Path | None = None) -> RunbookReport:
@@ -201,13 +233,19 @@ def cli_without_proxy(variant: str, state_dir: Path | None = None) -> RunbookRep
             lines = result.stderr.splitlines()
             run.steps(f"ran nvcf-cli init: exit {result.exit_code}")
         resolved = ai.resolve_token(env, run.folder / "home")
-        mistake = None if resolved else (
-            "ran nvcf-cli init on a stack without the admin issuer proxy: POST /v1/admin/keys is unrouted, "
-            "so it fails with a bare 'API error 404:' and usage text, and no token is configured")
+        mistake = (
+            None
+            if resolved
+            else (
+                "ran nvcf-cli init on a stack without the admin issuer proxy: POST /v1/admin/keys is unrouted, "
+                "so it fails with a bare 'API error 404:' and usage text, and no token is configured"
+            )
+        )
         report = _report("nvcf-cli-no-proxy", variant, run, mistake, STEP_TOKEN if mistake else None)
         end = {**report.end_state, "token_source": resolved[1] if resolved else None}
-        return RunbookReport(report.name, variant, report.steps, end, report.ok, report.mistake,
-                             report.fix_step, tuple(lines))
+        return RunbookReport(
+            report.name, variant, report.steps, end, report.ok, report.mistake, report.fix_step, tuple(lines)
+        )
 
 
 RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {

@@ -73,8 +73,9 @@ class Ess:
             nek_id = f"nek-{namespace}-1"
             key = self.rng.randbytes(32)
             mek = self.active_mek(now)
-            self.neks.setdefault(namespace, {})[nek_id] = self._seal(mek.key, mek.id, key, _nek_aad(namespace,
-                                                                                                   nek_id))
+            self.neks.setdefault(namespace, {})[nek_id] = self._seal(
+                mek.key, mek.id, key, _nek_aad(namespace, nek_id)
+            )
             self.active_nek[namespace] = nek_id
         nek_id = self.active_nek[namespace]
         return nek_id, self.unwrap(namespace, nek_id)

@@ -13,10 +13,14 @@ GRACE = 300.0  # at least the replicas' keyring reload interval
 RELOAD = 300.0
 START = 1000.0  # the old MEK has existed long enough for every replica to hold it
 NAMESPACES = ("team-a", "team-b", "team-c")
-STEP_KEEP = ("keep every old MEK in OpenBao until no NEK is wrapped by it: restore the dropped MEK from its "
-             "backup, re-wrap the NEKs with the new MEK, and only then retire the old one")
-STEP_GRACE = ("step 2: wait the grace period (at least the ESS replicas' key reload interval) before the new "
-              "MEK wraps anything")
+STEP_KEEP = (
+    "keep every old MEK in OpenBao until no NEK is wrapped by it: restore the dropped MEK from its "
+    "backup, re-wrap the NEKs with the new MEK, and only then retire the old one"
+)
+STEP_GRACE = (
+    "step 2: wait the grace period (at least the ESS replicas' key reload interval) before the new "
+    "MEK wraps anything"
+)
 
 
 def _seeded() -> tuple[Ess, Steps]:
@@ -31,7 +35,8 @@ def _seeded() -> tuple[Ess, Steps]:
 
 def _end_state(ess: Ess, now: float) -> dict:
     return {
-        "meks": sorted(ess.meks), "active_mek": ess.active_mek(now).id,
+        "meks": sorted(ess.meks),
+        "active_mek": ess.active_mek(now).id,
         "neks_by_mek": {m: ess.neks_wrapped_by(m) for m in sorted(ess.meks)},
         "unreadable": ess.unreadable(),
         "unreadable_on_lagging_replica": ess.unreadable(replica_keyring(ess, now, RELOAD)),
@@ -59,10 +64,19 @@ def rotation(variant: str, _state_dir: Path | None = None) -> RunbookReport:
     state = _end_state(ess, now)
     mistake = None
     if state["unreadable"]:
-        mistake = (f"dropped an old MEK too early: {len(state['unreadable'])} of {state['secrets']} secrets "
-                   "no longer decrypt because their NEKs are wrapped by mek-1, which is gone")
-    return RunbookReport("ess-mek-rotation", variant, steps.as_tuple(), state, mistake is None, mistake,
-                         STEP_KEEP if mistake else None)
+        mistake = (
+            f"dropped an old MEK too early: {len(state['unreadable'])} of {state['secrets']} secrets "
+            "no longer decrypt because their NEKs are wrapped by mek-1, which is gone"
+        )
+    return RunbookReport(
+        "ess-mek-rotation",
+        variant,
+        steps.as_tuple(),
+        state,
+        mistake is None,
+        mistake,
+        STEP_KEEP if mistake else None,
+    )
 
 
 def grace(variant: str, _state_dir: Path | None = None) -> RunbookReport:
@@ -78,10 +92,19 @@ def grace(variant: str, _state_dir: Path | None = None) -> RunbookReport:
     state = _end_state(ess, now)
     mistake = None
     if state["unreadable_on_lagging_replica"]:
-        mistake = (f"the new MEK was used before the grace period ended: a replica that has not reloaded the "
-                   f"keyring cannot read {', '.join(state['unreadable_on_lagging_replica'])}")
-    return RunbookReport("ess-mek-grace", variant, steps.as_tuple(), state, mistake is None, mistake,
-                         STEP_GRACE if mistake else None)
+        mistake = (
+            f"the new MEK was used before the grace period ended: a replica that has not reloaded the "
+            f"keyring cannot read {', '.join(state['unreadable_on_lagging_replica'])}"
+        )
+    return RunbookReport(
+        "ess-mek-grace",
+        variant,
+        steps.as_tuple(),
+        state,
+        mistake is None,
+        mistake,
+        STEP_GRACE if mistake else None,
+    )
 
 
 RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {

@@ -117,16 +117,22 @@ def running_gateway(handler: Handler, tls: ssl.SSLContext) -> Iterator[RunningGa
 
 
 # -- clients ------------------------------------------------------------------------------------------
-def post_admin_keys(port: int, server_name: str, ca_path: Path,
-                    address: str = "127.0.0.1") -> tuple[int, bytes]:
+def post_admin_keys(
+    port: int, server_name: str, ca_path: Path, address: str = "127.0.0.1"
+) -> tuple[int, bytes]:
     """nvcf-cli's POST /v1/admin/keys: TLS to ``address`` with SNI and Host ``server_name``."""
     context = ssl.create_default_context(cafile=str(ca_path))
     conn = h11.Connection(h11.CLIENT)
-    with socket.create_connection((address, port), REQUEST_TIMEOUT) as raw, \
-            context.wrap_socket(raw, server_hostname=server_name) as tls:
-        for event in (h11.Request(method="POST", target=KEYS_PATH,
-                                  headers=[("host", server_name), ("content-length", "0")]),
-                      h11.EndOfMessage()):
+    with (
+        socket.create_connection((address, port), REQUEST_TIMEOUT) as raw,
+        context.wrap_socket(raw, server_hostname=server_name) as tls,
+    ):
+        for event in (
+            h11.Request(
+                method="POST", target=KEYS_PATH, headers=[("host", server_name), ("content-length", "0")]
+            ),
+            h11.EndOfMessage(),
+        ):
             tls.sendall(conn.send(event))
         status, chunks = 0, []
         while True:
@@ -149,8 +155,14 @@ class EdgeCheck:
     verdict: EdgeVerdict
 
 
-def curl_edge_command(domain: str, address: str, port: int, ca_path: Path | None,
-                      insecure: bool = False, host_header: bool = False) -> tuple[str, ...]:
+def curl_edge_command(
+    domain: str,
+    address: str,
+    port: int,
+    ca_path: Path | None,
+    insecure: bool = False,
+    host_header: bool = False,
+) -> tuple[str, ...]:
     """The runbook's check: --resolve (not -H Host) so the TLS server name is the route's hostname.
 
     ``host_header`` builds the mistaken form: the Host header does not set the TLS server name, so the
@@ -168,8 +180,14 @@ def curl_edge_command(domain: str, address: str, port: int, ca_path: Path | None
     return tuple(command)
 
 
-def run_edge_check(domain: str, port: int, ca_path: Path | None, insecure: bool = False,
-                   address: str = "127.0.0.1", host_header: bool = False) -> EdgeCheck:
+def run_edge_check(
+    domain: str,
+    port: int,
+    ca_path: Path | None,
+    insecure: bool = False,
+    address: str = "127.0.0.1",
+    host_header: bool = False,
+) -> EdgeCheck:
     command = curl_edge_command(domain, address, port, ca_path, insecure, host_header)
     done = subprocess.run(command, capture_output=True, text=True, timeout=REQUEST_TIMEOUT + 5, check=False)
     status = done.stdout.strip() or "000"

@@ -62,17 +62,20 @@ def callout_config(values: Mapping[str, Any]) -> CalloutConfig:
         error = ConfigError(str(issues[0]))
         error.issues = tuple(issues)
         raise error
-    merged = deep_merge({"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}}},
-                       values)
+    merged = deep_merge(
+        {"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}}}, values
+    )
     # Only serviceConfig.logging reaches the callout; the stack ignores other serviceConfig keys.
     logging = lookup(merged, LOGGING_KEY, {}) or {}
     sampling = logging.get("sampling") or {}
     return CalloutConfig(
         mode=lookup(merged, ("nats", "workerAuth"), "nkey"),
         webhook_url=lookup(merged, ("nats", "authCallout", "workerTokenAuth", "webhookUrl")),
-        logging=LogSettings(level=str(logging.get("level", "info")),
-                            initial=int(sampling.get("initial", 100)),
-                            thereafter=int(sampling.get("thereafter", 100))),
+        logging=LogSettings(
+            level=str(logging.get("level", "info")),
+            initial=int(sampling.get("initial", 100)),
+            thereafter=int(sampling.get("thereafter", 100)),
+        ),
     )
 
 

@@ -117,8 +117,12 @@ class LiveNats:
         self.folder, self.api, self.clock = folder, api, clock
         self.issuer = jwt.new_keypair(nkeys.PREFIX_BYTE_ACCOUNT, os.urandom(32))
         self.callout_user = jwt.new_keypair(nkeys.PREFIX_BYTE_USER, os.urandom(32))
-        config = ServerConfig(store_dir=str(folder / "js"), callout=CalloutBlock(
-            issuer=self.issuer.public_key.decode(), user=self.callout_user.public_key.decode()))
+        config = ServerConfig(
+            store_dir=str(folder / "js"),
+            callout=CalloutBlock(
+                issuer=self.issuer.public_key.decode(), user=self.callout_user.public_key.decode()
+            ),
+        )
         self.server = NatsServer(config, folder, folder / "nats-server.log")
         self.callout: CalloutService | None = None
         self.log: CalloutLog | None = None
@@ -128,8 +132,9 @@ class LiveNats:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, folder: Path | None, api: ApiWebhook, clock: Callable[[], float]
-                      ) -> AsyncIterator[LiveNats]:
+    async def running(
+        cls, folder: Path | None, api: ApiWebhook, clock: Callable[[], float]
+    ) -> AsyncIterator[LiveNats]:
         with contextlib.ExitStack() as files:
             if folder is None:
                 folder = Path(files.enter_context(tempfile.TemporaryDirectory(prefix="ncpsim-nats-")))
@@ -149,18 +154,24 @@ class LiveNats:
         """(Re)start the callout: it reads its plugin configuration only now, as the real one does."""
         await self.stop_callout()
         self.plugins = plugins
-        settings = CalloutSettings(nkey_mappings=plugins.mappings,
-                                   webhook_accounts=(APP_ACCOUNT,) if plugins.token_mode else ())
+        settings = CalloutSettings(
+            nkey_mappings=plugins.mappings, webhook_accounts=(APP_ACCOUNT,) if plugins.token_mode else ()
+        )
         logger = logging.getLogger(f"{_LOGGER}.{id(self)}")
         logger.setLevel(logging.DEBUG if plugins.logging.level == "debug" else logging.INFO)
         logger.propagate = False
         self.log = CalloutLog(plugins.logging, self.clock)
         self.logs.append(self.log)
         logger.handlers = [self.log]
-        self.callout = CalloutService(self.url, bytes(self.callout_user.seed).decode(),
-                                      bytes(self.issuer.seed).decode(), settings,
-                                      self.api.for_url(plugins.webhook_url), logger,
-                                      webhook_url=plugins.webhook_url)
+        self.callout = CalloutService(
+            self.url,
+            bytes(self.callout_user.seed).decode(),
+            bytes(self.issuer.seed).decode(),
+            settings,
+            self.api.for_url(plugins.webhook_url),
+            logger,
+            webhook_url=plugins.webhook_url,
+        )
         await self.callout.start(LOGIN_TIMEOUT)
 
     async def stop_callout(self) -> None:
@@ -174,12 +185,20 @@ class LiveNats:
         seen = len(self.log.records) if self.log else 0
         server_lines = len(self.server_log())
         try:
-            self.clients[name] = await connect_once(self.url, reconnect=False, name=name, error_cb=_quiet,
-                                                    connect_timeout=LOGIN_TIMEOUT, **credentials)
+            self.clients[name] = await connect_once(
+                self.url,
+                reconnect=False,
+                name=name,
+                error_cb=_quiet,
+                connect_timeout=LOGIN_TIMEOUT,
+                **credentials,
+            )
             return True, self._user(name, seen)
         except Exception as exc:  # noqa: BLE001 - the client's view is only "Authorization Violation"
             reason = self._reason(name, seen)
-            if reason:  # the callout refused it: nats-server logs that too, a moment later, in its own process
+            if (
+                reason
+            ):  # the callout refused it: nats-server logs that too, a moment later, in its own process
                 await self._server_line_after(server_lines)
             return False, reason or str(exc) or type(exc).__name__
 
@@ -198,8 +217,11 @@ class LiveNats:
 
     def _reason(self, name: str, since: int) -> str:
         """Why the callout refused ``name``: its own log says (the client never hears it)."""
-        records = [r for r in (self.log.records[since:] if self.log else [])
-                   if r.fields.get("client_name") == name or "status_code" in r.fields]
+        records = [
+            r
+            for r in (self.log.records[since:] if self.log else [])
+            if r.fields.get("client_name") == name or "status_code" in r.fields
+        ]
         for record in records:
             if record.msg == "Authentication denied":
                 return f"status_code {record.fields['status_code']}"

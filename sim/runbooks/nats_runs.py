@@ -18,55 +18,99 @@ from sim.runbooks.nats_switch import NatsStack
 from sim.runbooks.report import RIGHT, RunbookReport, Steps
 
 TOKEN = {"nats": {"workerAuth": "token"}}
-STEP_REPLACE = ("step 2: replace every worker started before the switch (redeploy its function) "
-                "before rotating the shared NKey")
+STEP_REPLACE = (
+    "step 2: replace every worker started before the switch (redeploy its function) "
+    "before rotating the shared NKey"
+)
 STEP_ROTATE = "step 3: rotate the shared NATS NKey once no worker started before the switch is running"
-STEP_ACCOUNT = ("use an NVCF API that sends NVCF_NATS_ACCOUNT and a worker-utils image that reads it, "
-                "then redeploy the function")
+STEP_ACCOUNT = (
+    "use an NVCF API that sends NVCF_NATS_ACCOUNT and a worker-utils image that reads it, "
+    "then redeploy the function"
+)
 STEP_URL = "set nats.authCallout.workerTokenAuth.webhookUrl to the URL the NVCF API serves, and sync"
-STEP_LOGGING = ("set natsAuthCalloutService.serviceConfig.logging to level: debug and sampling.initial: 0 "
-                "(this restarts the auth callout), then look again")
+STEP_LOGGING = (
+    "set natsAuthCalloutService.serviceConfig.logging to level: debug and sampling.initial: 0 "
+    "(this restarts the auth callout), then look again"
+)
 Finding = tuple[str, str]  # (mistake, fix step)
 
 
 def _refusal_finding(name: str, reason: str, started_mode: str) -> Finding:
     if "plugin webhook not found for account Worker" in reason:
-        return ((f"worker {name} asked for account Worker, not APP (plugin webhook not found for account "
-                "Worker): its worker-utils doesn't read NVCF_NATS_ACCOUNT, or the NVCF API doesn't send APP"),
-                STEP_ACCOUNT)
+        return (
+            (
+                f"worker {name} asked for account Worker, not APP (plugin webhook not found for account "
+                "Worker): its worker-utils doesn't read NVCF_NATS_ACCOUNT, or the NVCF API doesn't send APP"
+            ),
+            STEP_ACCOUNT,
+        )
     if "webhook request failed" in reason:
-        return ((f"worker {name}: webhook request failed, the auth callout can't reach the NVCF API at the "
-                "webhook URL"), STEP_URL)
+        return (
+            (
+                f"worker {name}: webhook request failed, the auth callout can't reach the NVCF API at the "
+                "webhook URL"
+            ),
+            STEP_URL,
+        )
     if "status_code" in reason:
         return f"worker {name}: Authentication denied with {reason}", "check the NVCF API's logs"
     if started_mode == "nkey":
-        return ((f"rotated the shared NKey while worker {name}, started before the switch, still held it: "
-                "it was disconnected from NATS"), STEP_REPLACE)
+        return (
+            (
+                f"rotated the shared NKey while worker {name}, started before the switch, still held it: "
+                "it was disconnected from NATS"
+            ),
+            STEP_REPLACE,
+        )
     return f"worker {name} refused: {reason}", "check the worker's own logs for its NATS connection error"
 
 
 def audit(stack: NatsStack) -> list[Finding]:
-    findings = [_refusal_finding(w.name, w.connection.reason, w.started_mode)
-                for w in stack.workers if w.connection is not None and not w.connected]
+    findings = [
+        _refusal_finding(w.name, w.connection.reason, w.started_mode)
+        for w in stack.workers
+        if w.connection is not None and not w.connected
+    ]
     if stack.config.mode == "token" and not findings:
         holders = sorted(w.name for w in stack.workers if "NKEY_SEED" in w.env)
         if holders:
-            findings.append(((f"workers started before the switch still hold the shared NKey: "
-                             f"{', '.join(holders)}"), STEP_REPLACE))
+            findings.append(
+                (
+                    (f"workers started before the switch still hold the shared NKey: {', '.join(holders)}"),
+                    STEP_REPLACE,
+                )
+            )
         elif stack.shared.public in stack.handed_out:
-            findings.append((("the shared NKey that left the cluster on worker launches was never rotated: "
-                             "it still reaches all of APP with no expiry"), STEP_ROTATE))
+            findings.append(
+                (
+                    (
+                        "the shared NKey that left the cluster on worker launches was never rotated: "
+                        "it still reaches all of APP with no expiry"
+                    ),
+                    STEP_ROTATE,
+                )
+            )
     return findings
 
 
-def _report(name: str, variant: str, stack: NatsStack, steps: Steps, extra: Mapping[str, Any] | None = None
-            ) -> RunbookReport:
+def _report(
+    name: str, variant: str, stack: NatsStack, steps: Steps, extra: Mapping[str, Any] | None = None
+) -> RunbookReport:
     findings = audit(stack)
     mistake, fix = findings[0] if findings else (None, None)
     for line in _quoted(stack):
         steps(line)
-    return RunbookReport(name, variant, steps.as_tuple(), stack.end_state(), not findings, mistake, fix,
-                         _log_lines(stack), dict(extra or {}))
+    return RunbookReport(
+        name,
+        variant,
+        steps.as_tuple(),
+        stack.end_state(),
+        not findings,
+        mistake,
+        fix,
+        _log_lines(stack),
+        dict(extra or {}),
+    )
 
 
 def _quoted(stack: NatsStack) -> list[str]:
@@ -74,7 +118,8 @@ def _quoted(stack: NatsStack) -> list[str]:
     verdicts = [line for line in stack.log if '"Authentication ' in line]
     server = stack.live.server_log()
     return ([f"callout log: {verdicts[-1]}"] if verdicts else []) + (
-        [f"nats-server log: {server[-1]}"] if server else [])
+        [f"nats-server log: {server[-1]}"] if server else []
+    )
 
 
 def _log_lines(stack: NatsStack) -> tuple[str, ...]:
@@ -99,7 +144,9 @@ async def _nkey_stack_with_workers(stack: NatsStack, steps: Steps) -> None:
 def token_switch(variant: str, state_dir: Path | None = None) -> RunbookReport:
     async def rehearse() -> RunbookReport:
         steps = Steps()
-        async with NatsStack.running({}, random.Random(8), _folder(state_dir, "nats-token-switch", variant)) as stack:
+        async with NatsStack.running(
+            {}, random.Random(8), _folder(state_dir, "nats-token-switch", variant)
+        ) as stack:
             await _nkey_stack_with_workers(stack, steps)
             await stack.sync(TOKEN)
             steps("step 1: set nats.workerAuth: token and sync (the auth callout restarts)")
@@ -120,11 +167,18 @@ def token_switch(variant: str, state_dir: Path | None = None) -> RunbookReport:
 def worker_utils(variant: str, state_dir: Path | None = None) -> RunbookReport:
     async def rehearse() -> RunbookReport:
         steps = Steps()
-        async with NatsStack.running(TOKEN, random.Random(8), _folder(state_dir, "nats-worker-utils", variant)
-                                     ) as stack:
+        async with NatsStack.running(
+            TOKEN, random.Random(8), _folder(state_dir, "nats-worker-utils", variant)
+        ) as stack:
             await stack.launch("fn-a", reads_account=variant == RIGHT)
-            steps("token mode: launched fn-a with " + ("a worker-utils that reads NVCF_NATS_ACCOUNT"
-                                                       if variant == RIGHT else "an older worker-utils"))
+            steps(
+                "token mode: launched fn-a with "
+                + (
+                    "a worker-utils that reads NVCF_NATS_ACCOUNT"
+                    if variant == RIGHT
+                    else "an older worker-utils"
+                )
+            )
             return _report("nats-worker-utils", variant, stack, steps)
 
     return run_sync(rehearse())
@@ -135,15 +189,19 @@ def webhook_url(variant: str, state_dir: Path | None = None) -> RunbookReport:
 
     async def rehearse() -> RunbookReport:
         steps = Steps()
-        async with NatsStack.running({}, random.Random(8), _folder(state_dir, "nats-webhook-url", variant),
-                                     api_url=served) as stack:
+        async with NatsStack.running(
+            {}, random.Random(8), _folder(state_dir, "nats-webhook-url", variant), api_url=served
+        ) as stack:
             steps("the NVCF API runs in namespace nvcf-api, not nvcf")
             values: dict[str, Any] = {"nats": {"workerAuth": "token"}}
             if variant == RIGHT:
                 values["nats"]["authCallout"] = {"workerTokenAuth": {"webhookUrl": served}}
             await stack.sync(values)
-            steps("set nats.workerAuth: token" + (" and the webhook URL" if variant == RIGHT else "")
-                  + ", synced")
+            steps(
+                "set nats.workerAuth: token"
+                + (" and the webhook URL" if variant == RIGHT else "")
+                + ", synced"
+            )
             await stack.launch("fn-a")
             steps("launched fn-a")
             return _report("nats-webhook-url", variant, stack, steps)
@@ -159,23 +217,38 @@ def log_sampling(variant: str, state_dir: Path | None = None) -> RunbookReport:
         steps = Steps()
         values: dict[str, Any] = {"nats": {"workerAuth": "token"}}
         if variant == RIGHT:
-            values["natsAuthCalloutService"] = {"serviceConfig": {"logging": {
-                "level": "debug", "sampling": {"initial": 0}}}}
+            values["natsAuthCalloutService"] = {
+                "serviceConfig": {"logging": {"level": "debug", "sampling": {"initial": 0}}}
+            }
             steps("set natsAuthCalloutService.serviceConfig.logging: level debug, sampling.initial 0")
-        async with NatsStack.running(values, random.Random(8), _folder(state_dir, "nats-log-sampling", variant)
-                                     ) as stack:
+        async with NatsStack.running(
+            values, random.Random(8), _folder(state_dir, "nats-log-sampling", variant)
+        ) as stack:
             for index in range(BURST):  # one second's burst: the rehearsal's clock does not move
                 await stack.launch(f"fn-{index}")
             logged = sum('"Authentication successful"' in line for line in stack.log)
-            steps(f"{BURST} workers logged in within one second; {logged} 'Authentication successful' "
-                  "lines logged")
+            steps(
+                f"{BURST} workers logged in within one second; {logged} 'Authentication successful' "
+                "lines logged"
+            )
             report = _report("nats-log-sampling", variant, stack, steps, {"logged": logged, "logins": BURST})
         if logged < BURST:
-            mistake = (f"debugging with the default log sampling: {BURST - logged} of {BURST} "
-                       "'Authentication successful' lines were dropped, so those workers look as if their "
-                       "login never reached the auth callout")
-            return RunbookReport(report.name, variant, report.steps, report.end_state, False, mistake,
-                                 STEP_LOGGING, report.log_lines, report.extra)
+            mistake = (
+                f"debugging with the default log sampling: {BURST - logged} of {BURST} "
+                "'Authentication successful' lines were dropped, so those workers look as if their "
+                "login never reached the auth callout"
+            )
+            return RunbookReport(
+                report.name,
+                variant,
+                report.steps,
+                report.end_state,
+                False,
+                mistake,
+                STEP_LOGGING,
+                report.log_lines,
+                report.extra,
+            )
         return report
 
     return run_sync(rehearse())
@@ -187,16 +260,25 @@ def values_check(variant: str, state_dir: Path | None = None) -> RunbookReport:
     steps(f"set nats.workerAuth: {values['nats']['workerAuth']} and render")
 
     async def rehearse() -> RunbookReport:
-        async with NatsStack.running(values, random.Random(8), _folder(state_dir, "nats-values", variant)
-                                     ) as stack:
-            return RunbookReport("nats-values", variant, steps.as_tuple(), {"rendered": True, **stack.end_state()},
-                                 True)
+        async with NatsStack.running(
+            values, random.Random(8), _folder(state_dir, "nats-values", variant)
+        ) as stack:
+            return RunbookReport(
+                "nats-values", variant, steps.as_tuple(), {"rendered": True, **stack.end_state()}, True
+            )
 
     try:
         return run_sync(rehearse())
     except ConfigError as exc:
-        return RunbookReport("nats-values", variant, steps.as_tuple(), {"rendered": False}, False, str(exc),
-                             "set nats.workerAuth to nkey or token")
+        return RunbookReport(
+            "nats-values",
+            variant,
+            steps.as_tuple(),
+            {"rendered": False},
+            False,
+            str(exc),
+            "set nats.workerAuth to nkey or token",
+        )
 
 
 RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {

@@ -54,8 +54,9 @@ class Worker:
 class NatsStack:
     """The API's decisions, a real nats-server and callout, and the workers; ``async with running(...)``."""
 
-    def __init__(self, live: LiveNats, config: CalloutConfig, rng: random.Random,
-                 api_sends_account: bool = True) -> None:
+    def __init__(
+        self, live: LiveNats, config: CalloutConfig, rng: random.Random, api_sends_account: bool = True
+    ) -> None:
         self.live, self.config, self.rng = live, config, rng
         self.now = 0.0
         self.shared = nkeys.NKey.generate(rng)
@@ -68,12 +69,19 @@ class NatsStack:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, values: Mapping[str, Any], rng: random.Random, folder: Path | None = None,
-                      api_url: str = DEFAULT_WEBHOOK_URL, api_sends_account: bool = True
-                      ) -> AsyncIterator[NatsStack]:
+    async def running(
+        cls,
+        values: Mapping[str, Any],
+        rng: random.Random,
+        folder: Path | None = None,
+        api_url: str = DEFAULT_WEBHOOK_URL,
+        api_sends_account: bool = True,
+    ) -> AsyncIterator[NatsStack]:
         config = callout_config(values)  # a render failure happens before anything runs
         clock: list[NatsStack] = []
-        async with LiveNats.running(folder, ApiWebhook(api_url), lambda: clock[0].now if clock else 0.0) as live:
+        async with LiveNats.running(
+            folder, ApiWebhook(api_url), lambda: clock[0].now if clock else 0.0
+        ) as live:
             stack = cls(live, config, rng, api_sends_account)
             clock.append(stack)
             await live.start_callout(stack.plugins())
@@ -89,8 +97,12 @@ class NatsStack:
         return self.live.log_lines()
 
     def plugins(self) -> CalloutPlugins:
-        return CalloutPlugins(((self.shared.public, APP),), self.config.mode == "token", self.config.webhook_url,
-                              self.config.logging)
+        return CalloutPlugins(
+            ((self.shared.public, APP),),
+            self.config.mode == "token",
+            self.config.webhook_url,
+            self.config.logging,
+        )
 
     # -- operator actions ------------------------------------------------------------------------
     async def sync(self, values: Mapping[str, Any]) -> list[str]:
@@ -151,7 +163,9 @@ class NatsStack:
         if not admitted:
             worker.connection = Refused(detail)
         elif "NKEY_SEED" in worker.env:
-            worker.connection = Grant(APP, nkeys.public_of_seed(worker.env["NKEY_SEED"]), (">",), None, "nkey")
+            worker.connection = Grant(
+                APP, nkeys.public_of_seed(worker.env["NKEY_SEED"]), (">",), None, "nkey"
+            )
         else:
             subjects = tuple(s.replace("<fvid>", worker.fvid) for s in OWN_SUBJECTS)
             worker.connection = Grant(APP, detail, subjects, None, "token")

@@ -39,9 +39,15 @@ class RunbookReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "variant": self.variant, "outcome": self.outcome, "ok": self.ok,
-            "steps": list(self.steps), "end_state": dict(self.end_state), "mistake": self.mistake,
-            "fix_step": self.fix_step, "log_lines": list(self.log_lines),
+            "name": self.name,
+            "variant": self.variant,
+            "outcome": self.outcome,
+            "ok": self.ok,
+            "steps": list(self.steps),
+            "end_state": dict(self.end_state),
+            "mistake": self.mistake,
+            "fix_step": self.fix_step,
+            "log_lines": list(self.log_lines),
         }
 
     def summary(self) -> str:

@@ -30,7 +30,11 @@ WORKLOADS: dict[str, tuple[str, str, str, str]] = {
     "apikeys.podAnnotations": ("api-keys", "api-keys", DEPLOYMENT, ROLLING),
     "ess.podAnnotations": ("ess", "ess-api-helm-nvcf-ess-api-deployment", DEPLOYMENT, ROLLING),
     "natsAuthCalloutService.podAnnotations": (
-        "nats-system", "nats-auth-callout-service", DEPLOYMENT, ROLLING),
+        "nats-system",
+        "nats-auth-callout-service",
+        DEPLOYMENT,
+        ROLLING,
+    ),
     "nats.podAnnotations": ("nats-system", "nats", STATEFULSET, ROLLING),
     "openbao.server.annotations": ("vault-system", "openbao-server", STATEFULSET, ON_DELETE),
 }
@@ -68,10 +72,11 @@ def change_effects(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, 
     """What an annotation change does to each workload it touches."""
     before, after = render_annotations(old), render_annotations(new)
     effects = {}
-    for (_ns, name, _kind, strategy) in WORKLOADS.values():
+    for _ns, name, _kind, strategy in WORKLOADS.values():
         if before.get(name) != after.get(name):
-            effects[name] = ("pods pick up the change only when deleted (OnDelete)" if strategy == ON_DELETE
-                             else "rolls")
+            effects[name] = (
+                "pods pick up the change only when deleted (OnDelete)" if strategy == ON_DELETE else "rolls"
+            )
     return effects
 
 

@@ -9,32 +9,48 @@ from sim.errors import ConfigError
 from sim.runbooks import service_ops as ops
 from sim.runbooks.report import RIGHT, RunbookReport, Steps
 
-STEP_ANNOTATIONS = ("quote every annotation value (\"8080\", \"true\") and remove keys starting with "
-                    "nvcf.nvidia.com/nats-worker-auth or managed by the charts (checksum/...), then sync")
-STEP_DELETE = ("delete each openbao-server pod in turn (standbys first, transfer leadership before the "
-               "active one); OnDelete pods are not replaced by kubectl rollout restart")
-STEP_SEAL = ("after each replacement run bao status in that member and unseal it before replacing the next; "
-             "Kubernetes readiness is not the seal state")
+STEP_ANNOTATIONS = (
+    'quote every annotation value ("8080", "true") and remove keys starting with '
+    "nvcf.nvidia.com/nats-worker-auth or managed by the charts (checksum/...), then sync"
+)
+STEP_DELETE = (
+    "delete each openbao-server pod in turn (standbys first, transfer leadership before the "
+    "active one); OnDelete pods are not replaced by kubectl rollout restart"
+)
+STEP_SEAL = (
+    "after each replacement run bao status in that member and unseal it before replacing the next; "
+    "Kubernetes readiness is not the seal state"
+)
 
 
 def annotations(variant: str, _state_dir: Path | None = None) -> RunbookReport:
     steps = Steps()
-    good = {"api": {"podAnnotations": {"example.com/scrape": "true"}},
-            "openbao": {"server": {"annotations": {"example.com/scrape": "true"}}}}
-    bad = {"api": {"podAnnotations": {"example.com/port": 8080,
-                                      "nvcf.nvidia.com/nats-worker-auth-hash": "x"}}}
+    good = {
+        "api": {"podAnnotations": {"example.com/scrape": "true"}},
+        "openbao": {"server": {"annotations": {"example.com/scrape": "true"}}},
+    }
+    bad = {
+        "api": {"podAnnotations": {"example.com/port": 8080, "nvcf.nvidia.com/nats-worker-auth-hash": "x"}}
+    }
     values = good if variant == RIGHT else bad
     steps("set pod annotations in environments/<env>.yaml and rendered")
     try:
         effects = ops.change_effects({}, values)
     except ConfigError as exc:
         problems = [str(issue) for issue in exc.issues]
-        return RunbookReport("service-annotations", variant, steps.as_tuple(), {"rendered": False,
-                             "issues": problems}, False, f"the render fails: {'; '.join(problems)}",
-                             STEP_ANNOTATIONS)
+        return RunbookReport(
+            "service-annotations",
+            variant,
+            steps.as_tuple(),
+            {"rendered": False, "issues": problems},
+            False,
+            f"the render fails: {'; '.join(problems)}",
+            STEP_ANNOTATIONS,
+        )
     steps(f"rendered: {effects}")
-    return RunbookReport("service-annotations", variant, steps.as_tuple(),
-                         {"rendered": True, "effects": effects}, True)
+    return RunbookReport(
+        "service-annotations", variant, steps.as_tuple(), {"rendered": True, "effects": effects}, True
+    )
 
 
 def openbao_restart(variant: str, _state_dir: Path | None = None) -> RunbookReport:
@@ -43,8 +59,10 @@ def openbao_restart(variant: str, _state_dir: Path | None = None) -> RunbookRepo
     bao = ops.workload("openbao-server")
     bao, replaced = ops.rollout_restart(bao)
     code, message = ops.rollout_status(bao)
-    steps(f"kubectl rollout restart statefulset/openbao-server: replaced {replaced or 'nothing'}; "
-          f"rollout status: exit {code}: {message}")
+    steps(
+        f"kubectl rollout restart statefulset/openbao-server: replaced {replaced or 'nothing'}; "
+        f"rollout status: exit {code}: {message}"
+    )
     log: list[str] = [message]
     if variant == RIGHT:
         for name in ("openbao-server-2", "openbao-server-1", "openbao-server-0"):  # standbys first
@@ -65,24 +83,35 @@ def seal_check(variant: str, _state_dir: Path | None = None) -> RunbookReport:
         if variant == RIGHT:
             bao = ops.unseal(bao, name)
         log.append(f"{name}: {ops.bao_status(bao, name)}")
-        steps(f"deleted {name}; Ready={bao.pod(name).ready}" + ("; unsealed and checked" if variant == RIGHT
-                                                                 else "; moved on"))
+        steps(
+            f"deleted {name}; Ready={bao.pod(name).ready}"
+            + ("; unsealed and checked" if variant == RIGHT else "; moved on")
+        )
     return _restart_report("openbao-seal-check", variant, bao, steps, log)
 
 
-def _restart_report(name: str, variant: str, bao: ops.Workload, steps: Steps,
-                    log: list[str]) -> RunbookReport:
+def _restart_report(
+    name: str, variant: str, bao: ops.Workload, steps: Steps, log: list[str]
+) -> RunbookReport:
     outdated, sealed = bao.outdated(), ops.sealed_members(bao)
-    state = {"revision": bao.revision, "outdated": outdated, "sealed": sealed,
-             "ready": all(p.ready for p in bao.pods)}
+    state = {
+        "revision": bao.revision,
+        "outdated": outdated,
+        "sealed": sealed,
+        "ready": all(p.ready for p in bao.pods),
+    }
     mistake = fix = None
     if outdated:
-        mistake = (f"relied on kubectl rollout restart for an OnDelete StatefulSet: {', '.join(outdated)} "
-                   "still run the old revision")
+        mistake = (
+            f"relied on kubectl rollout restart for an OnDelete StatefulSet: {', '.join(outdated)} "
+            "still run the old revision"
+        )
         fix = STEP_DELETE
     elif sealed:
-        mistake = (f"checked only readiness: every pod is Ready but {', '.join(sealed)} "
-                   f"{'is' if len(sealed) == 1 else 'are'} sealed")
+        mistake = (
+            f"checked only readiness: every pod is Ready but {', '.join(sealed)} "
+            f"{'is' if len(sealed) == 1 else 'are'} sealed"
+        )
         fix = STEP_SEAL
     return RunbookReport(name, variant, steps.as_tuple(), state, mistake is None, mistake, fix, tuple(log))
 
@@ -102,9 +131,16 @@ def deployment_restart(variant: str, _state_dir: Path | None = None) -> RunbookR
     ok = api.revision > 1 and not api.outdated()
     mistake = None if ok else "deleted a pod instead of restarting: the Deployment was not rolled"
     fix = None if ok else "kubectl rollout restart deployment/nvcf-api -n nvcf, then kubectl rollout status"
-    return RunbookReport("deployment-restart", variant, steps.as_tuple(),
-                         {"revision": api.revision, "pods": [p.name for p in api.pods]}, ok, mistake, fix,
-                         (message,))
+    return RunbookReport(
+        "deployment-restart",
+        variant,
+        steps.as_tuple(),
+        {"revision": api.revision, "pods": [p.name for p in api.pods]},
+        ok,
+        mistake,
+        fix,
+        (message,),
+    )
 
 
 RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {

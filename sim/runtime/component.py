@@ -73,14 +73,21 @@ class Context:
             raise NameNotResolved(name, "TIMEOUT") from None
         return await resolve_a(name, self.dns_server())
 
-    async def open_tcp(self, ip: str, port: int, *, tls: ssl.SSLContext | None = None,
-                       server_hostname: str | None = None,
-                       timeout: float = CONNECT_TIMEOUT) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def open_tcp(
+        self,
+        ip: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        timeout: float = CONNECT_TIMEOUT,
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         host, real = self.netmap.lookup(self.cluster, ip, port, "tcp")
         await self._cross_link(ip)
         return await asyncio.wait_for(
             asyncio.open_connection(host, real, ssl=tls, server_hostname=server_hostname if tls else None),
-            timeout)
+            timeout,
+        )
 
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return self.netmap.lookup(self.cluster, ip, port, "udp")

@@ -118,8 +118,11 @@ def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
     if which not in EXPIRABLE:
         raise ScenarioError(f"expire: {which!r}; choose one of {', '.join(EXPIRABLE)}")
     now = datetime.now(UTC)
-    store.issue(EXPIRABLE[which](worker_domain), not_before=now - timedelta(days=30),
-                not_after=now - timedelta(days=1))
+    store.issue(
+        EXPIRABLE[which](worker_domain),
+        not_before=now - timedelta(days=30),
+        not_after=now - timedelta(days=1),
+    )
     return f"{which} certificate replaced by one that expired yesterday"
 
 
@@ -153,7 +156,7 @@ class FaultInjector:
     ACTIONS = ("kill", "restart", "scale", "stop", "start", "link", "clear-links", "expire", "pod-cert")
 
     def apply(self, spec: dict[str, Any]) -> str:
-        (action, arg), = spec.items()
+        ((action, arg),) = spec.items()
         if action not in self.ACTIONS:
             raise ScenarioError(f"fault: unknown action {action!r}; use {', '.join(self.ACTIONS)}")
         return getattr(self, "_" + action.replace("-", "_"))(arg)
@@ -162,8 +165,10 @@ class FaultInjector:
     def processes(self) -> Components:
         components = self.stack.components
         if components is None:
-            raise ScenarioError("fault: this backend offers no process control; "
-                                "kill, restart, stop, start and scale need the local backend")
+            raise ScenarioError(
+                "fault: this backend offers no process control; "
+                "kill, restart, stop, start and scale need the local backend"
+            )
         return components
 
     def _kill(self, name: str) -> str:
@@ -193,8 +198,13 @@ class FaultInjector:
         return f"scaled {role} to {replicas} of {len(pods)} replicas"
 
     def _link(self, arg: dict[str, Any]) -> str:
-        fault = LinkFault(source=arg["from"], target=arg["to"], latency_ms=int(arg.get("latencyMs", 0)),
-                          drop=float(arg.get("drop", 0.0)), timeout_ms=int(arg.get("timeoutMs", 1000)))
+        fault = LinkFault(
+            source=arg["from"],
+            target=arg["to"],
+            latency_ms=int(arg.get("latencyMs", 0)),
+            drop=float(arg.get("drop", 0.0)),
+            timeout_ms=int(arg.get("timeoutMs", 1000)),
+        )
         current = load_links(self.stack.state_dir, {}).links
         save_links(self.stack.state_dir, [*current, fault])
         return f"link {fault.source} -> {fault.target}: +{fault.latency_ms} ms, drop {fault.drop:.0%}"
@@ -206,8 +216,9 @@ class FaultInjector:
     def _expire(self, which: str) -> str:
         from certs.store import CertStore  # trustme and cryptography: only when a fault needs them
 
-        return expire_certificate(CertStore(self.stack.state_dir / "certs"), which,
-                                  self.stack.topology.worker_domain)
+        return expire_certificate(
+            CertStore(self.stack.state_dir / "certs"), which, self.stack.topology.worker_domain
+        )
 
     def _pod_cert(self, spec: dict[str, Any]) -> str:
         from certs.store import CertStore
@@ -219,5 +230,6 @@ class FaultInjector:
     def _check_running(self, name: str) -> None:
         running = self.processes.running()
         if name not in running:
-            raise ScenarioError(f"fault: no running component {name!r}; running: "
-                                f"{', '.join(sorted(running))}")
+            raise ScenarioError(
+                f"fault: no running component {name!r}; running: {', '.join(sorted(running))}"
+            )

@@ -55,8 +55,15 @@ class Outcome:
 async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
     events, request_id = worker.ctx.events, work.get("requestId")
     direct = ".grpc-headless." in str(work.get("connectUrl", ""))  # proxy disabled: the pod's own name
-    events.emit("worker.callback.start", requestId=request_id, worker=worker.spec.name, callback="grpc",
-                url=work.get("connectUrl"), pod=work.get("pod"), proxy="" if direct else work.get("connectUrl"))
+    events.emit(
+        "worker.callback.start",
+        requestId=request_id,
+        worker=worker.spec.name,
+        callback="grpc",
+        url=work.get("connectUrl"),
+        pod=work.get("pod"),
+        proxy="" if direct else work.get("connectUrl"),
+    )
     attempts, outcome = 0, Outcome(None, "not attempted", "worker")
     dns: dict[str, Any] = {}  # the last answer the worker got, for the replay's trace
     try:
@@ -73,14 +80,24 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
         outcome = Outcome(None, f"bad work message: {exc}", "worker")
     except Exception as exc:  # noqa: BLE001 - one broken callback must not take the worker down
         outcome = Outcome(None, f"internal error: {exc!r}", "worker")
-    events.emit("worker.callback.result", requestId=request_id, worker=worker.spec.name, callback="grpc",
-                dns=dns,
-                ok=outcome.status == 200 and outcome.error is None, stage=outcome.stage,
-                status=outcome.status, error=outcome.error, attempts=attempts, calls=outcome.calls)
+    events.emit(
+        "worker.callback.result",
+        requestId=request_id,
+        worker=worker.spec.name,
+        callback="grpc",
+        dns=dns,
+        ok=outcome.status == 200 and outcome.error is None,
+        stage=outcome.stage,
+        status=outcome.status,
+        error=outcome.error,
+        attempts=attempts,
+        calls=outcome.calls,
+    )
 
 
-async def _attempt(worker: Worker, target: CallbackTarget, work: dict[str, Any], trust: bytes,
-                   dns: dict[str, Any]) -> Outcome:
+async def _attempt(
+    worker: Worker, target: CallbackTarget, work: dict[str, Any], trust: bytes, dns: dict[str, Any]
+) -> Outcome:
     try:
         ip = await _resolve(worker, target.host, work.get("requestId"), dns)
         addr = worker.ctx.udp_address(ip, target.port)
@@ -109,24 +126,37 @@ async def _resolve(worker: Worker, name: str, request_id: str | None, dns: dict[
         answer = await worker.ctx.resolve(name)
     except NameNotResolved as exc:
         dns.update(name=name, rcode=exc.rcode)
-        worker.ctx.events.emit("worker.dns", requestId=request_id, worker=worker.spec.name, name=name,
-                               rcode=exc.rcode)
+        worker.ctx.events.emit(
+            "worker.dns", requestId=request_id, worker=worker.spec.name, name=name, rcode=exc.rcode
+        )
         raise
-    worker.ctx.events.emit("worker.dns", requestId=request_id, worker=worker.spec.name, name=name, answer=answer)
+    worker.ctx.events.emit(
+        "worker.dns", requestId=request_id, worker=worker.spec.name, name=name, answer=answer
+    )
     dns.clear()
     dns.update(name=name, answer=answer[0])
     return answer[0]
 
 
-def callback_headers(target: CallbackTarget, work: dict[str, Any], worker_utils: str) -> list[tuple[bytes, bytes]]:
+def callback_headers(
+    target: CallbackTarget, work: dict[str, Any], worker_utils: str
+) -> list[tuple[bytes, bytes]]:
     authority = target.host if target.port == 443 else f"{target.host}:{target.port}"
-    headers = [(":method", "POST"), (":scheme", "https"), (":authority", authority), (":path", target.path),
-               ("authorization", f"Bearer {work['token']}"), ("x-request-id", str(work["requestId"])),
-               ("user-agent", f"worker-utils/{worker_utils}")]
+    headers = [
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":authority", authority),
+        (":path", target.path),
+        ("authorization", f"Bearer {work['token']}"),
+        ("x-request-id", str(work["requestId"])),
+        ("user-agent", f"worker-utils/{worker_utils}"),
+    ]
     return [(k.encode(), v.encode()) for k, v in headers]
 
 
-async def _post(worker: Worker, endpoint: H3Endpoint, target: CallbackTarget, work: dict[str, Any]) -> Outcome:
+async def _post(
+    worker: Worker, endpoint: H3Endpoint, target: CallbackTarget, work: dict[str, Any]
+) -> Outcome:
     stream = endpoint.open_request(callback_headers(target, work, worker.spec.worker_utils))
     try:
         async with asyncio.timeout(RESPONSE_TIMEOUT):
@@ -137,7 +167,9 @@ async def _post(worker: Worker, endpoint: H3Endpoint, target: CallbackTarget, wo
     if stream.status != 200:
         body = await _read_some(stream)
         stream.end()
-        return Outcome(stream.status, f"HTTP {stream.status}: {body.decode(errors='replace').strip()}", "callback")
+        return Outcome(
+            stream.status, f"HTTP {stream.status}: {body.decode(errors='replace').strip()}", "callback"
+        )
     tunnel = H2Tunnel(stream, client_side=False)
     try:
         await tunnel.serve(_echo)

@@ -31,8 +31,10 @@ def proxy_ca_pem(ctx: Context) -> str:
     agent = ctx.values.get("global", {}).get("nvcaOperator", {}).get("agent", {})
     pem = str(agent.get("workerCallbackCaPem") or "")
     if pem.strip().startswith("@"):
-        raise ValueError(f"workerCallbackCaPem {pem.strip()!r} reached a worker host unresolved; "
-                         "the backend applies the values (Topology.with_ca_pem) before pods start")
+        raise ValueError(
+            f"workerCallbackCaPem {pem.strip()!r} reached a worker host unresolved; "
+            "the backend applies the values (Topology.with_ca_pem) before pods start"
+        )
     return pem
 
 

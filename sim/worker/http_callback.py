@@ -49,8 +49,14 @@ def echo_function(raw_request: bytes) -> bytes:
         else:
             break
     body = b"".join(chunks)
-    out = conn.send(h11.Response(status_code=200, headers=[("content-type", content_type),
-                                                           ("content-length", str(len(body)))])) or b""
+    out = (
+        conn.send(
+            h11.Response(
+                status_code=200, headers=[("content-type", content_type), ("content-length", str(len(body)))]
+            )
+        )
+        or b""
+    )
     return out + (conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b"")
 
 
@@ -90,13 +96,15 @@ async def open_session(worker: WorkerRuntime, work: dict[str, Any], trace: Trace
     return stream
 
 
-async def _dial(worker: WorkerRuntime, ip: str, port: int, tls: ssl.SSLContext | None,
-                server_hostname: str | None) -> H11Stream:
+async def _dial(
+    worker: WorkerRuntime, ip: str, port: int, tls: ssl.SSLContext | None, server_hostname: str | None
+) -> H11Stream:
     try:
         reader, writer = await worker.ctx.open_tcp(ip, port, tls=tls, server_hostname=server_hostname)
     except ssl.SSLCertVerificationError as exc:
-        raise CallbackFailed("tls", "TLS handshake failed: certificate verify failed "
-                             f"({exc.verify_message})") from exc
+        raise CallbackFailed(
+            "tls", f"TLS handshake failed: certificate verify failed ({exc.verify_message})"
+        ) from exc
     except (OSError, TimeoutError, ssl.SSLError) as exc:
         raise CallbackFailed("connect", f"{type(exc).__name__}: {exc}") from exc
     return H11Stream(h11.CLIENT, reader, writer)
@@ -118,12 +126,14 @@ async def _connect_tunnel(worker: WorkerRuntime, stream: H11Stream, pod_host: st
         await inner.handshake(GET_HEADERS_TIMEOUT)
     except ssl.SSLCertVerificationError as exc:
         stream.close()
-        raise CallbackFailed("tls", f"TLS handshake with the pod failed: certificate verify failed "
-                             f"({exc.verify_message})") from exc
+        raise CallbackFailed(
+            "tls", f"TLS handshake with the pod failed: certificate verify failed ({exc.verify_message})"
+        ) from exc
     except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
         stream.close()
-        raise CallbackFailed("tls", f"TLS handshake with the pod failed: {type(exc).__name__}: {exc}") \
-            from exc
+        raise CallbackFailed(
+            "tls", f"TLS handshake with the pod failed: {type(exc).__name__}: {exc}"
+        ) from exc
     return H11Stream(h11.CLIENT, inner, inner)  # type: ignore[arg-type]  # stream-shaped, see TunnelTls
 
 
@@ -136,8 +146,13 @@ class TunnelTls:
     methods H11Stream uses: read, write, drain, close.
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: ssl.SSLContext,
-                 server_hostname: str):
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        context: ssl.SSLContext,
+        server_hostname: str,
+    ):
         self.reader, self.writer = reader, writer
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname=server_hostname)
@@ -204,19 +219,46 @@ async def callback(worker: WorkerRuntime, work: dict[str, Any], trace: Trace) ->
         url = work["targetURI"].rstrip("/") + ATTACH_PATH if forward else ATTACH_PATH
         # No X-Request-Id, as the public worker-utils source sends none: the proxy's access log shows the id
         # the proxy generated, and the replay links it to this callback through the pod's events.
-        base = [("host", urlsplit(work["targetURI"]).netloc), ("user-agent", f"worker-utils/{worker.spec.worker_utils}")]
-        got = await _leg(stream, "GET", url, base + [("authorization", f"Bearer {work['requestToken']}"),
-                                                     ("accept", f"{H1_TYPE}, application/octet-stream")],
-                         b"", trace, "get")
+        base = [
+            ("host", urlsplit(work["targetURI"]).netloc),
+            ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
+        ]
+        got = await _leg(
+            stream,
+            "GET",
+            url,
+            base
+            + [
+                ("authorization", f"Bearer {work['requestToken']}"),
+                ("accept", f"{H1_TYPE}, application/octet-stream"),
+            ],
+            b"",
+            trace,
+            "get",
+        )
         answer = echo_function(got.body)
-        await _leg(stream, "POST", url, base + [("authorization", f"Bearer {work['responseToken']}"),
-                                                ("content-type", H1_TYPE)], answer, trace, "post")
+        await _leg(
+            stream,
+            "POST",
+            url,
+            base + [("authorization", f"Bearer {work['responseToken']}"), ("content-type", H1_TYPE)],
+            answer,
+            trace,
+            "post",
+        )
     finally:
         stream.close()
 
 
-async def _leg(stream: H11Stream, method: str, url: str, headers: list[tuple[str, str]], body: bytes,
-               trace: Trace, stage: str) -> Response:
+async def _leg(
+    stream: H11Stream,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    trace: Trace,
+    stage: str,
+) -> Response:
     try:
         timeout = GET_HEADERS_TIMEOUT if method == "GET" else None
         response = await exchange(stream, method, url, headers, body, timeout=timeout)
@@ -225,8 +267,11 @@ async def _leg(stream: H11Stream, method: str, url: str, headers: list[tuple[str
         raise CallbackFailed(stage, f"{method} failed: {leg_failure(exc, stream.reader.at_eof())}") from exc
     trace.statuses.append(response.status)
     if response.status != 200:
-        raise CallbackFailed(stage, f"{method} answered {response.status}: {response.body[:200].decode(errors='replace')}",
-                             response.status)
+        raise CallbackFailed(
+            stage,
+            f"{method} answered {response.status}: {response.body[:200].decode(errors='replace')}",
+            response.status,
+        )
     return response
 
 
@@ -248,8 +293,16 @@ async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
     trace = Trace(work["requestId"], worker.name)
     events = worker.ctx.events
     tokens = [token_fingerprint(f"Bearer {work.get(key)}") for key in ("requestToken", "responseToken")]
-    events.emit("worker.callback.start", requestId=trace.request_id, worker=worker.name, callback="http",
-                target=work["targetURI"], proxy=work.get("proxyURI"), connect=worker.sends_connect, tokens=tokens)
+    events.emit(
+        "worker.callback.start",
+        requestId=trace.request_id,
+        worker=worker.name,
+        callback="http",
+        target=work["targetURI"],
+        proxy=work.get("proxyURI"),
+        connect=worker.sends_connect,
+        tokens=tokens,
+    )
     result: dict[str, Any] = {"ok": True, "stage": "done", "error": None, "status": 200}
     try:
         await callback(worker, work, trace)
@@ -259,6 +312,13 @@ async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
         raise
     except Exception as exc:  # noqa: BLE001 - a worker bug must show in the report, not kill the worker host
         result = {"ok": False, "stage": "worker", "error": f"{type(exc).__name__}: {exc}", "status": None}
-    events.emit("worker.callback.result", requestId=trace.request_id, worker=worker.name, callback="http",
-                dns=trace.dns, statuses=trace.statuses,
-                elapsedMs=int((time.monotonic() - trace.started) * 1000), **result)
+    events.emit(
+        "worker.callback.result",
+        requestId=trace.request_id,
+        worker=worker.name,
+        callback="http",
+        dns=trace.dns,
+        statuses=trace.statuses,
+        elapsedMs=int((time.monotonic() - trace.started) * 1000),
+        **result,
+    )

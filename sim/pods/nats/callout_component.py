@@ -45,6 +45,7 @@ LOGGER = "ncpsim.nats.callout"  # CalloutService's default logger
 
 def api_webhook(keys: StackKeys, url: str, served_url: str = DEFAULT_WEBHOOK_URL) -> Webhook:
     """The webhook the callout calls at ``url``; only ``served_url``'s host:port answers."""
+
     async def check(token: str) -> str | None:
         return check_worker_token(keys, token)
 
@@ -53,8 +54,11 @@ def api_webhook(keys: StackKeys, url: str, served_url: str = DEFAULT_WEBHOOK_URL
 
     async def webhook(request: WebhookRequest) -> WebhookAnswer:
         if (parts.hostname, parts.port) != (served.hostname, served.port) or parts.path != served.path:
-            reason = (f"dial tcp: lookup {parts.hostname}: no such host" if parts.hostname != served.hostname
-                      else "404 Not Found")
+            reason = (
+                f"dial tcp: lookup {parts.hostname}: no such host"
+                if parts.hostname != served.hostname
+                else "404 Not Found"
+            )
             return WebhookAnswer(0, error=f'Post "{url}": {reason}')
         return await checker(request)
 
@@ -105,8 +109,13 @@ def _log_to_stdout(logger: logging.Logger) -> None:
 
 
 async def _create_streams(url: str, keys: StackKeys, ctx: Context, values: NatsValues) -> None:
-    nc = await connect_once(url, reconnect=False, nkeys_seed_str=keys.internal["nvcf-api"], name="nvcf-api",
-                            connect_timeout=CONNECT_TIMEOUT)
+    nc = await connect_once(
+        url,
+        reconnect=False,
+        nkeys_seed_str=keys.internal["nvcf-api"],
+        name="nvcf-api",
+        connect_timeout=CONNECT_TIMEOUT,
+    )
     try:
         js = nc.jetstream()
         for function in ctx.topology.functions:

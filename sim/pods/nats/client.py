@@ -29,7 +29,9 @@ async def connect_once(url: str, *, reconnect: bool = True, **options: Any) -> C
             # nats-server PINGs a new connection about 2 s after it opens; when the sign-in (the auth
             # callout) takes longer, nats-py reads that PING where it expects the PONG to its CONNECT and
             # returns half connected, for good. Treat it as not signed in: the caller tries again.
-            raise NotSignedIn(f"nats: sign-in to {url} not confirmed in time (the auth callout is slow or down)")
+            raise NotSignedIn(
+                f"nats: sign-in to {url} not confirmed in time (the auth callout is slow or down)"
+            )
     except BaseException:
         with contextlib.suppress(Exception):
             await nc.close()

@@ -64,9 +64,14 @@ class WorkPublisher:
         nc = await self._client()
         # The message id adds this process: a pod restarted by a fault replays its seeded request ids,
         # which must not be dropped as duplicates of its previous life's messages (5 s window).
-        return await publish_work(nc.jetstream(), REGION, function, request_id,
-                                  json.dumps(work, separators=(",", ":")).encode(),
-                                  msg_id=f"{request_id}.{os.getpid()}")
+        return await publish_work(
+            nc.jetstream(),
+            REGION,
+            function,
+            request_id,
+            json.dumps(work, separators=(",", ":")).encode(),
+            msg_id=f"{request_id}.{os.getpid()}",
+        )
 
     async def close(self) -> None:
         if self._warm is not None:

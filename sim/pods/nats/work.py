@@ -35,8 +35,14 @@ ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (
 async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **options: Any) -> Client:
     """One login attempt (a refusal raises at once), then a client that reconnects for ever; a refused
     worker backs off as a crash-looping pod would (its caller's loop)."""
-    return await connect_once(ctx.nats_url(), name=name, connect_timeout=CONNECT_TIMEOUT,
-                              reconnect_time_wait=RECONNECT_WAIT, **credentials, **options)
+    return await connect_once(
+        ctx.nats_url(),
+        name=name,
+        connect_timeout=CONNECT_TIMEOUT,
+        reconnect_time_wait=RECONNECT_WAIT,
+        **credentials,
+        **options,
+    )
 
 
 Handler = Callable[[dict[str, Any], int], Awaitable[None]]  # (work message, delivery count)
@@ -61,8 +67,14 @@ class InFlight:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-async def pull_loop(nc: Client, function: str, handle: Handler, on_error: Callable[[str], None],
-                    started: asyncio.Event | None = None, in_flight: InFlight | None = None) -> None:
+async def pull_loop(
+    nc: Client,
+    function: str,
+    handle: Handler,
+    on_error: Callable[[str], None],
+    started: asyncio.Event | None = None,
+    in_flight: InFlight | None = None,
+) -> None:
     """Pull one function version's work for ever; each message is handled in its own task and acked
     when the handler returns (a worker that dies first leaves it to be redelivered after ack wait).
     Handlers belong to ``in_flight`` when given (the caller ends them), else to this loop."""
@@ -99,14 +111,16 @@ async def pull_loop(nc: Client, function: str, handle: Handler, on_error: Callab
 
 
 async def _keep_in_progress(msg: Msg) -> None:
-    """"Still working on it" (+WPI) every ACK_PROGRESS seconds: a long callback is not redelivered while its
+    """ "Still working on it" (+WPI) every ACK_PROGRESS seconds: a long callback is not redelivered while its
     worker is alive; only a worker that died (no more progress acks) lets the ack wait run out."""
     while True:
         await asyncio.sleep(ACK_PROGRESS)
         await msg.in_progress()
 
 
-async def _handle(msg: Msg, handle: Handler, slots: asyncio.Semaphore, on_error: Callable[[str], None]) -> None:
+async def _handle(
+    msg: Msg, handle: Handler, slots: asyncio.Semaphore, on_error: Callable[[str], None]
+) -> None:
     try:
         try:
             work = json.loads(msg.data)

@@ -45,8 +45,13 @@ class Link:
     describe: str
 
 
-def plan_links(keys: StackKeys, mode: str, workers: list[str], functions: tuple[str, ...],
-               reads_account: Callable[[str], bool] = lambda _: True) -> list[Link]:
+def plan_links(
+    keys: StackKeys,
+    mode: str,
+    workers: list[str],
+    functions: tuple[str, ...],
+    reads_account: Callable[[str], bool] = lambda _: True,
+) -> list[Link]:
     """nkey: one connection per worker for all functions; token: one per worker and function (pure)."""
     links = []
     for worker in workers:
@@ -77,8 +82,9 @@ class WorkerLinks:
     def __init__(self, ctx: Context, workers: Mapping[str, Worker], handle: WorkHandler) -> None:
         self.ctx, self.workers, self.handle = ctx, workers, handle
         values = NatsValues.from_values(ctx.values)
-        self.links = plan_links(StackKeys.derive(ctx.topology.seed), values.worker_auth, list(workers),
-                                ctx.topology.functions)
+        self.links = plan_links(
+            StackKeys.derive(ctx.topology.seed), values.worker_auth, list(workers), ctx.topology.functions
+        )
         self.tasks: set[asyncio.Task[None]] = set()
         self.clients: list[Client] = []
         self.in_flight: list[InFlight] = []
@@ -110,8 +116,9 @@ class WorkerLinks:
                     await nc.close()
             self.ctx.events.emit("worker.nats.closed", worker=link.worker, functions=list(link.functions))
 
-    async def _login(self, link: Link, first: asyncio.Event, closed: asyncio.Event,
-                     reconnected: asyncio.Event) -> Client:
+    async def _login(
+        self, link: Link, first: asyncio.Event, closed: asyncio.Event, reconnected: asyncio.Event
+    ) -> Client:
         delay = LOGIN_BACKOFF[0]
         note_reconnect = self._state_cb(link, "worker.nats.reconnected")
 
@@ -125,31 +132,57 @@ class WorkerLinks:
         while True:
             try:
                 async with self.signing_in:
-                    nc = await connect(self.ctx, link.worker, link.credentials, error_cb=self._error_cb(link),
-                                       disconnected_cb=self._state_cb(link, "worker.nats.disconnected"),
-                                       reconnected_cb=on_reconnected, closed_cb=on_closed)
+                    nc = await connect(
+                        self.ctx,
+                        link.worker,
+                        link.credentials,
+                        error_cb=self._error_cb(link),
+                        disconnected_cb=self._state_cb(link, "worker.nats.disconnected"),
+                        reconnected_cb=on_reconnected,
+                        closed_cb=on_closed,
+                    )
                 break
             except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry like a crash-looping pod
-                self.ctx.events.emit("worker.nats.refused", worker=link.worker, functions=list(link.functions),
-                                     credentials=link.describe, error=str(exc) or type(exc).__name__)
+                self.ctx.events.emit(
+                    "worker.nats.refused",
+                    worker=link.worker,
+                    functions=list(link.functions),
+                    credentials=link.describe,
+                    error=str(exc) or type(exc).__name__,
+                )
                 first.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, LOGIN_BACKOFF[1])
         self.clients.append(nc)
-        self.ctx.events.emit("worker.nats.connected", worker=link.worker, functions=list(link.functions),
-                             credentials=link.describe)
+        self.ctx.events.emit(
+            "worker.nats.connected",
+            worker=link.worker,
+            functions=list(link.functions),
+            credentials=link.describe,
+        )
         return nc
 
-    async def _session(self, link: Link, nc: Client, first: asyncio.Event, closed: asyncio.Event,
-                       reconnected: asyncio.Event, in_flight: InFlight) -> None:
+    async def _session(
+        self,
+        link: Link,
+        nc: Client,
+        first: asyncio.Event,
+        closed: asyncio.Event,
+        reconnected: asyncio.Event,
+        in_flight: InFlight,
+    ) -> None:
         """Pull loops until the connection closes; after each reconnect they start over, since the
         server forgot the pulls that were waiting (they would otherwise idle until they expire)."""
         while not closed.is_set():
             reconnected.clear()
             bound = [asyncio.Event() for _ in link.functions]
-            loops = [asyncio.create_task(pull_loop(nc, f, self._handler(link.worker), self._pull_error(link), b,
-                                                   in_flight), name=f"pull:{link.worker}:{f}")
-                     for f, b in zip(link.functions, bound, strict=True)]
+            loops = [
+                asyncio.create_task(
+                    pull_loop(nc, f, self._handler(link.worker), self._pull_error(link), b, in_flight),
+                    name=f"pull:{link.worker}:{f}",
+                )
+                for f, b in zip(link.functions, bound, strict=True)
+            ]
             try:
                 await asyncio.gather(*(b.wait() for b in bound))
                 for function in link.functions:  # readiness a scenario can wait for (after a redeploy)
@@ -166,15 +199,21 @@ class WorkerLinks:
 
         async def handle(work: dict[str, Any], delivered: int) -> None:
             if delivered > 1:
-                self.ctx.events.emit("worker.work.redelivered", worker=name, requestId=work.get("requestId"),
-                                     delivered=delivered)
+                self.ctx.events.emit(
+                    "worker.work.redelivered",
+                    worker=name,
+                    requestId=work.get("requestId"),
+                    delivered=delivered,
+                )
             await self.handle(worker, work)
 
         return handle
 
     def _error_cb(self, link: Link) -> Callable[[Exception], Awaitable[None]]:
         async def on_error(exc: Exception) -> None:
-            self.ctx.events.emit("worker.nats.error", worker=link.worker, error=str(exc) or type(exc).__name__)
+            self.ctx.events.emit(
+                "worker.nats.error", worker=link.worker, error=str(exc) or type(exc).__name__
+            )
 
         return on_error
 
