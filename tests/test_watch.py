@@ -124,7 +124,11 @@ def watch_on_a_terminal(env: dict[str, str], rows: int = 40, columns: int = 200)
     if pid == 0:  # the child: size its terminal before the watch can read it, then exec at once
         fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         os.chdir(REPO)
-        os.execve(INVOKE, [INVOKE, "watch", "--stack", STACK], env)
+        # rich takes COLUMNS/LINES over the terminal's size when they are set (pytest-xdist's workers and
+        # CI may pass them down): give the same size both ways.
+        os.execve(
+            INVOKE, [INVOKE, "watch", "--stack", STACK], {**env, "COLUMNS": str(columns), "LINES": str(rows)}
+        )
     return pid, Output(master)
 
 
