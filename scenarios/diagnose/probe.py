@@ -34,7 +34,7 @@ from sim.model.values import lookup, proxy_settings, validate
 from sim.model.values_file import file_layer
 
 CURRENT, LEGACY = "1.4.0", "1.2.9"  # worker-utils: forward-proxy callbacks from 1.3.2 on
-PROBE_TIMEOUT = 4  # seconds a probe call waits: a healthy callback takes milliseconds, a failed one is told
+PROBE_TIMEOUT = 2  # seconds a probe call waits: a healthy callback takes milliseconds, a failed one is told
 
 
 @dataclass(frozen=True)
