@@ -29,7 +29,7 @@ INVOKE = str(Path(sys.executable).parent / "invoke")
 STACK = "watched"
 COMMAND_TIMEOUT = 90.0  # invoke up or a batch of calls, on a loaded CI machine
 ROW_TIMEOUT = 20.0  # a finished callback's row is drawn within a poll interval plus its settle time
-EXIT_TIMEOUT = 10.0  # the watch ends within a poll interval of Ctrl-C or the stack going down
+EXIT_TIMEOUT = 30.0  # the watch ends within a poll interval of Ctrl-C or the stack going down; slack for load
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
