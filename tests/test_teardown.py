@@ -33,7 +33,9 @@ SEED = 20261129
 MOMENTS = 20  # the number: interrupt `invoke up` at 20 seeded random moments
 WINDOW = 1.2  # seconds from the start of `invoke up`: imports, certificates, both launch phases
 WAVE = 4  # interrupted runs side by side, so 20 of them fit in a quarter of a minute on 2 cores
-EXIT_TIMEOUT = 60.0  # an interrupted `invoke up` stops its components (3 s grace each, worst case), on a busy machine
+EXIT_TIMEOUT = (
+    60.0  # an interrupted `invoke up` stops its components (3 s grace each, worst case), on a busy machine
+)
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="scans /proc for leftovers")
 
 
