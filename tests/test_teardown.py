@@ -219,9 +219,8 @@ EXEC_TIMEOUT = 10.0  # fork to exec of `invoke up` (slow only on a loaded machin
 
 
 def executing(proc: subprocess.Popen) -> float:
-    """When the child has become `invoke` (exec done). A signal sent between fork and exec is taken by the
-    parent's inherited handler and lost at exec, a gap no Ctrl-C of a person's falls into; under load that
-    gap outlasted the first moments, and those `up`s ran to the end as if never signalled."""
+    """When the child has become `invoke` (exec done): the moments measure the program, not how long a
+    loaded machine takes to fork and exec it."""
     deadline = time.monotonic() + EXEC_TIMEOUT
     while time.monotonic() < deadline:
         try:
