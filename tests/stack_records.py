@@ -68,3 +68,19 @@ class Records:
                     f"no {what} matching {match} within {timeout} s; the last ones written: {records()[-3:]}"
                 )
             time.sleep(POLL_INTERVAL)
+
+
+def stack_processes(state: Path) -> list[int]:
+    """Live processes whose command line names this stack's state folder (what `invoke down` must stop)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            zombie = (proc / "stat").read_text().split(")")[-1].split()[0] == "Z"
+        except OSError:
+            continue
+        if str(state).encode() in cmdline and not zombie:
+            found.append(int(proc.name))
+    return found

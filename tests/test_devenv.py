@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stack_records import stack_processes
 
 from scenarios.devenv import call_step, fault_step, rotate_step, set_step, stack_flag, unknown_key_warnings
 from sim.errors import ConfigError
@@ -35,21 +36,6 @@ def run_invoke(*args: str, env: dict[str, str], stdin: str | None = None) -> sub
         timeout=COMMAND_TIMEOUT,
         check=False,
     )
-
-
-def stack_processes(state: Path) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            zombie = (proc / "stat").read_text().split(")")[-1].split()[0] == "Z"
-        except OSError:
-            continue
-        if str(state).encode() in cmdline and not zombie:
-            found.append(int(proc.name))
-    return found
 
 
 @pytest.fixture

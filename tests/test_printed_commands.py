@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stack_records import stack_processes
 
 REPO = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).parent / "invoke")  # the console script, as a user runs it
@@ -41,22 +42,6 @@ def printed_commands(stdout: str) -> list[str]:
         else:
             commands.append(line.strip())
     return commands
-
-
-def stack_processes(state: Path) -> list[int]:
-    """Processes whose command line names this stack's state folder (what `invoke down` must stop)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            zombie = (proc / "stat").read_text().split(")")[-1].split()[0] == "Z"
-        except OSError:
-            continue
-        if str(state).encode() in cmdline and not zombie:
-            found.append(int(proc.name))
-    return found
 
 
 @pytest.fixture
