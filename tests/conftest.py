@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,3 +38,18 @@ def http_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Local
 def invoke_env(tmp_path: Path) -> dict[str, str]:
     """Environment for running `invoke` as a user would, with state under tmp_path."""
     return {**os.environ, "NCPSIM_HOME": str(tmp_path / "state")}
+
+
+@pytest.fixture
+def sigint_as_on_a_terminal() -> Iterator[None]:
+    """Children started by the test get Ctrl-C's default action, as a terminal's foreground job does, even
+    when the test run itself ignores SIGINT (a shell's background job, `pytest &`): an ignored signal is
+    inherited across exec, and a test of what Ctrl-C does would then test nothing."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if previous is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from clusters.local import LocalBackend, LocalStack
+from clusters.local.launcher import InterruptGuard
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 
@@ -36,7 +37,10 @@ WAVE = 4  # interrupted runs side by side, so 20 of them fit in a quarter of a m
 EXIT_TIMEOUT = (
     60.0  # an interrupted `invoke up` stops its components (3 s grace each, worst case), on a busy machine
 )
-pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="scans /proc for leftovers")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="scans /proc for leftovers"),
+    pytest.mark.usefixtures("sigint_as_on_a_terminal"),
+]
 
 
 # Looking for leftovers -------------------------------------------------------------------------
@@ -287,6 +291,22 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
     # busy one); the launch phase is also interrupted deterministically below.
     record_property("interrupt_phases", json.dumps(phases, sort_keys=True))
     assert not problems, f"phases {phases}\n" + "\n".join(problems)
+
+
+def test_a_signal_ignored_from_the_start_stays_ignored() -> None:
+    """`invoke up &` in a script starts with SIGINT ignored: the guard leaves it so (and still turns
+    SIGTERM into cleanup), then puts every handler back."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        guard = InterruptGuard()
+        with guard.installed():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == guard._on_signal
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == before[1]
+    finally:
+        signal.signal(signal.SIGINT, before[0])
 
 
 # A crashed component, then `invoke down` ---------------------------------------------------------------

@@ -27,9 +27,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).parent / "invoke")
 STACK = "watched"
+pytestmark = pytest.mark.usefixtures("sigint_as_on_a_terminal")  # Ctrl-C typed must reach the watch
 COMMAND_TIMEOUT = 90.0  # invoke up or a batch of calls, on a loaded CI machine
 ROW_TIMEOUT = 20.0  # a finished callback's row is drawn within a poll interval plus its settle time
-EXIT_TIMEOUT = 30.0  # the watch ends within a poll interval of Ctrl-C or the stack going down; slack for load
+EXIT_TIMEOUT = 10.0  # the watch ends within a poll interval of Ctrl-C or the stack going down; slack for load
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 

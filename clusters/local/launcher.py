@@ -68,7 +68,11 @@ def phase_two(topology: Topology) -> list[ProcessSpec]:
 class InterruptGuard:
     """Ctrl-C and SIGTERM while this process owns components: both become KeyboardInterrupt, so cleanup
     runs (SIGTERM's default action would end `invoke up` at once and orphan every component started so
-    far), and inside `held()` they wait, so no signal lands between starting a child and recording it."""
+    far), and inside `held()` they wait, so no signal lands between starting a child and recording it.
+
+    A signal this process was started ignoring stays ignored: a shell runs `invoke up &` from a script
+    with SIGINT ignored, and catching it only once the guard is in place would honour a Ctrl-C that
+    lands late and drop one that lands early."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -88,7 +92,8 @@ class InterruptGuard:
             yield  # only the main thread may set handlers; there the caller owns interruption
             return
         previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
-        for sig in self.SIGNALS:
+        previous = {sig: handler for sig, handler in previous.items() if handler is not signal.SIG_IGN}
+        for sig in previous:
             signal.signal(sig, self._on_signal)
         try:
             yield
