@@ -105,6 +105,9 @@ class Replay:
         return "values changed (running pods keep what they started with until redeployed)"
 
     def redeploy(self, what: str) -> str:
+        if what in ("workers", "all"):  # new function pods: none of them predates the values any more
+            self.topology = self.topology.with_workers_redeployed()
+            write_file(self.stack.state_dir / "topology.json", self.topology.to_json())
         self.topology = self.stack.redeploy(self.topology, what)  # k3d pods come back with new IPs
         self.facts = replace(self.facts, pod_ips={p.name: p.ip for p in self.topology.pods})
         return f"redeployed {what}"

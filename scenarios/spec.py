@@ -190,7 +190,16 @@ def _workers(groups: list[dict[str, Any]], prefix: str) -> tuple[WorkerSpec, ...
     for group in groups:
         for _ in range(group.get("count", 1)):
             version = group.get("workerUtils", DEFAULT_WORKER_UTILS)
-            workers.append(WorkerSpec(f"{prefix}-{len(workers)}", "", version, group.get("trust", "system")))
+            workers.append(
+                WorkerSpec(
+                    f"{prefix}-{len(workers)}",
+                    "",
+                    version,
+                    group.get("trust", "system"),
+                    reads_nats_account=group.get("readsNatsAccount", True),
+                    created_before_pem=group.get("createdBeforePem", False),
+                )
+            )
     return tuple(workers)
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Observation, World, cause_of, judge
-from scenarios.diagnose.probe import diagnose, parse_workers
+from scenarios.diagnose.probe import default_profiles, diagnose, parse_workers
 from scenarios.diagnose.symptoms import SYMPTOMS, rank
 from sim.errors import ConfigError
 
@@ -45,7 +45,18 @@ SYMPTOM_ROWS = [
         "upstream connect error or disconnect/reset before headers. reset reason: connection failure",
         "pod-cert-untrusted",
     ),
+    (
+        (
+            "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, "
+            "transport failure reason: delayed connect error: 111"
+        ),
+        "upstream-tls-mismatch",
+    ),
     ("nats: Authorization Violation", "nats-auth-rejected"),
+    (
+        'Authentication failed {"error": "plugin webhook not found for account Worker"}',
+        "nats-account-not-read",
+    ),
     ("nats.workerAuth must be nkey or token", "nats-auth-mode"),
     ("nats.authCallout.workerTokenAuth.webhookUrl must be set in token mode", "callout-webhook-empty"),
     ("global.workerEndpoints.invocationProxyURL must be covered by *.<workerDomain>", "invocation-proxy-url"),
@@ -171,6 +182,43 @@ OBSERVATION_ROWS = [
         LB,
         "callback-wrong-pod",
     ),
+    (
+        Observation(
+            "1.4.0:system:before-pem", "http-echo", False, "tls", "certificate verify failed", before_pem=True
+        ),
+        World(proxy_enabled=True, pem_set=True),
+        "pem-not-redeployed",
+    ),
+    (
+        Observation(
+            "1.4.0:system:no-nats-account",
+            "http-echo",
+            False,
+            "nats",
+            "nats: 'Authorization Violation'; auth callout log: Authentication failed "
+            '{"error": "plugin webhook not found for account Worker"}',
+        ),
+        World(proxy_enabled=True, worker_auth="token"),
+        "nats-account-not-read",
+    ),
+    (
+        Observation("1.4.0:system", "http-echo", False, "nats", "nats: 'Authorization Violation'"),
+        World(proxy_enabled=True, worker_auth="token"),
+        "nats-auth-rejected",
+    ),
+    (
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "get",
+            "GET answered 503",
+            statuses=(503,),
+            proxy=((503, "UF"),),
+        ),
+        World(proxy_enabled=True, pod_worker_tls=False),
+        "upstream-tls-mismatch",
+    ),
     (Observation("1.4.0:system", "http-echo", True), LB, None),
 ]
 
@@ -209,6 +257,7 @@ RENDER_ROWS = [
         "callout-webhook-empty",
     ),
     ({"api": {"podAnnotations": {"team": 7}}}, "pod-annotations"),
+    ({"invocation": {"workerTls": {"enabled": "yes"}}}, "values-refused"),
 ]
 
 
@@ -228,6 +277,35 @@ def test_render_refusals_come_first_with_their_fix(tmp_path: Path, values: dict,
 def test_bad_worker_spec_is_one_line() -> None:
     with pytest.raises(ConfigError, match="VERSION:TRUST"):
         parse_workers("1.2.9:everything")
+    with pytest.raises(ConfigError, match="flags: before-pem, no-nats-account"):
+        parse_workers("1.4.0:system:newest")
+
+
+def test_worker_flags_become_the_scenario_worker_group() -> None:
+    (profile,) = parse_workers("1.4.0:system:before-pem:no-nats-account")
+    assert profile.label == "1.4.0:system:before-pem:no-nats-account"
+    assert profile.worker_group(2) == {
+        "count": 2,
+        "trust": "system",
+        "workerUtils": "1.4.0",
+        "createdBeforePem": True,
+        "readsNatsAccount": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("world", "what_ifs"),
+    [
+        (World(proxy_enabled=True), ["1.2.9:system"]),
+        (World(proxy_enabled=True, pem_set=True), ["1.2.9:system", "1.4.0:system:before-pem"]),
+        (World(proxy_enabled=True, worker_auth="token"), ["1.2.9:system", "1.4.0:system:no-nats-account"]),
+    ],
+    ids=["plain", "pem-set", "token-mode"],
+)
+def test_the_default_probes_ask_the_what_ifs_the_values_raise(world: World, what_ifs: list[str]) -> None:
+    profiles = default_profiles(world)
+    assert [p.label for p in profiles if not p.what_if] == ["1.4.0:system"]
+    assert [p.label for p in profiles if p.what_if] == what_ifs
 
 
 # -- live: the customer's world on the local backend -------------------------------------------------------
@@ -304,6 +382,17 @@ def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
 
 TICKET_ROWS = [
     ({"workerCallbackProxy": PROXY}, ("--workers", "1.4.0:system"), "worker-ca-missing"),
+    ({"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.4.0:system:before-pem"), "pem-not-redeployed"),
+    (
+        {"workerCallbackProxy": PROXY, **PEM, "invocation": {"workerTls": {"enabled": False}}},
+        ("--workers", "1.4.0:system"),
+        "upstream-tls-mismatch",
+    ),
+    (
+        {"workerCallbackProxy": PROXY, **PEM, "nats": {"workerAuth": "token"}},
+        ("--workers", "1.4.0:system:no-nats-account"),
+        "nats-account-not-read",
+    ),
     ({"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.2.9:system"), "legacy-worker-connect-off"),
     (
         {
@@ -363,6 +452,17 @@ CAUSE_ROWS = [
     ),
     ("proxy-unreachable", {"workerCallbackProxy": {**PROXY, "service": {"type": "ClusterIP"}}, **PEM}, ()),
     ("proxy-disabled", {"workerCallbackProxy": {"enabled": False}}, ()),
+    ("pem-not-redeployed", {"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.4.0:system:before-pem")),
+    (
+        "upstream-tls-mismatch",
+        {"workerCallbackProxy": PROXY, **PEM, "invocation": {"workerTls": {"enabled": False}}},
+        (),
+    ),
+    (
+        "nats-account-not-read",
+        {"workerCallbackProxy": PROXY, **PEM, "nats": {"workerAuth": "token"}},
+        ("--workers", "1.4.0:system:no-nats-account"),
+    ),
     (
         "frontend-private-ca",
         {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}},
@@ -387,6 +487,8 @@ def test_each_cause_is_named_first_with_its_fix(
         if extra == ("EXPIRED",):
             values = {**values, "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}}
     one_probe = ("--workers", "1.4.0:system")  # one stack, not the default two: the suite's time
+    if "--workers" in args:
+        one_probe = ()
     done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--json", *one_probe, *args)
     assert done.returncode == 1, done.stdout + done.stderr
     first = json.loads(done.stdout)["findings"][0]

@@ -1,4 +1,5 @@
-"""A flood of events (one per DNS query) is capped per component, and what was dropped is counted."""
+"""A flood of events (one per DNS query) is capped per component, and what was dropped is counted; a
+restarted component appends to its events file, and mints from another seed for it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import json
 from pathlib import Path
 
 from sim.model.events import EventLog, read_events
+from sim.model.topology import CONTROL_CLUSTER, build
+from sim.model.values import DEFAULTS, deep_merge
+from sim.runtime.component import Context
 
 
 def test_events_past_the_cap_are_counted_not_written(tmp_path: Path) -> None:
@@ -57,3 +61,18 @@ def test_the_access_log_is_capped_and_says_how_many_lines_it_dropped(tmp_path: P
         r["path"].startswith("/x") for r in kept
     )  # the comments parse as nothing
     assert text.splitlines()[-1] == f"# ncpsim: {200 - len(kept)} access-log lines dropped past the cap"
+
+
+def test_a_restarted_pod_mints_other_request_ids(tmp_path: Path) -> None:
+    """The first start of a pod mints what it minted in every replay; its restart (the same name, the
+    events file already written to) mints anew, so no request id is handed out twice."""
+    topology = build("ids", deep_merge(DEFAULTS, {}))
+    first = Context(tmp_path, topology, "invocation-service-0", CONTROL_CLUSTER)
+    again = Context(tmp_path / "other", topology, "invocation-service-0", CONTROL_CLUSTER)
+    assert first.mint_seed == again.mint_seed  # reproducible: nothing earlier in either
+    first.events.emit("component.ready")
+    first.events.close()
+    restarted = Context(tmp_path, topology, "invocation-service-0", CONTROL_CLUSTER)
+    assert restarted.mint_seed != first.mint_seed
+    restarted.events.close()
+    again.events.close()

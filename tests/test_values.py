@@ -372,7 +372,7 @@ def test_recursive_alias_does_not_hang(tmp_path: Path) -> None:
 # -- proxy settings ------------------------------------------------------------------------------------
 DEFAULT_URL = f"https://invocation.{WD}:10084"
 BASE = ProxySettings(
-    False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False
+    False, WD, STACK, FRONTEND_SECRET, True, False, DEFAULT_URL, False, True
 )  # the stack's defaults
 
 
@@ -383,7 +383,11 @@ BASE = ProxySettings(
         (ON, {"enabled": True}),
         (nested(SECRET, "my-tls"), {"frontend_issuer": PUBLIC, "frontend_secret": "my-tls"}),
         (nested(REF, CLUSTER_ISSUER), {"frontend_issuer": PUBLIC, "frontend_secret": PUBLIC_FRONTEND_SECRET}),
-        (nested("workerCallbackProxy.invocation.upstreamTls.enabled", False), {"upstream_tls": False}),
+        (
+            nested("workerCallbackProxy.invocation.upstreamTls.enabled", False),
+            {"upstream_tls": False, "pod_worker_tls": False},
+        ),
+        (nested("invocation.workerTls.enabled", False), {"pod_worker_tls": False}),
         (nested("workerCallbackProxy.invocation.connect.enabled", True), {"connect_enabled": True}),
         (nested(URL, f"https://callbacks.{WD}:443"), {"invocation_proxy_url": f"https://callbacks.{WD}:443"}),
         (
@@ -405,6 +409,7 @@ BASE = ProxySettings(
         "existingSecret",
         "issuerRef",
         "plain upstream",
+        "worker TLS listener off",
         "connect",
         "url override",
         "other domain",

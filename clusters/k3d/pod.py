@@ -89,6 +89,7 @@ class KubeContext(Context):
     def __post_init__(self) -> None:
         self.events = StdoutEvents(self.name)  # type: ignore[assignment]
         self.netmap = LiveNetMap(self.state_dir / "netmap.json")  # unused in a pod; kept for the type
+        self.mint_seed = f"{self.topology.seed}:{self.name}"  # a restarted pod is a new pod, named anew
 
     def dns_server(self) -> tuple[str, int]:
         return nameserver(), DNS_PORT

@@ -78,7 +78,8 @@ class ClusterLauncher:
     addresses: Addresses
 
     def redeploy(self, topology: Topology, what: str) -> None:
-        rendered = replace(self.scenario_topology, values=topology.values)
+        # the values and the function pods as the replay now has them (a workers redeploy makes new pods)
+        rendered = replace(self.scenario_topology, values=topology.values, workers=topology.workers)
         material = cert_material(self.backend.state / "certs", rendered)
         for cluster, objects in manifests_by_cluster(rendered, material, self.addresses).items():
             chosen = select(objects, what, compute=cluster != CONTROL_CLUSTER)
@@ -131,11 +132,13 @@ class K3dStack:
     def redeploy(self, topology: Topology, what: str) -> Topology:
         addresses = self.addresses or self.k3d.addresses(self.scenario_topology)
         ClusterLauncher(self.k3d, self.scenario_topology, addresses).redeploy(topology, what)
-        self.scenario_topology = replace(self.scenario_topology, values=topology.values)
+        self.scenario_topology = replace(
+            self.scenario_topology, values=topology.values, workers=topology.workers
+        )
         if what in ("pods", "all"):  # new pods, new IPs: the forwards follow them
             self.topology = self._forward(live_topology(self.k3d.runner, self.scenario_topology))
         else:
-            self.topology = replace(self.topology, values=topology.values)
+            self.topology = replace(self.topology, values=topology.values, workers=topology.workers)
         return self.topology
 
     def status(self) -> Json | None:

@@ -144,6 +144,8 @@ def worker_deployment(
     volumes, mounts = _base_volumes()
     _with_cas(volumes, mounts)
     env = [kube.env_value(ENV_WORKER, worker.name)]
+    if worker.created_before_pem:  # the pod as NVCA created it before workerCallbackCaPem was set
+        proxy_ca_pem = ""
     if proxy_ca_pem.strip():
         env.append(kube.env_value(ENV_PROXY_CA, proxy_ca_pem))
     container = _container("workers", worker.cluster, [], mounts, image, env)

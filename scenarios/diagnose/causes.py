@@ -168,6 +168,16 @@ CAUSES: dict[str, Cause] = {
             "(workerCallbackProxy.invocation.upstreamTls.enabled)",
         ),
         Cause(
+            "upstream-tls-mismatch",
+            "the proxy sends upstream TLS to the pod's 8443, but the pod's worker TLS listener is off",
+            "error",
+            f'{WCP}, "Prerequisites"',
+            "leave invocation.workerTls unset, so the stack turns the listener on with upstream TLS, on an "
+            "invocation-service image with worker TLS support (or set "
+            "workerCallbackProxy.invocation.upstreamTls.enabled: false where the network to the pod is "
+            "trusted), then apply the stack",
+        ),
+        Cause(
             "callback-wrong-pod",
             "the callback landed on another pod than the one holding the request",
             "error",
@@ -180,6 +190,14 @@ CAUSES: dict[str, Cause] = {
             "error",
             f'{WCP}, "Callback path and CONNECT"',
             "only /v2/nvcf/worker/request-attach is forwarded",
+        ),
+        Cause(
+            "nats-account-not-read",
+            "token mode, but the workers' worker-utils does not read NVCF_NATS_ACCOUNT (asks for account Worker)",
+            "error",
+            f'{CPO}, "Worker NATS Authentication"',
+            "run the functions on a worker-utils image that reads NVCF_NATS_ACCOUNT (with an NVCF API that "
+            "sends APP), or set nats.workerAuth: nkey and redeploy those functions until they are upgraded",
         ),
         Cause(
             "nats-auth-rejected",

@@ -37,6 +37,9 @@ class World:
     connect_enabled: bool = False
     compute_clusters: int = 1
     rewrite_other_domain: bool = False  # the customer's rewrite names another domain than the workerDomain
+    worker_auth: str = "nkey"  # nats.workerAuth
+    upstream_tls: bool = True  # the proxy dials the pod's 8443 with TLS
+    pod_worker_tls: bool = True  # the pod's 8443 worker TLS listener is on
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Observation:
     dns_rcode: str | None = None
     statuses: tuple[int, ...] = ()
     proxy: tuple[tuple[int, str], ...] = ()  # (status, response flag) per access-log line
+    before_pem: bool = False  # the probe worker's pod predates workerCallbackCaPem (no NVCF_PROXY_CA_PEM)
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def cause_of(obs: Observation, world: World) -> str | None:
         return None
     error, stage = (obs.error or "").lower(), obs.stage or ""
     if stage == "nats":
-        return "nats-auth-rejected"
+        return "nats-account-not-read" if "for account worker" in error else "nats-auth-rejected"
     if not world.proxy_enabled and world.compute_clusters:
         return "proxy-disabled"  # compute workers are handed pod names they can neither resolve nor reach
     if stage == "dns" or obs.dns_rcode in ("NXDOMAIN", "SERVFAIL"):
@@ -104,22 +108,29 @@ def cause_of(obs: Observation, world: World) -> str | None:
         return "proxy-unreachable" if world.service_type != "LoadBalancer" else "rewrite-wrong-address"
     if stage == "tls" or "certificate verify failed" in error:
         return _tls_cause(obs, world, error)
-    return _status_cause(obs)
+    return _status_cause(obs, world)
 
 
 def _tls_cause(obs: Observation, world: World, error: str) -> str:
     if "expired" in error:
         return "frontend-expired"
+    if world.pem_set and obs.before_pem:
+        return "pem-not-redeployed"  # the values have the PEM; this worker's pod was created without it
     if world.pem_set:
         return "worker-ca-stale"  # the workers got a PEM, and it does not sign what they were shown
     return "frontend-private-ca" if world.frontend == "brought" else "worker-ca-missing"
 
 
-def _status_cause(obs: Observation) -> str:
+def _status_cause(obs: Observation, world: World) -> str:
     statuses = set(obs.statuses) | {s for s, _ in obs.proxy}
     flags = {f for _, f in obs.proxy}
     if 503 in statuses or "UF" in flags or "CERTIFICATE_VERIFY_FAILED" in (obs.error or ""):
-        return "pod-cert-untrusted" if "CERTIFICATE_VERIFY_FAILED" in (obs.error or "") else "pod-unreachable"
+        if "CERTIFICATE_VERIFY_FAILED" in (obs.error or ""):
+            return "pod-cert-untrusted"
+        # the values say the proxy dials a listener the pod does not open
+        return (
+            "upstream-tls-mismatch" if world.upstream_tls and not world.pod_worker_tls else "pod-unreachable"
+        )
     if 404 in statuses or "NR" in flags:
         return "wrong-path"
     if 401 in statuses:
@@ -149,5 +160,5 @@ def _evidence(obs: Observation) -> str:
         parts.append(f"DNS {obs.dns_rcode}")
     parts += [f"proxy {status} {flag}" for status, flag in obs.proxy]
     if obs.error:
-        parts.append(obs.error[:200])
+        parts.append(obs.error[:400])  # room for the auth callout's line after the client's error
     return "; ".join(parts)

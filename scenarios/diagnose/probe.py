@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from clusters.local import LocalBackend
+from clusters.local.launcher import NATS_CALLOUT
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Finding, Observation, RenderIssue, World, cause_of, judge
 from scenarios.diagnose.symptoms import rank
@@ -34,17 +36,34 @@ from sim.model.values import lookup, proxy_settings, validate
 from sim.model.values_file import file_layer
 
 CURRENT, LEGACY = "1.4.0", "1.2.9"  # worker-utils: forward-proxy callbacks from 1.3.2 on
+PARALLEL_PROBES = 2  # probe stacks at once: start-up is CPU-bound, and two cores are the common laptop floor
 PROBE_TIMEOUT = 2  # seconds a probe call waits: a healthy callback takes milliseconds, a failed one is told
+
+
+BEFORE_PEM = "before-pem"  # the pod was created before workerCallbackCaPem was set (no NVCF_PROXY_CA_PEM)
+NO_NATS_ACCOUNT = "no-nats-account"  # a worker-utils image that does not read NVCF_NATS_ACCOUNT
+FLAGS = (BEFORE_PEM, NO_NATS_ACCOUNT)
 
 
 @dataclass(frozen=True)
 class Profile:
     worker_utils: str
     trust: str  # "system": system roots plus NVCF_PROXY_CA_PEM as the values give it; "stack": CA baked in
+    flags: tuple[str, ...] = ()  # of FLAGS
+    what_if: bool = False  # a default probe asking "what if such workers run?": its findings are notes
 
     @property
     def label(self) -> str:
-        return f"{self.worker_utils}:{self.trust}"
+        return ":".join((self.worker_utils, self.trust, *self.flags))
+
+    def worker_group(self, count: int) -> dict[str, Any]:
+        """The scenario file's worker group for this profile."""
+        group: dict[str, Any] = {"count": count, "trust": self.trust, "workerUtils": self.worker_utils}
+        if BEFORE_PEM in self.flags:
+            group["createdBeforePem"] = True
+        if NO_NATS_ACCOUNT in self.flags:
+            group["readsNatsAccount"] = False
+        return group
 
 
 @dataclass
@@ -103,17 +122,27 @@ def parse_rewrite(spec: str) -> Rewrite:
 
 
 def parse_workers(spec: str) -> list[Profile]:
-    """`1.2.9:system,1.4.0:stack` -> profiles; a one-line error otherwise."""
+    """`1.2.9:system,1.4.0:stack:before-pem` -> profiles; a one-line error otherwise."""
     profiles = []
     for item in filter(None, (s.strip() for s in spec.split(","))):
-        version, _, trust = item.partition(":")
-        if trust not in ("stack", "system") or not all(p.isdigit() for p in version.split(".")):
+        version, _, rest = item.partition(":")
+        trust, *flags = rest.split(":")
+        if (
+            trust not in ("stack", "system")
+            or not all(p.isdigit() for p in version.split("."))
+            or any(f not in FLAGS for f in flags)
+        ):
             raise ConfigError(
-                f"--workers {item!r}: write VERSION:TRUST, e.g. 1.2.9:system,1.4.0:stack "
-                f"(trust is stack or system)"
+                f"--workers {item!r}: write VERSION:TRUST[:FLAG...], e.g. 1.2.9:system,1.4.0:stack "
+                f"(trust is stack or system; flags: {', '.join(FLAGS)})"
             )
-        profiles.append(Profile(version, trust))
+        profiles.append(Profile(version, trust, tuple(dict.fromkeys(flags))))
     return profiles
+
+
+def parse_label(label: str) -> Profile:
+    """A probe worker's label (VERSION:TRUST[:FLAG...]) back into its profile."""
+    return parse_workers(label)[0]
 
 
 def customer_values(files: Sequence[Path], sets: Sequence[str]) -> Layered:
@@ -123,8 +152,10 @@ def customer_values(files: Sequence[Path], sets: Sequence[str]) -> Layered:
 def customer_only(layered: Layered) -> dict[str, Any]:
     """The keys the customer's files and --set gave, with their merged values (for a ticket)."""
     out: dict[str, Any] = {}
+    given = [path for path, origin in layered.origins.items() if origin.kind != DEFAULT]
     for path, origin in layered.origins.items():
-        if origin.kind != DEFAULT:
+        # a mapping's own origin would bring the chart defaults under it along: only its given leaves
+        if origin.kind != DEFAULT and not any(other.startswith(f"{path}.") for other in given):
             parts = tuple(path.split("."))
             node = out
             for part in parts[:-1]:
@@ -138,7 +169,8 @@ def write_ticket(d: Diagnosis, path: Path) -> list[Path]:
     if not d.findings:
         raise ConfigError("no finding to write a ticket for")
     top = d.ranked()[0]
-    scenario = ticket(top, d.values, d.probe_of.get(top.cause.id, f"{CURRENT}:system"), d.refusal)
+    probe = parse_label(d.probe_of.get(top.cause.id, f"{CURRENT}:system"))
+    scenario = ticket(top, d.values, probe.worker_group(2), d.refusal)
     return write(path, scenario, d.values)
 
 
@@ -152,13 +184,22 @@ def world_of(values: dict[str, Any], dns: Rewrite | None = None) -> World:
         frontend="stack" if settings.frontend_issuer == "stack" else "brought",
         pem_set=settings.worker_ca_pem_set,
         connect_enabled=settings.connect_enabled,
+        worker_auth=str(lookup(values, ("nats", "workerAuth"), "nkey")),
+        upstream_tls=settings.upstream_tls,
+        pod_worker_tls=settings.pod_worker_tls,
     )
 
 
 def default_profiles(world: World) -> list[Profile]:
     """A function pod as NVCA starts it (system roots plus NVCF_PROXY_CA_PEM when the values give one),
-    with current worker-utils and with one older than 1.3.2."""
-    return [Profile(CURRENT, "system"), Profile(LEGACY, "system")]
+    with current worker-utils; then the what-ifs the values make worth asking: a worker-utils older than
+    1.3.2, a pod created before the PEM was set, an image that does not read NVCF_NATS_ACCOUNT."""
+    profiles = [Profile(CURRENT, "system"), Profile(LEGACY, "system", what_if=True)]
+    if world.pem_set:
+        profiles.append(Profile(CURRENT, "system", (BEFORE_PEM,), what_if=True))
+    if world.worker_auth == "token":
+        profiles.append(Profile(CURRENT, "system", (NO_NATS_ACCOUNT,), what_if=True))
+    return profiles
 
 
 def diagnose(
@@ -182,14 +223,16 @@ def diagnose(
     profiles = parse_workers(workers) if workers else default_profiles(world)
     observations = [] if issues else observe(layered.values, profiles, root, dns, secrets)
     findings = judge(issues, observations, world)
-    # The default older-worker probe asks "what if some workers are old?": its failure is a note, unless
-    # the user said such workers run (--workers) or the symptom points at it.
+    # A what-if probe asks "what if some workers are old, or predate the PEM?": what only such probes hit
+    # is a note, unless the symptom points at it (with --workers, the user said such workers run).
     named = {c.id for c in rank(symptom)} if symptom else set()
-    notes = [
-        f
-        for f in findings
-        if f.cause.id == "legacy-worker-connect-off" and not workers and f.cause.id not in named
-    ]
+    what_if = {p.label for p in profiles if p.what_if}
+    hit_by: dict[str, set[str]] = {}
+    for obs in observations:
+        cause = cause_of(obs, world)
+        if cause is not None:
+            hit_by.setdefault(cause, set()).add(obs.probe)
+    notes = [f for f in findings if f.cause.id not in named and hit_by.get(f.cause.id, {""}) <= what_if]
     result = Diagnosis(
         [f for f in findings if f not in notes],
         warnings,
@@ -215,20 +258,60 @@ def observe(
     dns: Rewrite | None = None,
     secrets: Sequence[str] = (),
 ) -> list[Observation]:
+    """Every profile's stack, PARALLEL_PROBES at a time (each is isolated: own ports, own state folder),
+    so a diagnosis with its what-if probes costs about what two stacks cost one after the other."""
     with tempfile.TemporaryDirectory(prefix="ncpsim-diagnose-") as scratch:
         backend = LocalBackend(root or Path(scratch) / "state")
-        found: list[Observation] = []
-        for n, profile in enumerate(profiles):
-            path = Path(scratch) / f"probe-{n}.yaml"
-            path.write_text(yaml.safe_dump(probe_scenario(values, profile, dns), sort_keys=False))
-            scenario = with_brought_secrets(
-                load_scenario(str(path)), list(secrets)
-            )  # the customer's own certs
-            result = run_scenario(scenario, backend, f"diagnose-{n}", keep=False)
-            refused = of_kind(read_events(backend.attach(f"diagnose-{n}").state_dir), "worker.nats.refused")
-            found += observations_of(result, profile, refused)
-            backend.attach(f"diagnose-{n}").down(purge=True)
-        return found
+        names = [f"diagnose-{n}" for n in range(len(profiles))]
+        with ThreadPoolExecutor(max_workers=PARALLEL_PROBES, thread_name_prefix="probe") as pool:
+            futures = [
+                pool.submit(_probe, backend, Path(scratch), name, values, profile, dns, secrets)
+                for name, profile in zip(names, profiles, strict=True)
+            ]
+            try:
+                return [obs for future in futures for obs in future.result()]
+            except BaseException:  # Ctrl-C: start nothing more, and stop every probe stack already started
+                pool.shutdown(wait=False, cancel_futures=True)
+                for name in names:
+                    backend.attach(name).down(purge=True)
+                raise
+
+
+def _probe(
+    backend: LocalBackend,
+    scratch: Path,
+    name: str,
+    values: dict[str, Any],
+    profile: Profile,
+    dns: Rewrite | None,
+    secrets: Sequence[str],
+) -> list[Observation]:
+    path = scratch / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(probe_scenario(values, profile, dns), sort_keys=False))
+    scenario = with_brought_secrets(load_scenario(str(path)), list(secrets))  # the customer's own certs
+    stack = backend.attach(name)
+    try:
+        result = run_scenario(scenario, backend, name, keep=False)
+        events = read_events(stack.state_dir)
+        # a login refused once and then accepted (timed out on a busy machine) explains nothing
+        signed_in = {e.get("worker") for e in of_kind(events, "worker.nats.connected")}
+        refused = [e for e in of_kind(events, "worker.nats.refused") if e.get("worker") not in signed_in]
+        return observations_of(result, profile, refused, callout_refusals(stack.state_dir))
+    finally:
+        stack.down(purge=True)
+
+
+FAILED = "Authentication failed"  # the callout's line for a refused login, with its reason
+
+
+def callout_refusals(state_dir: Path) -> list[str]:
+    """The auth callout's "Authentication failed" lines: its reason, which nats-server does not pass on
+    to the client (the worker only sees 'Authorization Violation')."""
+    log = state_dir / "logs" / f"{NATS_CALLOUT}.log"
+    if not log.exists():
+        return []
+    lines = log.read_text(errors="replace").splitlines()
+    return [line[line.index(FAILED) :].strip() for line in lines if FAILED in line]
 
 
 def probe_scenario(values: dict[str, Any], profile: Profile, dns: Rewrite | None = None) -> dict[str, Any]:
@@ -261,7 +344,7 @@ def probe_scenario(values: dict[str, Any], profile: Profile, dns: Rewrite | None
             "grpcProxyReplicas": 1 if grpc else 0,
             "computeClusters": [
                 {
-                    "workers": [{"count": 1, "trust": profile.trust, "workerUtils": profile.worker_utils}],
+                    "workers": [profile.worker_group(1)],
                     **({"dnsRewrite": dns.to_topology()} if dns else {}),
                 }
             ],
@@ -271,7 +354,10 @@ def probe_scenario(values: dict[str, Any], profile: Profile, dns: Rewrite | None
 
 
 def observations_of(
-    result: ScenarioResult, profile: Profile, refused: list[dict[str, Any]] = ()
+    result: ScenarioResult,
+    profile: Profile,
+    refused: Sequence[dict[str, Any]] = (),
+    callout: Sequence[str] = (),
 ) -> list[Observation]:
     """Each call's observation; a worker that NATS refused never took work, so the calls it never took
     are explained by the refusal (its error as the callout and the server gave it), not by a timeout."""
@@ -285,7 +371,8 @@ def observations_of(
             ",".join(first.get("functions", [])),
             False,
             "nats",
-            f"NATS sign-in refused ({first.get('credentials')}): {first.get('error')}",
+            f"NATS sign-in refused ({first.get('credentials')}): {first.get('error')}"
+            + (f"; auth callout log: {callout[0]}" if callout else ""),
         )
         return [nats] + [observation(t, profile) for t in traces if t.worker is not None]
     return [observation(t, profile) for t in traces]
@@ -304,6 +391,7 @@ def observation(t: CallTrace, profile: Profile) -> Observation:
         rcode if rcode and rcode != "NOERROR" else None,
         tuple(t.worker_statuses),
         proxy,
+        BEFORE_PEM in profile.flags,
     )
 
 

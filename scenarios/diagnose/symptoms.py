@@ -27,6 +27,8 @@ SYMPTOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
         r"x509: certificate is valid for|certificate is not valid for|hostname mismatch",
         ("invocation-proxy-url",),
     ),
+    # Envoy's transport failure reason when the pod's port is closed (before the generic refusal row)
+    (r"delayed connect error", ("upstream-tls-mismatch", "pod-unreachable")),
     (r"no such host|nxdomain|cannot resolve|server misbehaving", ("rewrite-missing", "rewrite-wrong-domain")),
     (
         r"connection refused|i/o timeout|no route to host|network is unreachable|timed out|unreachable",
@@ -40,11 +42,12 @@ SYMPTOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         r"\b503\b|upstream connect error|\bUF\b|CERTIFICATE_VERIFY_FAILED",
-        ("pod-cert-untrusted", "pod-unreachable"),
+        ("pod-cert-untrusted", "pod-unreachable", "upstream-tls-mismatch"),
     ),
+    (r"not found for account Worker|account Worker", ("nats-account-not-read",)),
     (
         r"authorization violation|nats: .*authori[sz]ation|authentication (failed|denied)|plugin .* not found",
-        ("nats-auth-rejected", "callout-webhook-empty", "nats-auth-mode"),
+        ("nats-auth-rejected", "nats-account-not-read", "callout-webhook-empty", "nats-auth-mode"),
     ),
 )
 

@@ -25,6 +25,7 @@ class Fix:
     values: dict[str, Any]
     redeploy: str  # what the fix needs rolled out: workers (new function pods) or the proxy
     error: str | None  # what the worker reports before the fix
+    timeout: float | None = None  # seconds the failing calls wait, when no worker ever takes them
 
 
 def _nested(parts: tuple[str, ...], value: Any) -> dict[str, Any]:
@@ -40,13 +41,19 @@ FIXES: dict[str, Fix] = {
     "legacy-worker-connect-off": Fix(
         {"workerCallbackProxy": {"invocation": {"connect": {"enabled": True}}}}, "proxy", "answered 404"
     ),
+    # the listener on again, as the stack would have it with upstream TLS
+    "upstream-tls-mismatch": Fix({"invocation": {"workerTls": {"enabled": True}}}, "pods", "503"),
+    # the values are right already: new function pods get NVCF_PROXY_CA_PEM
+    "pem-not-redeployed": Fix({}, "workers", "certificate verify failed"),
+    # back to the shared NKey, which an older worker-utils can use, until the images are upgraded
+    "nats-account-not-read": Fix({"nats": {"workerAuth": "nkey"}}, "workers", None, timeout=3.0),
 }
 
 
 def ticket(
-    finding: Finding, values: dict[str, Any], probe: str, message: str | None = None
+    finding: Finding, values: dict[str, Any], workers: dict[str, Any], message: str | None = None
 ) -> dict[str, Any]:
-    """The scenario for `finding`, seen by probe worker `probe` (VERSION:TRUST)."""
+    """The scenario for `finding`, seen by the worker group `workers` (the probe worker's profile)."""
     cause = finding.cause
     head = {
         "name": f"ticket-{cause.id}",
@@ -62,15 +69,22 @@ def ticket(
         raise ConfigError(
             f"no ticket template for {cause.id} yet; write the scenario by hand from the finding"
         )
-    version, _, trust = probe.partition(":")
     steps: list[dict[str, Any]] = [
         {
             "name": "as the customer has it",
-            "invoke": {"function": "http-echo", "count": 2},
+            "invoke": {
+                "function": "http-echo",
+                "count": 2,
+                **({"timeout": fix.timeout} if fix.timeout else {}),
+            },
             "expect": {"outcome": "failure", **({"error": fix.error} if fix.error else {})},
         },
         # Work waits in the function's JetStream stream until the new pods pull it: no wait step needed.
-        {"name": f"the fix: {cause.fix}"[:120], "setValues": fix.values, "redeploy": fix.redeploy},
+        {
+            "name": f"the fix: {cause.fix}"[:120],
+            **({"setValues": fix.values} if fix.values else {}),
+            "redeploy": fix.redeploy,
+        },
         {
             "name": "after the fix",
             "invoke": {"function": "http-echo", "count": 2},
@@ -82,7 +96,7 @@ def ticket(
         "topology": {
             "invocationReplicas": 2,
             "grpcProxyReplicas": 0,
-            "computeClusters": [{"workers": [{"count": 2, "trust": trust, "workerUtils": version}]}],
+            "computeClusters": [{"workers": [workers]}],
         },
         "steps": steps,
     }

@@ -103,6 +103,10 @@ class WorkerSpec:
     cluster: str
     worker_utils: str = "1.4.0"  # version of the worker-utils profile
     trust: str = "stack"  # "stack" (gets NVCF_PROXY_CA_PEM if configured) | "system" | "none"
+    # worker-utils that reads NVCF_NATS_ACCOUNT; an older image asks NATS for the account Worker instead
+    reads_nats_account: bool = True
+    # a pod NVCA created before workerCallbackCaPem was set: it has no NVCF_PROXY_CA_PEM until redeployed
+    created_before_pem: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,11 @@ class Topology:
             if c.name == name:
                 return c
         raise KeyError(name)
+
+    def with_workers_redeployed(self) -> Topology:
+        """The function pods created anew: each gets the values as they are now (NVCF_PROXY_CA_PEM with
+        them); the worker-utils image stays what it was."""
+        return replace(self, workers=tuple(replace(w, created_before_pem=False) for w in self.workers))
 
     def pods_of(self, role: str) -> list[Pod]:
         return [p for p in self.pods if p.role == role]
@@ -296,7 +305,7 @@ def build(
         Pod(f"grpc-proxy-{i}", "grpc-proxy", CONTROL_CLUSTER, f"10.42.0.{41 + i}")
         for i in range(grpc_replicas)
     ]
-    workers = [WorkerSpec(w.name, CONTROL_CLUSTER, w.worker_utils, w.trust) for w in control_workers]
+    workers = [replace(w, cluster=CONTROL_CLUSTER) for w in control_workers]
     for n, spec in enumerate(compute, start=1):
         name = f"ncpsim-compute-{n}"
         second = 42 + 10 * n
@@ -304,7 +313,7 @@ def build(
         clusters.append(
             Cluster(name, "compute", f"10.{second}.0.0/16", f"10.{second + 1}.0.0/16", domain, target)
         )
-        workers += [WorkerSpec(w.name, name, w.worker_utils, w.trust) for w in spec.workers]
+        workers += [replace(w, cluster=name) for w in spec.workers]
     return Topology(
         stack=stack,
         worker_domain=worker_domain,

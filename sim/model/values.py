@@ -53,7 +53,9 @@ DEFAULTS: dict[str, Any] = {
         "nvcaOperator": {"agent": {"workerCallbackCaPem": ""}},
     },
     "grpcproxy": _annotated(workerConnectBaseURL=""),
-    "invocation": _annotated(env={"WORKER_STREAM_PROPERTIES__SELF_ADDRESS": ""}),
+    # workerTls.enabled: the pod's 8443 worker TLS listener. Unset (null), the stack decides it from the
+    # proxy's upstream TLS; a customer's explicit value wins, and can leave the proxy dialing a closed port.
+    "invocation": _annotated(env={"WORKER_STREAM_PROPERTIES__SELF_ADDRESS": ""}, workerTls={"enabled": None}),
     "nats": _annotated(
         workerAuth="nkey", authCallout={"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}
     ),
@@ -76,6 +78,8 @@ PROXY_URL: KeyPath = ("global", "workerEndpoints", "invocationProxyURL")
 CA_PEM: KeyPath = ("global", "nvcaOperator", "agent", "workerCallbackCaPem")
 WORKER_AUTH: KeyPath = ("nats", "workerAuth")
 WEBHOOK_URL: KeyPath = ("nats", "authCallout", "workerTokenAuth", "webhookUrl")
+UPSTREAM_TLS: KeyPath = (WCP, "invocation", "upstreamTls", "enabled")
+POD_WORKER_TLS: KeyPath = ("invocation", "workerTls", "enabled")
 SPLIT_PLANE_URLS: tuple[KeyPath, ...] = (
     ("global", "workerEndpoints", "invocationServiceURL"),
     ("global", "workerEndpoints", "grpcProxyWorkerConnectURL"),
@@ -84,7 +88,7 @@ SPLIT_PLANE_URLS: tuple[KeyPath, ...] = (
 )
 BOOLEANS: tuple[KeyPath, ...] = (
     ENABLED,
-    (WCP, "invocation", "upstreamTls", "enabled"),
+    UPSTREAM_TLS,
     (WCP, "invocation", "connect", "enabled"),
     ("adminIssuerProxy", "enabled"),
     ("adminIssuerProxy", "gateway", "enabled"),
@@ -231,6 +235,9 @@ def _rule_booleans(values: Mapping[str, Any], add: Add) -> None:
         value = lookup(values, parts)
         if not isinstance(value, bool):
             add(parts, f"must be true or false (unquoted), found {_kind(value)}")
+    worker_tls = lookup(values, POD_WORKER_TLS)
+    if worker_tls is not None and not isinstance(worker_tls, bool):
+        add(POD_WORKER_TLS, f"must be true or false (unquoted), or unset, found {_kind(worker_tls)}")
 
 
 def _rule_proxy_enabled(values: Mapping[str, Any], add: Add) -> None:
@@ -407,6 +414,7 @@ class ProxySettings:
     connect_enabled: bool
     invocation_proxy_url: str  # the https URL workers are handed
     worker_ca_pem_set: bool
+    pod_worker_tls: bool  # the invocation-service pods open their 8443 worker TLS listener
 
 
 def proxy_settings(values: Mapping[str, Any]) -> ProxySettings:
@@ -428,8 +436,11 @@ def proxy_settings(values: Mapping[str, Any]) -> ProxySettings:
         worker_domain=domain,
         frontend_issuer=issuer,
         frontend_secret=str(secret) if _set(secret) else FRONTEND_SECRETS[issuer],
-        upstream_tls=get((WCP, "invocation", "upstreamTls", "enabled")) is True,
+        upstream_tls=get(UPSTREAM_TLS) is True,
         connect_enabled=get((WCP, "invocation", "connect", "enabled")) is True,
         invocation_proxy_url=url if _set(url) else f"https://invocation.{domain}:{INVOCATION_PROXY_PORT}",
         worker_ca_pem_set=isinstance(pem, str) and bool(pem.strip()),
+        pod_worker_tls=get(UPSTREAM_TLS) is True
+        if get(POD_WORKER_TLS) is None
+        else get(POD_WORKER_TLS) is True,
     )

@@ -65,7 +65,7 @@ def respond_text(stream: H3Stream, status: int, message: str) -> None:
 class GrpcProxyPod:
     def __init__(self, ctx: Context, pod: Pod, clock: Callable[[], float] = time.monotonic):
         self.ctx, self.pod, self.clock = ctx, pod, clock
-        self.rng = random.Random(f"{ctx.topology.seed}:{pod.name}")  # replays mint the same tokens
+        self.rng = random.Random(ctx.mint_seed)  # replays mint the same tokens
         self.book = TokenBook(self.rng)
         self.url = connect_url(pod.ip, ctx.topology.worker_domain, ctx.topology.proxy_enabled)
         self.waiting: dict[str, asyncio.Future[H3Stream]] = {}

@@ -59,7 +59,7 @@ class Pending:
 class InvocationPod:
     def __init__(self, ctx: Context, pod: Pod):
         self.ctx, self.pod = ctx, pod
-        rng = random.Random(f"{ctx.topology.seed}:{pod.name}")
+        rng = random.Random(ctx.mint_seed)
         self.rng = rng
         self.tokens = TokenBook(rng)
         self.pending: dict[str, Pending] = {}
@@ -236,7 +236,7 @@ async def run(ctx: Context, ready: Ready) -> None:
     plain = await asyncio.start_server(connection_handler(server.serve), "127.0.0.1", 0)
     servers = [plain]
     bindings = {f"{pod.ip}:{INVOCATION_HTTP_PORT}/tcp": plain.sockets[0].getsockname()[1]}
-    if server.settings.upstream_tls:
+    if server.settings.pod_worker_tls:
         tls = ReloadingContext(
             ctx.secret(INVOCATION_SECRET),
             server_context,

@@ -33,9 +33,15 @@ class Context:
     netmap: LiveNetMap = field(init=False)
     _links: dict = field(init=False, default_factory=dict)  # cache of <state>/faults.json
     _rng: random.Random = field(init=False)
+    # Seed for what a pod mints (request ids, tokens): the same on a stack's first start, so a replay is
+    # reproducible; another one for a restarted process (its events file was no longer empty when it
+    # opened it), so a restarted pod never hands out a request id its predecessor already used.
+    mint_seed: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.events = EventLog(self.state_dir, self.name)
+        earlier = self.events.written
+        self.mint_seed = f"{self.topology.seed}:{self.name}" + (f":{earlier}" if earlier else "")
         self.netmap = LiveNetMap(self.state_dir / "netmap.json")
         self._rng = random.Random(f"{self.topology.seed}:{self.name}")
 

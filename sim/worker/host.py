@@ -52,6 +52,10 @@ class WorkerRuntime:
         return self.spec.name
 
     @property
+    def reads_nats_account(self) -> bool:
+        return self.spec.reads_nats_account
+
+    @property
     def sends_connect(self) -> bool:
         """worker-utils before 1.3.2 tunnels with CONNECT instead of forward-proxy requests."""
         return version_tuple(self.spec.worker_utils) < (1, 3, 2)
@@ -79,7 +83,10 @@ class WorkerRuntime:
 
 def make_workers(ctx: Context) -> dict[str, WorkerRuntime]:
     pem = proxy_ca_pem(ctx)
-    return {w.name: WorkerRuntime(w, ctx, pem) for w in ctx.topology.workers_in(ctx.cluster)}
+    return {
+        w.name: WorkerRuntime(w, ctx, "" if w.created_before_pem else pem)
+        for w in ctx.topology.workers_in(ctx.cluster)
+    }
 
 
 async def handle_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:

@@ -31,6 +31,9 @@ class Worker(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def reads_nats_account(self) -> bool: ...  # False: an older worker-utils, which asks for account Worker
+
 
 WorkHandler = Callable[[Any, dict[str, Any]], Awaitable[None]]  # (worker, work message)
 
@@ -83,7 +86,11 @@ class WorkerLinks:
         self.ctx, self.workers, self.handle = ctx, workers, handle
         values = NatsValues.from_values(ctx.values)
         self.links = plan_links(
-            StackKeys.derive(ctx.topology.seed), values.worker_auth, list(workers), ctx.topology.functions
+            StackKeys.derive(ctx.topology.seed),
+            values.worker_auth,
+            list(workers),
+            ctx.topology.functions,
+            lambda name: workers[name].reads_nats_account,
         )
         self.tasks: set[asyncio.Task[None]] = set()
         self.clients: list[Client] = []
