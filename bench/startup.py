@@ -160,9 +160,10 @@ def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, 
 
 
 def catalogue(root: Path, logs: Path, timeout: float) -> dict[str, Any]:
-    """`invoke replay --all` as a user runs it; if it replays nothing, the library's replay_many too."""
+    """`invoke replay --all -j auto` as a user runs it (stacks in parallel, one per core, each isolated);
+    if it replays nothing, the library's replay_many too."""
     result = _replay(
-        [INVOKE, "replay", "--all", "--junit", str(logs / "replay-all.xml")],
+        [INVOKE, "replay", "--all", "-j", "auto", "--junit", str(logs / "replay-all.xml")],
         root / "replay",
         logs / "replay-all.log",
         timeout,

@@ -37,15 +37,15 @@ SAMPLE = {
     },
     "parameters": {"startup_runs": 5, "newconn_lanes": 4, "dns_window": 32, "dns_mix": "mix"},
     "startup": {
-        "http": {"median": 1.2, "min": 1.1, "max": 1.3, "cold_seconds": 1.5, "failed_runs": 0},
-        "grpc": {"median": 2.5, "min": 2.4, "max": 2.6, "cold_seconds": 2.9, "failed_runs": 0},
+        "http": {"median": 0.55, "min": 0.5, "max": 0.6, "cold_seconds": 1.5, "failed_runs": 0},
+        "grpc": {"median": 0.9, "min": 0.8, "max": 1.0, "cold_seconds": 1.9, "failed_runs": 0},
     },
     "catalogue": {"seconds": 30.0, "exit": 0, "passed": 16, "total": 16},
     "relay": {
         "keepalive": {
-            "ratio": 0.4,
-            "round_ratio_median": 0.6,
-            "round_ratio_range": [0.3, 0.7],
+            "ratio": 0.7,
+            "round_ratio_median": 0.85,
+            "round_ratio_range": [0.6, 0.9],
             "proxy": {"per_second": 40.0},
             "direct": {"per_second": 100.0},
         },
@@ -62,6 +62,14 @@ SAMPLE = {
         "seconds": 4.0,
         "peak_rss_mib": 300.0,
     },
+    "redelivery": {
+        "invocations": 100,
+        "answered": 97,
+        "documented_error": 3,
+        "lost": 0,
+        "answered_twice": 1,
+        "redelivered_messages": 4,
+    },
     "dns": {"error": "RuntimeError: dnsmasq is not installed"},
 }
 
@@ -69,17 +77,19 @@ SAMPLE = {
 def test_judge_marks_each_target() -> None:
     verdicts = {row.figure.split(" (")[0]: row.met for row in judge(SAMPLE)}
     assert verdicts["`invoke up` to first HTTP callback"] is True
-    assert verdicts["`invoke up` to first gRPC callback"] is False  # 2.5 s against 2 s
+    assert verdicts["`invoke up` to first gRPC callback"] is False  # 0.9 s against 0.8 s
     assert verdicts["new-TLS-connection callbacks/s, proxy / nginx"] is False
-    assert verdicts["keep-alive callbacks/s, proxy / direct to pod"] is True
+    assert verdicts["keep-alive callbacks/s, proxy / direct to pod"] is True  # the rounds' median, 0.85
+    assert verdicts["catalogue replay"] is False  # 30 s against 15 s
     assert verdicts["scale: lost, wall time"] is True
+    assert verdicts["redelivery: invocations while 10 workers are SIGKILLed mid-callback"] is False  # twice
     assert verdicts["DNS queries/s, resolver / dnsmasq"] is None  # the section failed: not measured
 
 
 def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
     report.write(dict(SAMPLE), tmp_path, "invoke bench --quick")
     written = json.loads((tmp_path / "benchmarks.json").read_text())
-    assert [t["verdict"] for t in written["targets"]].count("MISSED") == 2
+    assert [t["verdict"] for t in written["targets"]].count("MISSED") == 4
     text = (tmp_path / "benchmarks.md").read_text()
     assert "| figure | target | measured | verdict |" in text and "2 CPUs (cpu)" in text
     assert "**dns failed**" in text
