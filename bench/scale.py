@@ -11,10 +11,13 @@ group, so nats-server beside its supervisor counts), sampled from /proc every 20
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import json
 import os
+import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -137,6 +140,18 @@ def _cpu_by_component(bench: BenchStack) -> dict[str, float]:
     return {name: cpu_seconds(group_members(pid)) for name, pid in bench.stack.launcher.running().items()}
 
 
+def role(component: str) -> str:
+    """invocation-service-1 -> invocation-service, ncpsim-compute-3 -> ncpsim-compute (worker hosts)."""
+    return re.sub(r"-\d+$", "", component)
+
+
+def by_role(cpu: dict[str, float]) -> dict[str, float]:
+    roles: dict[str, float] = {}
+    for name, seconds in cpu.items():
+        roles[role(name)] = roles.get(role(name), 0.0) + seconds
+    return {k: round(v, 1) for k, v in sorted(roles.items())}
+
+
 def measure(
     root: Path, clusters: int, workers: int, callbacks: int, concurrency: int, deadline: float
 ) -> dict[str, Any]:
@@ -150,6 +165,9 @@ def measure(
             result = asyncio.run(drive(bench, callbacks, concurrency, deadline))
         after = _cpu_by_component(bench)
         result["cpu_seconds"] = {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}
+        result["cpu_seconds_by_role"] = by_role(result["cpu_seconds"])
+        result["cpu_seconds_total"] = round(sum(result["cpu_seconds"].values()), 1)
+        result["up_cpu_seconds_by_role"] = by_role(before)  # start-up: every worker's sign-in
         result["worker_results"] = settled_results(bench.state_dir, result["callbacks"])
         result["processes"] = len(bench.pids())
     result.update(
@@ -163,3 +181,22 @@ def measure(
         client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1),
     )
     return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument("--clusters", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2000)
+    parser.add_argument("--callbacks", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=128)
+    parser.add_argument("--deadline", type=float, default=240.0, help="seconds of driving")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ncpsim-scale-") as root:
+        result = measure(
+            Path(root), args.clusters, args.workers, args.callbacks, args.concurrency, args.deadline
+        )
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
