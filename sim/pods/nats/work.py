@@ -9,6 +9,7 @@ is retried, a publish that fails is the caller's error to report.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -20,15 +21,18 @@ from sim.runtime.component import Context
 
 from .client import connect_once
 from .stack import REGION
-from .workqueue import WorkPuller
+from .workqueue import BatchPuller
 
 CONNECT_TIMEOUT = 5.0
 RECONNECT_WAIT = 0.5  # seconds between reconnect attempts; longer than the callout's (0.1 s), so after a
 # nats-server restart the callout is usually back first: a sign-in with no callout listening is held
 # until the server's auth timeout (10 s) before it is refused
-PULL_TIMEOUT = 30.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
-# after a reconnect the worker re-issues its pulls at once, see sim.pods.nats.workers)
+PULL_TIMEOUT = 120.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
+# after a reconnect the worker re-issues its pulls at once, see sim.pods.nats.workers; a deleted consumer
+# ends it with a 409). Each expiry and each new pull makes nats-server walk every waiting pull of the
+# consumer: at 30 s, 2,000 idle workers' expiries cost it more than the work did.
 MAX_IN_FLIGHT = 64  # work messages one worker handles at once (its pulls pause beyond this)
+PULL_BATCH = 8  # messages a pull asks for at most (a worker with many functions keeps room for each)
 ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (well under any ack wait)
 
 
@@ -50,14 +54,32 @@ Handler = Callable[[dict[str, Any], int], Awaitable[None]]  # (work message, del
 
 class InFlight:
     """One worker's messages being handled: at most MAX_IN_FLIGHT, and they outlive the pull loops that
-    fetched them (pulls restart after a reconnect; a callback in progress must not be cut short)."""
+    fetched them (pulls restart after a reconnect; a callback in progress must not be cut short). A pull
+    reserves slots for the messages it asks for; each message it brings keeps one until handled."""
 
     def __init__(self, limit: int = MAX_IN_FLIGHT) -> None:
         self.slots = asyncio.Semaphore(limit)
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def spawn(self, msg: Msg, handle: Handler, on_error: Callable[[str], None]) -> None:
-        task = asyncio.create_task(_handle(msg, handle, self.slots, on_error), name=f"work:{msg.subject}")
+    async def reserve(self, most: int) -> int:
+        """Wait for one free slot, then take up to ``most`` without waiting."""
+        await self.slots.acquire()
+        taken = 1
+        while taken < most and not self.slots.locked():
+            await self.slots.acquire()  # free: returns at once
+            taken += 1
+        return taken
+
+    def release(self, count: int) -> None:
+        for _ in range(count):
+            self.slots.release()
+
+    def spawn(
+        self, msg: Msg, handle: Handler, on_error: Callable[[str], None], reserved: bool = True
+    ) -> None:
+        task = asyncio.create_task(
+            _handle(msg, handle, self.slots, on_error, reserved), name=f"work:{msg.subject}"
+        )
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -75,37 +97,36 @@ async def pull_loop(
     started: asyncio.Event | None = None,
     in_flight: InFlight | None = None,
 ) -> None:
-    """Pull one function version's work for ever; each message is handled in its own task and acked
-    when the handler returns (a worker that dies first leaves it to be redelivered after ack wait).
-    Handlers belong to ``in_flight`` when given (the caller ends them), else to this loop."""
-    puller = WorkPuller(nc, REGION, function)
+    """Pull one function version's work for ever, up to PULL_BATCH messages a request (as many as the
+    worker has room for); each message is handled in its own task and acked when the handler returns
+    (a worker that dies first leaves it to be redelivered after ack wait). Handlers belong to
+    ``in_flight`` when given (the caller ends them), else to this loop."""
     own = in_flight is None
     flight = in_flight or InFlight()
+    puller = BatchPuller(
+        nc, REGION, function, lambda msg, reserved: flight.spawn(msg, handle, on_error, reserved)
+    )
     failing = False
     try:
         await puller.start()
         if started is not None:
             started.set()
         while True:
-            await flight.slots.acquire()
+            reserved = await flight.reserve(PULL_BATCH)
             try:
-                msg = await puller.fetch(PULL_TIMEOUT)
+                await puller.pull(reserved, PULL_TIMEOUT)
                 failing = False
-            except asyncio.CancelledError:
-                flight.slots.release()
-                raise
             except Exception as exc:  # noqa: BLE001 - server away or refused: wait for the reconnect
-                flight.slots.release()
                 if not failing:  # once per outage, not once per retry
                     on_error(f"{type(exc).__name__}: {exc}")
                 failing = True
                 await asyncio.sleep(RECONNECT_WAIT)
-                continue
-            if msg is None:
-                flight.slots.release()
-                continue
-            flight.spawn(msg, handle, on_error)
+            finally:
+                # What the pull brought went to handlers, which free their own slots (cancelled too).
+                flight.release(reserved - puller.delivered)
     finally:
+        with contextlib.suppress(Exception):
+            await puller.close()
         if own:
             await flight.cancel_all()
 
@@ -119,8 +140,10 @@ async def _keep_in_progress(msg: Msg) -> None:
 
 
 async def _handle(
-    msg: Msg, handle: Handler, slots: asyncio.Semaphore, on_error: Callable[[str], None]
+    msg: Msg, handle: Handler, slots: asyncio.Semaphore, on_error: Callable[[str], None], reserved: bool
 ) -> None:
+    if not reserved:  # a late message of a pull given up on: it waits for room like any other
+        await slots.acquire()
     try:
         try:
             work = json.loads(msg.data)

@@ -12,7 +12,9 @@ stream and is never delivered again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from nats.aio.client import Client
@@ -25,6 +27,7 @@ from .subjects import consumer_name, stream_name, stream_subjects, work_subject
 
 ACK_WAIT = 30.0  # seconds, the field value
 FETCH_TIMEOUT = 5.0  # seconds a worker's pull waits for work before asking again
+PULL_SLACK = 2.0  # seconds past a pull's expiry before the worker stops waiting for the server's 408
 PUBLISH_TIMEOUT = 5.0
 CONSUMER_LIMIT = 10_000  # max ack pending and max waiting pulls
 
@@ -149,3 +152,86 @@ class WorkPuller:
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
+
+
+class PullRefused(Exception):
+    """The server ended a pull request with an error status (409 Consumer Deleted, Exceeded MaxWaiting...)."""
+
+
+@dataclass
+class _Pull:
+    batch: int
+    delivered: int = 0
+    error: str = ""
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class BatchPuller:
+    """A worker's end of the consumer as a held pull, the way nats.go's ``Consume`` pulls (without its
+    heartbeats): one request at a time for up to ``batch`` messages, open until they have all come or it
+    expires. Each message goes to ``deliver`` as it arrives, with whether it counts against the request
+    being waited on (it does unless none is: a late one of a request given up on); acking is the caller's.
+
+    Why not one ``fetch(1)`` per message: every pull request makes nats-server walk all the consumer's
+    waiting requests (``processWaiting``, an interest lookup each), which with one waiting request per
+    worker was most of nats-server's CPU at scale; and each cost the worker a publish and a flush.
+    The reply subject is a plain inbox (``_INBOX.<id>``, no wildcard: the server looks its interest up for
+    every waiting request on every pass). Requests follow one another, so a message (work keeps its stream
+    subject) or status is about the open request, unless one was given up on (no 408 in time); then the
+    next request gets a new inbox."""
+
+    def __init__(self, nc: Client, region: str, fvid: str, deliver: Callable[[Msg, bool], None]) -> None:
+        self.nc, self.deliver = nc, deliver
+        self.next_subject = (
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream_name(region, fvid)}.{consumer_name(region, fvid)}"
+        )
+        self._inbox = ""
+        self._sub: Any = None
+        self._current: _Pull | None = None
+        self.delivered = 0  # messages the last pull brought, however it ended (cancelled too)
+
+    async def start(self) -> BatchPuller:
+        self._inbox = self.nc.new_inbox()
+        self._sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
+        return self
+
+    async def pull(self, batch: int, expires: float) -> int:
+        """One pull request; returns how many messages it brought once it is used up or has expired, or
+        raises PullRefused. A request whose 408 never comes (the server went away) is given up on."""
+        self.delivered = 0
+        if self._sub is None:
+            await self.start()
+        pull = self._current = _Pull(batch)
+        request = b'{"batch":%d,"expires":%d}' % (batch, int(expires * 1e9))
+        try:
+            await self.nc.publish(self.next_subject, request, reply=self._inbox)
+            await asyncio.wait_for(pull.done.wait(), expires + PULL_SLACK)
+        except TimeoutError:
+            await self.close()  # whatever still comes for it finds no one: redelivered after ack wait
+        finally:
+            self._current, self.delivered = None, pull.delivered
+        if pull.error:
+            raise PullRefused(pull.error)
+        return pull.delivered
+
+    async def _on_msg(self, msg: Msg) -> None:
+        pull = self._current
+        status = msg.headers.get(api.Header.STATUS) if msg.headers else None
+        if not status:
+            if pull is not None:
+                pull.delivered += 1
+                if pull.delivered >= pull.batch:
+                    pull.done.set()
+            self.deliver(msg, pull is not None)
+            return
+        if pull is None or status == "100":
+            return  # about a request that has ended, or a heartbeat (none is asked for)
+        if status not in ("404", "408"):  # no messages, request timeout: the request has ended
+            description = msg.headers.get(api.Header.DESCRIPTION, "")
+            pull.error = f"nats: pull refused: {status} {description}".strip()
+        pull.done.set()
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            await sub.unsubscribe()
