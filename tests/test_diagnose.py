@@ -92,6 +92,10 @@ def test_an_unknown_symptom_names_nothing() -> None:
 
 # -- observations -> causes (pure) -------------------------------------------------------------------------
 LB, CLUSTER_IP = World(proxy_enabled=True), World(proxy_enabled=True, service_type="ClusterIP")
+# The same 503 UF means another cause when the values turned the pod's worker TLS listener off.
+POD_503 = Observation(
+    "1.4.0:system", "http-echo", False, "get", "GET answered 503", statuses=(503,), proxy=((503, "UF"),)
+)
 OBSERVATION_ROWS = [
     (
         Observation(
@@ -152,15 +156,7 @@ OBSERVATION_ROWS = [
         "legacy-worker-connect-off",
     ),
     (
-        Observation(
-            "1.4.0:system",
-            "http-echo",
-            False,
-            "get",
-            "GET answered 503",
-            statuses=(503,),
-            proxy=((503, "UF"),),
-        ),
+        POD_503,
         LB,
         "pod-unreachable",
     ),
@@ -207,15 +203,7 @@ OBSERVATION_ROWS = [
         "nats-auth-rejected",
     ),
     (
-        Observation(
-            "1.4.0:system",
-            "http-echo",
-            False,
-            "get",
-            "GET answered 503",
-            statuses=(503,),
-            proxy=((503, "UF"),),
-        ),
+        POD_503,
         World(proxy_enabled=True, pod_worker_tls=False),
         "upstream-tls-mismatch",
     ),
