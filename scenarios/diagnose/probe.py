@@ -227,12 +227,16 @@ def diagnose(
     # is a note, unless the symptom points at it (with --workers, the user said such workers run).
     named = {c.id for c in rank(symptom)} if symptom else set()
     what_if = {p.label for p in profiles if p.what_if}
-    hit_by: dict[str, set[str]] = {}
+    hit_by: dict[str, list[str]] = {}  # cause id -> the probe workers that hit it, in probe order
     for obs in observations:
         cause = cause_of(obs, world)
         if cause is not None:
-            hit_by.setdefault(cause, set()).add(obs.probe)
-    notes = [f for f in findings if f.cause.id not in named and hit_by.get(f.cause.id, {""}) <= what_if]
+            hit_by.setdefault(cause, []).append(obs.probe)
+    notes = [
+        f
+        for f in findings
+        if f.cause.id not in named and f.cause.id in hit_by and set(hit_by[f.cause.id]) <= what_if
+    ]
     result = Diagnosis(
         [f for f in findings if f not in notes],
         warnings,
@@ -241,10 +245,7 @@ def diagnose(
         [p.label for p in profiles],
         notes,
     )
-    for obs in reversed(observations):
-        cause = cause_of(obs, world)
-        if cause is not None:
-            result.probe_of[cause] = obs.probe
+    result.probe_of = {cause: probes[0] for cause, probes in hit_by.items()}
     result.values = customer_only(layered)
     result.refusal = issues[0].message if issues else None
     result.seconds = time.monotonic() - started
@@ -296,7 +297,7 @@ def _probe(
         # a login refused once and then accepted (timed out on a busy machine) explains nothing
         signed_in = {e.get("worker") for e in of_kind(events, "worker.nats.connected")}
         refused = [e for e in of_kind(events, "worker.nats.refused") if e.get("worker") not in signed_in]
-        return observations_of(result, profile, refused, callout_refusals(stack.state_dir))
+        return observations_of(result, profile, refused, callout_refusals(stack.logs().get(NATS_CALLOUT)))
     finally:
         stack.down(purge=True)
 
@@ -304,13 +305,12 @@ def _probe(
 FAILED = "Authentication failed"  # the callout's line for a refused login, with its reason
 
 
-def callout_refusals(state_dir: Path) -> list[str]:
-    """The auth callout's "Authentication failed" lines: its reason, which nats-server does not pass on
-    to the client (the worker only sees 'Authorization Violation')."""
-    log = state_dir / "logs" / f"{NATS_CALLOUT}.log"
-    if not log.exists():
+def callout_refusals(log: str | None) -> list[str]:
+    """The auth callout's "Authentication failed" lines (from its log file): its reason, which nats-server
+    does not pass on to the client (the worker only sees 'Authorization Violation')."""
+    if log is None or not Path(log).exists():
         return []
-    lines = log.read_text(errors="replace").splitlines()
+    lines = Path(log).read_text(errors="replace").splitlines()
     return [line[line.index(FAILED) :].strip() for line in lines if FAILED in line]
 
 
