@@ -58,6 +58,12 @@ VALID = [
     ),
     ("auth timeout", replace(BASE, worker_nkey=WORKER, auth_timeout=0.5), ["timeout: 0.5"], []),
     (
+        "the server rotates its own log",
+        replace(BASE, worker_nkey=WORKER),
+        ["logfile_size_limit: 67108864", "logfile_max_num: 2"],
+        [],
+    ),
+    (
         "quoted store dir",
         replace(BASE, worker_nkey=WORKER, store_dir='/tmp/a "b"'),
         ['store_dir: "/tmp/a \\"b\\""'],

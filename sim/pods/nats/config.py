@@ -62,6 +62,10 @@ class ServerConfig:
     ports_file_dir: str = ""
     max_file_store: int = 1 << 30
     max_memory_store: int = 256 << 20
+    # nats-server rotates its own log at this size and keeps this many old ones: a login storm (every
+    # refused worker retries) cannot fill the disk, as the proxy's access log and the events cannot either
+    logfile_size_limit: int = 64 << 20
+    logfile_max_num: int = 2
 
 
 def validate(config: ServerConfig) -> None:
@@ -116,6 +120,10 @@ def render(config: ServerConfig) -> str:
     ]
     if config.ports_file_dir:
         lines.append(f"ports_file_dir: {_q(config.ports_file_dir)}")
+    lines += [
+        f"logfile_size_limit: {config.logfile_size_limit}",
+        f"logfile_max_num: {config.logfile_max_num}",
+    ]
     lines += [
         "jetstream {",
         f"  store_dir: {_q(config.store_dir)}",
