@@ -38,7 +38,7 @@ def proxy_ca_pem(ctx: Context) -> str:
     return pem
 
 
-_CONTEXTS: dict[tuple[int, tuple], ssl.SSLContext] = {}
+_CONTEXTS: dict[tuple[tuple[str, ...], tuple[tuple[str, int], ...], str], ssl.SSLContext] = {}
 
 
 @dataclass
@@ -71,13 +71,15 @@ class WorkerRuntime:
         return roots
 
     def client_context(self, alpn: tuple[str, ...] = ("http/1.1",)) -> ssl.SSLContext:
-        """Built once per trust material: parsing the CA files for every callback cost ~15% of a worker
-        host's CPU. A changed or added root file (a rollover) makes a new key, so a new context."""
+        """Built once per trust material (the root files, NVCF_PROXY_CA_PEM, ALPN) and shared by the host's
+        workers that have the same: parsing the CA files for every callback cost ~15% of a worker host's
+        CPU, and one context per worker ~10% of a 400-worker host's start. A changed or added root file
+        (a rollover) makes a new key, so a new context."""
         files = self.cafiles()
-        key = (alpn, tuple((str(p), p.stat().st_mtime_ns) for p in files if p.exists()))
-        context = _CONTEXTS.get((id(self), key))
+        key = (alpn, tuple((str(p), p.stat().st_mtime_ns) for p in files if p.exists()), self.proxy_ca_pem)
+        context = _CONTEXTS.get(key)
         if context is None:
-            context = _CONTEXTS[(id(self), key)] = client_context(files, self.proxy_ca_pem, alpn)
+            context = _CONTEXTS[key] = client_context(files, self.proxy_ca_pem, alpn)
         return context
 
 
