@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,9 @@ from sim.worker.host import WorkerRuntime
 DOMAIN = "grpc-worker.example.com"
 COMPUTE = "ncpsim-compute-1"
 TEST_TIMEOUT = 20.0
+# One loaded run in five hung a test here past pytest-timeout (120 s) outside the body's 20 s, with the
+# loop idle on a 30 s timer; not reproduced since. The tasks' stacks then say which await it was.
+TASK_DUMP_AFTER = 60.0
 EVENT_TIMEOUT = 10.0  # seconds a component may take to record an event once its client has the answer
 
 
@@ -231,13 +235,25 @@ async def assert_no_tasks_left() -> None:
     assert not leaked, f"tasks left running: {leaked}"
 
 
+def _dump_tasks() -> None:
+    """Every task's stack on stderr (pytest shows it with the failure): pytest-timeout's dump shows only
+    threads, and a stuck await in a stack's start or teardown is a task's."""
+    print(f"-- asyncio tasks still running after {TASK_DUMP_AFTER} s --", file=sys.stderr)
+    for task in asyncio.all_tasks():
+        task.print_stack(file=sys.stderr)
+
+
 def run_stack(tmp_path: Path, body: Callable[[Stack], Any], host_kind: str = "test", **state: Any) -> None:
     topology = make_state(tmp_path, **state)
 
     async def main() -> None:
-        async with running(tmp_path, topology, host_kind) as stack:
-            await asyncio.wait_for(body(stack), TEST_TIMEOUT)
-        await assert_no_tasks_left()
+        watchdog = asyncio.get_running_loop().call_later(TASK_DUMP_AFTER, _dump_tasks)
+        try:
+            async with running(tmp_path, topology, host_kind) as stack:
+                await asyncio.wait_for(body(stack), TEST_TIMEOUT)
+            await assert_no_tasks_left()
+        finally:
+            watchdog.cancel()
 
     asyncio.run(main())
 
