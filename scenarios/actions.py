@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from certs.rotate import rotate
 from certs.store import CertStore
 from scenarios.spec import Step
-from sim.runbooks import run as run_runbook
-from sim.runbooks.report import RunbookReport
 from sim.runtime.faults import FaultInjector
+
+if TYPE_CHECKING:
+    from sim.runbooks.report import RunbookReport
 
 
 async def rotate_step(state_dir: Any, kind: str, worker_domain: str) -> str:
@@ -47,6 +48,10 @@ def judge_runbook(step: Step, report: RunbookReport) -> list[str]:
 
 
 def runbook_step(step: Step, state_dir: Any) -> tuple[str, list[str]]:
+    # Imported when a runbook step runs: the rehearsals (NATS client, OpenBao and ESS models) are a fifth
+    # of what `invoke up` imports before it can start a single component, and most scenarios have none.
+    from sim.runbooks import run as run_runbook
+
     spec = step.runbook or {}
     report = run_runbook(spec["name"], spec["variant"], state_dir)
     return report.summary(), judge_runbook(step, report)
