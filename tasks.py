@@ -378,17 +378,17 @@ def replay(
     c,
     scenario=None,
     all_=False,
+    jobs=None,  # before junit, so `-j` is --jobs, as with make
     junit=None,
     keep=False,
     file=None,
     set_=None,
     json_=False,
     stack=None,
-    jobs=None,
 ):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails.
 
-    invoke replay NAME|scenario=NAME [--stack S] | --all [--junit FILE] [--keep]
+    invoke replay NAME|scenario=NAME [--stack S] | --all [-j N|auto] [--junit FILE] [--keep]
     """
     from scenarios.replay import jobs_arg, replay_many
 
