@@ -34,6 +34,7 @@ from sim.model.netmap import NetMap
 from sim.model.topology import CONTROL_CLUSTER, Topology
 
 READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
+SIGN_IN_ALLOWANCE = 0.02  # more seconds per worker of the largest worker host: each signs in to NATS first
 STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
 NATS_SERVER = "nats-server"  # the supervisor and nats-server, one process group
 NATS_CALLOUT = "nats-auth-callout"  # the auth callout service
@@ -59,6 +60,12 @@ def phase_one(topology: Topology) -> list[ProcessSpec]:
     if topology.proxy_enabled:
         specs.append(ProcessSpec("proxy", "worker-callback-proxy", CONTROL_CLUSTER))
     return specs
+
+
+def ready_timeout(topology: Topology) -> float:
+    """How long a start phase may take: a worker host is ready once each of its workers has signed in."""
+    largest = max((len(topology.workers_in(c.name)) for c in topology.clusters), default=0)
+    return READY_TIMEOUT + SIGN_IN_ALLOWANCE * largest
 
 
 def phase_two(topology: Topology) -> list[ProcessSpec]:
@@ -181,7 +188,7 @@ class Launcher:
                     netmap.save(self.state_dir / "netmap.json")
 
                 for pipes in phases:
-                    self._await_ready(pipes, publish)
+                    self._await_ready(pipes, publish, ready_timeout(topology))
             except BaseException:
                 with self.guard.held():  # a second Ctrl-C must not cut the cleanup short
                     self.stop_all()
@@ -228,14 +235,17 @@ class Launcher:
         return read_fd
 
     def _await_ready(
-        self, pipes: dict[str, int], on_ready: Callable[[str, dict[str, int]], None] | None = None
+        self,
+        pipes: dict[str, int],
+        on_ready: Callable[[str, dict[str, int]], None] | None = None,
+        timeout: float = READY_TIMEOUT,
     ) -> dict[str, dict[str, int]]:
         selector = selectors.DefaultSelector()
         buffers = {name: b"" for name in pipes}
         for name, fd in pipes.items():
             selector.register(fd, selectors.EVENT_READ, name)
         ready: dict[str, dict[str, int]] = {}
-        deadline = time.monotonic() + READY_TIMEOUT
+        deadline = time.monotonic() + timeout
         try:
             while len(ready) < len(pipes):
                 remaining = deadline - time.monotonic()
@@ -243,8 +253,7 @@ class Launcher:
                 if not events:
                     late = sorted(set(pipes) - set(ready))
                     raise BackendError(
-                        f"components not ready after {READY_TIMEOUT:.0f}s: {', '.join(late)}; "
-                        f"see {self.logs_dir}"
+                        f"components not ready after {timeout:.0f}s: {', '.join(late)}; see {self.logs_dir}"
                     )
                 for key, _ in events:
                     name = key.data
@@ -272,7 +281,9 @@ class Launcher:
     def restart(self, topology: Topology, spec: ProcessSpec) -> None:
         self.stop_one(spec.name)
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-        bindings = self._await_ready({spec.name: self._spawn(spec)})[spec.name]
+        bindings = self._await_ready({spec.name: self._spawn(spec)}, timeout=ready_timeout(topology))[
+            spec.name
+        ]
         netmap.bindings.update(bindings)
         netmap.save(self.state_dir / "netmap.json")
 
