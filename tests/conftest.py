@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import signal
 from collections.abc import Iterator
@@ -15,6 +16,16 @@ from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
 
 REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("sim", "scenarios", "clusters", "dns", "certs", "bench")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile ncpsim once, before any test starts a component. Python writes the .pyc files on a
+    module's first import, unless PYTHONDONTWRITEBYTECODE is set (CI images often set it): then each of
+    the suite's thousand component processes would compile every module it imports again."""
+    if not hasattr(config, "workerinput"):  # the controller, not each xdist worker
+        for package in PACKAGES:
+            compileall.compile_dir(REPO / package, quiet=1)
 
 
 def stack_processes_alive(stack: LocalStack) -> dict[str, int]:
