@@ -98,8 +98,7 @@ class InterruptGuard:
         if threading.current_thread() is not threading.main_thread():
             yield  # only the main thread may set handlers; there the caller owns interruption
             return
-        previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
-        previous = {sig: handler for sig, handler in previous.items() if handler is not signal.SIG_IGN}
+        previous = {sig: h for sig in self.SIGNALS if (h := signal.getsignal(sig)) is not signal.SIG_IGN}
         for sig in previous:
             signal.signal(sig, self._on_signal)
         try:
