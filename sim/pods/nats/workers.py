@@ -24,6 +24,7 @@ from .work import InFlight, connect, pull_loop
 
 LOGIN_BACKOFF = (0.5, 10.0)  # first and longest delay between refused logins
 SIGN_INS_AT_ONCE = 16
+CANCEL_AGAIN = 0.2  # seconds before a task that survived its cancellation is cancelled again
 BIND_POLL = 0.005  # seconds between looks at the network map while nats-server is not mapped yet
 
 
@@ -197,9 +198,7 @@ class WorkerLinks:
                 first.set()
                 await _first_of(closed.wait(), reconnected.wait())
             finally:
-                for loop in loops:
-                    loop.cancel()
-                await asyncio.gather(*loops, return_exceptions=True)
+                await cancel_all(loops)
 
     def _handler(self, name: str) -> Callable[[dict[str, Any], int], Awaitable[None]]:
         worker = self.workers[name]
@@ -237,14 +236,24 @@ class WorkerLinks:
         return on_error
 
     async def close(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await cancel_all(list(self.tasks))
         for flight in self.in_flight:
             await flight.cancel_all()
         for nc in self.clients:
             with contextlib.suppress(Exception):
                 await nc.close()
+
+
+async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` and wait for them to end, cancelling again while any is left: nats-py catches a
+    CancelledError that lands while it sends a command (``Client._send_command``), so one cancel can leave
+    a pull loop going on to its next pull, and whoever waits for it waits until that pull expires."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN)
+    await asyncio.gather(*tasks, return_exceptions=True)  # retrieve what each ended with
 
 
 async def _first_of(*waits: Awaitable[Any]) -> None:
