@@ -8,6 +8,7 @@ Observation; scenarios.diagnose.judge turns them into findings.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Sequence
@@ -299,7 +300,10 @@ def _probe(
         refused = [e for e in of_kind(events, "worker.nats.refused") if e.get("worker") not in signed_in]
         return observations_of(result, profile, refused, callout_refusals(stack.logs().get(NATS_CALLOUT)))
     finally:
-        stack.down(purge=True)
+        # A start that failed has stopped what it started, and may leave no stack folder to purge: its own
+        # error is the one to report (the scratch folder goes with the diagnosis).
+        with contextlib.suppress(ConfigError):
+            stack.down(purge=True)
 
 
 FAILED = "Authentication failed"  # the callout's line for a refused login, with its reason
