@@ -78,3 +78,60 @@ def test_failed_start_reports_the_log_and_leaves_nothing(tmp_path: Path, keys: K
             server.start(timeout=5.0)
     assert "address already in use" in str(err.value)
     assert not server.running and server.pid is None
+
+
+def test_a_supervisor_stopped_while_it_starts_stops_the_server_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM reaches the supervisor's group while its thread is still about to spawn nats-server: the
+    thread goes on, and the server it spawns must not outlive the supervisor (a CI run's leftover)."""
+    import asyncio
+    import threading
+
+    import psutil
+
+    from sim.model.topology import CONTROL_CLUSTER, build
+    from sim.pods.nats import component
+    from sim.runtime.component import Context
+
+    topology = build("t", {"workerCallbackProxy": {"enabled": True, "workerDomain": "w.example.com"}}, seed=3)
+    (tmp_path / "topology.json").write_text(topology.to_json())
+    (tmp_path / "logs").mkdir()
+    entered, go = threading.Event(), threading.Event()
+    started: list[NatsServer] = []
+    real_start = component._start
+
+    def held_start(ctx: Context, keys: component.StackKeys) -> NatsServer:
+        entered.set()
+        assert go.wait(30), "the test never let the start go on"
+        started.append(real_start(ctx, keys))
+        return started[-1]
+
+    monkeypatch.setattr(component, "_start", held_start)
+
+    async def cancel_while_starting() -> None:
+        ctx = Context(tmp_path, topology, "nats-server", CONTROL_CLUSTER)
+        try:
+            task = asyncio.create_task(component.run(ctx, lambda _bindings: None))
+            assert await asyncio.to_thread(entered.wait, 30)
+            task.cancel()
+            await asyncio.sleep(0)  # the cancellation is delivered before the thread spawns the server
+            go.set()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 30)
+        finally:
+            go.set()
+            ctx.events.close()
+
+    try:
+        asyncio.run(cancel_while_starting())
+        assert len(started) == 1, "the start thread did not finish"
+        leaked = [
+            p.info["pid"]
+            for p in psutil.process_iter(["pid", "cmdline"])
+            if str(tmp_path) in " ".join(p.info["cmdline"] or ())
+        ]
+        assert not leaked, f"nats-server outlived its supervisor: {leaked}"
+    finally:
+        for server in started:
+            server.stop()

@@ -28,6 +28,8 @@ from clusters.local import LocalBackend, LocalStack
 from clusters.local.launcher import InterruptGuard
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
+from sim.pods.nats.server import NatsServer
+from sim.pods.nats.stack import StackKeys, server_config
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20261129
@@ -328,6 +330,26 @@ def test_down_after_a_crashed_component(root: Path) -> None:
         assert invoke_down(root, "crash").returncode == 0  # and again: down is idempotent
     finally:
         stack.down()
+
+
+def test_down_stops_a_nats_server_no_record_names(root: Path) -> None:
+    """A nats-server left by a supervisor that was stopped as it spawned the server (the supervisor's pid
+    file went with it): `invoke down` finds it by its config inside the state folder."""
+    backend = LocalBackend(root)
+    stack = backend.attach("orphan")
+    stack.state_dir.mkdir(parents=True)  # nothing but what ncpsim writes: down adopts it
+    nats = stack.state_dir / "nats"
+    config = server_config(StackKeys.derive(1), str(nats / "js"))  # as the stack's supervisor renders it
+    server = NatsServer(config, nats, stack.state_dir / "logs" / "nats-server.log")
+    try:
+        server.start()
+        assert processes_naming(str(stack.state_dir)), "the orphan to find is not running"
+        done = invoke_down(root, "orphan")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "stopped 1 processes" in done.stdout
+        assert leftovers(root, "orphan") == []
+    finally:
+        server.stop()
 
 
 # Two stacks side by side ------------------------------------------------------------------------------

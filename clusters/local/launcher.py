@@ -330,13 +330,14 @@ class Launcher:
         self.children.pop(name, None)
 
     def stop_all(self) -> list[str]:
-        """Stop every recorded process (and any child started by this launcher), newest phase first."""
+        """Stop every recorded process (and any child started by this launcher), newest phase first, then
+        any process of this stack that no record names."""
         names = sorted(set(self.running()) | set(self.children), key=_stop_order)
         for name in names:
             self.stop_one(name)
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
             pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
-        return names
+        return names + _stop_strays(self.state_dir)
 
     def purge(self) -> None:
         self.stop_all()
@@ -360,7 +361,41 @@ def _is_ours(pid: int, state_dir: Path) -> bool:
         args = proc.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, or another user's: not ours
         return False
+    return _is_component(args, state_dir)
+
+
+def _is_component(args: list[str], state_dir: Path) -> bool:
     return "sim.runtime.run" in args and str(state_dir) in args
+
+
+def _is_stack_process(args: list[str], state_dir: Path) -> bool:
+    """A component of this stack, or a nats-server running on a config in its state folder."""
+    if _is_component(args, state_dir):
+        return True
+    inside = str(state_dir) + os.sep
+    return bool(args) and Path(args[0]).name == "nats-server" and any(a.startswith(inside) for a in args)
+
+
+def _stop_strays(state_dir: Path) -> list[str]:
+    """Stop this stack's processes that no pid file names, known by their command lines: a component
+    whose pid file went with a crashed `invoke up`, or a nats-server whose supervisor was stopped
+    while it started it. SIGTERM, then SIGKILL what outlives the grace period; says what it stopped."""
+    strays = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and _is_stack_process(
+            proc.info["cmdline"] or [], state_dir
+        ):
+            strays.append(proc)
+    stopped = [f"{Path(proc.info['cmdline'][0]).name} (pid {proc.pid}, in no pid file)" for proc in strays]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in strays:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(sig)
+        deadline = time.monotonic() + STOP_TIMEOUT  # a zombie counts as gone: its parent reaps it, not us
+        strays = [p for p in strays if not _wait_gone(p.pid, None, max(deadline - time.monotonic(), 0))]
+        if not strays:
+            break
+    return stopped
 
 
 def _terminate(pid: int, proc: subprocess.Popen | None) -> None:

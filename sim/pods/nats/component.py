@@ -16,6 +16,7 @@ address they had; a fresh `invoke up` (no binding yet) starts with an empty JetS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -67,9 +68,23 @@ def _start(ctx: Context, keys: StackKeys) -> NatsServer:
     raise AssertionError("unreachable")
 
 
+async def _started(ctx: Context, keys: StackKeys) -> NatsServer:
+    """Start the server in a thread. Cancelled meanwhile (SIGTERM while `invoke up` starts the stack),
+    wait for that thread and stop what it started: the thread goes on after the cancellation, and a
+    server it spawned after the group's SIGTERM would outlive this supervisor."""
+    starting = asyncio.ensure_future(asyncio.to_thread(_start, ctx, keys))
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            server = await starting
+            await asyncio.to_thread(server.stop)
+        raise
+
+
 async def run(ctx: Context, ready: Ready) -> None:
     keys = StackKeys.derive(ctx.topology.seed)
-    server = await asyncio.to_thread(_start, ctx, keys)
+    server = await _started(ctx, keys)
     try:
         assert server.endpoints is not None
         ends = server.endpoints
