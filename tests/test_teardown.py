@@ -479,23 +479,20 @@ from scenarios.model import load_scenario
 
 root, name, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 stack = LocalStack(name, root=root)
-real_popen, spawned = subprocess.Popen, []
+real_start, spawned = local.Launcher._start_process, []
 
 
-class Shim:
-    @staticmethod
-    def Popen(*args, **kwargs):
-        proc = real_popen(*args, **kwargs)
-        spawned.append(proc.pid)
-        if mode == "inside-spawn" and len(spawned) == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # between starting a child and recording it
-        if mode == "between-spawns" and len(spawned) == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return proc
+def start_process(self, *args, **kwargs):
+    proc = real_start(self, *args, **kwargs)
+    spawned.append(proc.pid)
+    if mode == "inside-spawn" and len(spawned) == 2:
+        os.kill(os.getpid(), signal.SIGINT)  # between starting a child and recording it
+    if mode == "between-spawns" and len(spawned) == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return proc
 
 
-local.subprocess = type("S", (), {"Popen": Shim.Popen, "DEVNULL": subprocess.DEVNULL,
-                                  "STDOUT": subprocess.STDOUT, "TimeoutExpired": subprocess.TimeoutExpired})
+local.Launcher._start_process = start_process
 try:
     stack.up(load_scenario("http-callback").build_topology(name), "http-callback")
 except KeyboardInterrupt:

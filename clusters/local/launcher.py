@@ -33,6 +33,9 @@ from sim.errors import BackendError
 from sim.model.netmap import NetMap
 from sim.model.topology import CONTROL_CLUSTER, Topology
 
+from .process import Forked, wait_exited
+from .zygote import Zygote
+
 READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
 SIGN_IN_ALLOWANCE = 0.02  # more seconds per worker of the largest worker host: each signs in to NATS first
 STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
@@ -140,8 +143,9 @@ class Launcher:
         self.state_dir = state_dir
         self.pids_dir = state_dir / "pids"
         self.logs_dir = state_dir / "logs"
-        self.children: dict[str, subprocess.Popen] = {}
+        self.children: dict[str, subprocess.Popen | Forked] = {}
         self.guard = InterruptGuard()
+        self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
 
     # Start -----------------------------------------------------------------------------------
     def prepare(self, topology: Topology) -> NetMap:
@@ -165,6 +169,8 @@ class Launcher:
         """Start every component; interrupted or failed part-way, stop what was started and re-raise."""
         with self.guard.installed():
             try:
+                with self.guard.held():  # started and recorded as one step, as every child is
+                    self.zygote = Zygote(self.state_dir, ready_timeout(topology))
                 netmap = self.prepare(topology)
                 # Worker hosts start with phase one: they import while the control plane starts, then
                 # wait for the nats-server binding in the network map (written below) before reporting ready.
@@ -179,6 +185,8 @@ class Launcher:
                         for fd in pipes.values():
                             os.close(fd)
                     raise
+                finally:
+                    self._close_zygote()
 
                 def publish(_name: str, bindings: dict[str, int]) -> None:
                     # Each component's addresses go into the map as soon as it is ready, so those waiting
@@ -194,12 +202,14 @@ class Launcher:
                 raise
         return netmap
 
+    def _close_zygote(self, kill: bool = False) -> None:
+        zygote, self.zygote = self.zygote, None
+        if zygote is not None:
+            zygote.close(kill)
+
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
-        cmd = [
-            sys.executable,
-            "-m",
-            "sim.runtime.run",
+        args = [
             spec.kind,
             "--state",
             str(self.state_dir),
@@ -207,22 +217,12 @@ class Launcher:
             spec.name,
             "--cluster",
             spec.cluster,
-            "--ready-fd",
-            str(write_fd),
         ]
         # Started and recorded as one step: an interrupt in between would orphan the child.
         with self.guard.held():
             log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
             try:
-                proc = subprocess.Popen(
-                    cmd,
-                    pass_fds=(write_fd,),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    cwd=self.state_dir,
-                )
+                proc = self._start_process(args, write_fd, log.fileno())
             except BaseException:
                 os.close(read_fd)
                 raise
@@ -232,6 +232,21 @@ class Launcher:
             self.children[spec.name] = proc
             write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
         return read_fd
+
+    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> subprocess.Popen | Forked:
+        """`python -m sim.runtime.run ARGS` in a session of its own: forked by the launch's zygote, or, for
+        a restart after the launch, started afresh."""
+        if self.zygote is not None:
+            return self.zygote.fork(args, ready_fd, log_fd)
+        return subprocess.Popen(
+            [sys.executable, "-m", "sim.runtime.run", *args, "--ready-fd", str(ready_fd)],
+            pass_fds=(ready_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.state_dir,
+        )
 
     def _await_ready(
         self,
@@ -332,6 +347,7 @@ class Launcher:
     def stop_all(self) -> list[str]:
         """Stop every recorded process (and any child started by this launcher), newest phase first, then
         any process of this stack that no record names."""
+        self._close_zygote(kill=True)  # first: it forks nothing more
         names = sorted(set(self.running()) | set(self.children), key=_stop_order)
         for name in names:
             self.stop_one(name)
@@ -365,12 +381,18 @@ def _is_ours(pid: int, state_dir: Path) -> bool:
 
 
 def _is_component(args: list[str], state_dir: Path) -> bool:
-    return "sim.runtime.run" in args and str(state_dir) in args
+    """`python -m sim.runtime.run KIND --state DIR ...`, as exec'd (one argument each) or as a forked
+    component's title (one string: setproctitle writes the line over the zygote's arguments)."""
+    line = " ".join(a for a in args if a) + " "
+    return " -m sim.runtime.run " in line and f" --state {state_dir} " in line
 
 
 def _is_stack_process(args: list[str], state_dir: Path) -> bool:
-    """A component of this stack, or a nats-server running on a config in its state folder."""
-    if _is_component(args, state_dir):
+    """A component of this stack, its launch's zygote, or a nats-server on a config in its state folder."""
+    line = " ".join(a for a in args if a) + " "
+    if _is_component(args, state_dir) or (
+        " -m sim.runtime.zygote " in line and f" --state {state_dir} " in line
+    ):
         return True
     inside = str(state_dir) + os.sep
     return bool(args) and Path(args[0]).name == "nats-server" and any(a.startswith(inside) for a in args)
@@ -391,7 +413,7 @@ def _stop_strays(state_dir: Path) -> list[str]:
         for proc in strays:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(sig)
-        deadline = time.monotonic() + STOP_TIMEOUT  # a zombie counts as gone: its parent reaps it, not us
+        deadline = time.monotonic() + STOP_TIMEOUT  # exited is enough: their parent reaps them, not us
         strays = [p for p in strays if not _wait_gone(p.pid, None, max(deadline - time.monotonic(), 0))]
         if not strays:
             break
@@ -409,28 +431,14 @@ def _terminate(pid: int, proc: subprocess.Popen | None) -> None:
             return
 
 
-def _wait_gone(pid: int, proc: subprocess.Popen | None, timeout: float) -> bool:
-    if proc is not None:
-        try:
-            proc.wait(timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.01)  # not our child: nothing to wait on but the pid itself
-    return not _alive(pid)
-
-
-def _alive(pid: int) -> bool:
+def _wait_gone(pid: int, proc: subprocess.Popen | Forked | None, timeout: float) -> bool:
+    if proc is None:
+        return wait_exited(pid, timeout)
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
         return False
-    except psutil.AccessDenied:
-        return True  # exists, and not ours to inspect
 
 
 def redeploy_specs(topology: Topology, what: str) -> list[ProcessSpec]:

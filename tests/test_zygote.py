@@ -1,0 +1,95 @@
+"""The launch's zygote: forked components are what `python -m sim.runtime.run` would have been, and a
+process that is not the launcher's child counts as exited only once every socket of it is closed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from clusters.local import LocalStack
+from clusters.local.process import Forked, wait_exited
+from scenarios.model import load_scenario
+from sim.runtime import zygote
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the zygote forks")
+
+
+def test_forked_components_lead_their_own_sessions_and_carry_their_command_lines(tmp_path: Path) -> None:
+    stack = LocalStack("zyg", root=tmp_path)
+    try:
+        stack.up(load_scenario("http-callback").build_topology("zyg"), "http-callback")
+        running = stack.launcher.running()
+        assert {"resolver", "nats-server", "worker-callback-proxy"} <= set(running)
+        for name, pid in running.items():
+            proc = psutil.Process(pid)
+            assert os.getsid(pid) == pid, f"{name} does not lead a session of its own"
+            assert proc.ppid() != os.getpid(), f"{name} is the launcher's child, not the zygote's"
+            line = " ".join(a for a in proc.cmdline() if a)
+            assert "-m sim.runtime.run " in line and f"--state {stack.state_dir} --name {name} " in line, line
+            assert proc.cwd() == str(stack.state_dir)
+            assert "--ready-fd" not in line  # the title is the command a user would run
+        zygotes = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "sim.runtime.zygote" in " ".join(p.info["cmdline"] or ())
+        ]
+        assert not [p for p in zygotes if str(stack.state_dir) in " ".join(p.info["cmdline"] or ())]
+        for name, path in stack.logs().items():
+            assert "Traceback" not in Path(path).read_text(errors="replace"), name
+    finally:
+        stack.down()
+    assert not stack.launcher.running()
+
+
+def test_the_zygote_refuses_to_fork_beside_a_thread() -> None:
+    """A fork copies only the calling thread: a lock another thread holds would stay held forever."""
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    a, b = socket.socketpair()
+    try:
+        with pytest.raises(RuntimeError, match="thread"):
+            zygote.fork_component(a, ["resolver"], -1, -1)
+    finally:
+        stop.set()
+        other.join()
+        a.close()
+        b.close()
+
+
+# A process with a thread, killed: its main thread is a zombie before its sockets are closed -----------
+LISTENER = """
+import socket, sys, threading, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(16)
+threading.Thread(target=lambda: time.sleep(60), daemon=True).start()
+print(server.getsockname()[1], flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_exited_means_every_socket_is_closed(attempt: int) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        watched = Forked(proc.pid)  # watched as a non-child would be: no waitpid
+        assert watched.poll() is None
+        os.kill(proc.pid, signal.SIGKILL)
+        assert wait_exited(proc.pid, 10), "not seen to exit"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        assert watched.poll() == 0 and watched.wait(0) == 0
+    finally:
+        proc.kill()
+        proc.communicate()
