@@ -1,9 +1,11 @@
 """The local backend's launcher: the Topology as processes on 127.0.0.1, each in its own process group.
 
-Everything starts at once, so imports overlap: phase 1 (resolver, nats-server, callout, pods, proxy) binds port 0
-and reports its bindings on a ready pipe; the launcher writes them into the network map, where the
-phase 2 worker hosts find nats-server before they report ready themselves. Nothing here sleeps to wait
-for a component: readiness is the line on its pipe, or EOF if it died first.
+Everything starts at once, forked by one preloaded zygote per launch (clusters/local/zygote.py), so
+the imports are paid once: phase 1 (resolver, nats-server, callout, pods, proxy) binds port 0 and
+reports its bindings on a ready pipe; the launcher writes them into the network map, where the phase 2
+worker hosts find nats-server before they report ready themselves. Nothing here sleeps to wait for a
+component: readiness is the line on its pipe, or EOF if it died first. A restart after the launch (a
+fault, a redeploy) starts its component afresh.
 """
 
 from __future__ import annotations
