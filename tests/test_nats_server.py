@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from nats_support import Keys, keys_fixture, server_log, start_server_fixture  # noqa: F401 - fixtures
 
+from sim.model.topology import CONTROL_CLUSTER, build
+from sim.pods.nats import component
 from sim.pods.nats.config import ServerConfig
 from sim.pods.nats.server import NatsServer, ServerError, healthz
+from sim.runtime.component import Context
 
 
 def free_port() -> int:
@@ -85,15 +91,6 @@ def test_a_supervisor_stopped_while_it_starts_stops_the_server_it_started(
 ) -> None:
     """SIGTERM reaches the supervisor's group while its thread is still about to spawn nats-server: the
     thread goes on, and the server it spawns must not outlive the supervisor (a CI run's leftover)."""
-    import asyncio
-    import threading
-
-    import psutil
-
-    from sim.model.topology import CONTROL_CLUSTER, build
-    from sim.pods.nats import component
-    from sim.runtime.component import Context
-
     topology = build("t", {"workerCallbackProxy": {"enabled": True, "workerDomain": "w.example.com"}}, seed=3)
     (tmp_path / "topology.json").write_text(topology.to_json())
     (tmp_path / "logs").mkdir()

@@ -383,21 +383,22 @@ def _is_ours(pid: int, state_dir: Path) -> bool:
 
 
 def _is_component(args: list[str], state_dir: Path) -> bool:
-    """`python -m sim.runtime.run KIND --state DIR ...`, as exec'd (one argument each) or as a forked
-    component's title (one string: setproctitle writes the line over the zygote's arguments)."""
-    line = " ".join(a for a in args if a) + " "
-    return " -m sim.runtime.run " in line and f" --state {state_dir} " in line
+    return _runs("sim.runtime.run", args, state_dir)
 
 
 def _is_stack_process(args: list[str], state_dir: Path) -> bool:
     """A component of this stack, its launch's zygote, or a nats-server on a config in its state folder."""
-    line = " ".join(a for a in args if a) + " "
-    if _is_component(args, state_dir) or (
-        " -m sim.runtime.zygote " in line and f" --state {state_dir} " in line
-    ):
+    if _runs("sim.runtime.run", args, state_dir) or _runs("sim.runtime.zygote", args, state_dir):
         return True
     inside = str(state_dir) + os.sep
     return bool(args) and Path(args[0]).name == "nats-server" and any(a.startswith(inside) for a in args)
+
+
+def _runs(module: str, args: list[str], state_dir: Path) -> bool:
+    """`python -m MODULE ... --state DIR ...`, as exec'd (one argument each) or as a forked component's
+    title (one string: setproctitle writes the line over the zygote's arguments)."""
+    line = " ".join(a for a in args if a) + " "
+    return f" -m {module} " in line and f" --state {state_dir} " in line
 
 
 def _stop_strays(state_dir: Path) -> list[str]:
@@ -410,7 +411,7 @@ def _stop_strays(state_dir: Path) -> list[str]:
             proc.info["cmdline"] or [], state_dir
         ):
             strays.append(proc)
-    stopped = [f"{Path(proc.info['cmdline'][0]).name} (pid {proc.pid}, in no pid file)" for proc in strays]
+    stopped = [f"pid {proc.pid} (in no pid file)" for proc in strays]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in strays:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -422,7 +423,7 @@ def _stop_strays(state_dir: Path) -> list[str]:
     return stopped
 
 
-def _terminate(pid: int, proc: subprocess.Popen | None) -> None:
+def _terminate(pid: int, proc: subprocess.Popen | Forked | None) -> None:
     """SIGTERM the process group, then SIGKILL it if it outlives the grace period."""
     for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
         try:
