@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sim.runtime.run import event_loop
+
 
 def _cpu_model() -> str:
     try:
@@ -79,6 +81,7 @@ def describe() -> dict[str, Any]:
         "cpu": _cpu_model(),
         "memory_gib": _memory_gib(),
         "python": sys.version.split()[0],
+        "event_loop": event_loop(os.environ.get("NCPSIM_EVENT_LOOP")),  # the components'
         "os": platform.platform(),
         "nginx": _version(["nginx", "-v"]),
         "dnsmasq": _version(["dnsmasq", "--version"]),

@@ -58,7 +58,8 @@ def _table(rows: list[Row]) -> str:
 def _machine(m: dict[str, Any]) -> str:
     return (
         f"- date: {m['date']}\n- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB memory, "
-        f"{m['os']}\n- Python {m['python']}; {m.get('nginx') or 'nginx: not installed'}; "
+        f"{m['os']}\n- Python {m['python']} (components on {m.get('event_loop', 'asyncio')}); "
+        f"{m.get('nginx') or 'nginx: not installed'}; "
         f"{m.get('dnsmasq') or 'dnsmasq: not installed'}\n"
         f"- load average at start {m['load_average_start']}, at end {m.get('load_average_end')}"
         + (f"\n- note: {m['note']}" if m.get("note") else "")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -28,6 +29,7 @@ from bench.callbacks import PEXEC, open_stream
 from bench.procs import RssSampler, cpu_seconds, group_members, rss_bytes
 from bench.stacks import BenchStack, running, topology, unique_name
 from sim.protocols.http1 import H11Stream, exchange
+from sim.runtime.run import event_loop, loop_factory
 
 POLL_SECONDS = 60
 CALL_TIMEOUT = POLL_SECONDS + 5.0
@@ -96,21 +98,32 @@ async def drive(bench: BenchStack, callbacks: int, concurrency: int, deadline: f
     }
 
 
-def worker_results(state_dir: Path) -> dict[str, int]:
-    """Worker callback outcomes from the events, as a cross-check of the client's count."""
+FAILURE_EXAMPLES = 5
+
+
+def worker_results(state_dir: Path) -> dict[str, Any]:
+    """Worker callback outcomes from the events, as a cross-check of the client's count; the first few
+    failures with where and why they stopped, so a lost callback can be explained."""
     ok = failed = 0
-    for path in (state_dir / "events").glob("ncpsim-compute-*.jsonl"):
+    examples: list[dict[str, Any]] = []
+    for path in sorted((state_dir / "events").glob("ncpsim-compute-*.jsonl")):
         with open(path, errors="replace") as lines:
             for line in lines:
                 if '"worker.callback.result"' in line:
                     if '"ok": true' in line:
                         ok += 1
-                    else:
-                        failed += 1
-    return {"ok": ok, "failed": failed}
+                        continue
+                    failed += 1
+                    if len(examples) < FAILURE_EXAMPLES:
+                        with contextlib.suppress(json.JSONDecodeError):  # a line still being written
+                            event = json.loads(line)
+                            examples.append(
+                                {k: event.get(k) for k in ("requestId", "worker", "stage", "error")}
+                            )
+    return {"ok": ok, "failed": failed, "failure_examples": examples}
 
 
-def settled_results(state_dir: Path, expected: int, timeout: float = 5.0) -> dict[str, int]:
+def settled_results(state_dir: Path, expected: int, timeout: float = 5.0) -> dict[str, Any]:
     """The workers' outcomes once their last lines are written (a worker logs after the pod answered)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -161,8 +174,14 @@ def measure(
     with running(root, topo) as bench:
         up = time.perf_counter() - started
         before = _cpu_by_component(bench)
-        with RssSampler(lambda: stack_processes(bench)) as memory:
-            result = asyncio.run(drive(bench, callbacks, concurrency, deadline))
+        client_cpu = time.process_time()
+        # The client runs on the components' event loop: it is the load, and competes with them for the cores.
+        with (
+            RssSampler(lambda: stack_processes(bench)) as memory,
+            asyncio.Runner(loop_factory=loop_factory(os.environ.get("NCPSIM_EVENT_LOOP"))) as loop,
+        ):
+            result = loop.run(drive(bench, callbacks, concurrency, deadline))
+        client_cpu = time.process_time() - client_cpu
         after = _cpu_by_component(bench)
         result["cpu_seconds"] = {k: round(after[k] - before.get(k, 0.0), 1) for k in sorted(after)}
         result["cpu_seconds_by_role"] = by_role(result["cpu_seconds"])
@@ -179,6 +198,8 @@ def measure(
         peak_rss_mib=round(memory.peak / 2**20, 1),
         rss_samples=memory.samples,
         client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1),
+        client_cpu_seconds=round(client_cpu, 1),
+        event_loop=event_loop(os.environ.get("NCPSIM_EVENT_LOOP")),
     )
     return result
 

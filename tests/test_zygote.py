@@ -93,3 +93,38 @@ def test_exited_means_every_socket_is_closed(attempt: int) -> None:
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_a_component_gone_before_it_is_watched_counts_as_exited() -> None:
+    """A forked component that ends at once (bad arguments) is reaped by the zygote before the launcher
+    holds it: that is an exit to report with its log, not a NoSuchProcess traceback."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    watched = Forked(gone.pid)
+    assert watched.poll() == 0 and watched.wait(0) == 0
+
+
+def test_a_component_that_refuses_its_event_loop_is_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "NCPSIM_HOME": str(tmp_path), "NCPSIM_EVENT_LOOP": "bogus"}
+    done = subprocess.run(
+        [sys.executable, "-m", "invoke", "up", "scenario=http-callback"],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    down = subprocess.run(
+        [sys.executable, "-m", "invoke", "down"],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "exited before it was ready" in done.stderr
+    assert "NCPSIM_EVENT_LOOP='bogus': choose one of uvloop, asyncio" in done.stderr
+    assert down.returncode == 0

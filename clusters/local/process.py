@@ -63,13 +63,19 @@ class Forked:
 
     def __init__(self, pid: int):
         self.pid = pid
-        self._proc = psutil.Process(pid)
+        try:
+            self._proc: psutil.Process | None = psutil.Process(pid)
+        except psutil.NoSuchProcess:  # it ended at once (e.g. refused its arguments) and was reaped
+            self._proc = None
 
     def poll(self) -> int | None:
         """None while it runs; 0 once it has exited (its exit code went to its parent)."""
-        return 0 if wait_exited(self.pid, 0, self._proc) else None
+        return 0 if self._exited(0) else None
 
     def wait(self, timeout: float | None = None) -> int:
-        if not wait_exited(self.pid, timeout, self._proc):
+        if not self._exited(timeout):
             raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
         return 0
+
+    def _exited(self, timeout: float | None) -> bool:
+        return self._proc is None or wait_exited(self.pid, timeout, self._proc)

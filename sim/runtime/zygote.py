@@ -87,8 +87,10 @@ def fork_component(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: 
             os.setsid()
             os.close(session_w)  # the zygote's read returns: the session exists before the pid is told
             code = _become(sock, argv, ready_fd, log_fd)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+        except SystemExit as exc:  # as the interpreter ends: a message goes to the log, then status 1
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+            if code == 1 and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
         except BaseException:  # noqa: BLE001 - the child must never return into the zygote's loop
             traceback.print_exc()
         finally:
