@@ -530,3 +530,50 @@ def test_pod_gone_gives_503_uf_at_once(tmp_path: Path) -> None:
         assert event["flags"] == "UF" and "refused" in event["details"]
 
     run_stack(tmp_path, body)
+
+
+def test_worker_connections_share_the_proxy_session_to_a_pod(tmp_path: Path) -> None:
+    """Envoy pools upstream connections per host of a cluster, not per downstream connection: three
+    callbacks, each on a worker connection of its own, reach the pod over one QUIC session that outlives
+    them."""
+
+    async def body(stack: Stack) -> None:
+        pod = stack.pods["grpc-proxy-0"].h3
+        assert pod is not None
+        accepted: list[Any] = []
+        make_endpoint = pod.make_endpoint
+        pod.make_endpoint = lambda quic: accepted.append(quic) or make_endpoint(quic)  # counts sessions
+        for done in range(1, 4):
+            assert await unary_once(stack, "grpc-proxy-0") == b"once"
+            await stack.watch.wait("worker.callback.result", done)  # the worker's connection is closed now
+        results = stack.watch.of("worker.callback.result")
+        assert [r["status"] for r in results] == [200, 200, 200]
+        assert len(accepted) == 1, f"{len(accepted)} sessions from the proxy to the pod"
+        assert len(pod.endpoints) == 1, "the proxy's session outlives the worker connections"
+
+    run_stack(tmp_path, body)
+
+
+def test_a_pooled_session_to_a_killed_pod_fails_at_once(tmp_path: Path) -> None:
+    """The pod dies without a CONNECTION_CLOSE (SIGKILL): the next stream on the pooled session meets the
+    closed port and gets 503 at once, not after the session's idle timeout; the one after dials anew."""
+
+    async def body(stack: Stack) -> None:
+        assert await unary_once(stack, "grpc-proxy-1") == b"once"
+        await stack.watch.wait("worker.callback.result", 1)
+        pod = stack.pods["grpc-proxy-1"].h3
+        assert pod is not None and pod._transport is not None
+        for session in pod.endpoints:  # a killed process sends nothing more, CONNECTION_CLOSE included
+            session.transmit = lambda: None  # type: ignore[method-assign]
+        pod._transport.close()  # and its port closes
+        auth = {"authorization": "Bearer " + "a" * 64, "x-request-id": "3b241101-e2bb-4255-8caf-4136c566a962"}
+        for _ in range(2):
+            status, _ = await asyncio.wait_for(raw_callback(stack, pod_sni(stack, "grpc-proxy-1"), auth), 2)
+            assert status == 503
+        streams = await stack.watch.wait("proxy.h3.stream", 3)
+        # UC when the stream went out on the pooled session first; UF when the session had already met the
+        # closed port (an acknowledgement sent after the kill) and the proxy dialed anew.
+        first, second = (e["flags"] for e in streams[1:])
+        assert first in ("UC", "UF") and second == "UF", streams
+
+    run_stack(tmp_path, body)

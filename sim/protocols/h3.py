@@ -379,8 +379,10 @@ class H3Endpoint(QuicConnectionProtocol):
         self.abandon()
 
     def error_received(self, exc: Exception) -> None:
-        """Client side: the peer's port is closed; fail the handshake now rather than time out."""
-        if isinstance(exc, ConnectionRefusedError) and not self.handshake.done():
+        """Client side: the peer's port is closed (ICMP port unreachable on the connected socket), so no
+        process holds the other end: fail the handshake now rather than time out, and end a session whose
+        peer died without a CONNECTION_CLOSE (a SIGKILLed pod) instead of waiting out its idle timeout."""
+        if isinstance(exc, ConnectionRefusedError):
             self.abandon(reason=f"connection refused ({exc.strerror or exc})")
 
 

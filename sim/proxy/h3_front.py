@@ -5,9 +5,12 @@ or none at all) finds no filter chain, so the handshake is refused (TLS alert un
 with `NR`). Each request stream is then decided on its own by sim.proxy.h3_policy, from `:authority`,
 method, pseudo-headers and the header limits, as the rendered Envoy route table decides it: a stream
 error resets that stream only, a route miss is 404 `NR`, and a forward goes to the pod the `:authority`
-names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084 (one per
-worker connection and pod), verifying `*.grpc-headless.nvcf.svc.cluster.local` against the stack CA in
-Secret `grpc-proxy-worker-tls`, and relays the stream both ways with backpressure (sim.protocols.h3).
+names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084, verifying
+`*.grpc-headless.nvcf.svc.cluster.local` against the stack CA in Secret `grpc-proxy-worker-tls`, and
+relays the stream both ways with backpressure (sim.protocols.h3). That session is shared by every
+worker connection's streams to the pod, as Envoy pools upstream connections per host of its cluster,
+not per downstream connection; a pod that restarted (its pod IP leads to another address now) or a
+session that closed gets a new one.
 - A pod name that does not resolve in the control cluster (no such grpc-proxy pod): 503 `DF`.
 - Pod unreachable, silent, or with a certificate the stack CA or the name does not verify: 503 `UF`.
 `x-request-id` is passed through untouched (never generated or replaced): the pod matches it against the
@@ -135,15 +138,27 @@ class StreamScopedH3(H3Connection):
 
 
 # -- I/O -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Upstream:
+    """A QUIC session to one grpc-proxy pod: the pod IP its name resolved to, the loopback address that IP
+    had when the session opened."""
+
+    endpoint: H3Endpoint
+    ip: str
+    addr: tuple[str, int]
+
+    @property
+    def host(self) -> str:  # %UPSTREAM_HOST%
+        return f"{self.ip}:{GRPC_CALLBACK_PORT}"
+
+
 class _Connection:
-    """One worker's QUIC connection: its SNI (for the logs) and one upstream session per pod it names."""
+    """One worker's QUIC connection: its SNI (for the logs) and the streams the codec reset."""
 
     def __init__(self, front: H3Front):
         self.front = front
         self.sni: str | None = None
         self.endpoint: H3Endpoint | None = None
-        self.upstreams: dict[str, H3Endpoint] = {}  # by pod name
-        self.upstream_hosts: dict[str, str] = {}  # pod name -> the ip:port it resolved to (for the log)
         self.resets: dict[int, Reset] = {}  # streams the codec reset after their headers were handed on
         self.gone = False
 
@@ -168,8 +183,6 @@ class _Connection:
 
     def on_closed(self) -> None:
         self.gone = True
-        for upstream in self.upstreams.values():
-            close_client(upstream)
 
 
 class _FrontEndpoint(H3Endpoint):
@@ -191,6 +204,7 @@ class H3Front:
         self.worker_domain = ctx.topology.worker_domain
         self.tasks = Tasks()
         self.server: H3Server | None = None
+        self.upstreams: dict[str, _Upstream] = {}  # by pod name, shared by all worker connections
 
     async def start(self) -> int:
         config = ReloadingServerConfig(self.ctx.secret(frontend_secret(self.ctx.values)), self._tls_error)
@@ -199,7 +213,10 @@ class H3Front:
 
     async def close(self) -> None:
         if self.server is not None:
-            self.server.close()  # closes every worker connection, and with it each upstream session
+            self.server.close()  # closes every worker connection
+        for upstream in self.upstreams.values():
+            close_client(upstream.endpoint)
+        self.upstreams.clear()
         await self.tasks.cancel_all()
 
     def _tls_error(self, message: str) -> None:
@@ -315,10 +332,10 @@ class H3Front:
 
     async def _upstream(self, conn: _Connection, route: Forward, record: AccessRecord) -> H3Endpoint:
         name = route.host
-        current = conn.upstreams.get(name)
-        if current is not None and not current.closed:
-            record.upstream_host = conn.upstream_hosts[name]
-            return current
+        pooled = self.upstreams.get(name)
+        if pooled is not None and self._usable(pooled):
+            record.upstream_host = pooled.host
+            return pooled.endpoint
         try:
             ip = (await self.ctx.resolve(name))[0]  # the proxy lives in the control cluster
         except NameNotResolved as exc:
@@ -333,20 +350,32 @@ class H3Front:
         # The CA is read for each new session, so a rotated grpc-proxy-worker-tls applies without restart.
         trust = trust_pem([self.ctx.secret(GRPC_SECRET) / "ca.crt"])
         try:
-            upstream = await connect(addr, client_configuration(name, trust), timeout=CONNECT_TIMEOUT)
+            endpoint = await connect(addr, client_configuration(name, trust), timeout=CONNECT_TIMEOUT)
         except HandshakeFailed as exc:
             if exc.certificate_rejected:
                 raise UpstreamFailure("UF", UF_TLS_BODY, f"CERTIFICATE_VERIFY_FAILED: {exc.reason}") from exc
             raise UpstreamFailure("UF", UF_BODY, f"QUIC handshake failed: {exc.reason}") from exc
-        if conn.gone:  # the worker left while we dialed
-            close_client(upstream)
+        current = self.upstreams.get(name)
+        if current is not None and current is not pooled and self._usable(current):
+            close_client(endpoint)  # a concurrent stream's session won the race: share that one
+            record.upstream_host = current.host
+            endpoint = current.endpoint
+        else:
+            if current is not None:
+                close_client(current.endpoint)  # closed already, or to a pod that is no longer there
+            self.upstreams[name] = _Upstream(endpoint, ip, addr)
+        if conn.gone:  # the worker left while we dialed; the session stays for the next stream
             raise StreamError("downstream connection closed")
-        current = conn.upstreams.get(name)
-        if current is not None and not current.closed:  # a concurrent stream won the race
-            close_client(upstream)
-            return current
-        conn.upstreams[name], conn.upstream_hosts[name] = upstream, record.upstream_host
-        return upstream
+        return endpoint
+
+    def _usable(self, upstream: _Upstream) -> bool:
+        """Open, and the pod IP still leads where it did (a restarted pod listens elsewhere)."""
+        if upstream.endpoint.closed:
+            return False
+        try:
+            return self.ctx.udp_address(upstream.ip, GRPC_CALLBACK_PORT) == upstream.addr
+        except OSError:
+            return False
 
     @staticmethod
     def _local_reply(down: H3Stream, record: AccessRecord, status: int, flag: str, body: str) -> None:
