@@ -320,7 +320,9 @@ class Resolver:
         key = (name, transport, data[2:])
         cached = self._replies.get(key)
         if cached is None:
-            cached = handle_packet(view, data, transport)
+            reply, event = handle_packet(view, data, transport)
+            # One event object per cached answer, so an observer may key what it derives on it.
+            cached = reply, None if event is None else replace(event, view=name)
             if len(self._replies) < REPLY_CACHE_SIZE:
                 self._replies[key] = cached
         reply, event = cached
@@ -328,7 +330,7 @@ class Resolver:
             reply = data[:2] + reply[2:]  # the same answer, under this query's id
         if event is not None and self._on_query is not None:
             try:
-                self._on_query(replace(event, view=name))
+                self._on_query(event)
             except Exception:
                 # A broken observer must not take cluster DNS down with it.
                 log.exception("on_query callback failed for DNS view %s", name)
