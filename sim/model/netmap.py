@@ -26,6 +26,9 @@ class Refused(ConnectionRefusedError):
     """Routable, but nothing listens there."""
 
 
+ROUTES_REMEMBERED = 4096
+
+
 def key(ip: str, port: int, proto: str = "tcp") -> str:
     return f"{ip}:{port}/{proto}"
 
@@ -39,10 +42,17 @@ class NetMap:
     services: dict[str, list[str]] = field(default_factory=dict)
     pickers: dict[str, random.Random] = field(default_factory=dict, repr=False, compare=False)
     seed: int = 0
+    # (cluster, ip) -> routable: every connection asks, and parsing the CIDRs each time showed in profiles
+    routes: dict[tuple[str, str], bool] = field(default_factory=dict, repr=False, compare=False)
 
     def routable(self, cluster: str, ip: str) -> bool:
-        addr = ipaddress.ip_address(ip)
-        return any(addr in ipaddress.ip_network(cidr) for cidr in self.reach.get(cluster, ()))
+        known = self.routes.get((cluster, ip))
+        if known is None:
+            addr = ipaddress.ip_address(ip)
+            known = any(addr in ipaddress.ip_network(cidr) for cidr in self.reach.get(cluster, ()))
+            if len(self.routes) < ROUTES_REMEMBERED:  # names from the wire are many; the stack's are few
+                self.routes[cluster, ip] = known
+        return known
 
     def lookup(self, cluster: str, ip: str, port: int, proto: str = "tcp") -> tuple[str, int]:
         """Real (host, port) for a virtual address as seen from `cluster`."""

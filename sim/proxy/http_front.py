@@ -11,6 +11,7 @@ import ssl
 import time
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import h11
@@ -58,6 +59,19 @@ HOP_BY_HOP = {
     "content-length",
 }
 UPSTREAM_CLOSED = "upstream connection closed mid-response"
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+
+
+def listener_backlog() -> int:
+    """Envoy's listener backlog when `tcp_backlog_size` is unset, as in the rendered config: net.core.somaxconn
+    on Linux, 128 elsewhere. (asyncio's default of 100 dropped SYNs when a fleet of workers called back at
+    once, and their connects timed out.)"""
+    try:
+        return int(SOMAXCONN.read_text())
+    except (OSError, ValueError):
+        return 128
+
+
 DNS_CACHE_TTL = 5.0
 MAX_IDLE_PER_AUTHORITY = 64
 Pool = dict[str, tuple[H11Stream, str]]  # authority -> (upstream connection, upstream ip:port)
@@ -131,6 +145,7 @@ class HttpFront:
             0,
             ssl=self.frontend.sni_switcher(),
             ssl_handshake_timeout=10,
+            backlog=listener_backlog(),
         )
         return self.server.sockets[0].getsockname()[1]
 
