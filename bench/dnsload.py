@@ -136,7 +136,41 @@ def dnsmasq(folder: Path, target_ip: str) -> Iterator[tuple[int, subprocess.Pope
     if not Path(binary).exists():
         raise RuntimeError("dnsmasq is not installed (apt-get install dnsmasq-base)")
     folder.mkdir(parents=True, exist_ok=True)
-    port = free_port(socket.SOCK_DGRAM)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        port = _free_udp_and_tcp_port()
+        proc = spawn(_command(binary, port, target_ip), folder / "dnsmasq.log")
+        try:
+            _wait_answering(port, proc)
+        except RuntimeError:
+            stop(proc)
+            # dnsmasq binds TCP too; a port the kernel has just given to a connection in the meantime
+            # makes it exit with 2 ("Address already in use"): take another port.
+            if proc.returncode == 2 and attempt < START_ATTEMPTS:
+                continue
+            raise
+        break
+    try:
+        yield port, proc
+    finally:
+        stop(proc)
+
+
+START_ATTEMPTS = 5
+
+
+def _free_udp_and_tcp_port() -> int:
+    """A port free on 127.0.0.1 for both UDP and TCP right now (dnsmasq listens on both)."""
+    while True:
+        port = free_port(socket.SOCK_DGRAM)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            try:
+                tcp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+
+
+def _command(binary: str, port: int, target_ip: str) -> list[str]:
     cmd = [
         binary,
         "--keep-in-foreground",
@@ -154,12 +188,7 @@ def dnsmasq(folder: Path, target_ip: str) -> Iterator[tuple[int, subprocess.Pope
     ]  # --local: NODATA for AAAA, as before dnsmasq 2.86
     if os.geteuid() == 0:
         cmd.append("--user=root")  # no drop to nobody: nothing to gain on loopback, and it needs no group
-    proc = spawn(cmd, folder / "dnsmasq.log")
-    try:
-        _wait_answering(port, proc)
-        yield port, proc
-    finally:
-        stop(proc)
+    return cmd
 
 
 def measure(bench: BenchStack, folder: Path, count: int, time_limit: float) -> dict[str, Any]:
