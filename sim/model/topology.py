@@ -11,6 +11,7 @@ import ipaddress
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ class Cluster:
     rewrite_domain: str = ""
     rewrite_target: str = ""
 
-    @property
+    @cached_property  # asked for each DNS lookup a component makes; parsing the CIDR showed in profiles
     def dns_ip(self) -> str:
         return str(ipaddress.ip_network(self.service_cidr).network_address + 10)
 
