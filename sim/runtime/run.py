@@ -67,7 +67,8 @@ async def main_async(kind: str, ctx: Context, ready_fd: int | None) -> None:
 
 def event_loop(choice: str | None) -> str:
     """The components' event loop: `choice` (NCPSIM_EVENT_LOOP) if given, else uvloop where it is installed
-    (about 6 % less CPU and a fifth less memory at scale, bench/findings.md), else asyncio."""
+    (6-11 % less CPU and a fifth less memory at scale, measured back to back: bench/findings.md), else
+    asyncio."""
     choice = choice or ("uvloop" if uvloop is not None else "asyncio")
     if choice not in EVENT_LOOPS:
         raise SystemExit(f"NCPSIM_EVENT_LOOP={choice!r}: choose one of {', '.join(EVENT_LOOPS)}")
