@@ -104,26 +104,21 @@ def test_a_component_gone_before_it_is_watched_counts_as_exited() -> None:
     assert watched.poll() == 0 and watched.wait(0) == 0
 
 
-def test_a_component_that_refuses_its_event_loop_is_one_line(tmp_path: Path) -> None:
-    env = {**os.environ, "NCPSIM_HOME": str(tmp_path), "NCPSIM_EVENT_LOOP": "bogus"}
-    done = subprocess.run(
-        [sys.executable, "-m", "invoke", "up", "scenario=http-callback"],
-        cwd=Path(__file__).resolve().parents[1],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    down = subprocess.run(
-        [sys.executable, "-m", "invoke", "down"],
-        cwd=Path(__file__).resolve().parents[1],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def test_a_component_that_refuses_its_event_loop_is_one_line(invoke_env: dict[str, str]) -> None:
+    env = {**invoke_env, "NCPSIM_EVENT_LOOP": "bogus"}
+
+    def invoke(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "invoke", *args],
+            cwd=Path(__file__).resolve().parents[1],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    done, down = invoke("up", "scenario=http-callback"), invoke("down")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "exited before it was ready" in done.stderr
     assert "NCPSIM_EVENT_LOOP='bogus': choose one of uvloop, asyncio" in done.stderr
