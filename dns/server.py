@@ -321,7 +321,7 @@ class Resolver:
         cached = self._replies.get(key)
         if cached is None:
             reply, event = handle_packet(view, data, transport)
-            # One event object per cached answer, so an observer may key what it derives on it.
+            # The event carries its view from the start: made once per cached answer, not once per query.
             cached = reply, None if event is None else replace(event, view=name)
             if len(self._replies) < REPLY_CACHE_SIZE:
                 self._replies[key] = cached

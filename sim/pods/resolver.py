@@ -12,7 +12,7 @@ from sim.runtime.component import Context, Ready
 
 async def run(ctx: Context, ready: Ready) -> None:
     # One `dns.query` line per query is most of the resolver's work under load; a cached answer's event is
-    # the same object each time, so its line is serialised once.
+    # the same each time, so its line is serialised once (keyed by the event's value).
     templates: dict[QueryEvent, EventTemplate] = {}
 
     def record(q: QueryEvent) -> None:
