@@ -516,7 +516,7 @@ def call(c, function, count=1, json_=False, stack="default", backend="local"):
         "target": "what the action acts on (see `invoke status` for component names)",
         "to": "link: the address or CIDR the cluster's dials go to (default: the proxy's load balancer)",
         "latency_ms": "link: added latency",
-        "drop": "link: share of connections lost (0..1)",
+        "drop": "link: share of connections (and of requests on kept-alive ones) lost (0..1)",
         "timeout_ms": "link: how long a lost connection hangs",
         **_ON_STACK,
     },

@@ -4,8 +4,8 @@ The topology is built with sim.model.topology.build (5 compute clusters of 400 w
 benchmark is the function client: `concurrency` lanes, each with a keep-alive connection to one
 invocation-service pod (lanes spread over the pods), invoke the echo function with NVCF-POLL-SECONDS 60
 and wait for the answer. A callback is lost when its invocation does not come back 200 with its own
-body. Workers do everything else as in any scenario: NATS (JetStream pull, ack), DNS, TLS to the proxy, GET
-and POST. Peak memory is the largest sum of the stack's processes' RSS (each component's whole process
+body. Workers do everything else as in any scenario: NATS (JetStream pull, ack), GET and POST through the
+proxy on the connections each keeps alive (a DNS lookup and a TLS handshake when it has none idle). Peak memory is the largest sum of the stack's processes' RSS (each component's whole process
 group, so nats-server beside its supervisor counts), sampled from /proc every 200 ms.
 """
 

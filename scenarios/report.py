@@ -23,7 +23,7 @@ ARTIFACT_NAMES = {
 
 
 def call_row(t: CallTrace) -> list[str]:
-    dns = t.dns.get("answer") or t.dns.get("rcode") or "-"
+    dns = f"{t.dns.get('name', '-')} -> {t.lookup}" if t.dns else t.lookup
     proxy = (
         ", ".join(f"{r['method']} {r['status']} {r['flags']} -> {r['upstream_host']}" for r in t.proxy) or "-"
     )
@@ -33,7 +33,7 @@ def call_row(t: CallTrace) -> list[str]:
     legs = legs or "-"
     outcome = "ok" if t.outcome == "success" else f"FAILED: {t.error}"
     holder = f"{t.method} {t.target}" if t.kind == "probe" else t.pod
-    return [str(t.index), holder, t.worker or "-", f"{t.dns.get('name', '-')} -> {dns}", proxy, legs, outcome]
+    return [str(t.index), holder, t.worker or "-", dns, proxy, legs, outcome]
 
 
 def render_text(result: ScenarioResult, console: Console | None = None, traces: bool = True) -> str:

@@ -23,6 +23,7 @@ class CallTrace:
     worker_stage: str | None = None
     worker_statuses: list[int] = field(default_factory=list)
     dns: dict[str, Any] = field(default_factory=dict)
+    connections: list[str] = field(default_factory=list)  # the worker's per leg: "new" or "reused"
     via: str | None = None  # proxy | direct
     proxy: list[dict[str, str]] = field(default_factory=list)  # access-log records of this request
     pod_legs: list[dict[str, Any]] = field(default_factory=list)  # attach.get/post or grpc callback events
@@ -37,6 +38,14 @@ class CallTrace:
     @property
     def callee_pods(self) -> set[str]:
         return {leg["pod"] for leg in self.pod_legs if leg.get("status") == 200}
+
+    @property
+    def lookup(self) -> str:
+        """What the worker's DNS lookup answered; "kept alive" when it looked nothing up, its connection to
+        the proxy (or pod) being one kept from an earlier callback."""
+        if self.dns:
+            return str(self.dns.get("answer") or self.dns.get("rcode") or "-")
+        return "kept alive" if "reused" in self.connections else "-"
 
     @property
     def landed(self) -> str | None:
@@ -74,6 +83,7 @@ def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, 
             trace.worker_stage = event.get("stage")
             trace.worker_statuses = list(event.get("statuses") or [])
             trace.dns = event.get("dns") or {}
+            trace.connections = list(event.get("connections") or [])
             if not event.get("ok"):
                 # The worker's cause (DNS rcode, TLS error, the status and message it got) explains a
                 # failure better than what the client saw of it (a 504, or gRPC's DEADLINE_EXCEEDED).

@@ -49,7 +49,7 @@ class Crossing:
             (t.request_id or "-")[:8],
             t.function,
             t.worker or "-",
-            str(t.dns.get("answer") or t.dns.get("rcode") or "-"),
+            t.lookup,
             proxy,
             ", ".join(pods) or "-",
             outcome,

@@ -96,9 +96,35 @@ def test_kill_restart_and_scale(stack: LocalStack) -> None:
     assert call(stack, 0).status == 200 and call(stack, 1).status == 200
 
 
+def warm_workers(stack: LocalStack, attempts: int = 40) -> None:
+    """Call until every worker has called back once, so each holds a kept-alive connection to the proxy
+    (JetStream hands each message to whichever worker's pull is waiting)."""
+    workers = {w.name for w in stack.topology.workers}
+    tail, seen = StackTail(stack.state_dir), set()
+    for _ in range(attempts):
+        rid = call(stack).request_id or ""
+        # The worker writes its result once the pod has answered its POST, which may be after the client's 200.
+        assert asyncio.run(tail.wait_for(lambda rid=rid: tail.worker_result(rid) is not None, 5.0))
+        seen.add((tail.worker_result(rid) or {}).get("worker"))
+        if workers <= seen:
+            return
+    raise AssertionError(
+        f"only {sorted(map(str, seen))} of {sorted(workers)} called back in {attempts} calls"
+    )
+
+
+def fresh_workers(stack: LocalStack) -> None:
+    """Redeploy the functions: new worker pods, so no connection kept alive from an earlier callback."""
+    stack.redeploy(stack.topology, "workers")
+
+
 def test_dns_stop_and_start(stack: LocalStack) -> None:
     faults = FaultInjector(stack, random.Random(1))
+    warm_workers(stack)
     faults.apply({"stop": "resolver"})
+    # Every worker keeps its connection to the proxy alive from its last callback: no name to look up.
+    assert call(stack).status == 200
+    fresh_workers(stack)
     failed = call(stack)
     assert "cannot resolve invocation.grpc-worker.example.com" in (failed.error or "")
     faults.apply({"start": "resolver"})
@@ -121,7 +147,10 @@ def test_expired_frontend_certificate_fails_then_renewal_recovers(stack: LocalSt
     from certs.store import CertStore
 
     faults = FaultInjector(stack, random.Random(1))
+    warm_workers(stack)
     faults.apply({"expire": "frontend"})
+    assert call(stack).status == 200  # a kept-alive connection was verified before the certificate expired
+    fresh_workers(stack)
     assert "certificate has expired" in (call(stack).error or "")
     rotate(CertStore(stack.state_dir / "certs"), "frontend", "grpc-worker.example.com")
     assert call(stack).status == 200

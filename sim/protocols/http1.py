@@ -17,6 +17,14 @@ class PeerClosed(ConnectionError):
     """The other side closed the connection before a complete message."""
 
 
+class ClosedBeforeResponse(PeerClosed):
+    """The server hung up before any byte of its response (Go's Transport retries an idempotent request then,
+    when the connection was a kept-alive one)."""
+
+    def __init__(self) -> None:
+        super().__init__("connection closed before a response")
+
+
 class H11Stream:
     def __init__(
         self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -96,11 +104,17 @@ async def exchange(
         h11.EndOfMessage(),
     )
     while True:
-        event = await stream.next_event(timeout)
+        try:
+            event = await stream.next_event(timeout)
+        except h11.RemoteProtocolError as exc:
+            if not stream.reader.at_eof() or stream.conn.trailing_data[0]:
+                raise
+            # h11 calls a hang-up while a response is due a protocol error; here no byte of it had come.
+            raise ClosedBeforeResponse from exc
         if isinstance(event, h11.Response):
             break
         if isinstance(event, h11.ConnectionClosed):
-            raise PeerClosed("connection closed before a response")
+            raise ClosedBeforeResponse
     payload = await read_body(stream, timeout)
     return Response(event.status_code, decode_headers(event.headers), payload)
 

@@ -73,8 +73,8 @@ def listener_backlog() -> int:
 
 
 DNS_CACHE_TTL = 5.0
-MAX_IDLE_PER_AUTHORITY = 64
-Pool = dict[str, tuple[H11Stream, str]]  # authority -> (upstream connection, upstream ip:port)
+# Envoy caps a cluster's connections (circuit breaker max_connections, 1024 by default), not its idle ones.
+MAX_IDLE_PER_AUTHORITY = 1024
 
 
 def request_head(event: h11.Request, raw_head: bytes | None = None) -> RequestHead:
@@ -134,7 +134,9 @@ class HttpFront:
         self.connection_idle_timeout = connection_idle or connection_idle_timeout()
         self.server: asyncio.Server | None = None
         self._dns_cache: dict[str, tuple[float, str]] = {}
-        # Upstream connections parked by finished downstream connections, shared as Envoy's pool is:
+        # Idle upstream connections, shared by every downstream connection as Envoy's HTTP/1.1 pool is: one
+        # is taken for a request and parked again once its exchange is complete, so a worker's kept-alive
+        # connection holds none between callbacks.
         # authority -> [(connection, upstream ip:port, trust generation it was verified with)].
         self._idle: dict[str, list[tuple[H11Stream, str, int]]] = {}
 
@@ -157,19 +159,16 @@ class HttpFront:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         down = H11Stream(h11.SERVER, reader, writer)
-        pool: Pool = {}
         ended: BaseException | None = None
         peer = writer.get_extra_info("peername") or ("?", 0)
         try:
-            while await self._one_request(down, pool):
+            while await self._one_request(down):
                 down.next_cycle()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - one line in the log per connection, never a traceback
             ended = exc
         finally:
-            for authority, (up, addr) in pool.items():
-                self._park(authority, up, addr)
             writer.close()
         (log.debug if ended is None else log.info)(
             "connection from %s:%s ended: %s", peer[0], peer[1], end_reason(ended)
@@ -197,7 +196,7 @@ class HttpFront:
             up.close()
         return None
 
-    async def _one_request(self, down: H11Stream, pool: Pool) -> bool:
+    async def _one_request(self, down: H11Stream) -> bool:
         """Serve one request; True when the connection can take another."""
         record = AccessRecord(start=time.time(), forwarded_for="-")
         try:
@@ -230,10 +229,10 @@ class HttpFront:
                 flag=getattr(decision, "flag", None),
                 reason=getattr(decision, "reason", None),
             )
-        return await self._dispatch(down, pool, head, decision, record)
+        return await self._dispatch(down, head, decision, record)
 
     async def _dispatch(
-        self, down: H11Stream, pool: Pool, head: RequestHead, decision: Decision, record: AccessRecord
+        self, down: H11Stream, head: RequestHead, decision: Decision, record: AccessRecord
     ) -> bool:
         if isinstance(decision, Reject):
             decision = _closing(decision, head)
@@ -242,7 +241,7 @@ class HttpFront:
         if isinstance(decision, Tunnel):
             await self._tunnel(down, decision, record)
             return False
-        return await self._forward(down, pool, head, decision, record)
+        return await self._forward(down, head, decision, record)
 
     def _fill_record(self, record: AccessRecord, head: RequestHead) -> None:
         record.method, record.protocol = head.method, f"HTTP/{head.http_version}"
@@ -316,27 +315,21 @@ class HttpFront:
             raise UpstreamFailure("UF", UF_BODY, dial_failure(exc, f"{ip}:{port}")) from exc
         return H11Stream(h11.CLIENT, reader, writer)
 
-    async def _upstream(self, pool: Pool, fwd: Forward, record: AccessRecord) -> H11Stream:
-        """A connection to the pod: this connection's, a parked one, or a new one. UPSTREAM_HOST names the
-        address tried even when the dial fails (UF), as Envoy logs the host it picked."""
-        pooled = pool.get(fwd.authority)
-        if pooled is None and (parked := self._checkout(fwd.authority)) is not None:
-            pooled = pool[fwd.authority] = parked
-        if pooled is not None and pooled[0].reusable():
-            pooled[0].next_cycle()
-            record.upstream_host = pooled[1]
-            return pooled[0]
+    async def _upstream(self, fwd: Forward, record: AccessRecord) -> H11Stream:
+        """A connection to the pod: a parked one, or a new one. UPSTREAM_HOST names the address tried even
+        when the dial fails (UF), as Envoy logs the host it picked."""
+        parked = self._checkout(fwd.authority)
+        if parked is not None:
+            up, record.upstream_host = parked
+            up.next_cycle()
+            return up
         ip = await self._resolve(fwd.host)
         record.upstream_host = f"{ip}:{fwd.port}"
-        up = await self._connect(fwd.host, ip, fwd.port, fwd.tls)
-        pool[fwd.authority] = (up, record.upstream_host)
-        return up
+        return await self._connect(fwd.host, ip, fwd.port, fwd.tls)
 
-    async def _forward(
-        self, down: H11Stream, pool: Pool, head: RequestHead, fwd: Forward, record: AccessRecord
-    ) -> bool:
+    async def _forward(self, down: H11Stream, head: RequestHead, fwd: Forward, record: AccessRecord) -> bool:
         try:
-            up = await self._upstream(pool, fwd, record)
+            up = await self._upstream(fwd, record)
         except UpstreamFailure as failure:
             self.ctx.events.emit(
                 "proxy.upstream.failed",
@@ -361,14 +354,11 @@ class HttpFront:
         try:
             ok = await relay.exchange(down, up, request, record, self.stream_idle_timeout)
         except (ConnectionError, h11.ProtocolError, TimeoutError, relay.BodyError) as exc:
-            pool.pop(fwd.authority, None)
             up.close()
             await self._failed(down, record, exc, head.method == "HEAD")
             return False
         self._log(record, down)
-        if not up.reusable():
-            pool.pop(fwd.authority, None)
-            up.close()
+        self._park(fwd.authority, up, record.upstream_host)  # closed instead if it cannot take another
         return ok and down.reusable()
 
     async def _failed(

@@ -45,8 +45,9 @@ class Context:
         self.netmap = LiveNetMap(self.state_dir / "netmap.json")
         self._rng = random.Random(f"{self.topology.seed}:{self.name}")
 
-    async def _cross_link(self, ip: str) -> None:
-        """Apply a link fault (latency, drop) on the way to `ip`, as the scenario configured it."""
+    async def cross_link(self, ip: str) -> None:
+        """Apply a link fault (latency, drop) on the way to `ip`, as the scenario configured it: on each dial
+        and query, and on each request a kept-alive connection carries there."""
         fault = load_links(self.state_dir, self._links).matching(self.cluster, ip)
         wait, dropped = link_delay(fault, self._rng)
         if wait:
@@ -74,7 +75,7 @@ class Context:
     async def resolve(self, name: str) -> list[str]:
         dns_ip = self.topology.cluster(self.cluster).dns_ip
         try:
-            await self._cross_link(dns_ip)
+            await self.cross_link(dns_ip)
         except TimeoutError:
             raise NameNotResolved(name, "TIMEOUT") from None
         return await resolve_a(name, self.dns_server())
@@ -89,7 +90,7 @@ class Context:
         timeout: float = CONNECT_TIMEOUT,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         host, real = self.netmap.lookup(self.cluster, ip, port, "tcp")
-        await self._cross_link(ip)
+        await self.cross_link(ip)
         return await asyncio.wait_for(
             asyncio.open_connection(host, real, ssl=tls, server_hostname=server_hostname if tls else None),
             timeout,

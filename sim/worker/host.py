@@ -1,7 +1,8 @@
 """Function workers of one cluster (one process per compute cluster), as worker-utils behaves.
 
 Each worker pulls its functions' work from NATS (JetStream); for each work message it calls back to the pod
-that holds the request: through the proxy when the message carries a proxy address, else directly.
+that holds the request: through the proxy when the message carries a proxy address, else directly, on
+connections it keeps alive from one callback to the next (sim.worker.pool).
 Workers ignore HTTP(S)_PROXY: only the proxy address in the work message counts.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from sim.pods.nats.workers import WorkerLinks
 from sim.protocols.tls import client_context
 from sim.runtime.component import Context, Ready
 from sim.worker.http_callback import handle_http_work
+from sim.worker.pool import KeepAlivePool
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -46,6 +48,7 @@ class WorkerRuntime:
     spec: WorkerSpec
     ctx: Context
     proxy_ca_pem: str  # NVCF_PROXY_CA_PEM as it was when this worker's pod was created
+    pool: KeepAlivePool = field(default_factory=KeepAlivePool)  # worker-utils' shared proxy client
 
     @property
     def name(self) -> str:
@@ -105,10 +108,13 @@ async def run(ctx: Context, ready: Ready) -> None:
         import sim.worker.grpc_callback  # noqa: F401 - aioquic loads now, not on the first callback
     # Each worker signs in to NATS and pulls its functions' work; a message is acked when its callback
     # is done, so work held by a worker that dies is redelivered to another.
-    links = WorkerLinks(ctx, make_workers(ctx), handle_work)
+    workers = make_workers(ctx)
+    links = WorkerLinks(ctx, workers, handle_work)
     try:
         await links.start()
         ready({})
         await asyncio.Event().wait()  # until stopped
     finally:
         await links.close()
+        for worker in workers.values():
+            worker.pool.close()

@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 import h11
 
 from dns.client import NameNotResolved
-from sim.protocols.http1 import H11Stream, PeerClosed, Response, exchange
+from sim.protocols.http1 import ClosedBeforeResponse, H11Stream, PeerClosed, Response, exchange
 from sim.protocols.request_attach import H1_TYPE, token_fingerprint
+from sim.protocols.tls_in_tls import TunnelTls
 from sim.protocols.wire import ATTACH_PATH, INVOCATION_TLS_PORT
 
 if TYPE_CHECKING:
@@ -69,7 +70,27 @@ class Trace:
     kind: str = "http"
     dns: dict[str, Any] = field(default_factory=dict)
     statuses: list[int] = field(default_factory=list)
+    connections: list[str] = field(default_factory=list)  # per leg: "new" (dialed) or "reused" (kept alive)
     started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a callback's legs go, and the key Go's Transport pools their connections under: the proxy URL
+    for a forward-proxy request, the target's scheme, host and port without a proxy."""
+
+    key: str
+    host: str  # the name the worker resolves and dials
+    port: int
+    tls: bool  # TLS to the proxy; a pod straight in the same cluster is plain HTTP
+
+
+def route_of(work: dict[str, Any]) -> Route:
+    proxy, target = work.get("proxyURI") or "", urlsplit(work["targetURI"])
+    if not proxy:
+        return Route(f"{target.scheme}://{target.netloc}", target.hostname or "", target.port or 80, False)
+    proxy_url = urlsplit(proxy)
+    return Route(proxy, proxy_url.hostname or "", proxy_url.port or 443, True)
 
 
 async def resolve(worker: WorkerRuntime, host: str, trace: Trace) -> str:
@@ -82,18 +103,22 @@ async def resolve(worker: WorkerRuntime, host: str, trace: Trace) -> str:
     return ip
 
 
-async def open_session(worker: WorkerRuntime, work: dict[str, Any], trace: Trace) -> H11Stream:
-    """A connection on which the callback's requests go: through the proxy, or straight to the pod."""
-    proxy, target = work.get("proxyURI") or "", urlsplit(work["targetURI"])
-    if not proxy:
-        ip = await resolve(worker, target.hostname or "", trace)
-        return await _dial(worker, ip, target.port or 80, None, None)
-    proxy_url = urlsplit(proxy)
-    ip = await resolve(worker, proxy_url.hostname or "", trace)
-    stream = await _dial(worker, ip, proxy_url.port or 443, worker.client_context(), proxy_url.hostname)
-    if worker.sends_connect:
-        stream = await _connect_tunnel(worker, stream, target.hostname or "", trace)
-    return stream
+async def connection(worker: WorkerRuntime, route: Route, method: str, trace: Trace) -> tuple[H11Stream, str]:
+    """A kept-alive connection of this worker's along `route`, else a new one (DNS lookup, TLS handshake).
+    Returns it with the virtual address it leads to; `trace.connections` says which it was."""
+    idle = worker.pool.take(route.key)
+    if idle is None:
+        trace.connections.append("new")
+        ip = await resolve(worker, route.host, trace)
+        tls = worker.client_context() if route.tls else None
+        return await _dial(worker, ip, route.port, tls, route.host if route.tls else None), ip
+    trace.connections.append("reused")
+    try:
+        await worker.ctx.cross_link(idle.ip)  # a faulty link delays or loses each request, not just dials
+    except TimeoutError as exc:
+        idle.stream.close()  # worker-utils gives the request up, and Go closes the connection it was on
+        raise CallbackFailed(method.lower(), f"{method} failed: {exc}") from exc
+    return idle.stream, idle.ip
 
 
 async def _dial(
@@ -125,150 +150,113 @@ async def _connect_tunnel(worker: WorkerRuntime, stream: H11Stream, pod_host: st
     try:
         await inner.handshake(GET_HEADERS_TIMEOUT)
     except ssl.SSLCertVerificationError as exc:
-        stream.close()
         raise CallbackFailed(
             "tls", f"TLS handshake with the pod failed: certificate verify failed ({exc.verify_message})"
         ) from exc
     except (ssl.SSLError, ConnectionError, TimeoutError) as exc:
-        stream.close()
         raise CallbackFailed(
             "tls", f"TLS handshake with the pod failed: {type(exc).__name__}: {exc}"
         ) from exc
     return H11Stream(h11.CLIENT, inner, inner)  # type: ignore[arg-type]  # stream-shaped, see TunnelTls
 
 
-class TunnelTls:
-    """The worker's own TLS session to the pod, run over the proxy's TLS session (TLS in TLS).
-
-    Python 3.11's StreamWriter.start_tls over an SSL transport works until the inner handshake fails;
-    then asyncio raises TypeError (SSLProtocol._abort) instead of the verification error. So the inner
-    session is an ssl.SSLObject on memory BIOs, pumped over the outer stream. It offers the few stream
-    methods H11Stream uses: read, write, drain, close.
-    """
-
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        context: ssl.SSLContext,
-        server_hostname: str,
-    ):
-        self.reader, self.writer = reader, writer
-        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname=server_hostname)
-        self.eof = False
-
-    async def handshake(self, timeout: float) -> None:
-        async with asyncio.timeout(timeout):
-            while True:
-                try:
-                    self.tls.do_handshake()
-                    break
-                except ssl.SSLWantReadError:
-                    await self._flush()
-                    await self._fill()
-                except ssl.SSLError:
-                    await self._flush()  # send the alert, as a TLS library would, then fail
-                    raise
-            await self._flush()
-
-    async def _flush(self) -> None:
-        data = self.outgoing.read()
-        if data:
-            self.writer.write(data)
-            await self.writer.drain()
-
-    async def _fill(self) -> None:
-        data = await self.reader.read(65536)
-        if data:
-            self.incoming.write(data)
-        else:
-            self.incoming.write_eof()
-
-    async def read(self, size: int) -> bytes:
-        while True:
-            try:
-                return self.tls.read(size)
-            except ssl.SSLWantReadError:
-                await self._flush()
-                await self._fill()
-            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                self.eof = True
-                return b""  # the pod closed the session: EOF, as a stream reader reports it
-
-    def at_eof(self) -> bool:
-        return self.eof
-
-    def write(self, data: bytes) -> None:
-        self.tls.write(data)
-        self.writer.write(self.outgoing.read())
-
-    async def drain(self) -> None:
-        await self.writer.drain()
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 async def callback(worker: WorkerRuntime, work: dict[str, Any], trace: Trace) -> None:
-    stream = await open_session(worker, work, trace)
-    try:
-        # Absolute-form only as a forward-proxy request; to the pod itself (direct, or inside a CONNECT
-        # tunnel) the request line carries just the path, as any HTTP client sends it.
-        forward = bool(work.get("proxyURI")) and not worker.sends_connect
-        url = work["targetURI"].rstrip("/") + ATTACH_PATH if forward else ATTACH_PATH
-        # No X-Request-Id, as the public worker-utils source sends none: the proxy's access log shows the id
-        # the proxy generated, and the replay links it to this callback through the pod's events.
-        base = [
-            ("host", urlsplit(work["targetURI"]).netloc),
-            ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
-        ]
-        got = await _leg(
-            stream,
-            "GET",
-            url,
-            base
-            + [
-                ("authorization", f"Bearer {work['requestToken']}"),
-                ("accept", f"{H1_TYPE}, application/octet-stream"),
-            ],
-            b"",
-            trace,
-            "get",
-        )
-        answer = echo_function(got.body)
-        await _leg(
-            stream,
-            "POST",
-            url,
-            base + [("authorization", f"Bearer {work['responseToken']}"), ("content-type", H1_TYPE)],
-            answer,
-            trace,
-            "post",
-        )
-    finally:
-        stream.close()
+    """GET the client's request, run the function, POST its response: each leg on a connection from the
+    worker's pool (worker-utils 1.3.2+), or both inside one CONNECT tunnel of their own (older ones)."""
+    if worker.sends_connect:
+        await _tunneled_callback(worker, work, trace)
+        return
+    route = route_of(work)
+    # Absolute-form only as a forward-proxy request; straight to the pod the request line carries the path.
+    url = work["targetURI"].rstrip("/") + ATTACH_PATH if work.get("proxyURI") else ATTACH_PATH
+    got = await _pooled_leg(worker, route, "GET", url, _get_headers(worker, work), b"", trace)
+    await _pooled_leg(worker, route, "POST", url, _post_headers(worker, work), echo_function(got.body), trace)
 
 
-async def _leg(
-    stream: H11Stream,
+def _base_headers(worker: WorkerRuntime, work: dict[str, Any]) -> list[tuple[str, str]]:
+    # No X-Request-Id, as the public worker-utils source sends none: the proxy's access log shows the id
+    # the proxy generated, and the replay links it to this callback through the pod's events.
+    return [
+        ("host", urlsplit(work["targetURI"]).netloc),
+        ("user-agent", f"worker-utils/{worker.spec.worker_utils}"),
+    ]
+
+
+def _get_headers(worker: WorkerRuntime, work: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        *_base_headers(worker, work),
+        ("authorization", f"Bearer {work['requestToken']}"),
+        ("accept", f"{H1_TYPE}, application/octet-stream"),
+    ]
+
+
+def _post_headers(worker: WorkerRuntime, work: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        *_base_headers(worker, work),
+        ("authorization", f"Bearer {work['responseToken']}"),
+        ("content-type", H1_TYPE),
+    ]
+
+
+async def _pooled_leg(
+    worker: WorkerRuntime,
+    route: Route,
     method: str,
     url: str,
     headers: list[tuple[str, str]],
     body: bytes,
     trace: Trace,
-    stage: str,
+) -> Response:
+    """One leg on a pooled connection, which goes back to the pool once its exchange is complete. A GET that
+    a kept-alive connection lost before any byte of an answer is sent again on another one, as Go's
+    Transport retries an idempotent request (the server closed an idle connection as it was reused)."""
+    while True:
+        stream, ip = await connection(worker, route, method, trace)
+        try:
+            response = await _send(stream, method, url, headers, body)
+        except BaseException as exc:  # a cancelled leg closes its connection too
+            stream.close()
+            lost_idle = trace.connections[-1] == "reused" and isinstance(exc.__cause__, ClosedBeforeResponse)
+            if method == "GET" and lost_idle:
+                continue
+            raise
+        worker.pool.give(route.key, stream, ip)
+        return _answered(response, method, trace)
+
+
+async def _tunneled_callback(worker: WorkerRuntime, work: dict[str, Any], trace: Trace) -> None:
+    """Legacy worker-utils: CONNECT to the pod's 8443 and its own TLS inside, both legs on that session."""
+    proxy_url = urlsplit(work["proxyURI"])
+    trace.connections.append("new")
+    ip = await resolve(worker, proxy_url.hostname or "", trace)
+    outer = await _dial(worker, ip, proxy_url.port or 443, worker.client_context(), proxy_url.hostname)
+    try:
+        stream = await _connect_tunnel(worker, outer, urlsplit(work["targetURI"]).hostname or "", trace)
+        get = await _send(stream, "GET", ATTACH_PATH, _get_headers(worker, work), b"")
+        answer = echo_function(_answered(get, "GET", trace).body)
+        post = await _send(stream, "POST", ATTACH_PATH, _post_headers(worker, work), answer)
+        _answered(post, "POST", trace)
+    finally:
+        outer.close()  # the worker's own TLS session inside the tunnel goes with it
+
+
+async def _send(
+    stream: H11Stream, method: str, url: str, headers: list[tuple[str, str]], body: bytes
 ) -> Response:
     try:
         timeout = GET_HEADERS_TIMEOUT if method == "GET" else None
-        response = await exchange(stream, method, url, headers, body, timeout=timeout)
+        return await exchange(stream, method, url, headers, body, timeout=timeout)
     except (PeerClosed, ConnectionError, h11.ProtocolError, TimeoutError) as exc:
         log.debug("%s %s failed: %s: %s", method, url, type(exc).__name__, exc)
-        raise CallbackFailed(stage, f"{method} failed: {leg_failure(exc, stream.reader.at_eof())}") from exc
+        failure = leg_failure(exc, stream.reader.at_eof())
+        raise CallbackFailed(method.lower(), f"{method} failed: {failure}") from exc
+
+
+def _answered(response: Response, method: str, trace: Trace) -> Response:
     trace.statuses.append(response.status)
     if response.status != 200:
         raise CallbackFailed(
-            stage,
+            method.lower(),
             f"{method} answered {response.status}: {response.body[:200].decode(errors='replace')}",
             response.status,
         )
@@ -284,8 +272,8 @@ def leg_failure(exc: BaseException, closed: bool) -> str:
         return "the worker could not frame its request"
     if isinstance(exc, h11.RemoteProtocolError) and not closed:
         return "malformed response"
-    if isinstance(exc, PeerClosed) and "before" in str(exc):
-        return "connection closed before a response"
+    if isinstance(exc, ClosedBeforeResponse):
+        return str(exc)
     return "connection closed mid-response"
 
 
@@ -319,6 +307,7 @@ async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
         callback="http",
         dns=trace.dns,
         statuses=trace.statuses,
+        connections=trace.connections,
         elapsedMs=int((time.monotonic() - trace.started) * 1000),
         **result,
     )
