@@ -25,6 +25,13 @@ class ClosedBeforeResponse(PeerClosed):
         super().__init__("connection closed before a response")
 
 
+async def read_within(reader: asyncio.StreamReader, timeout: float | None, size: int = READ_SIZE) -> bytes:
+    """One read under a deadline (TimeoutError past it), without the task asyncio.wait_for wraps each read in:
+    every HTTP/1.1 party reads this way, and a proxy holds thousands of kept-alive connections waiting."""
+    async with asyncio.timeout(timeout):
+        return await reader.read(size)
+
+
 class H11Stream:
     def __init__(
         self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -37,7 +44,7 @@ class H11Stream:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await asyncio.wait_for(self.reader.read(READ_SIZE), timeout)
+            data = await read_within(self.reader, timeout)
             # b"" is EOF: h11 then answers ConnectionClosed, or RemoteProtocolError mid-message.
             self.conn.receive_data(data)
 

@@ -6,12 +6,10 @@ Bytes and timeouts only; every routing decision comes from sim.proxy.policy.deci
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import time
 import uuid
 from dataclasses import replace
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import h11
@@ -19,6 +17,7 @@ import h11
 from dns.client import NameNotResolved
 from sim.model.netmap import Unreachable
 from sim.protocols.http1 import H11Stream, decode_headers
+from sim.protocols.listener import TcpListener
 from sim.protocols.tls import ReloadingContext
 from sim.protocols.wire import DF_BODY, UC_BODY, UF_BODY, UF_TLS_BODY, UpstreamFailure
 from sim.proxy import relay
@@ -59,19 +58,6 @@ HOP_BY_HOP = {
     "content-length",
 }
 UPSTREAM_CLOSED = "upstream connection closed mid-response"
-SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
-
-
-def listener_backlog() -> int:
-    """Envoy's listener backlog when `tcp_backlog_size` is unset, as in the rendered config: net.core.somaxconn
-    on Linux, 128 elsewhere. (asyncio's default of 100 dropped SYNs when a fleet of workers called back at
-    once, and their connects timed out.)"""
-    try:
-        return int(SOMAXCONN.read_text())
-    except (OSError, ValueError):
-        return 128
-
-
 DNS_CACHE_TTL = 5.0
 # Envoy caps a cluster's connections (circuit breaker max_connections, 1024 by default), not its idle ones.
 MAX_IDLE_PER_AUTHORITY = 1024
@@ -132,7 +118,7 @@ class HttpFront:
         self.frontend, self.upstream_trust = frontend, upstream_trust
         self.stream_idle_timeout = stream_idle_timeout
         self.connection_idle_timeout = connection_idle or connection_idle_timeout()
-        self.server: asyncio.Server | None = None
+        self.listener: TcpListener | None = None
         self._dns_cache: dict[str, tuple[float, str]] = {}
         # Idle upstream connections, shared by every downstream connection as Envoy's HTTP/1.1 pool is: one
         # is taken for a request and parked again once its exchange is complete, so a worker's kept-alive
@@ -141,21 +127,12 @@ class HttpFront:
         self._idle: dict[str, list[tuple[H11Stream, str, int]]] = {}
 
     async def start(self) -> int:
-        self.server = await asyncio.start_server(
-            connection_handler(self._serve),
-            "127.0.0.1",
-            0,
-            ssl=self.frontend.sni_switcher(),
-            ssl_handshake_timeout=10,
-            backlog=listener_backlog(),
-        )
-        return self.server.sockets[0].getsockname()[1]
+        self.listener = TcpListener(connection_handler(self._serve), self.frontend.sni_switcher())
+        return await self.listener.start()
 
     async def close(self) -> None:
-        if self.server:
-            self.server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 1.0)
+        if self.listener:
+            self.listener.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         down = H11Stream(h11.SERVER, reader, writer)

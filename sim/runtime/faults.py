@@ -53,13 +53,13 @@ class LinkState:
 
 
 def load_links(state_dir: Path, cache: dict[str, Any]) -> LinkState:
-    path = state_dir / FAULTS_FILE
+    path = cache.setdefault("path", os.path.join(state_dir, FAULTS_FILE))
     try:
-        stamp = path.stat().st_mtime_ns
+        stamp = os.stat(path).st_mtime_ns  # before every dial, lookup and kept-alive request: no pathlib
     except FileNotFoundError:
         return LinkState()
     if cache.get("stamp") != stamp:
-        raw = json.loads(path.read_text())
+        raw = json.loads(Path(path).read_text())
         cache.update(stamp=stamp, state=LinkState([LinkFault(**link) for link in raw.get("links", [])]))
     return cache["state"]
 

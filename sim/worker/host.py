@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ class WorkerRuntime:
     def reads_nats_account(self) -> bool:
         return self.spec.reads_nats_account
 
-    @property
+    @cached_property  # asked on every callback; a pod's image does not change
     def sends_connect(self) -> bool:
         """worker-utils before 1.3.2 tunnels with CONNECT instead of forward-proxy requests."""
         return version_tuple(self.spec.worker_utils) < (1, 3, 2)
