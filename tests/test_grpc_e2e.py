@@ -111,6 +111,7 @@ class Stack:
     pods: dict[str, GrpcProxyPod] = field(default_factory=dict)
     bindings: dict[str, int] = field(default_factory=dict)
     work: list[dict[str, Any]] = field(default_factory=list)  # every work message the worker host got
+    workers: list[WorkerRuntime] = field(default_factory=list)  # their QUIC connections close at the end
 
     def client_addr(self, pod: str) -> tuple[str, int]:
         return "127.0.0.1", self.bindings[f"{self.pods[pod].pod.ip}:10081/tcp"]
@@ -123,7 +124,15 @@ class Stack:
         return read_access_log(self.state / "logs" / "worker-callback-proxy.access.log")
 
     def worker(self, trust: str = "stack", pem: str = "") -> WorkerRuntime:
-        return WorkerRuntime(WorkerSpec("worker-x", COMPUTE, "1.4.0", trust), self.host, pem)
+        """A worker pod of its own (a fresh connection cache): each call is a newly deployed worker."""
+        self.workers.append(WorkerRuntime(WorkerSpec("worker-x", COMPUTE, "1.4.0", trust), self.host, pem))
+        return self.workers[-1]
+
+    async def close_workers(self) -> None:
+        for worker in self.workers:
+            if worker.quic is not None:
+                await worker.quic.close()
+                worker.quic = None
 
     def stack_ca(self) -> str:
         return self.host.ca_path("stack").read_text()
@@ -164,6 +173,7 @@ def make_state(
 async def _host_workers(stack: Stack) -> None:
     """A worker host as small as possible: each work message goes to sim.worker.grpc_callback.handle_work."""
     workers = {w.name: WorkerRuntime(w, stack.host, stack.stack_ca()) for w in stack.topology.workers}
+    stack.workers += workers.values()
 
     async def record_and_handle(worker: WorkerRuntime, work: dict[str, Any]) -> None:
         stack.work.append(work)
@@ -219,6 +229,7 @@ async def running(tmp_path: Path, topology: Topology, host_kind: str = "test") -
         if worker_task is not None:
             worker_task.cancel()
             await asyncio.gather(worker_task, return_exceptions=True)
+        await stack.close_workers()
         for pod in stack.pods.values():
             await pod.close()
         if front is not None:
@@ -545,9 +556,11 @@ def test_worker_connections_share_the_proxy_session_to_a_pod(tmp_path: Path) -> 
         pod.make_endpoint = lambda quic: accepted.append(quic) or make_endpoint(quic)  # counts sessions
         for done in range(1, 4):
             assert await unary_once(stack, "grpc-proxy-0") == b"once"
-            await stack.watch.wait("worker.callback.result", done)  # the worker's connection is closed now
+            await stack.watch.wait("worker.callback.result", done)
+            await stack.close_workers()  # the worker's cached connection goes: the next callback dials anew
         results = stack.watch.of("worker.callback.result")
         assert [r["status"] for r in results] == [200, 200, 200]
+        assert [r["connections"] for r in results] == [["new"]] * 3
         assert len(accepted) == 1, f"{len(accepted)} sessions from the proxy to the pod"
         assert len(pod.endpoints) == 1, "the proxy's session outlives the worker connections"
 
@@ -575,5 +588,39 @@ def test_a_pooled_session_to_a_killed_pod_fails_at_once(tmp_path: Path) -> None:
         # closed port (an acknowledgement sent after the kill) and the proxy dialed anew.
         first, second = (e["flags"] for e in streams[1:])
         assert first in ("UC", "UF") and second == "UF", streams
+
+    run_stack(tmp_path, body)
+
+
+def test_a_workers_callbacks_to_a_pod_share_one_quic_connection(tmp_path: Path) -> None:
+    """The worker library caches one QUIC connection per host: the first callback to a pod dials (a DNS
+    lookup, a handshake), the next ones open a stream on it; another pod's name is another host."""
+
+    async def body(stack: Stack) -> None:
+        for done, pod in enumerate(["grpc-proxy-0", "grpc-proxy-0", "grpc-proxy-0", "grpc-proxy-1"], start=1):
+            assert await unary_once(stack, pod) == b"once"
+            await stack.watch.wait("worker.callback.result", done)
+        results = stack.watch.of("worker.callback.result")
+        assert [r["connections"] for r in results] == [["new"], ["reused"], ["reused"], ["new"]]
+        assert [r["dns"] for r in results[1:3]] == [{}, {}]  # nothing looked up on a kept connection
+        assert len(stack.watch.of("worker.dns")) == 2
+        (worker,) = [w for w in stack.workers if w.quic is not None]
+        assert worker.quic is not None and len(worker.quic._entries) == 2
+
+    run_stack(tmp_path, body)
+
+
+def test_a_cached_connection_the_proxy_closed_is_dialed_again(tmp_path: Path) -> None:
+    async def body(stack: Stack) -> None:
+        assert await unary_once(stack, "grpc-proxy-0") == b"once"
+        await stack.watch.wait("worker.callback.result", 1)
+        (worker,) = [w for w in stack.workers if w.quic is not None]
+        assert worker.quic is not None
+        (entry,) = worker.quic._entries.values()
+        endpoint = entry.result()
+        endpoint.abandon(reason="closed by the test")  # as a CONNECTION_CLOSE from the proxy ends it
+        assert await unary_once(stack, "grpc-proxy-0") == b"once"
+        second = (await stack.watch.wait("worker.callback.result", 2))[1]
+        assert second["connections"] == ["new"] and second["status"] == 200
 
     run_stack(tmp_path, body)

@@ -1,9 +1,11 @@
-"""The worker's kept-alive connections (worker-utils' shared proxy client, as Go's http.Transport pools them).
+"""The worker's kept-alive connections: worker-utils' shared proxy client for HTTP callbacks (as Go's
+http.Transport pools them), and the worker library's QUIC connection per host for gRPC callbacks.
 
 The pool on its own, then a worker's callbacks against a stand-in pod on loopback: one connection for
 successive callbacks, a GET lost on a reused connection sent again, a POST lost that way failing, a link
 fault reaching requests on a kept-alive connection, and a connection the server closed while idle
-never handed out.
+never handed out. Then the QUIC cache with a stand-in connection: one dial shared, a failed dial
+forgotten, PINGs while it lasts, and a closed connection dialed again.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 from sim.protocols.http1 import H11Stream, exchange, respond
 from sim.worker.http_callback import CallbackFailed, Trace, callback, route_of
 from sim.worker.pool import KeepAlivePool
+from sim.worker.quic_cache import QuicCache
 
 POD_TARGET = "http://10-42-0-11.invocation.nvcf.svc.cluster.local:8080"
 CLIENT_REQUEST = b"POST /echo HTTP/1.1\r\nhost: fn\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nhi"
@@ -264,5 +267,93 @@ def test_a_link_fault_reaches_a_request_on_a_kept_alive_connection() -> None:
             worker.ctx.link_down = False
             assert (await one_callback(worker, 3)).connections == ["new", "reused"]
             worker.pool.close()
+
+    asyncio.run(go())
+
+
+# The gRPC side: the worker library's QUIC connection per host (sim.worker.quic_cache) -------------------------
+@dataclass
+class FakeQuicConnection:
+    """What the cache touches of an H3Endpoint: `closed`, PINGs, and what close_client calls."""
+
+    pings: list[int] = field(default_factory=list)
+    closed: bool = False
+    _transport: None = None
+
+    @property
+    def quic(self) -> Any:
+        return SimpleNamespace(send_ping=self.pings.append)
+
+    def transmit(self) -> None:
+        pass
+
+    def abandon(self) -> None:
+        self.closed = True
+
+
+def test_callbacks_arriving_during_a_dial_share_it() -> None:
+    async def go() -> None:
+        cache, dials, gate = QuicCache(), [], asyncio.Event()
+
+        async def dial() -> Any:
+            dials.append(1)
+            await gate.wait()
+            return FakeQuicConnection()
+
+        waiting = [asyncio.create_task(cache.get("10-42-0-41.wd:443", dial)) for _ in range(3)]
+        await asyncio.sleep(0)  # let all three ask (a turn of the loop, not a wait for readiness)
+        gate.set()
+        got = await asyncio.gather(*waiting)
+        assert dials == [1] and len({id(conn) for conn, _ in got}) == 1
+        assert [reused for _, reused in got] == [False, False, False]  # none found it dialed
+        assert (await cache.get("10-42-0-41.wd:443", dial))[1] is True
+        await cache.close()
+        assert got[0][0].closed
+
+    asyncio.run(go())
+
+
+def test_a_failed_dial_leaves_nothing_and_the_next_callback_dials_again() -> None:
+    async def go() -> None:
+        cache, attempts = QuicCache(), []
+
+        async def dial() -> Any:
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise ConnectionError("handshake refused")
+            return FakeQuicConnection()
+
+        with pytest.raises(ConnectionError, match="handshake refused"):
+            await cache.get("h:443", dial)
+        _, reused = await cache.get("h:443", dial)
+        assert not reused and attempts == [1, 1]
+        await cache.close()
+
+    asyncio.run(go())
+
+
+def test_a_kept_connection_is_pinged_and_leaves_the_cache_when_it_closes() -> None:
+    async def go() -> None:
+        cache = QuicCache(keep_alive=0.01)
+        conn = FakeQuicConnection()
+
+        async def dial() -> Any:
+            return conn
+
+        await cache.get("h:443", dial)
+        for _ in range(200):
+            if len(conn.pings) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert len(conn.pings) >= 3 and len(set(conn.pings)) == len(conn.pings)
+        conn.closed = True  # the proxy closed it, or its idle timeout passed
+        for _ in range(200):
+            if not cache._entries:
+                break
+            await asyncio.sleep(0.01)
+        assert not cache._entries and not cache._pings
+        fresh, reused = await cache.get("h:443", lambda: asyncio.sleep(0, FakeQuicConnection()))
+        assert fresh is not conn and not reused
+        await cache.close()
 
     asyncio.run(go())

@@ -52,9 +52,14 @@ def trust_pem(cafiles: Iterable[Path], extra_pem: str = "") -> bytes:
     return b"".join(cert.public_bytes(Encoding.PEM) for cert in certs)
 
 
-def client_configuration(server_name: str, trust: bytes) -> QuicConfiguration:
+def client_configuration(server_name: str, trust: bytes, idle_timeout: float = 60.0) -> QuicConfiguration:
+    """`idle_timeout`: aioquic's own default unless the client says (the worker library: 8 s)."""
     config = QuicConfiguration(
-        is_client=True, alpn_protocols=list(H3_ALPN), server_name=server_name, max_stream_data=WINDOW
+        is_client=True,
+        alpn_protocols=list(H3_ALPN),
+        server_name=server_name,
+        max_stream_data=WINDOW,
+        idle_timeout=idle_timeout,
     )
     config.load_verify_locations(cadata=trust)
     return config

@@ -123,7 +123,11 @@ def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
         not_before=now - timedelta(days=30),
         not_after=now - timedelta(days=1),
     )
-    return f"{which} certificate replaced by one that expired yesterday"
+    said = f"{which} certificate replaced by one that expired yesterday"
+    if which in ("frontend", "public-frontend"):
+        # What a user poking a warmed-up stack would otherwise take for the fault not working.
+        said += "; workers' kept-alive connections keep their session, new handshakes fail"
+    return said
 
 
 class Components(Protocol):
@@ -182,6 +186,8 @@ class FaultInjector:
 
     def _stop(self, name: str) -> str:
         self.processes.stop(name)
+        if name == "resolver":
+            return f"stopped {name}; workers with a kept-alive connection to the proxy need no lookup"
         return f"stopped {name}"
 
     def _start(self, name: str) -> str:

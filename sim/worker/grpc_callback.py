@@ -23,11 +23,11 @@ from sim.protocols.h3 import (
     HandshakeFailed,
     StreamError,
     client_configuration,
-    close_client,
     connect,
     trust_pem,
 )
 from sim.runtime.component import Context
+from sim.worker.quic_cache import IDLE_TIMEOUT, QuicCache
 
 HANDSHAKE_TIMEOUT = 5.0
 RESPONSE_TIMEOUT = 10.0  # for the callback's response headers
@@ -40,6 +40,8 @@ class Worker(Protocol):
     spec: WorkerSpec
     ctx: Context
     proxy_ca_pem: str
+
+    quic: QuicCache | None
 
     def cafiles(self) -> list[Path]: ...
 
@@ -66,12 +68,12 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
     )
     attempts, outcome = 0, Outcome(None, "not attempted", "worker")
     dns: dict[str, Any] = {}  # the last answer the worker got, for the replay's trace
+    connections: list[str] = []  # per attempt: "new" (dialed) or "reused" (the cached connection)
     try:
         target = parse_connect_url(work["connectUrl"])
-        trust = trust_pem(worker.cafiles(), worker.proxy_ca_pem)
         while True:
             attempts += 1
-            outcome = await _attempt(worker, target, work, trust, dns)
+            outcome = await _attempt(worker, target, work, dns, connections)
             delay = retry_delay(attempts, outcome.status)
             if delay is None:
                 break
@@ -86,6 +88,7 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
         worker=worker.spec.name,
         callback="grpc",
         dns=dns,
+        connections=connections,
         ok=outcome.status == 200 and outcome.error is None,
         stage=outcome.stage,
         status=outcome.status,
@@ -96,23 +99,35 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
 
 
 async def _attempt(
-    worker: Worker, target: CallbackTarget, work: dict[str, Any], trust: bytes, dns: dict[str, Any]
+    worker: Worker, target: CallbackTarget, work: dict[str, Any], dns: dict[str, Any], connections: list[str]
 ) -> Outcome:
-    try:
+    """One POST /v1/proxy on the worker's connection to the connect URL's host, dialed if it has none."""
+    host = f"{target.host}:{target.port}"
+
+    async def dial() -> H3Endpoint:
         ip = await _resolve(worker, target.host, work.get("requestId"), dns)
         addr = worker.ctx.udp_address(ip, target.port)
+        config = client_configuration(
+            target.host, trust_pem(worker.cafiles(), worker.proxy_ca_pem), idle_timeout=IDLE_TIMEOUT
+        )
+        return await connect(addr, config, timeout=HANDSHAKE_TIMEOUT)
+
+    cache = worker.quic = worker.quic or QuicCache()
+    try:
+        endpoint, reused = await cache.get(host, dial)
     except NameNotResolved as exc:
         return Outcome(None, f"DNS lookup of {target.host} failed: {exc.rcode}", "dns")
-    except OSError as exc:  # sim.model.netmap's Unreachable / Refused
-        return Outcome(None, f"connect to {target.host}:{target.port} failed: {exc}", "connect")
-    try:
-        endpoint = await connect(addr, client_configuration(target.host, trust), timeout=HANDSHAKE_TIMEOUT)
     except HandshakeFailed as exc:
         return Outcome(None, handshake_error(exc), "tls")
-    try:
-        return await _post(worker, endpoint, target, work)
-    finally:
-        close_client(endpoint)
+    except OSError as exc:  # sim.model.netmap's Unreachable / Refused
+        return Outcome(None, f"connect to {target.host}:{target.port} failed: {exc}", "connect")
+    connections.append("reused" if reused else "new")
+    outcome = await _post(worker, endpoint, target, work)
+    if reused and endpoint.closed and outcome.status is None:
+        # The cached connection died under the request: h3.go sends it again on a fresh connection.
+        cache.forget(host)
+        return await _attempt(worker, target, work, dns, connections)
+    return outcome
 
 
 def handshake_error(exc: HandshakeFailed) -> str:

@@ -13,7 +13,7 @@ import ssl
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.model.topology import WorkerSpec
 from sim.pods.nats.workers import WorkerLinks
@@ -21,6 +21,9 @@ from sim.protocols.tls import client_context
 from sim.runtime.component import Context, Ready
 from sim.worker.http_callback import handle_http_work
 from sim.worker.pool import KeepAlivePool
+
+if TYPE_CHECKING:
+    from sim.worker.quic_cache import QuicCache
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -50,6 +53,9 @@ class WorkerRuntime:
     ctx: Context
     proxy_ca_pem: str  # NVCF_PROXY_CA_PEM as it was when this worker's pod was created
     pool: KeepAlivePool = field(default_factory=KeepAlivePool)  # worker-utils' shared proxy client
+    # The worker library's QUIC connections by host, made by the first gRPC callback (aioquic loads only
+    # where a function speaks gRPC).
+    quic: QuicCache | None = None
 
     @property
     def name(self) -> str:
@@ -119,3 +125,5 @@ async def run(ctx: Context, ready: Ready) -> None:
         await links.close()
         for worker in workers.values():
             worker.pool.close()
+            if worker.quic is not None:
+                await worker.quic.close()
