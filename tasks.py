@@ -94,8 +94,7 @@ def _stack(name: str, backend: str = "local"):
 
 def _state_folder(stack: str) -> Path:
     """The stack's folder, created (with its marker) for a task that writes there without bringing it up."""
-    from clusters.stack import state_dir
-    from clusters.state import create_stack_dir
+    from clusters.state import create_stack_dir, state_dir
 
     folder = state_dir(stack)
     create_stack_dir(folder)
@@ -222,6 +221,23 @@ def up(c, scenario=None, file=None, set_=None, backend="local", stack="default",
     invoke up [NAME | scenario=NAME | --scenario NAME] [-f FILE ...] [--set key.path=value ...] [--stack S];
     with no scenario, the default topology comes up idle.
     """
+    if backend != "local":
+        _up(scenario, file, set_, backend, stack, json_, secret)
+        return
+    from clusters.local.interrupts import InterruptGuard
+    from clusters.local.zygote import discard_early, start_early_for
+
+    guard = InterruptGuard()  # from now on this process owns a child: Ctrl-C and SIGTERM clean up
+    with guard.installed():
+        with guard.held():
+            start_early_for(stack)  # the launch's zygote imports while this process does (below)
+        try:
+            _up(scenario, file, set_, backend, stack, json_, secret)
+        finally:
+            discard_early()  # one no launch adopted: a config error, or Ctrl-C before the launch
+
+
+def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
     from scenarios.devenv import idle_scenario
     from scenarios.engine import run_scenario
     from scenarios.model import load_scenario

@@ -8,15 +8,12 @@ them into the contract of DESIGN.md section 5, so the backends cannot drift apar
 
 from __future__ import annotations
 
-import re
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from clusters.state import state_root  # NCPSIM_HOME, checked (clusters.state)
-from sim.errors import ConfigError
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
 from sim.pods.nats.stack import MONITOR_PORT as NATS_MONITOR_PORT
@@ -29,14 +26,7 @@ from sim.protocols.wire import (
 )
 from sim.runtime.faults import Components
 
-STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 Json = dict[str, Any]
-
-
-def state_dir(stack: str, root: Path | None = None) -> Path:
-    if not STACK_NAME.match(stack):
-        raise ConfigError(f"stack name {stack!r}: use lower-case letters, digits and dashes (at most 40)")
-    return (root or state_root()) / stack
 
 
 class Stack(Protocol):

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,15 @@ OURS = (
     "nats",
     "rendered",
 )
+
+
+STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+
+def state_dir(stack: str, root: Path | None = None) -> Path:
+    if not STACK_NAME.match(stack):
+        raise ConfigError(f"stack name {stack!r}: use lower-case letters, digits and dashes (at most 40)")
+    return (root or state_root()) / stack
 
 
 def state_root() -> Path:

@@ -24,7 +24,7 @@ from scenarios.result import ScenarioResult, to_json
 from scenarios.spec import Scenario
 from sim.errors import BackendError, ConfigError
 
-MAX_STACK_NAME = 40  # clusters.stack.STACK_NAME
+MAX_STACK_NAME = 40  # clusters.state.STACK_NAME
 
 
 def replay_stack(scenario: str, stack: str | None = None, several: bool = False) -> tuple[str, str]:

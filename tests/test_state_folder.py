@@ -304,6 +304,8 @@ def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[d
             return bool(held) and (stack / "topology.json").exists()
 
         wait_for("the worker hosts to start", workers_held, START)
+        # The proxy is forked after the worker hosts (its imports are the heaviest): the last to start.
+        wait_for("the proxy to start", lambda: "worker-callback-proxy" in component_pids(stack), START)
         pids = component_pids(stack)
         teardown.append(pids)
         control = set(pids) - set(held)

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from clusters.local import LocalBackend, LocalStack
-from clusters.local.launcher import InterruptGuard
+from clusters.local.interrupts import InterruptGuard
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from sim.pods.nats.server import NatsServer

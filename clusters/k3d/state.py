@@ -12,7 +12,7 @@ from certs.volume import load_secret
 from clusters.certificates import prepare_certificates
 from clusters.render.bundle import RenderedFile
 from clusters.render.control_plane import CertMaterial
-from clusters.stack import state_dir
+from clusters.state import state_dir
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
 

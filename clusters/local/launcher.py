@@ -18,12 +18,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -35,6 +33,7 @@ from sim.errors import BackendError
 from sim.model.netmap import NetMap
 from sim.model.topology import CONTROL_CLUSTER, Topology
 
+from .interrupts import InterruptGuard
 from .process import Forked, wait_exited
 from .zygote import Zygote
 
@@ -67,6 +66,15 @@ def phase_one(topology: Topology) -> list[ProcessSpec]:
     return specs
 
 
+def spawn_order(topology: Topology) -> list[tuple[int, ProcessSpec]]:
+    """Each component with its phase, in the order the zygote forks them. The zygote loads a runner's imports
+    before forking its first component, and the proxy's (aioquic, for its HTTP/3 front) are the heaviest:
+    worker hosts are forked before it, so their NATS sign-in overlaps that import instead of following it.
+    Readiness is still awaited phase by phase."""
+    specs = [(0, spec) for spec in phase_one(topology)] + [(1, spec) for spec in phase_two(topology)]
+    return sorted(specs, key=lambda item: item[1].kind == "proxy")  # stable: the rest keep their order
+
+
 def ready_timeout(topology: Topology) -> float:
     """How long a start phase may take: a worker host is ready once each of its workers has signed in."""
     largest = max((len(topology.workers_in(c.name)) for c in topology.clusters), default=0)
@@ -75,53 +83,6 @@ def ready_timeout(topology: Topology) -> float:
 
 def phase_two(topology: Topology) -> list[ProcessSpec]:
     return [ProcessSpec("workers", c.name, c.name) for c in topology.clusters if topology.workers_in(c.name)]
-
-
-class InterruptGuard:
-    """Ctrl-C and SIGTERM while this process owns components: both become KeyboardInterrupt, so cleanup
-    runs (SIGTERM's default action would end `invoke up` at once and orphan every component started so
-    far), and inside `held()` they wait, so no signal lands between starting a child and recording it.
-
-    A signal this process was started ignoring stays ignored: a shell runs `invoke up &` from a script
-    with SIGINT ignored, and catching it only once the guard is in place would honour a Ctrl-C that
-    lands late and drop one that lands early."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self._depth = 0
-        self._pending = False
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self._depth:
-            self._pending = True
-            return
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield  # only the main thread may set handlers; there the caller owns interruption
-            return
-        previous = {sig: h for sig in self.SIGNALS if (h := signal.getsignal(sig)) is not signal.SIG_IGN}
-        for sig in previous:
-            signal.signal(sig, self._on_signal)
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-            if not self._depth and self._pending:
-                self._pending = False
-                raise KeyboardInterrupt("deferred until the child was recorded")
 
 
 @contextlib.contextmanager
@@ -176,12 +137,10 @@ class Launcher:
                 netmap = self.prepare(topology)
                 # Worker hosts start with phase one: they import while the control plane starts, then
                 # wait for the nats-server binding in the network map (written below) before reporting ready.
-                phases: list[dict[str, int]] = []
+                phases: list[dict[str, int]] = [{}, {}]
                 try:
-                    for phase in (phase_one(topology), phase_two(topology)):
-                        phases.append({})
-                        for spec in phase:
-                            phases[-1][spec.name] = self._spawn(spec)
+                    for index, spec in spawn_order(topology):
+                        phases[index][spec.name] = self._spawn(spec)
                 except BaseException:
                     for pipes in phases:
                         for fd in pipes.values():

@@ -9,8 +9,16 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from clusters.local.launcher import Launcher, phase_one, phase_two, stop_on_interrupt
-from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint, state_dir
-from clusters.state import StackLock, adopt, check_links, create_stack_dir, is_stack_dir, write_file
+from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
+from clusters.state import (
+    StackLock,
+    adopt,
+    check_links,
+    create_stack_dir,
+    is_stack_dir,
+    state_dir,
+    write_file,
+)
 from clusters.state import purge as purge_state
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap

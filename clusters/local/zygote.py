@@ -10,37 +10,77 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim.errors import BackendError
-from sim.runtime.zygote import receive, send
+from clusters.state import state_dir
+from sim.errors import BackendError, ConfigError
+from sim.runtime.fd_messages import receive, send
 
 from .process import Forked
 
 STOP_TIMEOUT = 3.0
 
 
+def _spawn(state_dir: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    ours, theirs = socket.socketpair()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sim.runtime.zygote", "--state", str(state_dir)]
+            + ["--socket-fd", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # it reports on the socket; a child's output goes to its log
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C on the terminal is the launcher's, not the zygote's
+            cwd=state_dir.parent if not state_dir.is_dir() else state_dir,  # a child works in its own
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return process, ours
+
+
+# A zygote started before its launch (`invoke up`, first thing), waiting to be adopted by that launch.
+_EARLY: dict[Path, tuple[subprocess.Popen[bytes], socket.socket]] = {}
+
+
+def start_early(state_dir: Path) -> None:
+    """Start the zygote of a launch of `state_dir` now, so its imports overlap the caller's own (invoke up
+    has a third of a second of them, and the scenario's checks, before it launches). The launch adopts it;
+    `discard_early` ends one that no launch took. It ends by itself, too, when this process does: its end
+    of the socket pair closes."""
+    if state_dir not in _EARLY and state_dir.parent.is_dir():
+        _EARLY[state_dir] = _spawn(state_dir)
+
+
+def start_early_for(stack: str) -> None:
+    """start_early for the local stack named `stack`; nothing for a name or a NCPSIM_HOME the launch will
+    refuse, with its own message, later."""
+    with contextlib.suppress(ConfigError):
+        start_early(state_dir(stack))
+
+
+def discard_early() -> None:
+    while _EARLY:
+        process, sock = _EARLY.popitem()[1]
+        sock.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 class Zygote:
-    """One launch's zygote: started at once, so its imports overlap the launcher's own preparation."""
+    """One launch's zygote: started at once (or earlier, see start_early), so its imports overlap the
+    launcher's own preparation."""
 
     def __init__(self, state_dir: Path, timeout: float):
         self.timeout = timeout
-        ours, theirs = socket.socketpair()
-        self._sock: socket.socket | None = ours
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "sim.runtime.zygote", "--state", str(state_dir)]
-                + ["--socket-fd", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,  # it reports on the socket; a child's output goes to its log
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C on the terminal is the launcher's, not the zygote's
-                cwd=state_dir,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
+        early = _EARLY.pop(state_dir, None)
+        if early is not None and early[0].poll() is not None:  # it did not last: start another
+            early[1].close()
+            early = None
+        self.process, sock = early or _spawn(state_dir)
+        self._sock: socket.socket | None = sock
         self._ready = False
 
     def fork(self, argv: list[str], ready_fd: int, log_fd: int) -> Forked:

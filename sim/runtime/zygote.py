@@ -2,8 +2,10 @@
 
 Why: a component is a short program on 0.1-0.25 s of CPU for the interpreter and its imports, about
 1.2 s per stack; started together on two cores, that was most of `invoke up`'s first second and most
-of what a replay of the catalogue costs. The launcher starts one zygote as a launch begins; it imports
-every runner while the launcher prepares certificates, then forks one child per request. A child is
+of what a replay of the catalogue costs. The launcher starts one zygote as a launch begins (`invoke up`
+before its own imports), then asks it for one child per component; the zygote imports the runners in
+the order a launch needs them, forking each component as soon as its runner is in, so the first
+components start while later ones' imports are still loading. A child is
 what `python -m sim.runtime.run KIND ...` would have been: a session of its own (setsid, done before
 its pid is reported, so the launcher's killpg always finds the group), its log as stdout and stderr,
 the ready pipe as ``--ready-fd``, default signal handlers, the state folder as its working directory,
@@ -15,7 +17,7 @@ components outlive it, as they outlive `invoke up`. It ignores SIGCHLD, so the k
 that end before it does; a child sets SIGCHLD back (nats-server's supervisor waits on its own child).
 
 Protocol, on an AF_UNIX stream socket pair, one request in flight at a time: the zygote first sends
-``{"ready": true}`` or ``{"error": traceback}``; then each request is a JSON line ``{"argv": [...]}``
+``{"ready": true}``; then each request is a JSON line ``{"argv": [...]}``
 (the arguments of `sim.runtime.run`, without ``--ready-fd``) carrying the ready pipe's write end and
 the log file as SCM_RIGHTS, and each answer a JSON line ``{"pid": N}`` or ``{"error": text}``.
 """
@@ -24,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -36,36 +38,22 @@ from typing import Any
 from setproctitle import setproctitle
 
 from sim.runtime import run
+from sim.runtime.fd_messages import receive, send
 
-MAX_MESSAGE = 64 * 1024
 COMMAND = ("-m", "sim.runtime.run")  # what a forked child's title says it runs, after sys.executable
 
 
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = (json.dumps(message) + "\n").encode()
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.sendall(data)
+# The order a launch asks for components in (clusters.local.launcher.spawn_order): runners load in it.
+LAUNCH_ORDER = ("resolver", "nats", "nats-callout", "invocation", "workers", "grpc-proxy", "proxy")
 
 
-def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One JSON line and the descriptors that came with it; (None, []) when the peer closed."""
-    data, fds = b"", []
-    while not data.endswith(b"\n"):
-        chunk, got, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 2)
-        fds += got
-        if not chunk:
-            for fd in fds:
-                os.close(fd)
-            return None, []
-        data += chunk
-    return json.loads(data), fds
+def load(kind: str) -> None:
+    """A runner's imports, in the zygote: every component of the kind forked later shares the pages."""
+    run.load_runner(kind)
 
 
-def preload() -> None:
-    for kind in run.RUNNERS:
-        run.load_runner(kind)
+def _requested(sock: socket.socket) -> bool:
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 def title(argv: list[str]) -> str:
@@ -129,18 +117,35 @@ def _become(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) ->
 
 
 def serve(sock: socket.socket) -> None:
+    """Between requests, load the runners in launch order, so the first components fork while later ones'
+    imports (the proxy's aioquic) are still to come; a request that arrives meanwhile waits for at most one
+    runner's imports, and loads its own runner first if it is not in yet."""
+    unloaded = [*LAUNCH_ORDER, *(kind for kind in run.RUNNERS if kind not in LAUNCH_ORDER)]
     while True:
+        while unloaded and not _requested(sock):
+            with contextlib.suppress(Exception):  # a runner that cannot load says why when it is asked for
+                load(unloaded.pop(0))
         request, fds = receive(sock)
         if request is None:
             return  # the launcher is done launching
         try:
-            ready_fd, log_fd = fds
-            send(sock, {"pid": fork_component(sock, request["argv"], ready_fd, log_fd)})
-        except Exception as exc:  # noqa: BLE001 - told to the launcher, which raises it
-            send(sock, {"error": f"{type(exc).__name__}: {exc}"})
+            send(sock, answer(sock, request, fds))
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def answer(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    """Load the component's runner, then fork it: its pid, or the error for the launcher to raise."""
+    try:
+        ready_fd, log_fd = fds
+        load(request["argv"][0])
+    except Exception:  # noqa: BLE001 - an import error is the launcher's to report, traceback and all
+        return {"error": traceback.format_exc()}
+    try:
+        return {"pid": fork_component(sock, request["argv"], ready_fd, log_fd)}
+    except Exception as exc:  # noqa: BLE001 - told to the launcher, which raises it
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,11 +157,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the zygote; Ctrl-C is the launcher's
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
-        try:
-            preload()
-        except Exception:  # noqa: BLE001 - an import error is the launcher's to report
-            send(sock, {"error": traceback.format_exc()})
-            return 1
         send(sock, {"ready": True})
         serve(sock)
     except OSError:  # the launcher went away (an interrupted launch): nothing left to serve

@@ -1,0 +1,56 @@
+"""Ctrl-C and SIGTERM as cleanup for a process that owns components (invoke up), light enough for its first line."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class InterruptGuard:
+    """Ctrl-C and SIGTERM while this process owns components: both become KeyboardInterrupt, so cleanup
+    runs (SIGTERM's default action would end `invoke up` at once and orphan every component started so
+    far), and inside `held()` they wait, so no signal lands between starting a child and recording it.
+
+    A signal this process was started ignoring stays ignored: a shell runs `invoke up &` from a script
+    with SIGINT ignored, and catching it only once the guard is in place would honour a Ctrl-C that
+    lands late and drop one that lands early."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending = False
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self._depth:
+            self._pending = True
+            return
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # only the main thread may set handlers; there the caller owns interruption
+            return
+        previous = {sig: h for sig in self.SIGNALS if (h := signal.getsignal(sig)) is not signal.SIG_IGN}
+        for sig in previous:
+            signal.signal(sig, self._on_signal)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt("deferred until the child was recorded")
