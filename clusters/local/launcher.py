@@ -35,7 +35,7 @@ from sim.model.topology import CONTROL_CLUSTER, Topology
 
 from .interrupts import InterruptGuard
 from .process import Forked, wait_exited
-from .zygote import Zygote
+from .zygote import LAUNCH_ORDER, Zygote
 
 READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
 SIGN_IN_ALLOWANCE = 0.02  # more seconds per worker of the largest worker host: each signs in to NATS first
@@ -67,12 +67,11 @@ def phase_one(topology: Topology) -> list[ProcessSpec]:
 
 
 def spawn_order(topology: Topology) -> list[tuple[int, ProcessSpec]]:
-    """Each component with its phase, in the order the zygote forks them. The zygote loads a runner's imports
-    before forking its first component, and the proxy's (aioquic, for its HTTP/3 front) are the heaviest:
-    worker hosts are forked before it, so their NATS sign-in overlaps that import instead of following it.
-    Readiness is still awaited phase by phase."""
+    """Each component with its phase, in LAUNCH_ORDER by kind (stable within a kind). The zygote loads a
+    runner's imports before forking its first component, in the same order. Readiness is still awaited
+    phase by phase."""
     specs = [(0, spec) for spec in phase_one(topology)] + [(1, spec) for spec in phase_two(topology)]
-    return sorted(specs, key=lambda item: item[1].kind == "proxy")  # stable: the rest keep their order
+    return sorted(specs, key=lambda item: LAUNCH_ORDER.index(item[1].kind))
 
 
 def ready_timeout(topology: Topology) -> float:

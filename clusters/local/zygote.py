@@ -17,6 +17,10 @@ from sim.runtime.fd_messages import receive, send
 from .process import Forked
 
 STOP_TIMEOUT = 3.0
+# The order a launch forks its components in, by kind (clusters.local.launcher.spawn_order), which is also
+# the order the zygote loads their runners in. grpc-proxy's and the proxy's are the heaviest imports
+# (grpcio, aioquic): worker hosts come before them, so their NATS sign-in overlaps those imports.
+LAUNCH_ORDER = ("resolver", "nats", "nats-callout", "invocation", "workers", "grpc-proxy", "proxy")
 
 
 def _spawn(state_dir: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
@@ -24,7 +28,7 @@ def _spawn(state_dir: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "sim.runtime.zygote", "--state", str(state_dir)]
-            + ["--socket-fd", str(theirs.fileno())],
+            + ["--socket-fd", str(theirs.fileno()), "--order", ",".join(LAUNCH_ORDER)],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,  # it reports on the socket; a child's output goes to its log

@@ -43,10 +43,6 @@ from sim.runtime.fd_messages import receive, send
 COMMAND = ("-m", "sim.runtime.run")  # what a forked child's title says it runs, after sys.executable
 
 
-# The order a launch asks for components in (clusters.local.launcher.spawn_order): runners load in it.
-LAUNCH_ORDER = ("resolver", "nats", "nats-callout", "invocation", "workers", "grpc-proxy", "proxy")
-
-
 def load(kind: str) -> None:
     """A runner's imports, in the zygote: every component of the kind forked later shares the pages."""
     run.load_runner(kind)
@@ -116,11 +112,12 @@ def _become(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) ->
     return run.main(args)
 
 
-def serve(sock: socket.socket) -> None:
-    """Between requests, load the runners in launch order, so the first components fork while later ones'
-    imports (the proxy's aioquic) are still to come; a request that arrives meanwhile waits for at most one
-    runner's imports, and loads its own runner first if it is not in yet."""
-    unloaded = [*LAUNCH_ORDER, *(kind for kind in run.RUNNERS if kind not in LAUNCH_ORDER)]
+def serve(sock: socket.socket, order: tuple[str, ...] = ()) -> None:
+    """Between requests, load the runners in the launch's `order` (then any other), so the first components
+    fork while later ones' imports (the proxy's aioquic) are still to come; a request that arrives meanwhile
+    waits for at most one runner's imports, and loads its own runner first if it is not in yet."""
+    unloaded = [kind for kind in order if kind in run.RUNNERS]
+    unloaded += [kind for kind in run.RUNNERS if kind not in unloaded]
     while True:
         while unloaded and not _requested(sock):
             with contextlib.suppress(Exception):  # a runner that cannot load says why when it is asked for
@@ -152,13 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.runtime.zygote", description=__doc__)
     parser.add_argument("--state", required=True, help="the stack folder (names the zygote in ps)")
     parser.add_argument("--socket-fd", required=True, type=int)
+    parser.add_argument("--order", default="", help="component kinds, comma-separated: runners load in it")
     args = parser.parse_args(argv)
     sock = socket.socket(fileno=args.socket_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the zygote; Ctrl-C is the launcher's
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
         send(sock, {"ready": True})
-        serve(sock)
+        serve(sock, tuple(filter(None, args.order.split(","))))
     except OSError:  # the launcher went away (an interrupted launch): nothing left to serve
         return 1
     return 0
