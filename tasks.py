@@ -225,16 +225,11 @@ def up(c, scenario=None, file=None, set_=None, backend="local", stack="default",
         _up(scenario, file, set_, backend, stack, json_, secret)
         return
     from clusters.local.interrupts import InterruptGuard
-    from clusters.local.zygote import discard_early, start_early_for
+    from clusters.local.zygote import early_for
 
     guard = InterruptGuard()  # from now on this process owns a child: Ctrl-C and SIGTERM clean up
-    with guard.installed():
-        with guard.held():
-            start_early_for(stack)  # the launch's zygote imports while this process does (below)
-        try:
-            _up(scenario, file, set_, backend, stack, json_, secret)
-        finally:
-            discard_early()  # one no launch adopted: a config error, or Ctrl-C before the launch
+    with guard.installed(), early_for(stack, guard):  # the launch's zygote imports while _up does
+        _up(scenario, file, set_, backend, stack, json_, secret)
 
 
 def _up(scenario, file, set_, backend, stack, json_, secret) -> None:

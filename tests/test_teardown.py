@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from clusters.local import LocalBackend, LocalStack
+from clusters.local import LocalBackend, LocalStack, zygote
 from clusters.local.interrupts import InterruptGuard
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
@@ -309,6 +309,31 @@ def test_a_signal_ignored_from_the_start_stays_ignored() -> None:
         assert signal.getsignal(signal.SIGTERM) == before[1]
     finally:
         signal.signal(signal.SIGINT, before[0])
+
+
+def test_ctrl_c_while_the_early_zygote_starts_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment the seeded ones hit only by chance (CI once, SIGINT at 0.737 s): Ctrl-C while `invoke up`
+    starts its zygote waits until the zygote is recorded, is raised as the start ends, and the zygote
+    is ended with it rather than left importing."""
+    monkeypatch.setenv("NCPSIM_HOME", str(tmp_path))
+    spawned = []
+    spawn = zygote._spawn
+
+    def spawn_then_ctrl_c(state_dir: Path) -> Any:
+        spawned.append(spawn(state_dir))
+        os.kill(os.getpid(), signal.SIGINT)  # lands while the guard holds signals back
+        return spawned[-1]
+
+    monkeypatch.setattr(zygote, "_spawn", spawn_then_ctrl_c)
+    guard = InterruptGuard()
+    with pytest.raises(KeyboardInterrupt), guard.installed(), zygote.early_for("early", guard):
+        pytest.fail("the deferred Ctrl-C must end the start before the command runs")
+    assert len(spawned) == 1, "the zygote was never started: this test tested nothing"
+    process, sock = spawned[0]
+    assert process.poll() is not None and sock.fileno() == -1
+    assert not processes_naming(str(tmp_path / "early"))
 
 
 # A crashed component, then `invoke down` ---------------------------------------------------------------

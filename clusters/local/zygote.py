@@ -8,12 +8,14 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from clusters.state import state_dir
 from sim.errors import BackendError, ConfigError
 from sim.runtime.fd_messages import receive, send
 
+from .interrupts import InterruptGuard
 from .process import Forked
 
 STOP_TIMEOUT = 3.0
@@ -51,8 +53,8 @@ _EARLY: dict[Path, tuple[subprocess.Popen[bytes], socket.socket]] = {}
 def start_early(state_dir: Path) -> None:
     """Start the zygote of a launch of `state_dir` now, so its imports overlap the caller's own (invoke up
     has a third of a second of them, and the scenario's checks, before it launches). The launch adopts it;
-    `discard_early` ends one that no launch took. It ends by itself, too, when this process does: its end
-    of the socket pair closes."""
+    `discard_early` ends one that no launch took. It ends by itself, too, when this process does and its
+    end of the socket pair closes, but only once the import it is in is done: so `early_for` ends it."""
     if state_dir not in _EARLY and state_dir.parent.is_dir():
         _EARLY[state_dir] = _spawn(state_dir)
 
@@ -71,6 +73,20 @@ def discard_early() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+@contextlib.contextmanager
+def early_for(stack: str, guard: InterruptGuard) -> Iterator[None]:
+    """Within it, a launch of the local stack `stack` adopts a zygote that is already importing
+    (start_early_for); on the way out, however it comes, one no launch adopted is ended: a config error,
+    Ctrl-C before the launch, or a Ctrl-C that `guard` deferred while the zygote started, which is raised
+    as the start ends and so must already be inside the cleanup."""
+    try:
+        with guard.held():  # started and recorded in _EARLY as one step
+            start_early_for(stack)
+        yield
+    finally:
+        discard_early()
 
 
 class Zygote:
