@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
-from sim.pods.nats.stack import MONITOR_PORT as NATS_MONITOR_PORT
 from sim.protocols.wire import (
     GRPC_CALLBACK_PORT,
     GRPC_SUFFIX,
     INVOCATION_HTTP_PORT,
+    NATS_MONITOR_PORT,
     NATS_PORT,
     invocation_port,
 )

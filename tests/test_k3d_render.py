@@ -38,6 +38,8 @@ from sim.proxy.component import policy_from_values
 _utils = kubernetes_validate.utils
 _utils.schema_contents = functools.lru_cache(maxsize=None)(_utils.schema_contents)
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # PyYAML built without libyaml has none
+
 # k3d's own schema, vendored with its licence (vendor/k3d/README.md says from where).
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "vendor" / "k3d" / "k3d-config-v1alpha5.schema.json"
 
@@ -70,9 +72,10 @@ def validator() -> jsonschema.Draft7Validator:
 
 
 def rendered_yaml(topology: Topology, addresses: Addresses | None = None) -> dict[str, list[dict]]:
-    """Each rendered file read back as a YAML reader (k3d, kubectl) would."""
+    """Each rendered file read back as a YAML reader (k3d, kubectl) would; with libyaml's safe loader, which
+    reads what PyYAML's reads ten times faster (the pure-Python one was most of this module's time)."""
     return {
-        path: list(yaml.safe_load_all(f.text))
+        path: list(yaml.load_all(f.text, Loader=SAFE_LOADER))
         for path, f in render_bundle(topology, MATERIAL, addresses).items()
     }
 

@@ -16,8 +16,8 @@ from clusters.render.layout import BUS_NAME, STANDIN_IMAGE
 from clusters.render.standin import _base_volumes, _container, _deployment
 from sim.model.topology import Topology
 from sim.pods.nats.config import render
-from sim.pods.nats.stack import MONITOR_PORT, StackKeys, server_config
-from sim.protocols.wire import NAMESPACE, NATS_PORT
+from sim.pods.nats.stack import StackKeys, server_config
+from sim.protocols.wire import NAMESPACE, NATS_MONITOR_PORT, NATS_PORT
 
 Json = dict[str, Any]
 
@@ -27,7 +27,7 @@ CONFIG_DIR = "/etc/nats"
 STORE_DIR = "/data/jetstream"
 # A nats-server with JetStream and auth callout (2.10+); `nats.image.*` in the values overrides it.
 DEFAULT_IMAGE = {"registry": "docker.io", "repository": "library/nats", "tag": "2.10.22-alpine"}
-PORTS = [kube.port("client", NATS_PORT), kube.port("monitor", MONITOR_PORT)]
+PORTS = [kube.port("client", NATS_PORT), kube.port("monitor", NATS_MONITOR_PORT)]
 
 
 def nats_image(topology: Topology) -> str:
@@ -38,7 +38,7 @@ def nats_image(topology: Topology) -> str:
 
 def nats_config_text(topology: Topology) -> str:
     """The same server config as the local backend's, listening on the pod's ports."""
-    config = server_config(StackKeys.derive(topology.seed), STORE_DIR, NATS_PORT, MONITOR_PORT)
+    config = server_config(StackKeys.derive(topology.seed), STORE_DIR, NATS_PORT, NATS_MONITOR_PORT)
     return render(config.__class__(**{**config.__dict__, "host": "0.0.0.0"}))
 
 
@@ -54,7 +54,7 @@ def nats_deployment(topology: Topology, config_map: Json) -> Json:
         "args": ["-c", f"{CONFIG_DIR}/nats-server.conf"],
         "ports": [{"name": p["name"], "containerPort": p["port"], "protocol": p["protocol"]} for p in PORTS],
         # /healthz answers 200 only once JetStream is up: the same readiness as the local supervisor's.
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": MONITOR_PORT}, "periodSeconds": 2},
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": NATS_MONITOR_PORT}, "periodSeconds": 2},
         "volumeMounts": [
             kube.mount("config", CONFIG_DIR),
             kube.mount("jetstream", STORE_DIR, read_only=False),

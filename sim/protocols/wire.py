@@ -21,6 +21,7 @@ GRPC_CALLBACK_PORT = 10084  # worker callbacks, HTTP/3 on UDP
 PROXY_HTTP_PORT = 10084  # the worker callback proxy, TLS on TCP
 PROXY_H3_PORT = 443  # the worker callback proxy, QUIC on UDP
 NATS_PORT = 4222  # NATS client port
+NATS_MONITOR_PORT = 8222  # nats-server's monitoring port, as the chart exposes it
 DNS_PORT = 53
 
 # Paths.

@@ -22,11 +22,11 @@ import os
 import shutil
 from pathlib import Path
 
-from sim.protocols.wire import NATS_PORT
+from sim.protocols.wire import NATS_MONITOR_PORT, NATS_PORT
 from sim.runtime.component import Context, Ready
 
 from .server import NatsServer, ServerError
-from .stack import MONITOR_PORT, StackKeys, server_config
+from .stack import StackKeys, server_config
 
 ENDPOINTS_FILE = "server.json"
 
@@ -44,7 +44,7 @@ def endpoints_path(state_dir: Path) -> Path:
 def _pinned_ports(ctx: Context) -> tuple[int, int] | None:
     bindings = ctx.netmap.current().bindings
     lb = ctx.topology.bus_lb_ip
-    client, monitor = bindings.get(f"{lb}:{NATS_PORT}/tcp"), bindings.get(f"{lb}:{MONITOR_PORT}/tcp")
+    client, monitor = bindings.get(f"{lb}:{NATS_PORT}/tcp"), bindings.get(f"{lb}:{NATS_MONITOR_PORT}/tcp")
     return (client, monitor) if client and monitor else None
 
 
@@ -94,7 +94,7 @@ async def run(ctx: Context, ready: Ready) -> None:
         os.replace(tmp, path)
         ctx.events.emit("nats.ready", url=ends.url, monitor=ends.monitor, pid=server.pid)
         lb = ctx.topology.bus_lb_ip
-        ready({f"{lb}:{NATS_PORT}/tcp": ends.port, f"{lb}:{MONITOR_PORT}/tcp": ends.monitor_port})
+        ready({f"{lb}:{NATS_PORT}/tcp": ends.port, f"{lb}:{NATS_MONITOR_PORT}/tcp": ends.monitor_port})
         code = await asyncio.to_thread(server.wait)
         ctx.events.emit("nats.exited", code=code)
         if code != 0:  # 0: it was told to stop (SIGTERM reaches the whole group at `invoke down`)

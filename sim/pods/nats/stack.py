@@ -31,7 +31,6 @@ from .callout import WEBHOOK_PLUGIN, CalloutSettings, worker_token
 from .config import APP_ACCOUNT, CalloutBlock, NkeyUser, ServerConfig
 
 REGION = "ncpsim"  # the stack's one region, in stream and subject names
-MONITOR_PORT = 8222  # nats-server's monitoring port, as the chart exposes it
 DEFAULT_WEBHOOK_URL = "http://api.nvcf.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
 OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for
 INTERNAL_ROLES = ("invocation-service", "grpc-proxy", "nvcf-api")
