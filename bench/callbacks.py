@@ -29,7 +29,7 @@ from sim.model.topology import Pod
 from sim.pods.nats.client import connect_once
 from sim.pods.nats.stack import REGION, StackKeys
 from sim.pods.nats.workqueue import WorkPuller
-from sim.protocols.http1 import H11Stream, exchange
+from sim.protocols.http1 import H11Stream, exchange, open_within
 from sim.protocols.request_attach import H1_TYPE
 from sim.protocols.tls import client_context
 from sim.protocols.wire import NATS_PORT
@@ -73,9 +73,7 @@ def direct_route(bench: BenchStack, pod: Pod) -> Route:
 async def open_stream(
     addr: tuple[str, int], tls: ssl.SSLContext | None = None, sni: str | None = None
 ) -> H11Stream:
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(*addr, ssl=tls, server_hostname=sni if tls else None), CALL_TIMEOUT
-    )
+    reader, writer = await open_within(*addr, CALL_TIMEOUT, tls, sni)
     return H11Stream(h11.CLIENT, reader, writer)
 
 

@@ -41,6 +41,7 @@ from clusters.render.layout import (
 )
 from sim.model.netmap import LiveNetMap
 from sim.model.topology import Pod, Topology
+from sim.protocols.http1 import open_within
 from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import CONNECT_TIMEOUT, Context
 from sim.runtime.run import load_runner
@@ -103,10 +104,7 @@ class KubeContext(Context):
         server_hostname: str | None = None,
         timeout: float = CONNECT_TIMEOUT,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.wait_for(
-            asyncio.open_connection(ip, port, ssl=tls, server_hostname=server_hostname if tls else None),
-            timeout,
-        )
+        return await open_within(ip, port, timeout, tls, server_hostname)
 
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return ip, port

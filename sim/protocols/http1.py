@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -30,6 +31,23 @@ async def read_within(reader: asyncio.StreamReader, timeout: float | None, size:
     every HTTP/1.1 party reads this way, and a proxy holds thousands of kept-alive connections waiting."""
     async with asyncio.timeout(timeout):
         return await reader.read(size)
+
+
+async def open_within(
+    host: str,
+    port: int,
+    timeout: float | None,
+    tls: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TCP (or TLS) connection under a deadline, dialed in the caller's task. asyncio.wait_for dials in a
+    task of its own, and on Python 3.11 a caller cancelled just as that task connects gets the connection
+    and loses the cancellation (a Ctrl-C or a deadline that never lands); here the cancellation is raised
+    at the caller's next suspension, with the connection in hand for its cleanup (tests/test_dial.py)."""
+    async with asyncio.timeout(timeout):
+        return await asyncio.open_connection(
+            host, port, ssl=tls, server_hostname=server_hostname if tls else None
+        )
 
 
 class H11Stream:

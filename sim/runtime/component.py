@@ -13,6 +13,7 @@ from dns.client import NameNotResolved, resolve_a
 from sim.model.events import EventLog
 from sim.model.netmap import LiveNetMap
 from sim.model.topology import Topology
+from sim.protocols.http1 import open_within
 from sim.protocols.wire import DNS_PORT, NATS_PORT
 from sim.runtime.faults import link_delay, load_links
 
@@ -91,10 +92,7 @@ class Context:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         host, real = self.netmap.lookup(self.cluster, ip, port, "tcp")
         await self.cross_link(ip)
-        return await asyncio.wait_for(
-            asyncio.open_connection(host, real, ssl=tls, server_hostname=server_hostname if tls else None),
-            timeout,
-        )
+        return await open_within(host, real, timeout, tls, server_hostname)
 
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return self.netmap.lookup(self.cluster, ip, port, "udp")
