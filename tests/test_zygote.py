@@ -15,7 +15,9 @@ import psutil
 import pytest
 
 from clusters.local import LocalStack
+from clusters.local.launcher import spawn_order
 from clusters.local.process import Forked, wait_exited
+from clusters.local.zygote import LAUNCH_ORDER, Zygote
 from scenarios.model import load_scenario
 from sim.runtime import zygote
 
@@ -47,6 +49,21 @@ def test_forked_components_lead_their_own_sessions_and_carry_their_command_lines
     finally:
         stack.down()
     assert not stack.launcher.running()
+
+
+def test_the_zygote_preloads_only_the_kinds_its_launch_forks(tmp_path: Path) -> None:
+    """An HTTP scenario has no grpc-proxy pod: told the launch's kinds before its first import, the zygote
+    never loads grpcio, whose imports would otherwise come before the proxy's (in LAUNCH_ORDER)."""
+    kinds = {spec.kind for _, spec in spawn_order(load_scenario("http-callback").build_topology("zk"))}
+    assert "grpc-proxy" not in kinds and LAUNCH_ORDER.index("grpc-proxy") < LAUNCH_ORDER.index("proxy")
+    told, untold = Zygote(tmp_path / "told", timeout=30), Zygote(tmp_path / "untold", timeout=30)
+    try:
+        told.expect(kinds)
+        assert told.preloading() == {"preloading": [k for k in LAUNCH_ORDER if k in kinds], "loaded": []}
+        assert untold.preloading() is None  # the control: a zygote not told loads every runner
+    finally:
+        told.close(kill=True)
+        untold.close(kill=True)
 
 
 def test_the_zygote_refuses_to_fork_beside_a_thread() -> None:

@@ -133,6 +133,7 @@ class Launcher:
             try:
                 with self.guard.held():  # started and recorded as one step, as every child is
                     self.zygote = Zygote(self.state_dir, ready_timeout(topology))
+                self.zygote.expect(spec.kind for _, spec in spawn_order(topology))
                 netmap = self.prepare(topology)
                 # Worker hosts start with phase one: they import while the control plane starts, then
                 # wait for the nats-server binding in the network map (written below) before reporting ready.

@@ -8,17 +8,19 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from clusters.state import state_dir
 from sim.errors import BackendError, ConfigError
-from sim.runtime.fd_messages import receive, send
+from sim.runtime.fd_messages import Channel
 
 from .interrupts import InterruptGuard
 from .process import Forked
 
 STOP_TIMEOUT = 3.0
+_T = TypeVar("_T")
 # The order a launch forks its components in, by kind (clusters.local.launcher.spawn_order), which is also
 # the order the zygote loads their runners in. grpc-proxy's and the proxy's are the heaviest imports
 # (grpcio, aioquic): worker hosts come before them, so their NATS sign-in overlaps those imports.
@@ -100,26 +102,50 @@ class Zygote:
             early[1].close()
             early = None
         self.process, sock = early or _spawn(state_dir)
-        self._sock: socket.socket | None = sock
-        self._ready = False
+        self._channel: Channel | None = Channel(sock)
+        self._owed = 1  # answers sent to us and not read yet: {"ready": true} first
+        self._preloading: dict[str, list[str]] | None = None
+
+    def expect(self, kinds: Iterable[str]) -> None:
+        """Tell the zygote which kinds this launch forks, so it preloads only their runners. Not waited for:
+        it answers between two imports, and the launch goes on preparing meanwhile."""
+        self._exchange(lambda channel: channel.send({"kinds": sorted(set(kinds))}), read_owed=False)
+        self._owed += 1
+
+    def preloading(self) -> dict[str, list[str]] | None:
+        """What the zygote had loaded ("loaded") and still had to ("preloading") when it heard the kinds;
+        None if it was not told."""
+        self._exchange(lambda _channel: None)
+        return self._preloading
 
     def fork(self, argv: list[str], ready_fd: int, log_fd: int) -> Forked:
         """A component running `sim.runtime.run` with `argv`; its ready pipe and log are passed along."""
-        sock = self._sock
-        if sock is None:
+
+        def request(channel: Channel) -> int:
+            channel.send({"argv": argv}, [ready_fd, log_fd])
+            return int(self._answer(channel)["pid"])
+
+        return Forked(self._exchange(request))
+
+    def _exchange(self, then: Callable[[Channel], _T], read_owed: bool = True) -> _T:
+        """Read the answers owed so far (unless not `read_owed`: the socket keeps them in order), then `then`
+        on the channel; a zygote that does not answer is a BackendError."""
+        channel = self._channel
+        if channel is None:
             raise BackendError("the zygote is closed")
-        sock.settimeout(self.timeout)
+        channel.sock.settimeout(self.timeout)
         try:
-            if not self._ready:
-                self._answer(sock)
-                self._ready = True
-            send(sock, {"argv": argv}, [ready_fd, log_fd])
-            return Forked(self._answer(sock)["pid"])
+            while read_owed and self._owed:
+                message = self._answer(channel)
+                self._owed -= 1
+                if "preloading" in message:
+                    self._preloading = message
+            return then(channel)
         except (OSError, ValueError) as exc:
             raise BackendError(f"the zygote did not answer: {exc}") from exc
 
-    def _answer(self, sock: socket.socket) -> dict:
-        message, fds = receive(sock)
+    def _answer(self, channel: Channel) -> dict:
+        message, fds = channel.receive()
         for fd in fds:
             os.close(fd)
         if message is None:
@@ -131,9 +157,10 @@ class Zygote:
     def close(self, kill: bool = False) -> None:
         """Close the socket, and the zygote ends on its own (killed if it has not within the grace
         period); with `kill`, at once (an interrupted launch: it may still be importing)."""
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            sock.close()
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close_fds()
+            channel.sock.close()
         try:
             self.process.wait(0 if kill else STOP_TIMEOUT)
         except subprocess.TimeoutExpired:

@@ -16,10 +16,12 @@ inherits no lock another thread held. It ends when the launcher closes its end o
 components outlive it, as they outlive `invoke up`. It ignores SIGCHLD, so the kernel reaps children
 that end before it does; a child sets SIGCHLD back (nats-server's supervisor waits on its own child).
 
-Protocol, on an AF_UNIX stream socket pair, one request in flight at a time: the zygote first sends
-``{"ready": true}``; then each request is a JSON line ``{"argv": [...]}``
-(the arguments of `sim.runtime.run`, without ``--ready-fd``) carrying the ready pipe's write end and
-the log file as SCM_RIGHTS, and each answer a JSON line ``{"pid": N}`` or ``{"error": text}``.
+Protocol, on an AF_UNIX stream socket pair, answers in the order of the requests: the zygote first sends
+``{"ready": true}``; ``{"kinds": [...]}``, the kinds the launch forks once it knows them, is answered
+with ``{"preloading": [...], "loaded": [...]}``, the runners still to load (only of those kinds: an HTTP scenario has
+no grpc-proxy pod, and grpcio's imports would come before the proxy's); each ``{"argv": [...]}``
+(the arguments of `sim.runtime.run`, without ``--ready-fd``) carries the ready pipe's write end and
+the log file as SCM_RIGHTS, and is answered ``{"pid": N}`` or ``{"error": text}``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import select
 import signal
 import socket
 import sys
@@ -38,7 +39,7 @@ from typing import Any
 from setproctitle import setproctitle
 
 from sim.runtime import run
-from sim.runtime.fd_messages import receive, send
+from sim.runtime.fd_messages import Channel
 
 COMMAND = ("-m", "sim.runtime.run")  # what a forked child's title says it runs, after sys.executable
 
@@ -46,10 +47,6 @@ COMMAND = ("-m", "sim.runtime.run")  # what a forked child's title says it runs,
 def load(kind: str) -> None:
     """A runner's imports, in the zygote: every component of the kind forked later shares the pages."""
     run.load_runner(kind)
-
-
-def _requested(sock: socket.socket) -> bool:
-    return bool(select.select([sock], [], [], 0)[0])
 
 
 def title(argv: list[str]) -> str:
@@ -112,21 +109,27 @@ def _become(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) ->
     return run.main(args)
 
 
-def serve(sock: socket.socket, order: tuple[str, ...] = ()) -> None:
+def serve(channel: Channel, order: tuple[str, ...] = ()) -> None:
     """Between requests, load the runners in the launch's `order` (then any other), so the first components
     fork while later ones' imports (the proxy's aioquic) are still to come; a request that arrives meanwhile
     waits for at most one runner's imports, and loads its own runner first if it is not in yet."""
     unloaded = [kind for kind in order if kind in run.RUNNERS]
     unloaded += [kind for kind in run.RUNNERS if kind not in unloaded]
+    loaded: list[str] = []
     while True:
-        while unloaded and not _requested(sock):
+        while unloaded and not channel.pending():
+            loaded.append(unloaded.pop(0))
             with contextlib.suppress(Exception):  # a runner that cannot load says why when it is asked for
-                load(unloaded.pop(0))
-        request, fds = receive(sock)
+                load(loaded[-1])
+        request, fds = channel.receive()
         if request is None:
             return  # the launcher is done launching
         try:
-            send(sock, answer(sock, request, fds))
+            if "kinds" in request:  # the launch forks only these: nothing else is worth its imports
+                unloaded = [kind for kind in unloaded if kind in request["kinds"]]
+                channel.send({"preloading": unloaded, "loaded": loaded})
+            else:
+                channel.send(answer(channel.sock, request, fds))
         finally:
             for fd in fds:
                 os.close(fd)
@@ -151,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket-fd", required=True, type=int)
     parser.add_argument("--order", default="", help="component kinds, comma-separated: runners load in it")
     args = parser.parse_args(argv)
-    sock = socket.socket(fileno=args.socket_fd)
+    channel = Channel(socket.socket(fileno=args.socket_fd))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the zygote; Ctrl-C is the launcher's
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
-        send(sock, {"ready": True})
-        serve(sock, tuple(filter(None, args.order.split(","))))
+        channel.send({"ready": True})
+        serve(channel, tuple(filter(None, args.order.split(","))))
     except OSError:  # the launcher went away (an interrupted launch): nothing left to serve
         return 1
     return 0
