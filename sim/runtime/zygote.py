@@ -16,12 +16,13 @@ inherits no lock another thread held. It ends when the launcher closes its end o
 components outlive it, as they outlive `invoke up`. It ignores SIGCHLD, so the kernel reaps children
 that end before it does; a child sets SIGCHLD back (nats-server's supervisor waits on its own child).
 
-Protocol, on an AF_UNIX stream socket pair, answers in the order of the requests: the zygote first sends
-``{"ready": true}``; ``{"kinds": [...]}``, the kinds the launch forks once it knows them, is answered
-with ``{"preloading": [...], "loaded": [...]}``, the runners still to load (only of those kinds: an HTTP scenario has
-no grpc-proxy pod, and grpcio's imports would come before the proxy's); each ``{"argv": [...]}``
-(the arguments of `sim.runtime.run`, without ``--ready-fd``) carries the ready pipe's write end and
-the log file as SCM_RIGHTS, and is answered ``{"pid": N}`` or ``{"error": text}``.
+Protocol, on an AF_UNIX stream socket pair (sim.runtime.fd_messages), answers in the order of the
+requests: the zygote first sends ``{"ready": true}``. ``{"kinds": [...]}``, the kinds the launch forks
+once it knows them, is answered ``{"preloading": [...], "loaded": [...]}``: the runners still to load,
+now only of those kinds (an HTTP scenario has no grpc-proxy pod, and grpcio's imports came before the
+proxy's), and those already in. Each ``{"argv": [...]}`` (the arguments of `sim.runtime.run`, without
+``--ready-fd``) carries the ready pipe's write end and the log file as SCM_RIGHTS, and is answered
+``{"pid": N}`` or ``{"error": text}``.
 """
 
 from __future__ import annotations
@@ -110,17 +111,19 @@ def _become(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) ->
 
 
 def serve(channel: Channel, order: tuple[str, ...] = ()) -> None:
-    """Between requests, load the runners in the launch's `order` (then any other), so the first components
-    fork while later ones' imports (the proxy's aioquic) are still to come; a request that arrives meanwhile
-    waits for at most one runner's imports, and loads its own runner first if it is not in yet."""
+    """Between requests, load the runners in the launch's `order` (then any other, until the launch names
+    its kinds), so the first components fork while later ones' imports (the proxy's aioquic) are still to
+    come; a request that arrives meanwhile waits for at most one runner's imports, and loads its own runner
+    first if it is not in yet."""
     unloaded = [kind for kind in order if kind in run.RUNNERS]
     unloaded += [kind for kind in run.RUNNERS if kind not in unloaded]
     loaded: list[str] = []
     while True:
         while unloaded and not channel.pending():
-            loaded.append(unloaded.pop(0))
+            kind = unloaded.pop(0)
             with contextlib.suppress(Exception):  # a runner that cannot load says why when it is asked for
-                load(loaded[-1])
+                load(kind)
+                loaded.append(kind)
         request, fds = channel.receive()
         if request is None:
             return  # the launcher is done launching
