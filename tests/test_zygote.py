@@ -56,14 +56,14 @@ def test_the_zygote_preloads_only_the_kinds_its_launch_forks(tmp_path: Path) -> 
     never loads grpcio, whose imports would otherwise come before the proxy's (in LAUNCH_ORDER)."""
     kinds = {spec.kind for _, spec in spawn_order(load_scenario("http-callback").build_topology("zk"))}
     assert "grpc-proxy" not in kinds and LAUNCH_ORDER.index("grpc-proxy") < LAUNCH_ORDER.index("proxy")
-    told, untold = Zygote(tmp_path / "told", timeout=30), Zygote(tmp_path / "untold", timeout=30)
+    http, every = Zygote(tmp_path / "http", 30, kinds), Zygote(tmp_path / "every", 30, LAUNCH_ORDER)
     try:
-        told.expect(kinds)
-        assert told.preloading() == {"preloading": [k for k in LAUNCH_ORDER if k in kinds], "loaded": []}
-        assert untold.preloading() is None  # the control: a zygote not told loads every runner
+        assert http.preloading() == {"preloading": [k for k in LAUNCH_ORDER if k in kinds], "loaded": []}
+        # the control: a launch of every kind leaves grpc-proxy's runner to load
+        assert every.preloading() == {"preloading": list(LAUNCH_ORDER), "loaded": []}
     finally:
-        told.close(kill=True)
-        untold.close(kill=True)
+        http.close(kill=True)
+        every.close(kill=True)
 
 
 def test_the_zygote_refuses_to_fork_beside_a_thread() -> None:

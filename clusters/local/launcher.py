@@ -132,8 +132,8 @@ class Launcher:
         with self.guard.installed():
             try:
                 with self.guard.held():  # started and recorded as one step, as every child is
-                    self.zygote = Zygote(self.state_dir, ready_timeout(topology))
-                self.zygote.expect(spec.kind for _, spec in spawn_order(topology))
+                    kinds = (spec.kind for _, spec in spawn_order(topology))
+                    self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
                 netmap = self.prepare(topology)
                 # Worker hosts start with phase one: they import while the control plane starts, then
                 # wait for the nats-server binding in the network map (written below) before reporting ready.

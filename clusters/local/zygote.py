@@ -8,9 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 from clusters.state import state_dir
 from sim.errors import BackendError, ConfigError
@@ -20,7 +19,6 @@ from .interrupts import InterruptGuard
 from .process import Forked
 
 STOP_TIMEOUT = 3.0
-_T = TypeVar("_T")
 # The order a launch forks its components in, by kind (clusters.local.launcher.spawn_order), which is also
 # the order the zygote loads their runners in. grpc-proxy's and the proxy's are the heaviest imports
 # (grpcio, aioquic): worker hosts come before them, so their NATS sign-in overlaps those imports.
@@ -93,9 +91,10 @@ def early_for(stack: str, guard: InterruptGuard) -> Iterator[None]:
 
 class Zygote:
     """One launch's zygote: started at once (or earlier, see start_early), so its imports overlap the
-    launcher's own preparation."""
+    launcher's own preparation. It is told the launch's `kinds` at once, so it preloads only their
+    runners; the answer is read before the first fork's, and the launch goes on preparing meanwhile."""
 
-    def __init__(self, state_dir: Path, timeout: float):
+    def __init__(self, state_dir: Path, timeout: float, kinds: Iterable[str]):
         self.timeout = timeout
         early = _EARLY.pop(state_dir, None)
         if early is not None and early[0].poll() is not None:  # it did not last: start another
@@ -104,45 +103,47 @@ class Zygote:
         self.process, sock = early or _spawn(state_dir)
         self._channel: Channel | None = Channel(sock)
         self._owed = 1  # answers sent to us and not read yet: {"ready": true} first
-        self._preloading: dict[str, list[str]] | None = None
-
-    def expect(self, kinds: Iterable[str]) -> None:
-        """Tell the zygote which kinds this launch forks, so it preloads only their runners. Not waited for:
-        it answers between two imports, and the launch goes on preparing meanwhile."""
-        self._exchange(lambda channel: channel.send({"kinds": sorted(set(kinds))}), read_owed=False)
+        self._preloading: dict[str, list[str]] = {}
+        try:
+            with self._talking() as channel:  # answers come in order: this one is read with the next
+                channel.send({"kinds": sorted(set(kinds))})
+        except BaseException:
+            self.close(kill=True)  # no launcher holds it yet
+            raise
         self._owed += 1
 
-    def preloading(self) -> dict[str, list[str]] | None:
-        """What the zygote had loaded ("loaded") and still had to ("preloading") when it heard the kinds;
-        None if it was not told."""
-        self._exchange(lambda _channel: None)
+    def preloading(self) -> dict[str, list[str]]:
+        """What the zygote had loaded ("loaded") and still had to ("preloading") when it heard the kinds."""
+        with self._talking() as channel:
+            self._catch_up(channel)
         return self._preloading
 
     def fork(self, argv: list[str], ready_fd: int, log_fd: int) -> Forked:
         """A component running `sim.runtime.run` with `argv`; its ready pipe and log are passed along."""
-
-        def request(channel: Channel) -> int:
+        with self._talking() as channel:
+            self._catch_up(channel)
             channel.send({"argv": argv}, [ready_fd, log_fd])
-            return int(self._answer(channel)["pid"])
+            return Forked(int(self._answer(channel)["pid"]))
 
-        return Forked(self._exchange(request))
-
-    def _exchange(self, then: Callable[[Channel], _T], read_owed: bool = True) -> _T:
-        """Read the answers owed so far (unless not `read_owed`: the socket keeps them in order), then `then`
-        on the channel; a zygote that does not answer is a BackendError."""
+    @contextlib.contextmanager
+    def _talking(self) -> Iterator[Channel]:
+        """The open channel, under the timeout; a zygote that does not answer is a BackendError."""
         channel = self._channel
         if channel is None:
             raise BackendError("the zygote is closed")
         channel.sock.settimeout(self.timeout)
         try:
-            while read_owed and self._owed:
-                message = self._answer(channel)
-                self._owed -= 1
-                if "preloading" in message:
-                    self._preloading = message
-            return then(channel)
+            yield channel
         except (OSError, ValueError) as exc:
             raise BackendError(f"the zygote did not answer: {exc}") from exc
+
+    def _catch_up(self, channel: Channel) -> None:
+        """Read the answers owed so far: its readiness, then what it preloads."""
+        while self._owed:
+            message = self._answer(channel)
+            self._owed -= 1
+            if "preloading" in message:
+                self._preloading = message
 
     def _answer(self, channel: Channel) -> dict:
         message, fds = channel.receive()
@@ -159,8 +160,7 @@ class Zygote:
         period); with `kill`, at once (an interrupted launch: it may still be importing)."""
         channel, self._channel = self._channel, None
         if channel is not None:
-            channel.close_fds()
-            channel.sock.close()
+            channel.close()
         try:
             self.process.wait(0 if kill else STOP_TIMEOUT)
         except subprocess.TimeoutExpired:

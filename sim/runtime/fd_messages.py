@@ -57,3 +57,7 @@ class Channel:
     def close_fds(self) -> None:
         while self._fds:
             os.close(self._fds.pop())
+
+    def close(self) -> None:
+        self.close_fds()
+        self.sock.close()
