@@ -218,6 +218,9 @@ def _taking_more(fn: Callable[..., Any], name: str, count: int) -> Callable[...,
 def up(c, scenario=None, file=None, set_=None, backend="local", stack="default", json_=False, secret=None):
     """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running.
 
+    Ctrl-C or SIGTERM before the report is out stops everything started so far; once it is out, the
+    stack is up and stays up (`invoke down` stops it).
+
     invoke up [NAME | scenario=NAME | --scenario NAME] [-f FILE ...] [--set key.path=value ...] [--stack S];
     with no scenario, the default topology comes up idle.
     """
@@ -233,6 +236,7 @@ def up(c, scenario=None, file=None, set_=None, backend="local", stack="default",
 
 
 def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
+    from clusters.local.interrupts import settle
     from scenarios.devenv import idle_scenario
     from scenarios.engine import run_scenario
     from scenarios.model import load_scenario
@@ -249,15 +253,18 @@ def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
     loaded = with_brought_secrets(loaded, secret or [])
     for warning in values_warnings([loaded]):  # the real chart is silent about them; the warning is the clue
         print(f"warning: {warning}", file=sys.stderr)
-    with chosen.interruptible(stack):  # Ctrl-C or SIGTERM at any moment: nothing left running
+    # Ctrl-C or SIGTERM until the report is out: nothing left running. Once it is out, the stack is up.
+    with chosen.interruptible(stack):
         result = run_scenario(loaded, chosen, stack, keep=True)
-    if json_:
-        print(json.dumps(to_json(result), indent=2, default=str))
-    else:
-        print(render_text(result), end="")
-        if result.status:
-            print()
-            print(endpoints_text(result.status))
+        if json_:
+            print(json.dumps(to_json(result), indent=2, default=str))
+        else:
+            print(render_text(result), end="")
+            if result.status:
+                print()
+                print(endpoints_text(result.status))
+        sys.stdout.flush()
+        settle()
     if not result.ok:
         raise Exit(code=EXIT_FAILED)
 

@@ -8,6 +8,24 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+_settled = False  # the process's signal dispositions are process state: see settle()
+
+
+def settle() -> None:
+    """This command's work is done (`invoke up` has printed its report): from here to exit, SIGINT and
+    SIGTERM are ignored, and every guard still installed leaves them ignored as it comes off.
+
+    A signal in the last moments before exit has nothing left to stop. Honouring it would end the
+    command with 130 and a stack still up, and 130 says the start was undone. Settled, the exit code
+    says what happened: 0 and the stack is up, anything else and nothing of it runs. For a command
+    line about to exit; only the main thread may change handlers."""
+    global _settled
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _settled = True
+    for sig in InterruptGuard.SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
 
 class InterruptGuard:
     """Ctrl-C and SIGTERM while this process owns components: both become KeyboardInterrupt, so cleanup
@@ -42,7 +60,10 @@ class InterruptGuard:
             yield
         finally:
             for sig, handler in previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+                if _settled:
+                    signal.signal(sig, signal.SIG_IGN)
+                else:
+                    signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
