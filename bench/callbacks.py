@@ -105,7 +105,7 @@ class Minter:
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await self._drain
         if self._client:
-            self._client.close()
+            await self._client.aclose()
         if self._nats is not None:
             await self._nats.close()
 
@@ -193,11 +193,16 @@ async def _lane(
     poll_addr: tuple[str, int],
     bodies: dict[str, bytes],
 ) -> int:
-    """Callbacks one after another: on one kept-alive connection (`reuse`), else a new one each."""
+    """Callbacks one after another: on one kept-alive connection (`reuse`), else a new one each.
+
+    A connection used once closes beside the next callback, as a client's does; the lane ends only once
+    every close has (see close_within: the run's loop ends with the lane)."""
     poller = await open_stream(poll_addr)
-    stream = await connect() if reuse else None
+    stream: H11Stream | None = None
+    closing: set[asyncio.Task[None]] = set()
     ok = 0
     try:
+        stream = await connect() if reuse else None
         for work in works:
             conn = stream or await connect()
             try:
@@ -207,11 +212,10 @@ async def _lane(
                     raise
             finally:
                 if conn is not stream:
-                    conn.close()
+                    closing.add(task := asyncio.create_task(conn.aclose()))
+                    task.add_done_callback(closing.discard)
     finally:
-        poller.close()
-        if stream:
-            stream.close()
+        await asyncio.gather(poller.aclose(), *([stream.aclose()] if stream else []), *closing)
     return ok
 
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from scenarios.spec import PLACEHOLDER, ProbeTarget, Step
 from scenarios.trace import CallTrace
 from sim.model.topology import Topology
+from sim.protocols.http1 import close_within
 from sim.protocols.tls import client_context
 from sim.protocols.wire import PROXY_HTTP_PORT
 from sim.runtime.component import Context
@@ -80,7 +81,7 @@ async def send_probe(ctx: Context, topology: Topology, method: str, target: str,
         # Read the whole answer: the proxy writes its access-log line once the response is delivered.
         await asyncio.wait_for(reader.readexactly(length), PROBE_TIMEOUT)
     finally:
-        writer.close()
+        await close_within(writer)  # the step's loop may end next: a TLS close must be waited for
     return status
 
 

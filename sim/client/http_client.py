@@ -73,7 +73,7 @@ async def invoke_http(
         return Invocation(function, pod.name, 0, b"", None, _ms(started), f"{type(exc).__name__}: {exc}")
     finally:
         poller.stop()
-        stream.close()
+        await stream.aclose()
     return _result(function, pod, response, started)
 
 

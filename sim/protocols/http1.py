@@ -50,6 +50,25 @@ async def open_within(
         )
 
 
+CLOSE_TIMEOUT = 1.0  # for the peer's close_notify; a local peer answers in well under a millisecond
+
+
+async def close_within(writer: asyncio.StreamWriter, timeout: float = CLOSE_TIMEOUT) -> None:
+    """Close, and wait until the socket is closed; abort it past `timeout`. A TLS close sends close_notify
+    and keeps the socket until the peer's arrives (asyncio waits up to 30 s for it): a loop that ends
+    first, as asyncio.run does once its coroutine returns, leaves the socket open, reported later as an
+    unclosed transport in whatever code the garbage collector runs in (tests/test_dial.py)."""
+    writer.close()
+    try:
+        async with asyncio.timeout(timeout):
+            await writer.wait_closed()
+    except (TimeoutError, OSError):  # no close_notify in time, or the peer reset: the socket goes anyway
+        writer.transport.abort()
+    except BaseException:  # cancelled while closing: the socket goes, the cancellation goes on
+        writer.transport.abort()
+        raise
+
+
 class H11Stream:
     def __init__(
         self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -81,6 +100,10 @@ class H11Stream:
 
     def close(self) -> None:
         self.writer.close()
+
+    async def aclose(self) -> None:
+        """close(), waited for: for a client whose loop may end right after (see close_within)."""
+        await close_within(self.writer)
 
 
 @dataclass
