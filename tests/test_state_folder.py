@@ -58,8 +58,11 @@ def home(tmp_path: Path) -> dict[str, str]:
 
 
 def component_pids(state: Path) -> dict[str, int]:
+    """The recorded pids; a file caught as the launcher writes it (created, still empty) is not one yet,
+    as the launcher's own reader takes it."""
     folder = state / "pids"
-    return {p.stem: int(p.read_text()) for p in folder.glob("*.pid")} if folder.exists() else {}
+    found = {p.stem: p.read_text().strip() for p in folder.glob("*.pid")} if folder.exists() else {}
+    return {name: int(text) for name, text in found.items() if text}
 
 
 def living(pids: dict[str, int]) -> set[str]:

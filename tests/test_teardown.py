@@ -293,8 +293,9 @@ def test_the_moments_are_seeded_and_spread_over_the_window() -> None:
 
 
 def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) -> None:
-    """The rule a user relies on: an `invoke up` that exits 0 leaves its stack up and complete; one that
-    exits otherwise leaves nothing of it. Signalled after its report is out, it settles (exit 0)."""
+    """The rule a user relies on: an `invoke up` ended by the signal leaves nothing of its stack; one
+    signalled after its report is out has settled, exits 0 (the scenario passes) and leaves its stack
+    up and complete."""
     plan, length = moments(), window(root)
     problems: list[str] = []
     phases: dict[str, int] = {}
@@ -310,7 +311,7 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
                 problems.append(f"{where}: `invoke up` did not end:\n{got.output}")
             elif got.code == 0:
                 problems += [f"{where}: {line}" for line in up_and_complete(root, m.stack)]
-            else:
+            else:  # 130 from the guard, -SIG before it is installed, 1 from invoke's own parsing
                 problems += [f"{where}: {line}" for line in leftovers(root, m.stack)]
         for name, (code, out) in invoke_downs(root, [m.stack for m in wave]).items():
             if code != 0:

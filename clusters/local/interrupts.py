@@ -16,9 +16,9 @@ def settle() -> None:
     SIGTERM are ignored, and every guard still installed leaves them ignored as it comes off.
 
     A signal in the last moments before exit has nothing left to stop. Honouring it would end the
-    command with 130 and a stack still up, and 130 says the start was undone. Settled, the exit code
-    says what happened: 0 and the stack is up, anything else and nothing of it runs. For a command
-    line about to exit; only the main thread may change handlers."""
+    command with 130, which says the start was undone, and leave a stack still up. Settled, 130
+    comes only with nothing left running, and a stack that came up is reported by the command's own
+    code (0 pass, 1 fail). For a command line about to exit; only the main thread may change handlers."""
     global _settled
     if threading.current_thread() is not threading.main_thread():
         return
