@@ -1,6 +1,6 @@
 """The Stack: what every backend's ``up(topology)`` returns, and the one `invoke status` contract.
 
-scenarios/ and tasks.py drive a Stack without knowing its backend: the replay engine reads the state
+scenarios/ and tasks/ drive a Stack without knowing its backend: the replay engine reads the state
 folder (events, access log, network map), redeploys through the Stack, and asks it for process
 control only for fault steps. Each backend supplies the endpoints it publishes; `build_status` turns
 them into the contract of DESIGN.md section 5, so the backends cannot drift apart.

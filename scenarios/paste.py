@@ -19,18 +19,21 @@ from sim.model.topology import Topology
 from sim.model.values import proxy_settings
 
 DEFAULT_STACK = "default"
+PROGRAMS = ("ncpsim", "invoke", "inv")
 
 
 def invoke_program() -> str:
-    """`invoke` when that is what runs now (or is on PATH); else the path this process was started as."""
+    """The program running now, as a user would type it: `ncpsim` (or `invoke`) when that is what PATH finds,
+    `python -m invoke` when run so, else the path it was started as; `ncpsim` for anything else (a test)."""
     argv0 = sys.argv[0] if sys.argv else ""
     if Path(argv0).parent.name == "invoke" and Path(argv0).name == "__main__.py":
         return f"{python_program()} -m invoke"
-    if Path(argv0).name not in ("invoke", "inv"):
-        return "invoke"
-    found = shutil.which("invoke")
+    name = Path(argv0).name
+    if name not in PROGRAMS:
+        return "ncpsim"
+    found = shutil.which(name)
     if found and Path(found).resolve() == Path(argv0).resolve():
-        return "invoke"
+        return name
     return shlex.quote(argv0)
 
 

@@ -255,7 +255,7 @@ def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str)
     probe.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(REPO)!r})\n"
-        "from tasks import optional_positional\n"
+        "from tasks.cli import optional_positional\n"
         "@optional_positional('scenario')\n"
         "def up(c, scenario=None, file=None, stack='default'):\n"
         "    print({'scenario': scenario})\n"

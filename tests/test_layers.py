@@ -1,5 +1,5 @@
 """The import layers of DESIGN.md section 4, as the import-linter contracts in pyproject.toml state them:
-tasks.py | bench/ | scenarios/ | clusters/ | sim/ | dns/, certs/ (these two use only sim.errors).
+tasks/ | bench/ | scenarios/ | clusters/ | sim/ | dns/, certs/ (these two use only sim.errors).
 Nothing imports upward, lazy imports inside functions included; a broken contract fails the suite with
 import-linter's own account of each offending import chain."""
 

@@ -1,4 +1,4 @@
-"""Entry points the command line (tasks.py) calls for the k3d backend's extra tasks:
+"""Entry points the command line (tasks/) calls for the k3d backend's extra tasks:
 `invoke render --backend k3d --out DIR`, `invoke dns-rewrite ...` and `invoke doctor`."""
 
 from __future__ import annotations

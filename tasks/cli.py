@@ -1,0 +1,229 @@
+"""What every task shares: user mistakes as one line and exit 2, optional positional words, the backend.
+
+Thin tasks: each parses its arguments, calls into the packages, and turns a user mistake
+(NcpsimError) into one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from invoke import Exit, Task, task
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository (invoke test runs there)
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
+# One meaning per short flag, on every task that has the option (invoke would otherwise take each option's
+# first free letter, so `-s` was --scenario on one task and --stack on the next). `-f` is Helm's values file;
+# on a task that follows a stream (`logs -f`, `events -f`) it is kubectl's and compose's --follow instead.
+SHORT_FLAGS = {
+    "file": "f",
+    "follow": "f",
+    "stack": "s",
+    "backend": "b",
+    "jobs": "j",
+    "count": "n",
+    "lines": "n",
+    "out": "o",
+    "yes": "y",
+}
+
+
+class NcpsimTask(Task):
+    """A task whose short flags come from SHORT_FLAGS, never from invoke's first-free-letter rule."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "auto_shortflags": False})
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        short = SHORT_FLAGS.get(opts["names"][0])
+        if short and short not in taken_names:
+            opts["names"].append(short)
+        return opts
+
+
+ncpsim_task = functools.partial(task, klass=NcpsimTask)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map ncpsim's user-facing errors to a one-line message and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from sim.errors import NcpsimError
+
+        try:
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, where it is handled, not at exit as a traceback
+            return result
+        except NcpsimError as exc:
+            raise Exit(f"ncpsim: {exc}", code=EXIT_USAGE) from None
+        except BrokenPipeError:  # `invoke scenarios | head`: the reader has all it wanted
+            _quiet_stdout()
+            raise Exit(code=0) from None
+        except KeyboardInterrupt:
+            raise Exit("ncpsim: interrupted; the processes started so far were stopped", code=130) from None
+
+    return wrapper
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so nothing more is written to the closed pipe, even at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _closed_pipe_is_quiet(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """invoke's own output (`invoke --list | head`, `invoke replay --help | head`) meets a closed pipe too."""
+    if issubclass(kind, BrokenPipeError):
+        _quiet_stdout()
+        return
+    _default_excepthook(kind, exc, tb)
+
+
+_default_excepthook, sys.excepthook = sys.excepthook, _closed_pipe_is_quiet
+
+
+def scenario_arg(scenario: str | None, usage: str = "invoke up scenario=grpc-callback") -> str:
+    """Accept `scenario=NAME` (a positional word), `NAME`, and `--scenario NAME` alike."""
+    value = (scenario or "").strip()
+    value = value.removeprefix("scenario=")
+    if not value:
+        from sim.errors import ScenarioError
+
+        raise ScenarioError(f"name a scenario: {usage} (see `invoke scenarios`)")
+    return value
+
+
+def backend_named(name: str):
+    """The one place a backend is chosen; every task then drives the Stack it returns."""
+    from sim.errors import ConfigError
+
+    if name == "local":
+        from clusters.local import LocalBackend
+
+        return LocalBackend()
+    if name == "k3d":
+        from clusters.k3d.stack import K3dBackend
+
+        return K3dBackend()
+    raise ConfigError(f"--backend {name!r}: choose local or k3d")
+
+
+def stack_named(name: str, backend: str = "local"):
+    return backend_named(backend).attach(name)
+
+
+def state_folder(stack: str) -> Path:
+    """The stack's folder, created (with its marker) for a task that writes there without bringing it up."""
+    from clusters.state import create_stack_dir, state_dir
+
+    folder = state_dir(stack)
+    create_stack_dir(folder)
+    return folder
+
+
+def whole_number(flag: str, text: Any) -> int:
+    from sim.errors import ConfigError
+
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{flag} {text!r}: give a whole number, e.g. {flag} 100")
+    return value
+
+
+def out_file(flag: str, out: str) -> Path:
+    """A file to write: not a folder, with no file where a folder of its path should be."""
+    from sim.errors import ConfigError
+
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"{flag} {out}: is a folder; name a file to write")
+    out_folder(str(path.parent), flag=flag, shown=out)
+    return path
+
+
+def out_folder(out: str, flag: str = "--out", shown: str | None = None) -> Path:
+    """`--out DIR`: a folder, or a path where one can be made; a file on the way is one line, not a traceback."""
+    from sim.errors import ConfigError
+
+    folder = Path(out)
+    for place in (folder, *folder.parents):
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                raise ConfigError(
+                    f"{flag} {shown or out}: {place} is a file, not a folder; name a folder to write into"
+                )
+            break
+    return folder
+
+
+def _bare_words(fn: Callable[..., Any], name: str) -> int:
+    """How many bare words follow task `name` on this command line (flag values are not bare words)."""
+    takes_value = {
+        alias.replace("-", "_"): arg.takes_value
+        for arg in NcpsimTask(fn, positional=[]).get_arguments()
+        for alias in arg.names
+    }
+    if name not in sys.argv[1:]:
+        return 0
+    words, skip = 0, False
+    for token in sys.argv[sys.argv.index(name, 1) + 1 :]:
+        if skip:
+            skip = False
+        elif token.startswith("-"):
+            flag = token.lstrip("-")
+            skip = "=" not in flag and takes_value.get(flag.replace("-", "_"), False)
+        else:
+            words += 1
+    return words
+
+
+def optional_positional(*names: str, more: str | None = None, **task_options: Any) -> Callable[..., Task]:
+    """@task whose positional arguments may be left out, which invoke itself does not allow.
+
+    Each name is positional only when the command line holds a bare word for it, so `invoke up`,
+    `invoke up NAME` and `invoke up --help` all parse. With `more`, the last name takes every further
+    word too (`invoke set a=1 b=2`): invoke reads a task's signature, so they become parameters.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Task:
+        given = _bare_words(fn, task_options.get("name") or fn.__name__.strip("_"))
+        body = fn
+        if more and given > len(names):
+            body = _taking_more(fn, more, given - len(names) + 1)
+        extra = [f"{more}_{n}" for n in range(2, given - len(names) + 2)] if more else []
+        return ncpsim_task(positional=[*names, *extra][:given], **task_options)(body)
+
+    return decorate
+
+
+def _taking_more(fn: Callable[..., Any], name: str, count: int) -> Callable[..., Any]:
+    """`fn` with `count` words for parameter `name` (a list): parameters name_2..name_N gather them."""
+    signature = inspect.signature(fn)
+    extra = [
+        inspect.Parameter(f"{name}_{n}", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+        for n in range(2, count + 1)
+    ]
+
+    @functools.wraps(fn)
+    def body(*args: Any, **kwargs: Any) -> Any:
+        words = [kwargs.pop(f"{name}_{n}", None) for n in range(2, count + 1)]
+        kwargs[name] = [kwargs.get(name), *words]
+        return fn(*args, **kwargs)
+
+    body.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), *extra]
+    )
+    return body

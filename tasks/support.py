@@ -1,0 +1,89 @@
+"""For the support engineer and the operator: diagnose a customer's values, check a laptop, fix a cluster's DNS."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from invoke import Exit
+
+from tasks.cli import EXIT_FAILED, ncpsim_task, out_file, user_errors
+
+
+@ncpsim_task(
+    help={
+        "context": "kubectl context of the compute cluster",
+        "domain": "workerCallbackProxy.workerDomain",
+        "proxy_service": "NAME (namespace nvcf), NAME.NS.svc.cluster.local, or a DNS name",
+        "proxy_address": "proxy load-balancer IP, when the Service must be created",
+        "dry_run": "print what would be applied",
+        "yes": "switch the kubectl context without asking",
+    }
+)
+@user_errors
+def dns_rewrite(
+    c, context, domain, proxy_service="worker-callback-proxy", proxy_address=None, dry_run=False, yes=False
+):
+    """Add the *.<workerDomain> CoreDNS rewrite (and the proxy's selectorless Service) to a compute cluster."""
+    from clusters.k3d.tasks import dns_rewrite as run
+
+    raise Exit(code=run(context, domain, proxy_service, dry_run, yes, proxy_address))
+
+
+@ncpsim_task
+@user_errors
+def doctor(c):
+    """What this laptop has and lacks for each backend (local, k3d), with the fix for each."""
+    from clusters.k3d.tasks import doctor as run
+
+    raise Exit(code=run())
+
+
+@ncpsim_task(
+    help={
+        "file": "a customer's values file (repeat: later files win)",
+        "set": "key.path=value (repeatable)",
+        "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
+        "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
+        "json": "print the findings as JSON",
+        "write_ticket": "write a scenario reproducing the top finding (and its values beside it)",
+        "rewrite": "what the compute cluster's DNS holds: DOMAIN=TARGET (proxy, none or an IPv4 address)",
+        "secret": "NAME=DIR: the customer's Secret NAME (tls.crt, tls.key[, ca.crt]) as they have it",
+    },
+    iterable=["file", "set", "secret"],
+)
+@user_errors
+def diagnose(
+    c,
+    file=None,
+    set=None,
+    symptom=None,
+    workers=None,
+    json_=False,
+    write_ticket=None,
+    rewrite=None,
+    secret=None,
+):
+    """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
+    from scenarios.diagnose.probe import diagnose as run
+    from scenarios.diagnose.probe import text
+    from scenarios.diagnose.probe import write_ticket as write
+    from sim.errors import ConfigError
+
+    if not file and not set:
+        raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
+    if write_ticket:
+        out_file("--write-ticket", write_ticket)
+    found = run(
+        [Path(f) for f in file or []], set or [], symptom, workers, rewrite=rewrite, secrets=secret or []
+    )
+    print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
+    if write_ticket and found.findings:
+        written = write(found, Path(write_ticket))
+        print(
+            f"ticket: {written[0]} (values: {written[1]}); replay it: invoke replay scenario={written[0]}",
+            file=sys.stderr if json_ else sys.stdout,
+        )
+    if found.findings:
+        raise Exit(code=EXIT_FAILED)
