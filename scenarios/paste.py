@@ -126,12 +126,20 @@ def _pod_name(pod: dict[str, Any]) -> str:
 def nats_command(status: dict[str, Any]) -> list[str]:
     """nats-server's monitoring endpoint, as it is: version, connections, JetStream (none if unpublished)."""
     monitor = (status.get("nats") or {}).get("monitor")
-    return [f"curl -s {monitor}/varz   # nats-server: version, connections, JetStream"] if monitor else []
+    # nats-server's monitor answers anyone on the machine, without credentials, as the real one does
+    line = f"curl -s {monitor}/varz   # nats-server: version, connections, JetStream (no auth, as upstream)"
+    return [line] if monitor else []
+
+
+def _home() -> str:
+    """`NCPSIM_HOME=... ` when it is set: a command pasted in another shell must find the same stacks."""
+    home = os.environ.get("NCPSIM_HOME")
+    return f"NCPSIM_HOME={shlex.quote(str(Path(home).expanduser().resolve()))} " if home else ""
 
 
 def invoke_commands(status: dict[str, Any]) -> list[str]:
     """The dev-environment tasks, with the flags that point them at this stack."""
-    program, flags = invoke_program(), _flags(status)
+    program, flags = _home() + invoke_program(), _flags(status)
     lines = []
     if _pods(status, "invocation"):
         lines.append(f"{program} call http-echo --count 3{flags}")

@@ -16,6 +16,7 @@ ns = Collection(
     stack.status,
     stack.logs,
     stack.certs,
+    stack.ls,
     devenv.call,
     devenv.fault,
     devenv.rotate,

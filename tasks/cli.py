@@ -122,6 +122,21 @@ def stack_named(name: str, backend: str = "local"):
     return backend_named(backend).attach(name)
 
 
+def existing_stack(name: str, backend: str = "local"):
+    """The stack of that name, which must exist: every task but `up` refuses a name it does not know
+    (`certs --stack <typo>` once created a new stack with new CAs)."""
+    from clusters.state import is_stack_dir
+    from sim.errors import ConfigError
+
+    stack = stack_named(name, backend)
+    if backend == "local" and not is_stack_dir(stack.state_dir):
+        raise ConfigError(
+            f"no stack {name!r} in {stack.state_dir.parent} (`ncpsim ls` lists the stacks there; "
+            f"`ncpsim up --stack {name}` brings one up)"
+        )
+    return stack
+
+
 def state_folder(stack: str) -> Path:
     """The stack's folder, created (with its marker) for a task that writes there without bringing it up."""
     from clusters.state import create_stack_dir, state_dir

@@ -11,11 +11,11 @@ from invoke import Exit
 from tasks.cli import (
     EXIT_FAILED,
     backend_named,
+    existing_stack,
     ncpsim_task,
     optional_positional,
     scenario_arg,
     stack_named,
-    state_folder,
     user_errors,
     whole_number,
 )
@@ -94,13 +94,24 @@ def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
 @ncpsim_task(
     help={
         "purge": "also delete the state folder (certificates, logs, events)",
+        "all": "every stack in the state folder (`ncpsim ls` lists them)",
         "stack": "stack name",
         "backend": "local or k3d",
     }
 )
 @user_errors
-def down(c, purge=False, stack="default", backend="local"):
-    """Stop every process of the stack (by process group); --purge removes its state folder."""
+def down(c, purge=False, all_=False, stack="default", backend="local"):
+    """Stop every process of the stack (by process group); --purge removes its state folder; --all: every stack."""
+    if all_:
+        from clusters.stacks import stack_names
+
+        for name in stack_names():
+            _down_one(name, purge, backend, prefix=f"{name}: ")
+        return
+    _down_one(stack, purge, backend)
+
+
+def _down_one(stack: str, purge: bool, backend: str, prefix: str = "") -> None:
     target = stack_named(stack, backend)
     existed = target.state_dir.exists()
     stopped = target.down(purge=purge)
@@ -112,7 +123,25 @@ def down(c, purge=False, stack="default", backend="local"):
         )
         return
     removed = " and removed the state folder" if purge and existed else ""
-    print(f"stopped {len(stopped)} processes{removed}")
+    print(f"{prefix}stopped {len(stopped)} processes{removed}")
+
+
+@ncpsim_task(help={"json": "one JSON document: a list of {name, state, scenario, stateDir}"})
+@user_errors
+def ls(c, json_=False):
+    """List the stacks in the state folder (./.ncpsim or $NCPSIM_HOME), running or not, with their folders."""
+    from clusters.stacks import list_stacks
+
+    stacks = list_stacks()
+    if json_:
+        print(json.dumps([s.to_json() for s in stacks], indent=2))
+        return
+    if not stacks:
+        print("no stacks here (`ncpsim up` brings one up)")
+        return
+    width = max(len(s.name) for s in stacks)
+    for s in stacks:
+        print(f"{s.name:<{width}}  {s.state:<9}  {s.scenario or '-':<28}  {s.state_dir}")
 
 
 @ncpsim_task(
@@ -123,7 +152,7 @@ def status(c, json_=False, stack="default", backend="local"):
     """Show the running stack: endpoints, DNS views, CAs, pods and logs."""
     from scenarios.report import endpoints_text
 
-    current = stack_named(stack, backend).status()
+    current = existing_stack(stack, backend).status()
     if current is None:
         if json_:
             print(json.dumps({"stack": stack, "running": []}))
@@ -165,7 +194,7 @@ def logs(c, component=None, lines=None, stack="default", backend="local"):
     count = (
         40 if lines is None else whole_number("--lines", lines)
     )  # text: invoke's own int() would traceback
-    known = stack_named(stack, backend).logs()
+    known = existing_stack(stack, backend).logs()
     paths = [Path(p) for p in known.values()]
     if component and component != "all":
         paths = [Path(known[component])] if component in known else []
@@ -180,9 +209,9 @@ def logs(c, component=None, lines=None, stack="default", backend="local"):
 @ncpsim_task(help={"stack": "stack name"})
 @user_errors
 def certs(c, stack="default"):
-    """Print each CA's path, SHA-256 fingerprint and expiry (creating the CAs if the stack has none yet)."""
+    """Print each CA's path, SHA-256 fingerprint and expiry."""
     from certs.store import CertStore, describe_text
 
-    store = CertStore(state_folder(stack) / "certs")
+    store = CertStore(existing_stack(stack).state_dir / "certs")
     store.ensure_cas()
     print(describe_text(store.describe()))

@@ -344,6 +344,11 @@ def test_idle_up_with_a_customer_values_file(user_env: dict[str, str], tmp_path:
 
 
 def test_status_of_a_stack_that_is_not_up_says_how_to_start_it(user_env: dict[str, str]) -> None:
+    never = run_invoke("status", "--stack", "later", env=user_env)
+    assert never.returncode == 2 and "no stack 'later'" in never.stderr
+    assert "`ncpsim up --stack later`" in never.stderr
+    assert run_invoke("up", "--stack", "later", env=user_env).returncode == 0
+    assert run_invoke("down", "--stack", "later", env=user_env).returncode == 0
     done = run_invoke("status", "--stack", "later", env=user_env)
     assert done.returncode == 1
     assert done.stdout.strip() == "stack 'later' is not up (bring it up with `invoke up --stack later`)"

@@ -1,8 +1,9 @@
-"""Every command `invoke up` prints under "Try it:" works when pasted into a shell (issue 15).
+"""Every command `ncpsim up` prints under "Try it:" works when pasted into a shell (issues 15 and 29).
 
-Each stack is brought up by a real `invoke up`; each printed command runs as printed, through `bash -c`,
-in the same folder and environment, with nothing substituted. The teardown stops the stack whatever
-happened and fails the test if one of its processes is left.
+Each stack is brought up by a real `ncpsim up`, from a folder outside the repository with NCPSIM_HOME set;
+each printed command runs as printed, through `bash -c`, in the same folder but in a shell where
+NCPSIM_HOME is not set (a command pasted elsewhere must still find the stack), with nothing substituted.
+The teardown stops the stack whatever happened and fails the test if one of its processes is left.
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from pathlib import Path
 import pytest
 from stack_records import stack_processes
 
-REPO = Path(__file__).resolve().parents[1]
-INVOKE = str(Path(sys.executable).parent / "invoke")  # the console script, as a user runs it
+NCPSIM = str(Path(sys.executable).parent / "ncpsim")  # the console script, as a user runs it
 UP_TIMEOUT = 60.0  # a stack is up in about a second; a loaded CI machine may take far longer
 COMMAND_TIMEOUT = 30.0  # each pasted command answers in well under a second on a running stack
 
 
 def run_invoke(*args: str, env: dict[str, str], timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [INVOKE, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [NCPSIM, *args], cwd=env["HERE"], env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
@@ -47,7 +47,8 @@ def printed_commands(stdout: str) -> list[str]:
 @pytest.fixture
 def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """NCPSIM_HOME in a temporary folder; afterwards every stack under it is stopped and checked gone."""
-    env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
+    (tmp_path / "here").mkdir()
+    env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home"), "HERE": str(tmp_path / "here")}
     yield env
     home = Path(env["NCPSIM_HOME"])
     for state in sorted(home.iterdir()) if home.exists() else []:
@@ -58,8 +59,8 @@ def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
 def paste(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", "-c", command],
-        cwd=REPO,
-        env=env,
+        cwd=env["HERE"],
+        env={k: v for k, v in env.items() if k != "NCPSIM_HOME"},
         capture_output=True,
         text=True,
         timeout=COMMAND_TIMEOUT,
@@ -121,8 +122,9 @@ def test_default_idle_stack_commands_work_as_pasted(shell_env: dict[str, str]) -
 )
 def test_named_stack_commands_carry_the_stack(shell_env: dict[str, str]) -> None:
     commands = up_and_paste(shell_env, "--stack", "x")
-    invokes = [c for c in commands if c.startswith(INVOKE)]
+    invokes = [c for c in commands if NCPSIM in c]
     assert invokes and all(c.endswith("--stack x") for c in invokes)
+    assert all(c.startswith(f"NCPSIM_HOME={shell_env['NCPSIM_HOME']} ") for c in invokes)
     assert all("/x/certs/" in c for c in commands if "--cacert" in c or "-CAfile" in c)
 
 

@@ -6,6 +6,7 @@ a folder outside the repository run the installed console script, as a user woul
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from importlib import metadata
@@ -109,3 +110,46 @@ def test_version_and_a_task_from_outside_the_repository(tmp_path: Path) -> None:
         check=False,
     )
     assert listed.returncode == 0 and "grpc-callback" in listed.stdout, listed.stderr
+
+
+def ncpsim(*args: str, home: Path, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "NCPSIM_HOME": str(home)}
+    return subprocess.run(
+        [NCPSIM, *args],
+        cwd=home.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_a_stack_that_does_not_exist_is_refused_and_not_created(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for task in (["certs"], ["status"], ["logs"], ["status", "--json"]):
+        done = ncpsim(*task, "--stack", "nosuch", home=home)
+        assert done.returncode == 2 and done.stderr.startswith("ncpsim: no stack 'nosuch'"), (task, done)
+    assert not (home / "nosuch").exists()
+
+
+def test_ls_lists_replay_stacks_and_down_all_purge_removes_them(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert ncpsim("ls", home=home).stdout.startswith("no stacks here")
+    replayed = ncpsim("replay", "http-callback", home=home, timeout=120)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    listed = ncpsim("ls", "--json", home=home)
+    assert json.loads(listed.stdout) == [
+        {
+            "name": "replay-http-callback",
+            "state": "stopped",
+            "scenario": "",
+            "stateDir": str(home / "replay-http-callback"),
+        }
+    ]
+    gone = ncpsim("down", "--all", "--purge", home=home)
+    assert gone.returncode == 0 and "replay-http-callback: stopped 0 processes and removed" in gone.stdout
+    assert (
+        not (home / "replay-http-callback").exists()
+        and ncpsim("ls", "--json", home=home).stdout.strip() == "[]"
+    )
