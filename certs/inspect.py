@@ -78,3 +78,18 @@ def covers(pattern_or_san: str, hostname: str) -> bool:
     if first != "*" or "*" in ".".join(rest) or len(rest) < 2:
         return False
     return len(host_labels) == len(pattern_labels) and host_labels[1:] == rest
+
+
+def summary(pem: bytes | str) -> str:
+    """One line for a PEM a person reads past: the leaf's subject and SHA-256 (never the whole block)."""
+    try:
+        cert = _first_cert(pem)
+    except ValueError:
+        return f"<PEM, not a certificate, {len(pem)} bytes>"
+    short = fingerprint_sha256(pem).replace(":", "")[:16].lower()
+    return f"<PEM certificate {cert.subject.rfc4514_string() or '(no subject)'}, sha256 {short}…>"
+
+
+def issuer_name(pem: bytes | str) -> str:
+    """The leaf's issuer as RFC 4514 text (a customer's CA the stack does not hold)."""
+    return _first_cert(pem).issuer.rfc4514_string()

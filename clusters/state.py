@@ -34,6 +34,7 @@ OURS = (
     MARKER,
     LOCK,
     "topology.json",
+    "values-origins.json",
     "status.json",
     "netmap.json",
     "netmap.tmp",

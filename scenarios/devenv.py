@@ -22,15 +22,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from certs.rotate import KINDS
+from certs.store import CertStore
+from clusters.certificates import place_secret
 from clusters.stack import Stack
 from clusters.state import write_file
-from scenarios.engine import Replay
+from scenarios.engine import SESSION, Replay
 from scenarios.model import scenario_from_data
 from scenarios.report import call_row
 from scenarios.result import StepResult
+from scenarios.secrets import parse_secret_arg
 from scenarios.spec import Scenario
 from sim.errors import ConfigError, ScenarioError
-from sim.model.layering import parse_set, suggest, unknown_keys
+from sim.model.layering import parse_key, parse_set, suggest, unknown_keys
+from sim.model.topology import SecretSpec
 from sim.model.untrusted import MAX_BYTES
 from sim.model.values import deep_merge, key_path
 from sim.model.values_file import load_values_file
@@ -101,7 +105,7 @@ def run_steps(
     topology = stack.topology
     # A fresh seed each time: a probe's request id must not repeat one an earlier command left in the events.
     data = {
-        "name": "session",
+        "name": SESSION,
         "summary": f"steps on stack {stack.name}",
         "values": topology.values,
         "steps": raw_steps,
@@ -185,14 +189,21 @@ def rotate_step(kind: str) -> dict[str, Any]:
     return {"name": f"rotate {kind}", "rotate": kind}
 
 
-def set_step(assignments: list[str], redeploy: str | None) -> dict[str, Any]:
-    """`key.path=value` pairs, read as `--set` reads them (YAML-typed values), as one setValues step."""
-    if not assignments:
+def set_step(assignments: list[str], redeploy: str | None, unset: Sequence[str] = ()) -> dict[str, Any]:
+    """`key.path=value` pairs, read as `--set` reads them (YAML-typed values), as one setValues step;
+    `--unset KEY` puts keys back to the chart's defaults first."""
+    if not assignments and not unset:
         raise ConfigError(
             "set: give at least one key.path=value, e.g. workerCallbackProxy.invocation.connect.enabled=true"
+            " (or --unset KEY)"
         )
     if redeploy is not None and redeploy not in REDEPLOY:
         raise ConfigError(f"--redeploy {redeploy!r}: choose one of {', '.join(REDEPLOY)}")
+    for key in unset:
+        try:
+            parse_key(key)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace(f"--set {key}", f"--unset {key}")) from None
     overrides: dict[str, Any] = {}
     for assignment in assignments:
         try:
@@ -205,10 +216,33 @@ def set_step(assignments: list[str], redeploy: str | None) -> dict[str, Any]:
                 f"it cannot also hold keys"
             )
         overrides = deep_merge(overrides, change)
-    step: dict[str, Any] = {"name": "set " + " ".join(assignments), "setValues": overrides}
+    words = [*assignments, *(f"--unset {key}" for key in unset)]
+    step: dict[str, Any] = {"name": "set " + " ".join(words)}
+    if unset:
+        step["unsetValues"] = list(unset)
+    if assignments:
+        step["setValues"] = overrides
     if redeploy:
         step["redeploy"] = redeploy
     return step
+
+
+def bring_secrets(stack: Stack, args: Sequence[str]) -> list[str]:
+    """`set --secret NAME=DIR`: the user's Secret placed in the running stack as it is (as `kubectl create
+    secret tls` would), and kept in its topology, so a later rollout naming it finds it."""
+    if not args:
+        return []
+    require_running(stack)
+    topology = stack.topology
+    store = CertStore(stack.state_dir / "certs")
+    brought = {}
+    for arg in args:
+        name, folder = parse_secret_arg(arg)
+        place_secret(store, SecretSpec(name, source=str(folder)), topology.worker_domain)
+        brought[name] = SecretSpec(name, source=str(folder))
+    kept = tuple(s for s in topology.secrets if s.name not in brought) + tuple(brought.values())
+    write_file(stack.state_dir / "topology.json", replace(topology, secrets=kept).to_json())
+    return [f"Secret {name} brought from {spec.source}" for name, spec in brought.items()]
 
 
 def _clashes(before: Mapping[str, Any], change: Mapping[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from certs.store import CertStore
 from clusters.stack import Backend, Stack
 from clusters.state import create_stack_dir, refuse_link, write_file
-from scenarios import calls
+from scenarios import calls, origins
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
 from scenarios.expect import Facts, evaluate
@@ -24,12 +24,15 @@ from scenarios.sequence_html import write_sequence
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError
+from sim.model.layering import parse_key
 from sim.model.topology import CONTROL_CLUSTER
-from sim.model.values import check, deep_merge
+from sim.model.values import check, deep_merge, proxy_settings
 from sim.runtime.component import Context
 from sim.runtime.faults import FaultInjector
 
 SETTLE_TIMEOUT = 5.0  # how long to wait for the last log lines of finished calls
+SESSION = "session"  # the scenario a dev-environment command's steps run in (scenarios/devenv.py)
+ROLLS_OUT_PROXY = ("proxy", "all")
 
 
 class Replay:
@@ -57,11 +60,7 @@ class Replay:
     async def run_step(self, step: Step) -> StepResult:
         self.client.events.emit("step.start", step=step.index, name=step.name)
         since, result = time.time(), StepResult(step)
-        notes = []
-        if step.set_values is not None:
-            notes.append(self.set_values(step.set_values))
-        if step.redeploy is not None:
-            notes.append(self.redeploy(step.redeploy))
+        notes = self.change_values(step)
         if step.rotate is not None:
             notes.append(await rotate_step(self.stack.state_dir, step.rotate, self.topology.worker_domain))
         concurrent_fault = (
@@ -93,8 +92,53 @@ class Replay:
             result.failures += evaluate(step, result.traces, self.facts)
         return result
 
-    def set_values(self, overrides: dict[str, Any]) -> str:
-        values = deep_merge(self.topology.values, overrides)
+    def change_values(self, step: Step) -> list[str]:
+        """unsetValues, setValues, then the rollout, as `helmfile sync` applies a changed environment."""
+        notes = []
+        if step.redeploy in ROLLS_OUT_PROXY:  # refused before anything changes: the proxy keeps serving
+            self.require_secrets(deep_merge(self.topology.values, step.set_values or {}), step)
+        if step.unset_values is not None:
+            notes.append(self.unset_values(step.unset_values))
+        if step.set_values is not None:
+            notes.append(self.set_values(step.set_values, self.origin_label(step)))
+        if step.redeploy is not None:
+            notes.append(self.redeploy(step.redeploy))
+        return notes
+
+    def origin_label(self, step: Step) -> str:
+        """Where `ncpsim values` says a step's values came from."""
+        if self.scenario.name == SESSION:
+            return f"ncpsim {step.name}"
+        return f"step {step.index} of {self.scenario.name}"
+
+    def require_secrets(self, values: dict[str, Any], step: Step) -> None:
+        """A proxy rollout whose frontend Secret the stack does not hold would never become ready (the
+        kubelet cannot mount it): refused, as `kubectl rollout status` would wait forever."""
+        secret = proxy_settings(values).frontend_secret
+        store = CertStore(self.stack.state_dir / "certs")
+        if secret and not (store.secret_dir(secret) / "tls.crt").is_file():
+            raise ScenarioError(
+                f"{step.label}: Secret {secret!r} (workerCallbackProxy.tls.frontend.existingSecret) is not "
+                f"in the stack, so the new proxy pod could not start; the running one keeps serving. Bring it "
+                f"first: ncpsim set --secret {secret}=DIR (a folder with tls.crt and tls.key)"
+            )
+
+    def unset_values(self, paths: tuple[str, ...]) -> str:
+        """Keys back to the chart's defaults (`ncpsim set --unset`); running pods keep theirs."""
+        parsed = [parse_key(path) for path in paths]
+        values = self.topology.values
+        for parts in parsed:
+            values = origins.unset(values, parts)
+        self.apply_values(values)
+        origins.forget(self.stack.state_dir, parsed)
+        return f"{', '.join(paths)} back to the chart's defaults"
+
+    def set_values(self, overrides: dict[str, Any], label: str = "a step") -> str:
+        self.apply_values(deep_merge(self.topology.values, overrides))
+        origins.record(self.stack.state_dir, overrides, label)
+        return "values changed (running pods keep what they started with until redeployed)"
+
+    def apply_values(self, values: dict[str, Any]) -> None:
         check(values)
         # Applied now: a `@stack-ca` marker becomes the CA's PEM as it is at this step, and stays that text.
         store = CertStore(self.stack.state_dir / "certs")
@@ -102,7 +146,6 @@ class Replay:
             lambda issuer: store.ca_path(issuer).read_text()
         )
         write_file(self.stack.state_dir / "topology.json", self.topology.to_json())
-        return "values changed (running pods keep what they started with until redeployed)"
 
     def redeploy(self, what: str) -> str:
         if what in ("workers", "all"):  # new function pods: none of them predates the values any more
@@ -196,6 +239,8 @@ def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bo
     stack: Stack | None = None
     try:
         stack = backend.up(topology, scenario.name)
+        if scenario.layering is not None:
+            origins.save(stack.state_dir, scenario.layering)
         result.status = stack.status()
         result.up_seconds = time.monotonic() - started
         replay = Replay(scenario, stack)

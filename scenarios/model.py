@@ -127,12 +127,12 @@ def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -
     """What the schema cannot say simply: one action per step, one wait condition, known placeholders."""
     here = ("steps", index)
     actions = [a for a in ACTIONS if a in raw]
-    if not actions and not any(k in raw for k in ("setValues", "redeploy", "fault", "rotate")):
+    if not actions and not any(k in raw for k in ("setValues", "unsetValues", "redeploy", "fault", "rotate")):
         return _located(
             path,
             here,
             origin,
-            "a step needs one of invoke, probe, wait, runbook, setValues, redeploy, fault, rotate",
+            "a step needs one of invoke, probe, wait, runbook, setValues, unsetValues, redeploy, fault, rotate",
         )
     if "faultAfterMs" in raw and not ("fault" in raw and "invoke" in raw):
         return _located(path, (*here, "faultAfterMs"), origin, "faultAfterMs needs a fault and an invoke")

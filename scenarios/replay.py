@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ from rich.console import Console
 from clusters.local import LocalBackend
 from clusters.stack import Backend
 from scenarios.engine import run_scenario
+from scenarios.logview import safe
 from scenarios.model import catalogue, customer_layers, load_scenario
 from scenarios.report import render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
@@ -61,12 +63,29 @@ def replay_one(
     return result
 
 
+def scenario_names(words: Sequence[str]) -> list[str]:
+    """Each word as it is (a name or a path), a glob (`nats-*`) as the catalogue names it matches."""
+    known = [name for name, _ in catalogue()]
+    names: list[str] = []
+    for word in words:
+        if not any(ch in word for ch in "*?["):
+            names.append(word)
+            continue
+        matched = fnmatch.filter(known, word)
+        if not matched:
+            raise ConfigError(
+                f"{word!r} matches no scenario in the catalogue (`ncpsim scenarios` lists them)"
+            )
+        names += [m for m in matched if m not in names]
+    return names
+
+
 def replay_many(
     names: list[str] | None,
     values_file: Path | Sequence[Path] | None = None,
     junit: Path | None = None,
     keep: bool = False,
-    as_json: bool = False,
+    output: str = "text",
     root: Path | None = None,
     sets: Sequence[str] = (),
     stack: str | None = None,
@@ -81,16 +100,29 @@ def replay_many(
     scenarios = [load_scenario(name, allow_expected_error=True, customer=customer) for name in names]
     for warning in values_warnings(scenarios):
         print(f"warning: {warning}", file=sys.stderr)
-    results, total = replay_all(scenarios, keep=keep, as_json=as_json, root=root, stack=stack, jobs=jobs)
+    results, total = replay_all(scenarios, keep=keep, output=output, root=root, stack=stack, jobs=jobs)
+    if output == "json":
+        print(json.dumps(_document(results, total), indent=2, default=str))
     if junit:
         write_junit(results, junit, total)
     return all(r.ok for r in results)
 
 
+def _document(results: list[ScenarioResult], total: float) -> dict[str, object]:
+    """`replay --json`: the whole run as one document, read with one json.load."""
+    return {
+        "ok": all(r.ok for r in results),
+        "passed": sum(r.ok for r in results),
+        "total": len(results),
+        "seconds": round(total, 3),
+        "scenarios": [to_json(r) for r in results],
+    }
+
+
 def replay_all(
     scenarios: list[Scenario],
     keep: bool = False,
-    as_json: bool = False,
+    output: str = "text",
     root: Path | None = None,
     out: TextIO | None = None,
     stack: str | None = None,
@@ -110,11 +142,14 @@ def replay_all(
             pool.submit(replay_one, s, keep, root, stack=name)
             for s, (name, _) in zip(scenarios, names, strict=True)
         ]
+        progress = Progress(len(scenarios), sys.stderr)
         try:
-            for future, (name, asked) in zip(futures, names, strict=True):
+            for index, (future, (name, asked)) in enumerate(zip(futures, names, strict=True), 1):
+                progress.show(index, scenarios[index - 1].name)
                 result = future.result()
                 results.append(result)
-                _print_result(console, out, result, name, asked, keep, as_json)
+                progress.clear()
+                _print_result(console, out, result, name, asked, keep, output)
         except BaseException:  # Ctrl-C: start nothing more, and stop every stack already started
             pool.shutdown(wait=False, cancel_futures=True)
             backend = LocalBackend(root)
@@ -122,7 +157,7 @@ def replay_all(
                 backend.attach(name).down()
             raise
     total = time.monotonic() - started
-    if not as_json:
+    if output in ("text", "quiet"):
         console.print(
             f"{sum(r.ok for r in results)}/{len(results)} scenarios passed in {total:.1f}s"
             + (f" ({jobs} at a time)" if jobs > 1 else "")
@@ -130,11 +165,33 @@ def replay_all(
     return results, total
 
 
+class Progress:
+    """`[n/N] name` on one line of a terminal while a replay runs, cleared before its report; none in a pipe."""
+
+    def __init__(self, total: int, stream: TextIO):
+        self.total, self.stream = total, stream
+        self.live = total > 1 and stream.isatty()
+
+    def show(self, index: int, name: str) -> None:
+        if self.live:
+            self.stream.write(f"\r\x1b[K[{index}/{self.total}] {safe(name)} ...")
+            self.stream.flush()
+
+    def clear(self) -> None:
+        if self.live:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
 def _print_result(
-    console: Console, out: TextIO, result: ScenarioResult, name: str, asked: str, keep: bool, as_json: bool
+    console: Console, out: TextIO, result: ScenarioResult, name: str, asked: str, keep: bool, output: str
 ) -> None:
-    if as_json:
-        print(json.dumps(to_json(result), indent=2, default=str), file=out)
+    if output == "json":
+        return  # one document at the end
+    if output == "jsonl":
+        print(json.dumps(to_json(result), default=str), file=out, flush=True)
+        return
+    if output == "quiet" and result.ok:
         return
     render_text(result, console=console, traces=not result.ok)
     if name != asked:  # said, not silent: the state folder is not the name one would look for

@@ -103,6 +103,7 @@ class Step:
     name: str
     invoke: dict[str, Any] | None = None
     set_values: dict[str, Any] | None = None
+    unset_values: tuple[str, ...] | None = None  # key paths back to the chart's defaults (before setValues)
     redeploy: str | None = None
     probe: Probe | None = None
     wait: Wait | None = None
@@ -262,7 +263,9 @@ def wait_from(raw: dict[str, Any]) -> Wait:
 
 
 def step_from(index: int, raw: dict[str, Any]) -> Step:
-    kind = next((k for k in (*ACTIONS, "setValues", "redeploy", "fault", "rotate") if k in raw), "step")
+    kind = next(
+        (k for k in (*ACTIONS, "setValues", "unsetValues", "redeploy", "fault", "rotate") if k in raw), "step"
+    )
     expect = raw.get("expect")
     listed = expect if isinstance(expect, list) else [expect] if expect else []
     expects = tuple(expect_from(e) for e in listed)
@@ -271,6 +274,7 @@ def step_from(index: int, raw: dict[str, Any]) -> Step:
         name=raw.get("name", kind),
         invoke=raw.get("invoke"),
         set_values=raw.get("setValues"),
+        unset_values=tuple(raw["unsetValues"]) if "unsetValues" in raw else None,
         redeploy=raw.get("redeploy"),
         probe=probe_from(raw["probe"]) if "probe" in raw else None,
         wait=wait_from(raw["wait"]) if "wait" in raw else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from invoke import Exit
@@ -32,15 +33,18 @@ def scenarios(c):
 
 @optional_positional(
     "scenario",
+    more="scenario",
     help={
-        "scenario": "catalogue name or YAML path (also as scenario=NAME)",
+        "scenario": "catalogue names, YAML paths or globs (nats-*), several at once (also as scenario=NAME)",
         "all": "replay the whole catalogue",
-        "stack": "the stack to replay on (with --all: NAME-<scenario>); default replay-<scenario>",
+        "stack": "the stack to replay on (with several: NAME-<scenario>); default replay-<scenario>",
         "junit": "write a JUnit XML report to this file",
         "keep": "leave a failed scenario's stack running",
         "file": "a customer's values file, above each scenario's values (repeatable: later files win)",
         "set": "key.path=value, YAML-typed, above every file (repeatable)",
-        "json": "print JSON reports",
+        "json": "print one JSON document: {ok, passed, total, seconds, scenarios: [report, ...]}",
+        "jsonl": "print one JSON report a line, as each scenario ends",
+        "quiet": "print only failing reports and the summary",
         "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one per core)",
     },
     iterable=["file", "set_"],
@@ -56,15 +60,26 @@ def replay(
     file=None,
     set_=None,
     json_=False,
+    jsonl=False,
+    quiet=False,
     stack=None,
 ):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails.
 
-    invoke replay NAME|scenario=NAME [--stack S] | --all [-j N|auto] [--junit FILE] [--keep]
+    ncpsim replay NAME... | 'GLOB' | --all [-j N|auto] [--junit FILE] [--keep] [--quiet] [--json|--jsonl];
+    a live [n/N] line on a terminal.
     """
-    from scenarios.replay import jobs_arg, replay_many
+    from scenarios.replay import jobs_arg, replay_many, scenario_names
+    from sim.errors import ConfigError
 
-    names = None if all_ else [scenario_arg(scenario, "invoke replay scenario=grpc-callback, or --all")]
+    words = [w for w in (scenario if isinstance(scenario, list) else [scenario]) if w]
+    if json_ and jsonl:
+        raise ConfigError("--json and --jsonl: choose one")
+    names = (
+        None
+        if all_
+        else scenario_names([scenario_arg(w, "ncpsim replay NAME..., or --all") for w in words or [""]])
+    )
     if junit:  # checked first: a folder or a file in the way must not cost a whole replay, then a traceback
         out_file("--junit", junit)
     ok = replay_many(
@@ -73,7 +88,7 @@ def replay(
         sets=set_ or [],
         junit=Path(junit) if junit else None,
         keep=keep,
-        as_json=json_,
+        output="json" if json_ else "jsonl" if jsonl else "quiet" if quiet else "text",
         stack=stack,
         jobs=jobs_arg(jobs),
     )
@@ -84,22 +99,41 @@ def replay(
 @ncpsim_task(
     help={
         "out": "folder to write into",
-        "scenario": "catalogue name or YAML path",
+        "scenario": "catalogue name or YAML path (default: the default topology, as `ncpsim up` has it)",
+        "file": "a customer's values file, above the scenario's values (repeatable: later files win)",
+        "set": "key.path=value, YAML-typed, above every file (repeatable)",
+        "secret": "NAME=DIR: Secret NAME holds that folder's tls.crt, tls.key[, ca.crt] as they are (repeatable)",
         "backend": "k3d (only k3d renders files)",
-        "stack": "stack whose certificates to use",
-    }
+        "stack": "stack whose certificates to use (created if missing, so a later k3d `up` applies the same "
+        "Secrets)",
+    },
+    iterable=["file", "set_", "secret"],
 )
 @user_errors
-def render(c, out, scenario="http-callback", backend="k3d", stack="default"):
-    """Write every k3d config, Kubernetes manifest and the Envoy config; run nothing."""
+def render(c, out, scenario=None, file=None, set_=None, secret=None, backend="k3d", stack="default"):
+    """Write every k3d config, Kubernetes manifest and the Envoy config for the customer's values; run nothing.
+
+    ncpsim render --out DIR [-f values.yaml ...] [--set key=value ...] [--secret NAME=DIR ...] [--scenario S]:
+    as `helm template` renders a release from its values, with ncpsim's precedence (defaults < scenario < -f <
+    --set).
+    """
+    from scenarios.devenv import idle_scenario
     from scenarios.model import load_scenario
+    from scenarios.report import values_warnings
+    from scenarios.secrets import with_brought_secrets
     from sim.errors import ConfigError
 
     if backend != "k3d":
         raise ConfigError("--backend: only k3d renders files (the local backend runs processes)")
     from clusters.k3d.tasks import render as k3d_render
 
-    loaded = load_scenario(scenario_arg(scenario))
+    files, sets = [Path(f) for f in file or []], set_ or []
+    loaded = (
+        load_scenario(scenario_arg(scenario), files, sets=sets) if scenario else idle_scenario(files, sets)
+    )
+    loaded = with_brought_secrets(loaded, secret or [])
+    for warning in values_warnings([loaded]):
+        print(f"warning: {warning}", file=sys.stderr)
     state_folder(
         stack
     )  # the certificates are kept there: an unusable NCPSIM_HOME is one line, not a traceback

@@ -122,6 +122,11 @@ def stack_named(name: str, backend: str = "local"):
     return backend_named(backend).attach(name)
 
 
+def colour(stream: Any) -> bool:
+    """Colour on a terminal, none into a pipe or a file, or when NO_COLOR is set (no-color.org)."""
+    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+
+
 def existing_stack(name: str, backend: str = "local"):
     """The stack of that name, which must exist: every task but `up` refuses a name it does not know
     (`certs --stack <typo>` once created a new stack with new CAs)."""

@@ -8,7 +8,7 @@ import sys
 
 from invoke import Exit
 
-from tasks.cli import ROOT, ncpsim_task
+from tasks.cli import ROOT, ncpsim_task, out_folder, user_errors
 
 
 @ncpsim_task(
@@ -16,13 +16,18 @@ from tasks.cli import ROOT, ncpsim_task
         "quick": "short run (< 2 min): 2 warm runs, no catalogue, 1,000-callback scale run",
         "install_peers": "install nginx and dnsmasq first if missing (apt-get or brew); without them, "
         "their comparisons are skipped",
+        "out": "folder for benchmarks.json and benchmarks.md (default: bench/ in the stack home)",
+        "update_docs": "write docs/benchmarks.* (the committed figures) instead",
+        "check": "exit 1 when a target is missed (a failed section always does)",
     }
 )
-def bench(c, quick=False, install_peers=False):
-    """Start-up, relays (vs direct, vs nginx), QUIC, scale, DNS (vs dnsmasq): docs/benchmarks.md and .json."""
+@user_errors
+def bench(c, quick=False, install_peers=False, out=None, update_docs=False, check=False):
+    """Start-up, relays (vs direct, vs nginx), QUIC, scale, DNS (vs dnsmasq): benchmarks.md and .json."""
     import bench as benchmarks  # the task's name shadows the package here
 
-    raise Exit(code=benchmarks.run(quick, install_peers=install_peers))
+    folder = out_folder(out, "--out") if out else None
+    raise Exit(code=benchmarks.run(quick, install_peers, folder, update_docs=update_docs, check=check))
 
 
 @ncpsim_task(

@@ -105,22 +105,34 @@ def rotate(c, kind, stack="default", backend="local"):
     name="set",
     help={
         "assignment": "key.path=value (YAML-typed: true, 3, null); several may follow",
+        "unset": "KEY: back to the chart's default (repeatable)",
+        "secret": "NAME=DIR: bring Secret NAME (tls.crt, tls.key[, ca.crt]) into the running stack first "
+        "(repeatable), e.g. for a new tls.frontend.existingSecret",
         "redeploy": "then replace workers, proxy, pods or all, as a rollout would",
         **_ON_STACK,
     },
+    iterable=["unset", "secret"],
 )
 @user_errors
-def set_(c, assignment=None, redeploy=None, stack="default", backend="local"):
+def set_(c, assignment=None, unset=None, secret=None, redeploy=None, stack="default", backend="local"):
     """Change values on the running stack (running pods keep theirs until --redeploy replaces them).
 
-    invoke set key.path=value [key.path=value ...] [--redeploy workers|proxy|pods|all]
+    ncpsim set key.path=value [key.path=value ...] [--unset KEY ...] [--secret NAME=DIR ...]
+    [--redeploy workers|proxy|pods|all]; a proxy rollout whose frontend Secret the stack lacks is refused
+    before it starts, and the running proxy keeps serving.
     """
-    from scenarios.devenv import set_step, unknown_key_warnings
+    from scenarios.devenv import bring_secrets, set_step, unknown_key_warnings
 
     assignments = assignment if isinstance(assignment, list) else [assignment] if assignment else []
-    step = set_step(assignments, redeploy)
+    if not assignments and not unset and secret:  # only bringing Secrets in
+        for line in bring_secrets(stack_named(stack, backend), secret):
+            print(line)
+        return
+    step = set_step(assignments, redeploy, unset or [])
     for warning in unknown_key_warnings(step):  # the real chart is silent about them; the warning is the clue
         print(f"warning: {warning}", file=sys.stderr)
+    for line in bring_secrets(stack_named(stack, backend), secret or []):
+        print(line)
     _run_steps(stack, backend, [step], "invoke set")
 
 

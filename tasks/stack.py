@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
 from invoke import Exit
@@ -11,6 +13,7 @@ from invoke import Exit
 from tasks.cli import (
     EXIT_FAILED,
     backend_named,
+    colour,
     existing_stack,
     ncpsim_task,
     optional_positional,
@@ -126,6 +129,35 @@ def _down_one(stack: str, purge: bool, backend: str, prefix: str = "") -> None:
     print(f"{prefix}stopped {len(stopped)} processes{removed}")
 
 
+@ncpsim_task(
+    help={
+        "all": "every value, the chart's defaults included (helm get values --all)",
+        "json": "a list of {key, value, from}",
+        "stack": "stack name",
+        "backend": "local or k3d",
+    }
+)
+@user_errors
+def values(c, all_=False, json_=False, stack="default", backend="local"):
+    """The stack's values as they are now, each with where it came from (helm get values, with origins).
+
+    Origins: default, scenario NAME, FILE:LINE (-f), --set key=value, or the `ncpsim set` that changed it.
+    """
+    from scenarios import origins
+    from sim.errors import ConfigError
+
+    target = existing_stack(stack, backend)
+    try:
+        topology = target.topology
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"stack {stack!r} has no values yet (it never came up)") from None
+    shown = origins.effective(topology.values, origins.load(target.state_dir), everything=all_)
+    if json_:
+        print(json.dumps([v.to_json() for v in shown], indent=2, default=str))
+    else:
+        print("\n".join(v.text() for v in shown) or "no values set: every value is the chart's default")
+
+
 @ncpsim_task(help={"json": "one JSON document: a list of {name, state, scenario, stateDir}"})
 @user_errors
 def ls(c, json_=False):
@@ -150,6 +182,7 @@ def ls(c, json_=False):
 @user_errors
 def status(c, json_=False, stack="default", backend="local"):
     """Show the running stack: endpoints, DNS views, CAs, pods and logs."""
+    from scenarios import state_view
     from scenarios.report import endpoints_text
 
     current = existing_stack(stack, backend).status()
@@ -161,11 +194,15 @@ def status(c, json_=False, stack="default", backend="local"):
             print(f"stack {stack!r} is not up (bring it up with `invoke up{flag}`)")
         raise Exit(code=EXIT_FAILED)
     down, complete = current.get("down") or [], current.get("complete", True)
+    target = existing_stack(stack, backend)
+    extra = state_view.live(target, target.components.running() if target.components else None)
+    current.update(extra)
     if json_:
         print(json.dumps(current, indent=2))
     else:
         if complete:
             print(endpoints_text(current))
+            print("\n".join(state_view.text(extra)))
         else:
             print(f"stack {stack!r} is partly up: its start did not finish (`invoke down` stops what runs)")
         if "running" in current:
@@ -178,32 +215,80 @@ def status(c, json_=False, stack="default", backend="local"):
 
 @optional_positional(
     "component",
+    more="component",
     help={
-        "component": "component name (e.g. worker-callback-proxy, worker-callback-proxy.access, "
-        "invocation-service-0), or `all` (the default)",
-        "lines": "lines from the end (default 40)",
+        "component": "component names (e.g. worker-callback-proxy, worker-callback-proxy.access, "
+        "invocation-service-0; several: one timeline), or `all` (the default)",
+        "lines": "lines from the end of each log (default 40)",
+        "follow": "keep printing what the logs gain, until Ctrl-C or until the stack is down",
         "stack": "stack name",
         "backend": "local or k3d",
     },
 )
 @user_errors
-def logs(c, component=None, lines=None, stack="default", backend="local"):
-    """Print the last lines of a component's log (the proxy's access log is worker-callback-proxy.access)."""
+def logs(c, component=None, lines=None, follow=False, stack="default", backend="local"):
+    """A component's log, or several merged into one timeline with each line's component in front.
+
+    ncpsim logs [COMPONENT ...] [-n LINES] [-f]; the proxy's access log is worker-callback-proxy.access.
+    """
+    from scenarios import logview
     from sim.errors import ConfigError
 
     count = (
         40 if lines is None else whole_number("--lines", lines)
     )  # text: invoke's own int() would traceback
-    known = existing_stack(stack, backend).logs()
-    paths = [Path(p) for p in known.values()]
-    if component and component != "all":
-        paths = [Path(known[component])] if component in known else []
-        if not paths:
-            raise ConfigError(f"no log for {component!r}; known: {', '.join(known) or 'none'}")
-    for path in paths:
-        text = path.read_text(errors="replace").splitlines()[-count:] if count else []
-        print(f"==> {path} <==")
-        print("\n".join(text))
+    target = existing_stack(stack, backend)
+    known = target.logs()
+    names = [n for n in (component if isinstance(component, list) else [component]) if n and n != "all"]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"no log for {unknown[0]!r}; known: {', '.join(known) or 'none'}")
+    chosen = {n: Path(known[n]) for n in names or known}
+    printer = logview.Printer(chosen, sys.stdout, colour=colour(sys.stdout), prefix=len(chosen) > 1)
+    for line in logview.timeline(chosen, count):
+        printer.show(line)
+    if follow:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how following ends
+            logview.follow(chosen, printer, lambda: target.status() is not None)
+
+
+@ncpsim_task(
+    help={
+        "kind": "only events of this kind, or of a prefix ending in a dot (worker.); repeatable",
+        "json": "one JSON object a line, as the components wrote them",
+        "follow": "keep printing new events, until Ctrl-C or until the stack is down",
+        "stack": "stack name",
+        "backend": "local or k3d",
+    },
+    iterable=["kind"],
+)
+@user_errors
+def events(c, kind=None, json_=False, follow=False, stack="default", backend="local"):
+    """The stack's event stream (what the replay engine reads): every component's events, in time order."""
+    from scenarios import logview
+    from scenarios.tail import StackTail
+
+    target = existing_stack(stack, backend)
+    tail = StackTail(target.state_dir)
+
+    def show_new(seen: int) -> int:
+        tail.refresh()
+        fresh = sorted(tail.events[seen:], key=lambda e: float(e.get("ts") or 0))
+        for event in fresh:
+            if logview.wanted(event, kind or []):
+                print(json.dumps(event, default=str) if json_ else logview.event_line(event), flush=True)
+        return len(tail.events)
+
+    seen = show_new(0)
+    checked = time.monotonic()
+    with contextlib.suppress(KeyboardInterrupt):
+        while follow:
+            time.sleep(logview.FOLLOW_POLL)  # a polling interval between re-reads, not a readiness wait
+            seen = show_new(seen)
+            if time.monotonic() - checked >= logview.ALIVE_CHECK:
+                if target.status() is None:
+                    break
+                checked = time.monotonic()
 
 
 @ncpsim_task(help={"stack": "stack name"})

@@ -16,7 +16,7 @@ from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("sim", "scenarios", "clusters", "dns", "certs", "bench")
+PACKAGES = ("tasks", "sim", "scenarios", "clusters", "dns", "certs", "bench")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -186,3 +186,21 @@ def test_minted_callbacks_through_proxy_and_direct(tmp_path: Path) -> None:
     assert result["proxy"]["ok"] == 5 and result["direct"]["ok"] == 5
     assert result["ratio"] > 0
     assert procs.rss_bytes(pids) == 0  # every process of the stack is gone
+
+
+@pytest.mark.parametrize(("check", "code"), [(False, 0), (True, 1)])
+def test_bench_writes_into_the_stack_home_and_fails_only_with_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: bool, code: int
+) -> None:
+    """`ncpsim bench --quick` on a busy laptop: the committed docs/benchmarks.* stay as they are (git status
+    clean) and missed targets are reported, not an exit code, unless --check asks for one."""
+    from bench import runner
+
+    docs = {p: p.read_bytes() for p in runner.DOCS.glob("benchmarks.*")}
+    monkeypatch.setenv("NCPSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(runner.peers, "check", lambda install: frozenset())
+    measured = {k: v for k, v in json.loads(json.dumps(SAMPLE)).items() if k != "dns"}  # no failed section
+    monkeypatch.setattr(runner, "measure_all", lambda plan, root, absent: measured)
+    assert runner.run(quick=True, check=check) == code  # SAMPLE misses four targets
+    assert (tmp_path / "home" / "bench" / "benchmarks.json").is_file()
+    assert {p: p.read_bytes() for p in runner.DOCS.glob("benchmarks.*")} == docs

@@ -91,6 +91,12 @@ def test_scenario_flag_form_and_unknown_scenario(invoke_env: dict[str, str]) -> 
 
 
 def test_certs_prints_fingerprints_and_expiry(invoke_env: dict[str, str]) -> None:
+    from clusters.state import create_stack_dir
+
+    missing = invoke("certs", "--stack", "certs", env=invoke_env)
+    assert missing.returncode == 2 and "no stack 'certs'" in missing.stderr  # never created by certs
+    assert not (Path(invoke_env["NCPSIM_HOME"]) / "certs").exists()
+    create_stack_dir(Path(invoke_env["NCPSIM_HOME"]) / "certs")
     out = invoke("certs", "--stack", "certs", env=invoke_env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("SHA-256") >= 2 or out.stdout.count(":") > 60

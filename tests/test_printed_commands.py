@@ -26,7 +26,13 @@ COMMAND_TIMEOUT = 30.0  # each pasted command answers in well under a second on 
 
 def run_invoke(*args: str, env: dict[str, str], timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [NCPSIM, *args], cwd=env["HERE"], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [NCPSIM, *args],
+        cwd=env["HERE"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 

@@ -308,6 +308,11 @@ def parse_set(text: str) -> Layer:
     return Layer(SET, text, node)
 
 
+def parse_key(text: str) -> KeyPath:
+    """A key path as `--set` writes it (a.b.c, a\\.b or ["a.b"] for a key with dots)."""
+    return _set_parts(text, text.strip())
+
+
 def scenario_layer(name: str, values: Mapping[str, Any], lines: Mapping[str, tuple[str, int]]) -> Layer:
     return Layer(SCENARIO, name, values, lines)
 
