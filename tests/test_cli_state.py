@@ -203,3 +203,16 @@ def test_replay_json_is_one_document(cli: Cli) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] and report["total"] == report["passed"] == 2 and len(report["scenarios"]) == 2
+
+
+def test_a_failed_callback_leaves_a_line_in_the_workers_log(cli: Cli) -> None:
+    assert cli("fault", "link", "ncpsim-compute-1", "--drop", "1", "--timeout-ms", "200").returncode == 0
+    try:
+        failed = cli("call", "http-echo", "--json")
+        assert failed.returncode == 1, failed.stdout + failed.stderr
+        request_id = json.loads(failed.stdout)["steps"][0]["calls"][0]["request_id"]
+    finally:
+        cli("fault", "clear-links")
+    logged = cli("logs", "ncpsim-compute-1", "-n", "200").stdout
+    line = next((x for x in logged.splitlines() if request_id in x), "")
+    assert "\tERROR\tcallback failed\t" in line and '"callback": "http"' in line, logged[-2000:]

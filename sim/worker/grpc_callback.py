@@ -27,6 +27,7 @@ from sim.protocols.h3 import (
     trust_pem,
 )
 from sim.runtime.component import Context
+from sim.worker import log as worker_log
 from sim.worker.quic_cache import IDLE_TIMEOUT, QuicCache
 
 HANDSHAKE_TIMEOUT = 5.0
@@ -95,6 +96,16 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
         error=outcome.error,
         attempts=attempts,
         calls=outcome.calls,
+    )
+    worker_log.callback_failed(
+        worker.spec.name,
+        "grpc",
+        {
+            "ok": outcome.status == 200 and outcome.error is None,
+            "requestId": request_id,
+            "status": outcome.status,
+            "error": outcome.error,
+        },
     )
 
 

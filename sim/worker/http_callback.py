@@ -21,6 +21,7 @@ from sim.protocols.http1 import ClosedBeforeResponse, H11Stream, PeerClosed, Res
 from sim.protocols.request_attach import H1_TYPE, token_fingerprint
 from sim.protocols.tls_in_tls import TunnelTls
 from sim.protocols.wire import ATTACH_PATH, INVOCATION_TLS_PORT
+from sim.worker import log as worker_log
 
 if TYPE_CHECKING:
     from sim.worker.host import WorkerRuntime
@@ -311,3 +312,4 @@ async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
         elapsedMs=int((time.monotonic() - trace.started) * 1000),
         **result,
     )
+    worker_log.callback_failed(worker.name, "http", {**result, "requestId": trace.request_id})
