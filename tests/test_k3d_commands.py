@@ -270,6 +270,17 @@ def test_doctor_lists_both_backends(tools) -> None:
     assert "k3d: v5.7.4" in text and "kubectl: v1.30.2" in text and "docker: 27.1.1" in text
     assert "docker engine" in text and "fix: start Docker" in text
     assert "host port 10084/tcp" in text and "host port 443/udp" in text
+    assert "clients and peers (tests, bench)" in text and "dnsmasq" in text and "chromium" in text
+    k3d = doctor(CommandRunner(env=tools.env, echo=None), FakeEngine(reachable=False), lambda _: None, "k3d")
+    assert k3d == 1  # the backend asked about is not ready
+
+
+def test_a_missing_client_is_named_with_its_package() -> None:
+    from clusters.k3d.doctor import client_checks
+
+    checks = {c.name: c for c in client_checks(lambda tool: None if tool == "dig" else f"/usr/bin/{tool}")}
+    assert not checks["dig"].ok and "apt-get install bind9-dnsutils" in checks["dig"].fix
+    assert checks["curl"].ok and checks["curl"].detail == "/usr/bin/curl"
 
 
 def test_proxy_service_type_must_be_a_load_balancer_for_compute_clusters(tools, scenario) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import shutil
 import socket
 import sys
 from collections.abc import Callable
@@ -19,6 +20,15 @@ from clusters.k3d.runner import CommandRunner
 from clusters.render.layout import H3_HOST_PORT, HTTP_HOST_PORT
 
 LOCAL_MODULES = ("aioquic", "dnslib", "h11", "h2", "trustme", "cryptography", "yaml", "invoke")
+# The real clients and peers the tests and `ncpsim bench` use beside ncpsim: (tool, Debian package, what for).
+CLIENTS = (
+    ("curl", "curl", "the tests' and printed commands' HTTP client"),
+    ("openssl", "openssl", "the tests' and printed commands' TLS client"),
+    ("dig", "bind9-dnsutils", "the tests' and printed commands' DNS client"),
+    ("chromium", "chromium", "the sequence diagram's browser test"),
+    ("nginx", "nginx", "`ncpsim bench`'s relay peer"),
+    ("dnsmasq", "dnsmasq", "`ncpsim bench`'s DNS peer"),
+)
 
 
 def python_check() -> Check:
@@ -76,6 +86,16 @@ def local_checks() -> list[Check]:
     return [python_check(), modules_check(), loopback_check()]
 
 
+def client_checks(which: Callable[[str], str | None] = shutil.which) -> list[Check]:
+    """The tools the tests and bench use; a missing one skips what needs it, never the backend."""
+    checks = []
+    for tool, package, purpose in CLIENTS:
+        found = which(tool)
+        fix = f"apt-get install {package} (macOS: brew install {tool}); {purpose}"
+        checks.append(Check(tool, bool(found), found or "not found", "" if found else fix))
+    return checks
+
+
 def k3d_section(runner: CommandRunner, engine: DockerEngine) -> list[Check]:
     return [
         *k3d_checks(runner, engine),
@@ -85,20 +105,32 @@ def k3d_section(runner: CommandRunner, engine: DockerEngine) -> list[Check]:
 
 
 def report(sections: dict[str, list[Check]], out: Callable[[str], None] = print) -> None:
-    for backend, checks in sections.items():
+    for section, checks in sections.items():
         ready = all(c.ok for c in checks)
-        out(f"{backend} backend: {'ready' if ready else 'not ready'}")
+        if section == CLIENTS_SECTION:
+            out(f"{section}: {'all present' if ready else 'some missing (what needs them is skipped)'}")
+        else:
+            out(f"{section} backend: {'ready' if ready else 'not ready'}")
         for check in checks:
             out(check.line())
+
+
+CLIENTS_SECTION = "clients and peers (tests, bench)"
 
 
 def doctor(
     runner: CommandRunner | None = None,
     engine: DockerEngine | None = None,
     out: Callable[[str], None] = print,
+    backend: str = "local",
 ) -> int:
-    """Print both backends' checks; 0 when the local backend is ready (k3d is optional), else 1."""
+    """Print both backends' checks and the clients'; 0 when `backend` (local, k3d or all) is ready, else 1."""
     runner = runner or CommandRunner(echo=None)
-    sections = {"local": local_checks(), "k3d": k3d_section(runner, engine or SdkEngine())}
+    sections = {
+        "local": local_checks(),
+        "k3d": k3d_section(runner, engine or SdkEngine()),
+        CLIENTS_SECTION: client_checks(),
+    }
     report(sections, out)
-    return 0 if all(c.ok for c in sections["local"]) else 1
+    judged = ("local", "k3d") if backend == "all" else (backend,)
+    return 0 if all(c.ok for name in judged for c in sections[name]) else 1

@@ -42,5 +42,5 @@ def dns_rewrite(
     return _dns_rewrite(context, domain, proxy_service, dry_run, assume_yes, proxy_address=proxy_address)
 
 
-def doctor() -> int:
-    return _doctor()
+def doctor(backend: str = "local") -> int:
+    return _doctor(backend=backend)
