@@ -24,6 +24,7 @@ from scenarios.sequence_html import write_sequence
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError
+from sim.model.assumptions import assumptions
 from sim.model.topology import CONTROL_CLUSTER
 from sim.model.values import check, deep_merge
 from sim.runtime.component import Context
@@ -193,6 +194,7 @@ def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bo
     result = ScenarioResult(scenario)
     started = time.monotonic()
     topology = scenario.build_topology(stack_name)
+    result.assumptions = list(assumptions(topology, backend.name))
     stack: Stack | None = None
     try:
         stack = backend.up(topology, scenario.name)
