@@ -16,11 +16,12 @@ from clusters.state import create_stack_dir, refuse_link, write_file
 from scenarios import calls
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
-from scenarios.expect import Facts, evaluate
+from scenarios.expect import Facts, check_log, evaluate, log_matches
 from scenarios.model import Scenario, Step
 from scenarios.probe import probe_call
 from scenarios.result import ScenarioResult, StepResult, to_json
 from scenarios.sequence_html import write_sequence
+from scenarios.spec import LogExpect
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError
@@ -58,6 +59,7 @@ class Replay:
     async def run_step(self, step: Step) -> StepResult:
         self.client.events.emit("step.start", step=step.index, name=step.name)
         since, result = time.time(), StepResult(step)
+        logs_at = log_sizes(self.stack.logs()) if any(e.log for e in step.expects) else {}
         notes = []
         if step.set_values is not None:
             notes.append(self.set_values(step.set_values))
@@ -89,10 +91,26 @@ class Replay:
             problem = await wait_until(step.wait, self.tail, self.topology, since)
             result.failures += [f"{step.label}: {problem}"] if problem else []
             notes.append(f"waited for {step.wait.describe()}")
-        result.note = "; ".join(notes)
         if step.runbook is None:
             result.failures += evaluate(step, result.traces, self.facts)
+        for exp in (e.log for e in step.expects if e.log is not None):
+            notes.append(self.check_log(exp, step, logs_at, result.failures))
+        result.note = "; ".join(notes)
         return result
+
+    def check_log(self, exp: LogExpect, step: Step, sizes: dict[str, int], failures: list[str]) -> str:
+        """Judge a log expectation on the lines written since the step started (or the whole log)."""
+        logs = self.stack.logs()
+        path = logs.get(exp.component)
+        lines = (
+            None
+            if path is None
+            else read_lines(Path(path), sizes.get(exp.component, 0) if exp.lines == "step" else 0)
+        )
+        problem = check_log(step, exp, lines, sorted(logs))
+        failures += [problem] if problem else []
+        counted = len(log_matches(exp, lines)) if lines is not None else 0
+        return f"log {exp.component}: {counted} line(s) counted"
 
     def set_values(self, overrides: dict[str, Any]) -> str:
         values = deep_merge(self.topology.values, overrides)
@@ -258,6 +276,22 @@ def write_artifacts(result: ScenarioResult, state_dir: Path) -> None:
     result.artifacts.update(write_sequence(result, reports))
     result.artifacts["json"] = str(reports / "report.json")
     write_file(reports / "report.json", json.dumps(to_json(result), indent=2, default=str))
+
+
+def log_sizes(logs: dict[str, str]) -> dict[str, int]:
+    """Each log's length now: a step's own lines are those written past it."""
+    return {name: Path(path).stat().st_size for name, path in logs.items() if Path(path).exists()}
+
+
+def read_lines(path: Path, offset: int) -> list[str]:
+    """The complete lines from `offset` on (a line still being written is left for the next reader)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            data = log.read()
+    except FileNotFoundError:
+        return []
+    return data[: data.rfind(b"\n") + 1].decode(errors="replace").splitlines()
 
 
 def first_callback(tail: StackTail, started_monotonic: float) -> float | None:
