@@ -209,8 +209,9 @@ def test_stderr_lines_are_each_once_and_name_only_what_the_input_caused(customer
 def test_diagnose_reads_an_unseen_certificate_as_unknown(tmp_path: Path) -> None:
     values = deep_merge(DEFAULTS, frontend(existingSecret="acme-tls"))
     found = probe_assumptions(values, ["1.4.0", "1.2.9"])
-    shown = text(Diagnosis([], probes=["1.4.0:system"], assumptions=found))
-    assert "assumed: Secret acme-tls" in shown
+    accepted = "c.yaml:6: workerCallbackProxy.service.annotations: accepted, not modelled (...)"
+    shown = text(Diagnosis([], probes=["1.4.0:system"], assumptions=found, not_modelled=[accepted]))
+    assert "assumed: Secret acme-tls" in shown and f"\n{accepted}\n" in shown  # a note, not a warning
     assert shown.splitlines()[-1].startswith("but the frontend certificate is unknown")
     # negative control: the customer's own certificate brought, the diagnosis does not call it unknown
     (tmp_path / "tls.crt").write_text("x")

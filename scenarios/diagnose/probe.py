@@ -81,6 +81,7 @@ class Diagnosis:
     values: dict[str, Any] = field(default_factory=dict)  # what the customer set (no chart defaults)
     refusal: str | None = None  # the first render refusal's message
     assumptions: list[Assumption] = field(default_factory=list)  # what the probe stacks filled in
+    not_modelled: list[str] = field(default_factory=list)  # values keys accepted, not modelled
     seconds: float = 0.0
 
     def ranked(self) -> list[Finding]:
@@ -99,6 +100,7 @@ class Diagnosis:
             "probes": self.probes,
             "notes": [f.to_json() for f in self.notes],
             "assumptions": [a.to_json() for a in self.assumptions],
+            "notModelled": self.not_modelled,
             "seconds": round(self.seconds, 2),
         }
 
@@ -218,7 +220,7 @@ def diagnose(
 ) -> Diagnosis:
     started = time.monotonic()
     layered = customer_values(files, sets)
-    warnings = [str(u) for u in layered.unknown] + [str(a) for a in layered.accepted]
+    warnings = [str(u) for u in layered.unknown]
     issues = [
         RenderIssue(i.path, i.message, f"{i.file}:{i.line}" if i.file else "")
         for i in validate(layered.values, layered.locations())
@@ -253,6 +255,7 @@ def diagnose(
     result.probe_of = {cause: probes[0] for cause, probes in hit_by.items()}
     result.values = customer_only(layered)
     result.refusal = issues[0].message if issues else None
+    result.not_modelled = [str(a) for a in layered.accepted]
     if not issues:
         result.assumptions = probe_assumptions(layered.values, [p.worker_utils for p in profiles], secrets)
     result.seconds = time.monotonic() - started
@@ -413,7 +416,7 @@ def text(d: Diagnosis) -> str:
         )
     ]
     lines += [f"warning: {w}" for w in d.warnings]
-    lines += [str(a) for a in d.assumptions]
+    lines += d.not_modelled + [str(a) for a in d.assumptions]
     if d.symptom:
         named = ", ".join(d.symptom_causes) or "no documented cause matches"
         lines.append(f"symptom {d.symptom!r}: {named}")
