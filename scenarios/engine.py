@@ -225,6 +225,9 @@ def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bo
             replay.close()
         result.first_callback_seconds = first_callback(replay.tail, started)
         result.status = stack.status()  # as the steps left it: a redeployed proxy or resolver has new ports
+        # and what the steps' setValues made ncpsim assume too (an issuerRef switched to, ...)
+        found = dict.fromkeys([*result.assumptions, *assumptions(replay.topology, backend.name)])
+        result.assumptions = sorted(found, key=lambda a: not a.from_input)  # the input's first
     except ScenarioError as exc:
         result.error = str(exc)
     finally:

@@ -47,6 +47,13 @@ def kinds(values: dict[str, Any], backend: str = "local", **extra: Any) -> list[
         (ON, {}, "k3d", [STAND_IN]),  # k3d runs the real Envoy
         ({}, {}, "local", [STAND_IN]),  # proxy off: no proxy to stand in for
         (frontend(existingSecret="acme-tls"), {}, "local", [SECRET, STAND_IN, STAND_IN]),
+        # the proxy off: the Secret is named, but nothing serves it
+        (
+            deep_merge(frontend(existingSecret="acme-tls"), {"workerCallbackProxy": {"enabled": False}}),
+            {},
+            "local",
+            [STAND_IN],
+        ),
         # the seed's own example name, not sent: still a stand-in
         (frontend(existingSecret="worker-public-tls"), {}, "k3d", [SECRET, STAND_IN]),
         # negative controls: declared by the scenario, or brought with --secret

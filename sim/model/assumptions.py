@@ -77,6 +77,8 @@ def assumptions(topology: Topology, backend: str = "local") -> tuple[Assumption,
 
 
 def _frontend(topology: Topology) -> list[Assumption]:
+    if not proxy_settings(topology.values).enabled:
+        return []  # no proxy, no frontend certificate served to anyone
     domain = topology.worker_domain
     secret = frontend_stand_in(topology)
     if secret is not None:
