@@ -2,8 +2,9 @@
 
 The CAs (stack, public-style, private), the stack's own Secrets, and the frontend Secret the values name:
 an `existingSecret` is what the user brought (`invoke up --secret NAME=DIR`, used as it is), what the
-scenario declares (`topology.secrets.NAME`), or, undeclared, a certificate from the public-style CA (the
-seed's reason to bring one). The values are then applied: a workerCallbackCaPem marker becomes PEM text.
+scenario declares (`topology.secrets.NAME`), or, undeclared, a stand-in certificate from the public-style
+CA (the seed's reason to bring one), which sim.model.assumptions names as an assumption wherever the
+stack is shown. The values are then applied: a workerCallbackCaPem marker becomes PEM text.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from certs.profiles import PUBLIC, Profile, secret_profile, stack_profiles
 from certs.store import CertStore
 from certs.volume import CA, CRT, KEY, load_secret, write_secret
 from sim.errors import ConfigError
+from sim.model.assumptions import frontend_stand_in
 from sim.model.topology import SecretSpec, Topology
 from sim.model.untrusted import read_bytes
-from sim.model.values import proxy_settings
 
 PEM_LIMIT = 1 << 20  # a chain of certificates is a few KiB
 
@@ -32,11 +33,11 @@ def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
             store.issue(profile)
     for spec in topology.secrets:
         place_secret(store, spec, topology.worker_domain)
-    secret = proxy_settings(topology.values).frontend_secret
-    placed = {spec.name for spec in topology.secrets} | {profile.secret for profile in own}
-    undeclared = secret_profile(secret, topology.worker_domain, PUBLIC)
-    if secret not in placed and not _still_valid(store, undeclared):
-        store.issue(undeclared)
+    stand_in = frontend_stand_in(topology)
+    if stand_in is not None and stand_in not in {profile.secret for profile in own}:
+        undeclared = secret_profile(stand_in, topology.worker_domain, PUBLIC)
+        if not _still_valid(store, undeclared):
+            store.issue(undeclared)
     return topology.with_ca_pem(lambda issuer: store.ca_path(issuer).read_text())
 
 

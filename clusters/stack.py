@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from sim.model.assumptions import assumptions
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
 from sim.protocols.wire import (
@@ -130,6 +131,8 @@ def build_status(backend: str, topology: Topology, state: Path, scenario: str, e
         "nats": _nats_status(topology, endpoints.nats),
         "logs": endpoints.logs,
         "events": str(state / "events"),
+        # What ncpsim filled in where the customer's world left a gap (added to the contract, issue 26).
+        "assumptions": [a.to_json() for a in assumptions(topology, backend)],
     }
 
 

@@ -16,14 +16,16 @@ from clusters.state import create_stack_dir, refuse_link, write_file
 from scenarios import calls, origins
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
-from scenarios.expect import Facts, evaluate
+from scenarios.expect import Facts, check_log, evaluate, log_matches
 from scenarios.model import Scenario, Step
 from scenarios.probe import probe_call
 from scenarios.result import ScenarioResult, StepResult, to_json
 from scenarios.sequence_html import write_sequence
+from scenarios.spec import LogExpect
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError
+from sim.model.assumptions import assumptions
 from sim.model.layering import parse_key
 from sim.model.topology import CONTROL_CLUSTER
 from sim.model.values import check, deep_merge, proxy_settings
@@ -60,6 +62,7 @@ class Replay:
     async def run_step(self, step: Step) -> StepResult:
         self.client.events.emit("step.start", step=step.index, name=step.name)
         since, result = time.time(), StepResult(step)
+        logs_at = log_sizes(self.stack.logs()) if any(e.log for e in step.expects) else {}
         notes = self.change_values(step)
         if step.rotate is not None:
             notes.append(await rotate_step(self.stack.state_dir, step.rotate, self.topology.worker_domain))
@@ -87,10 +90,26 @@ class Replay:
             problem = await wait_until(step.wait, self.tail, self.topology, since)
             result.failures += [f"{step.label}: {problem}"] if problem else []
             notes.append(f"waited for {step.wait.describe()}")
-        result.note = "; ".join(notes)
         if step.runbook is None:
             result.failures += evaluate(step, result.traces, self.facts)
+        for exp in (e.log for e in step.expects if e.log is not None):
+            notes.append(self.check_log(exp, step, logs_at, result.failures))
+        result.note = "; ".join(notes)
         return result
+
+    def check_log(self, exp: LogExpect, step: Step, sizes: dict[str, int], failures: list[str]) -> str:
+        """Judge a log expectation on the lines written since the step started (or the whole log)."""
+        logs = self.stack.logs()
+        path = logs.get(exp.component)
+        lines = (
+            None
+            if path is None
+            else read_lines(Path(path), sizes.get(exp.component, 0) if exp.lines == "step" else 0)
+        )
+        problem = check_log(step, exp, lines, sorted(logs))
+        failures += [problem] if problem else []
+        counted = len(log_matches(exp, lines)) if lines is not None else 0
+        return f"log {exp.component}: {counted} line(s) counted"
 
     def change_values(self, step: Step) -> list[str]:
         """unsetValues, setValues, then the rollout, as `helmfile sync` applies a changed environment."""
@@ -236,6 +255,7 @@ def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bo
     result = ScenarioResult(scenario)
     started = time.monotonic()
     topology = scenario.build_topology(stack_name)
+    result.assumptions = list(assumptions(topology, backend.name))
     stack: Stack | None = None
     try:
         stack = backend.up(topology, scenario.name)
@@ -250,6 +270,9 @@ def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bo
             replay.close()
         result.first_callback_seconds = first_callback(replay.tail, started)
         result.status = stack.status()  # as the steps left it: a redeployed proxy or resolver has new ports
+        # and what the steps' setValues made ncpsim assume too (an issuerRef switched to, ...)
+        found = dict.fromkeys([*result.assumptions, *assumptions(replay.topology, backend.name)])
+        result.assumptions = sorted(found, key=lambda a: not a.from_input)  # the input's first
     except ScenarioError as exc:
         result.error = str(exc)
     finally:
@@ -301,6 +324,22 @@ def write_artifacts(result: ScenarioResult, state_dir: Path) -> None:
     result.artifacts.update(write_sequence(result, reports))
     result.artifacts["json"] = str(reports / "report.json")
     write_file(reports / "report.json", json.dumps(to_json(result), indent=2, default=str))
+
+
+def log_sizes(logs: dict[str, str]) -> dict[str, int]:
+    """Each log's length now: a step's own lines are those written past it."""
+    return {name: Path(path).stat().st_size for name, path in logs.items() if Path(path).exists()}
+
+
+def read_lines(path: Path, offset: int) -> list[str]:
+    """The complete lines from `offset` on (a line still being written is left for the next reader)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            data = log.read()
+    except FileNotFoundError:
+        return []
+    return data[: data.rfind(b"\n") + 1].decode(errors="replace").splitlines()
 
 
 def first_callback(tail: StackTail, started_monotonic: float) -> float | None:

@@ -1,14 +1,15 @@
-"""Scenario expectations checked against call traces (pure).
+"""Scenario expectations checked against call traces and log lines (pure).
 
 Each failure names the step, the expectation, and what happened instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scenarios.spec import Expect, Step, When
+from scenarios.spec import Expect, LogExpect, Step, When
 from scenarios.trace import CallTrace
 from sim.model.topology import WorkerSpec
 
@@ -149,6 +150,8 @@ def matches(when: When | None, t: CallTrace, facts: Facts) -> bool:
 
 
 def _check_one(step: Step, exp: Expect, traces: list[CallTrace], facts: Facts) -> list[str]:
+    if exp.log is not None:
+        return []  # judged on the log's lines (check_log), not on the calls
     chosen = [t for t in traces if matches(exp.when, t, facts)]
     scope = f"for calls with {exp.when.describe()}: " if exp.when else ""
     out = []
@@ -186,3 +189,32 @@ def evaluate(
     """One line per broken expectation, grouped by message so 10 identical failures read as one."""
     facts = pod_ips if isinstance(pod_ips, Facts) else Facts(pod_ips, workers or {})
     return [line for exp in step.expects for line in _check_one(step, exp, traces, facts)]
+
+
+def log_matches(exp: LogExpect, lines: Sequence[str]) -> list[str]:
+    """The lines `exp` counts: each containing its text and matching its expression, where given."""
+    pattern = re.compile(exp.matches) if exp.matches is not None else None
+    return [
+        line
+        for line in lines
+        if (exp.contains is None or exp.contains in line) and (pattern is None or pattern.search(line))
+    ]
+
+
+def check_log(
+    step: Step, exp: LogExpect, lines: Sequence[str] | None, known: Sequence[str] = ()
+) -> str | None:
+    """One line when the log breaks `exp`; `lines` is None when the stack has no such log."""
+    if lines is None:
+        return (
+            f"{step.label}: expected {exp.describe()}, but the stack has no log {exp.component!r} "
+            f"(it has: {', '.join(known) or 'none'})"
+        )
+    found = log_matches(exp, lines)
+    low, high = exp.at_least or 0, exp.at_most
+    if low <= len(found) and (high is None or len(found) <= high):
+        return None
+    shown = found[0] if found else (lines[-1] if lines else "")
+    which = "first match" if found else "last line"
+    sample = f"; {which}: {shown[:200]!r}" if shown else ""
+    return f"{step.label}: expected {exp.describe()}, but {len(found)} of {len(lines)} line(s) did{sample}"

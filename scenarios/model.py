@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -147,11 +148,38 @@ def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -
     wait = raw.get("wait")
     if wait is not None and ("event" in wait) == ("listener" in wait):
         return _located(path, (*here, "wait"), origin, "name either event or listener")
-    if "expect" in raw and not actions:
+    expects = raw.get("expect")
+    listed = list(enumerate(expects)) if isinstance(expects, list) else [(None, expects)] if expects else []
+    for n, exp in listed:
+        where = (*here, "expect") if n is None else (*here, "expect", n)
+        problem = _log_problem(exp)
+        if problem:
+            return _located(path, (*where, "log"), origin, problem)
+    if listed and not actions and not all("log" in exp for _, exp in listed):
         return _located(
             path, (*here, "expect"), origin, "expectations need an invoke, probe or runbook in the same step"
         )
     return _placeholder_problem(path, here, raw, origin)
+
+
+def _log_problem(exp: dict[str, Any]) -> str | None:
+    """A log expectation stands alone, with a count that can hold and an expression that compiles."""
+    if "log" not in exp:
+        return None
+    if len(exp) > 1:
+        return f"a log expectation is an entry of its own; move {min(set(exp) - {'log'})} to another"
+    if not {"contains", "matches"} & set(exp["log"]):
+        return "give contains (text) or matches (a regular expression), or both"
+    count = exp["log"].get("count") or {}
+    if "exactly" in count and len(count) > 1:
+        return "count: exactly stands alone (or give min and/or max)"
+    if count.get("min", 0) > count.get("max", count.get("min", 0)):
+        return f"count: min {count['min']} is above max {count['max']}"
+    try:
+        re.compile(exp["log"].get("matches") or "")
+    except re.error as exc:
+        return f"matches: not a regular expression ({exc})"
+    return None
 
 
 def _placeholder_problem(

@@ -21,7 +21,7 @@ from clusters.stack import Backend
 from scenarios.engine import run_scenario
 from scenarios.logview import safe
 from scenarios.model import catalogue, customer_layers, load_scenario
-from scenarios.report import render_text, values_warnings
+from scenarios.report import input_assumptions, render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
 from scenarios.spec import Scenario
 from sim.errors import BackendError, ConfigError
@@ -98,8 +98,8 @@ def replay_many(
     names = names or [name for name, _ in catalogue()]
     customer = customer_layers(values_file, sets)  # read once, laid over every scenario
     scenarios = [load_scenario(name, allow_expected_error=True, customer=customer) for name in names]
-    for warning in values_warnings(scenarios):
-        print(f"warning: {warning}", file=sys.stderr)
+    for line in values_warnings(scenarios) + input_assumptions(scenarios, LocalBackend.name):
+        print(line, file=sys.stderr)
     results, total = replay_all(scenarios, keep=keep, output=output, root=root, stack=stack, jobs=jobs)
     if output == "json":
         print(json.dumps(_document(results, total), indent=2, default=str))

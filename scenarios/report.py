@@ -14,6 +14,7 @@ from scenarios.paste import try_commands
 from scenarios.result import ScenarioResult
 from scenarios.spec import Scenario
 from scenarios.trace import CallTrace
+from sim.model.assumptions import assumptions
 
 ARTIFACT_NAMES = {
     "html": "sequence diagram (HTML)",
@@ -52,7 +53,7 @@ def render_text(result: ScenarioResult, console: Console | None = None, traces: 
                 else ""
             )
         )
-    for line in values_lines(result.scenario):
+    for line in [f"  {a}" for a in result.assumptions] + values_lines(result.scenario):
         console.print(line, markup=False, soft_wrap=True)
     if result.refused and result.ok:
         console.print(f"  values refused as expected: {result.refused}", markup=False)
@@ -86,15 +87,36 @@ def values_lines(scenario: Scenario) -> list[str]:
     )
     lines += [f"    {override}" for override in layering.overrides]
     lines += [f"  warning: {unknown}" for unknown in layering.unknown]
+    lines += [f"  {accepted}" for accepted in layering.accepted]
     return lines
 
 
 def values_warnings(scenarios: Iterable[Scenario]) -> list[str]:
-    """Each unknown-key warning once, though every scenario of a replay carries the customer's files."""
+    """Each unknown-key warning and accepted-not-modelled key once, though every scenario of a replay
+    carries the customer's files."""
     seen: dict[str, None] = {}
     for scenario in scenarios:
-        for unknown in scenario.layering.unknown if scenario.layering else ():
-            seen.setdefault(str(unknown))
+        layering = scenario.layering
+        for line in (
+            [f"warning: {u}" for u in layering.unknown] + [str(a) for a in layering.accepted]
+            if layering
+            else []
+        ):
+            seen.setdefault(line)
+    return list(seen)
+
+
+def input_assumptions(scenarios: Iterable[Scenario], backend: str) -> list[str]:
+    """The assumptions the scenarios' values and topology make ncpsim take (a Secret nobody brought, a
+    worker-utils it has no profile for), each once: said on stderr before anything starts, and again in
+    the report, because a run that passes on a stand-in must not be read as the field passing."""
+    seen: dict[str, None] = {}
+    for scenario in scenarios:
+        if scenario.expect_error is None and not scenario.stackless:
+            topology = scenario.build_topology("assumed")
+            for assumption in assumptions(topology, backend):
+                if assumption.from_input:
+                    seen.setdefault(str(assumption))
     return list(seen)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from scenarios.spec import Scenario, Step
 from scenarios.trace import CallTrace
+from sim.model.assumptions import Assumption
 
 
 @dataclass
@@ -32,6 +33,7 @@ class ScenarioResult:
     status: dict[str, Any] | None = None
     refused: str | None = None  # error scenarios: the config error the values got, as expected
     artifacts: dict[str, str] = field(default_factory=dict)  # report.json, sequence.mmd, sequence.html
+    assumptions: list[Assumption] = field(default_factory=list)  # what the stack filled in (no silent green)
 
     @property
     def ok(self) -> bool:
@@ -59,6 +61,8 @@ def to_json(result: ScenarioResult) -> dict[str, Any]:
         "artifacts": result.artifacts,
         "overrides": [o.to_json() for o in layering.overrides] if layering else [],
         "warnings": [str(u) for u in layering.unknown] if layering else [],
+        "notModelled": [a.to_json() for a in layering.accepted] if layering else [],
+        "assumptions": [a.to_json() for a in result.assumptions],
         "steps": [
             {
                 "index": s.step.index,

@@ -53,6 +53,39 @@ class When:
 
 
 @dataclass(frozen=True)
+class LogExpect:
+    """Lines of a component's log a step expects: those containing `contains` and matching `matches`, between
+    `at_least` and `at_most` of them (None: unbounded), among the step's lines or the whole log."""
+
+    component: str
+    contains: str | None = None
+    matches: str | None = None  # a Python regular expression, searched in each line
+    at_least: int | None = 1
+    at_most: int | None = None
+    lines: str = "step"  # "step": written while the step ran | "all": the whole log
+
+    def describe(self) -> str:
+        what = " and ".join(
+            part
+            for part in (
+                f"containing {self.contains!r}" if self.contains is not None else "",
+                f"matching /{self.matches}/" if self.matches is not None else "",
+            )
+            if part
+        )
+        if self.at_least == self.at_most:
+            bound = f"exactly {self.at_least}"
+        elif self.at_most is None:
+            bound = f"at least {self.at_least or 0}"
+        elif not self.at_least:
+            bound = f"at most {self.at_most}"
+        else:
+            bound = f"{self.at_least} to {self.at_most}"
+        scope = "written during the step" if self.lines == "step" else "in the whole log"
+        return f"{bound} line(s) of {self.component} {what}, {scope}"
+
+
+@dataclass(frozen=True)
 class Expect:
     outcome: str | None = "success"
     via: str | None = None  # "proxy" | "direct"
@@ -67,6 +100,7 @@ class Expect:
     when: When | None = None
     at_least: int | None = None  # calls that must match `when`
     fix: str | None = None  # runbook steps: the step the report must name as the fix
+    log: LogExpect | None = None  # an entry of its own: lines of a component's log (no call checks)
 
 
 @dataclass(frozen=True)
@@ -229,7 +263,17 @@ _WHEN_KEYS = {
 ACTIONS = ("invoke", "probe", "wait", "runbook")
 
 
+def log_from(raw: dict[str, Any]) -> LogExpect:
+    count = raw.get("count") or {"min": 1}
+    low, high = (count["exactly"],) * 2 if "exactly" in count else (count.get("min"), count.get("max"))
+    return LogExpect(
+        raw["component"], raw.get("contains"), raw.get("matches"), low, high, raw.get("lines", "step")
+    )
+
+
 def expect_from(raw: dict[str, Any]) -> Expect:
+    if "log" in raw:  # about a log, not about the calls: no outcome to check
+        return Expect(outcome=None, log=log_from(raw["log"]))
     fields: dict[str, Any] = {py: raw[key] for key, py in _EXPECT_KEYS.items() if key in raw}
     if "when" in raw:
         when = raw["when"]

@@ -119,7 +119,7 @@ def render(c, out, scenario=None, file=None, set_=None, secret=None, backend="k3
     """
     from scenarios.devenv import idle_scenario
     from scenarios.model import load_scenario
-    from scenarios.report import values_warnings
+    from scenarios.report import input_assumptions, values_warnings
     from scenarios.secrets import with_brought_secrets
     from sim.errors import ConfigError
 
@@ -132,8 +132,8 @@ def render(c, out, scenario=None, file=None, set_=None, secret=None, backend="k3
         load_scenario(scenario_arg(scenario), files, sets=sets) if scenario else idle_scenario(files, sets)
     )
     loaded = with_brought_secrets(loaded, secret or [])
-    for warning in values_warnings([loaded]):
-        print(f"warning: {warning}", file=sys.stderr)
+    for line in values_warnings([loaded]) + input_assumptions([loaded], "k3d"):
+        print(line, file=sys.stderr)
     state_folder(
         stack
     )  # the certificates are kept there: an unusable NCPSIM_HOME is one line, not a traceback

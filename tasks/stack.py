@@ -65,7 +65,7 @@ def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
     from scenarios.devenv import idle_scenario
     from scenarios.engine import run_scenario
     from scenarios.model import load_scenario
-    from scenarios.report import endpoints_text, render_text, values_warnings
+    from scenarios.report import endpoints_text, input_assumptions, render_text, values_warnings
     from scenarios.result import to_json
     from scenarios.secrets import with_brought_secrets
 
@@ -76,8 +76,10 @@ def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
         load_scenario(scenario_arg(scenario), files, sets=sets) if scenario else idle_scenario(files, sets)
     )
     loaded = with_brought_secrets(loaded, secret or [])
-    for warning in values_warnings([loaded]):  # the real chart is silent about them; the warning is the clue
-        print(f"warning: {warning}", file=sys.stderr)
+    # Once each: the text report holds the values warnings; a stand-in is said before anything starts too.
+    notes = (values_warnings([loaded]) if json_ else []) + input_assumptions([loaded], chosen.name)
+    for line in notes:
+        print(line, file=sys.stderr)
     # Ctrl-C or SIGTERM until the report is out: nothing left running. Once it is out, the stack is up.
     with chosen.interruptible(stack):
         result = run_scenario(loaded, chosen, stack, keep=True)
@@ -203,6 +205,8 @@ def status(c, json_=False, stack="default", backend="local"):
         if complete:
             print(endpoints_text(current))
             print("\n".join(state_view.text(extra)))
+            for assumed in current.get("assumptions", []):  # what ncpsim filled in (no silent green)
+                print(f"  assumed: {assumed['what']}; {assumed['bring']}")
         else:
             print(f"stack {stack!r} is partly up: its start did not finish (`invoke down` stops what runs)")
         if "running" in current:

@@ -54,6 +54,18 @@ def test_catalogue_scenario_passes(name: str, run: Run) -> None:
     assert result.ok, "\n".join(result.failures)
 
 
+def test_reports_say_what_was_assumed(run: Run) -> None:
+    """Issue 26: a Secret nobody sent, an issuerRef a setValues switched to; declared Secrets assume nothing."""
+
+    def kinds(name: str) -> list[str]:
+        return [a.kind for a in run.results[name].assumptions]
+
+    assert kinds("public-frontend-cert") == ["secret", "issuer", "stand-in", "stand-in"]
+    assert kinds("frontend-secret-not-sent")[0] == "secret"
+    assert kinds("private-ca-frontend") == kinds("http-callback") == ["stand-in", "stand-in"]
+    assert run.text.count("assumed: Secret acme-wildcard-tls (workerCallbackProxy.tls.frontend") == 1
+
+
 def test_whole_catalogue_within_budget(run: Run) -> None:
     assert run.total < BUDGET_SECONDS, run.text
     assert f"{len(NAMES)}/{len(NAMES)} scenarios passed" in run.text

@@ -392,9 +392,11 @@ def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
             env=env,
         )
         assert up.returncode == 0, up.stdout + up.stderr
-        assert up.stderr.splitlines() == [
-            f"warning: {typo}:2: unknown key workerCallbackProxy.workerDomian (did you mean {WDP}?)"
-        ]
+        # The misspelling once, in the report; the stand-in for the Secret nobody sent on stderr too.
+        warning = f"warning: {typo}:2: unknown key workerCallbackProxy.workerDomian (did you mean {WDP}?)"
+        assert (up.stdout + up.stderr).count(warning) == 1 and warning in up.stdout
+        assert [line.split(":")[0] for line in up.stderr.splitlines()] == ["assumed"]
+        assert "Secret customer-tls" in up.stderr and "--secret customer-tls=DIR" in up.stderr
         assert f'{WDP}: "callbacks.customer.example" from {customer}:2' in up.stdout
         shown = _invoke("status", "--json", "--stack", "prec-test", env=env)
         assert shown.returncode == 0, shown.stderr
@@ -418,6 +420,8 @@ def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
         assert report["warnings"] == [
             f"{typo}:2: unknown key workerCallbackProxy.workerDomian (did you mean {WDP}?)"
         ]
+        assert [a["kind"] for a in report["assumptions"]][:1] == ["secret"]
+        assert [a["what"] for a in status["assumptions"]] == [a["what"] for a in report["assumptions"]]
     finally:
         down = _invoke("down", "--stack", "prec-test", "--purge", env=env)
     assert down.returncode == 0, down.stderr

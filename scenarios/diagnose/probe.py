@@ -21,6 +21,7 @@ import yaml
 
 from clusters.local import LocalBackend
 from clusters.local.launcher import NATS_CALLOUT
+from scenarios.diagnose.assumed import UNSEEN, probe_assumptions, unseen_certificate
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Finding, Observation, RenderIssue, World, cause_of, judge
 from scenarios.diagnose.symptoms import rank
@@ -31,6 +32,7 @@ from scenarios.result import ScenarioResult
 from scenarios.secrets import with_brought_secrets
 from scenarios.trace import CallTrace
 from sim.errors import ConfigError
+from sim.model.assumptions import Assumption
 from sim.model.events import of_kind, read_events
 from sim.model.layering import DEFAULT, Layered, defaults_layer, layer, parse_set
 from sim.model.values import lookup, proxy_settings, validate
@@ -78,6 +80,8 @@ class Diagnosis:
     probe_of: dict[str, str] = field(default_factory=dict)  # cause id -> the first probe worker that hit it
     values: dict[str, Any] = field(default_factory=dict)  # what the customer set (no chart defaults)
     refusal: str | None = None  # the first render refusal's message
+    assumptions: list[Assumption] = field(default_factory=list)  # what the probe stacks filled in
+    not_modelled: list[str] = field(default_factory=list)  # values keys accepted, not modelled
     seconds: float = 0.0
 
     def ranked(self) -> list[Finding]:
@@ -95,6 +99,8 @@ class Diagnosis:
             "symptomCauses": self.symptom_causes,
             "probes": self.probes,
             "notes": [f.to_json() for f in self.notes],
+            "assumptions": [a.to_json() for a in self.assumptions],
+            "notModelled": self.not_modelled,
             "seconds": round(self.seconds, 2),
         }
 
@@ -249,6 +255,9 @@ def diagnose(
     result.probe_of = {cause: probes[0] for cause, probes in hit_by.items()}
     result.values = customer_only(layered)
     result.refusal = issues[0].message if issues else None
+    result.not_modelled = [str(a) for a in layered.accepted]
+    if not issues:
+        result.assumptions = probe_assumptions(layered.values, [p.worker_utils for p in profiles], secrets)
     result.seconds = time.monotonic() - started
     return result
 
@@ -407,6 +416,7 @@ def text(d: Diagnosis) -> str:
         )
     ]
     lines += [f"warning: {w}" for w in d.warnings]
+    lines += d.not_modelled + [str(a) for a in d.assumptions]
     if d.symptom:
         named = ", ".join(d.symptom_causes) or "no documented cause matches"
         lines.append(f"symptom {d.symptom!r}: {named}")
@@ -422,6 +432,8 @@ def text(d: Diagnosis) -> str:
         )
     if not d.findings:
         lines.append("no findings: the current workers' callbacks arrived")
+        if unseen_certificate(d.assumptions):
+            lines.append(f"but {UNSEEN}")
         if d.symptom_causes:
             lines.append("the symptom's documented causes, most likely first:")
             lines += [

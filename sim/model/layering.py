@@ -20,6 +20,7 @@ import yaml
 
 from sim.errors import ConfigError
 from sim.model import untrusted
+from sim.model.not_modelled import NOT_MODELLED, NOT_MODELLED_MAPS
 from sim.model.values import ANNOTATION_MAPS, DEFAULTS, KeyPath, check, deep_merge, key_path, lookup
 
 DEFAULT, SCENARIO, FILE, SET, STEP = "default", "scenario", "file", "set", "step"
@@ -30,10 +31,7 @@ CUSTOMER = (FILE, SET)  # the layers a support engineer brings on top of a scena
 SEED_KEYS: tuple[KeyPath, ...] = (
     ("nats", "image"),  # clusters/render/nats.py: the nats-server image for the k3d backend
     ("nats", "jetstream", "ackWaitSeconds"),  # sim/pods/nats: the work consumer's ack wait
-    ("openbao", "enabled"),
-    ("certManager", "enabled"),
     ("invocation", "workerTls"),
-    ("adminIssuerProxy", "podDisruptionBudget", "enabled"),
     ("natsAuthCalloutService", "serviceConfig", "logging"),
     ("workerCallbackProxy", "tls", "frontend", "certificate", "issuerRef", "kind"),
     ("workerCallbackProxy", "tls", "frontend", "certificate", "issuerRef", "name"),
@@ -46,6 +44,7 @@ OPEN_MAPS: tuple[KeyPath, ...] = (
     ("workerCallbackProxy", "image"),
     ("nats", "image"),
     ("natsAuthCalloutService", "serviceConfig", "logging"),
+    *NOT_MODELLED_MAPS,
 )
 # How alike a misspelling must be to its key (difflib ratio): a sibling first, then any key of that name.
 SIBLING_CUTOFF, ANYWHERE_CUTOFF = 0.75, 0.85
@@ -126,6 +125,22 @@ class UnknownKey:
 
 
 @dataclass(frozen=True)
+class AcceptedKey:
+    """A key the chart has and ncpsim accepts but does not model: said, so it neither vanishes nor reads
+    as a typo (sim.model.not_modelled holds the list and what each key would do in the field)."""
+
+    path: str
+    origin: KeyOrigin
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.origin}: {self.path}: accepted, not modelled ({self.why})"
+
+    def to_json(self) -> dict[str, str]:
+        return {"key": self.path, "from": str(self.origin), "why": self.why}
+
+
+@dataclass(frozen=True)
 class Layered:
     """The merged values and, for every key path in them, the layer that set it."""
 
@@ -133,6 +148,7 @@ class Layered:
     origins: Mapping[str, KeyOrigin]
     overrides: tuple[Override, ...] = ()
     unknown: tuple[UnknownKey, ...] = ()
+    accepted: tuple[AcceptedKey, ...] = ()  # keys ncpsim accepts but does not model, where they were set
 
     def locations(self) -> dict[str, tuple[str, int | None]]:
         """File and line per key for validation errors; defaults name nothing (the user did not set them)."""
@@ -180,7 +196,8 @@ def layer(layers: Sequence[Layer]) -> Layered:
     for current in layers:
         values = deep_merge(values, current.values)
         _record(origins, current)
-    return Layered(values, origins, _overrides(layers, values, origins), _unknown(layers))
+    overrides = _overrides(layers, values, origins)
+    return Layered(values, origins, overrides, _unknown(layers), _accepted(layers))
 
 
 def then(layered: Layered, step: Layer) -> Layered:
@@ -192,6 +209,7 @@ def then(layered: Layered, step: Layer) -> Layered:
         origins,
         layered.overrides,
         layered.unknown + _unknown([step]),
+        layered.accepted + _accepted([step]),
     )
 
 
@@ -217,7 +235,7 @@ def _overrides(
 # -- unknown keys -------------------------------------------------------------------------------------
 def _known_paths() -> tuple[set[KeyPath], set[KeyPath]]:
     known = {parts for parts, _ in _nodes(DEFAULTS)}
-    for parts in SEED_KEYS:
+    for parts in (*SEED_KEYS, *(p for p, _ in NOT_MODELLED)):
         known.update(parts[:depth] for depth in range(1, len(parts) + 1))
     return known, set(OPEN_MAPS)
 
@@ -232,10 +250,18 @@ def suggest(parts: KeyPath) -> str | None:
     close = difflib.get_close_matches(name, list(siblings), n=1, cutoff=SIBLING_CUTOFF)
     if close:
         return key_path(siblings[close[0]])
-    anywhere = sorted(KNOWN, key=lambda k: (len(k), k))
+    # Elsewhere only where the user's own levels stay in order around it (a level left out or the key set
+    # too high): workerCallbackProxy.service.annotations is no openbao.server.annotations, however alike.
+    anywhere = sorted((k for k in KNOWN if _keeps_levels(parent, k[:-1])), key=lambda k: (len(k), k))
     names = [str(k[-1]).lower() for k in anywhere]
     close = difflib.get_close_matches(name, names, n=1, cutoff=ANYWHERE_CUTOFF)
     return key_path(anywhere[names.index(close[0])]) if close else None
+
+
+def _keeps_levels(parent: KeyPath, other: KeyPath) -> bool:
+    """`parent`'s keys appear in `other` in the same order (a subsequence)."""
+    rest = iter(str(part).lower() for part in other)
+    return all(str(part).lower() in rest for part in parent)
 
 
 def unknown_keys(values: Mapping[str, Any]) -> list[KeyPath]:
@@ -254,6 +280,19 @@ def unknown_keys(values: Mapping[str, Any]) -> list[KeyPath]:
 
     walk(values, ())
     return found
+
+
+def _accepted(layers: Sequence[Layer]) -> tuple[AcceptedKey, ...]:
+    return tuple(
+        AcceptedKey(key_path(parts), current.origin(key_path(parts)), why)
+        for current in layers
+        if current.kind != DEFAULT
+        for parts, why in NOT_MODELLED
+        if lookup(current.values, parts, _ABSENT) is not _ABSENT
+    )
+
+
+_ABSENT = object()
 
 
 def _unknown(layers: Sequence[Layer]) -> tuple[UnknownKey, ...]:
