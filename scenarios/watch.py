@@ -1,12 +1,16 @@
-"""`invoke watch`: callbacks as they cross the running stack, one row each, from its events and access log.
+"""`ncpsim watch`: what crosses the running stack, one row each, from its events and access log.
 
-On a terminal the rows form a live table (rich) that fills in as each callback's records arrive; written
-to a pipe or a file, each callback is one plain line once its records are complete. Ctrl-C stops it; so
-does the stack going down.
+Each worker callback is a row once its records are in; every other request the proxy sees (a `curl`
+through it, a probe, a scanner) is a row of its own once no callback has claimed its access-log line. On
+a terminal the rows form a live table (rich); into a pipe or a file each row is one plain line, or one
+JSON object with `--json`. `--grep TEXT` keeps the rows that mention it, `--failed` the failures. Ctrl-C
+stops it; so does the stack going down. What a row shows came from the network: it is escaped, never
+interpreted (no terminal escapes, no rich markup).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,14 +21,17 @@ from typing import TextIO
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from scenarios.calls import expected_proxy_lines
+from scenarios.logview import safe
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
+from sim.proxy.access_log import start_time
 
 POLL_SECONDS = 0.1  # how often the files are re-read: a human watches, a tenth of a second is live enough
 SETTLE_SECONDS = 2.0  # how long a finished callback waits for its proxy lines before its row is final
-COLUMNS = ("time", "request", "callback", "worker", "DNS answer", "proxy", "pod", "outcome")
+COLUMNS = ("time", "request", "kind", "client", "DNS answer", "proxy", "pod", "outcome")
 PLAIN_WIDTHS = (12, 8, 9, 12, 15, 14, 22)  # plain lines line up; the outcome, last, takes what it needs
 
 
@@ -36,6 +43,13 @@ class Crossing:
     ts: float
     seen: float  # monotonic time the result was read
     final: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.trace.outcome == "success"
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": "callback", "ts": self.ts, **self.trace.to_dict()}
 
     def row(self) -> list[str]:
         t = self.trace
@@ -57,17 +71,75 @@ class Crossing:
 
 
 @dataclass
+class Request:
+    """A request the proxy saw that no worker callback claimed: a `curl`, a probe, a scanner."""
+
+    record: dict[str, str]
+    ts: float
+    seen: float
+    final: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.record.get("flags") == "-" and self.record.get("status", "0") < "400"
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": "request", "ts": self.ts, **self.record}
+
+    def row(self) -> list[str]:
+        r = self.record
+        return [
+            datetime.fromtimestamp(self.ts).strftime("%H:%M:%S.%f")[:-3],
+            (r.get("request_id") or "-")[:8],
+            f"{r.get('method', '-')} {r.get('protocol', '')}".strip(),
+            r.get("ua", "-"),
+            "-",
+            f"{r.get('status', '-')} {r.get('flags', '-')}",
+            r.get("upstream_host", "-"),
+            f"{r.get('status')} {r.get('authority', '-')}{r.get('path', '')}",
+        ]
+
+
+@dataclass
 class CallbackFeed:
     """Turns what the stack appends to its files into Crossings; pure apart from re-reading the files."""
 
     tail: StackTail
     since: float  # wall-clock time: callbacks finished before it are history, not shown
     crossings: list[Crossing] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
     _known: set[str] = field(default_factory=set)
     _read: int = 0  # events already looked at
+    _access_read: int = 0  # access-log lines already looked at
 
-    def poll(self, now: float) -> list[Crossing]:
-        """Read what is new; return the crossings that just became final (all records in, or waited enough)."""
+    def rows(self) -> list[Crossing | Request]:
+        return sorted([*self.crossings, *self.requests], key=lambda row: row.ts)
+
+    def poll(self, now: float) -> list[Crossing | Request]:
+        """Read what is new; return the rows that just became final (all records in, or waited enough)."""
+        finished: list[Crossing | Request] = list(self._poll_callbacks(now))
+        finished += self._poll_requests(now)
+        return sorted(finished, key=lambda row: row.ts)
+
+    def _poll_requests(self, now: float) -> list[Request]:
+        """Access-log lines no callback claimed once their callbacks have had time to: requests of their own."""
+        fresh, self._access_read = self.tail.access[self._access_read :], len(self.tail.access)
+        for record in fresh:
+            ts = start_time(record)
+            if ts >= self.since:
+                self.requests.append(Request(record, ts, now))
+        claimed = {id(r) for c in self.crossings for r in c.trace.proxy}
+        done = []
+        for request in self.requests:
+            if request.final or now - request.seen < SETTLE_SECONDS:
+                continue
+            request.final = True
+            if id(request.record) not in claimed:
+                done.append(request)
+        self.requests = [r for r in self.requests if not r.final or id(r.record) not in claimed]
+        return done
+
+    def _poll_callbacks(self, now: float) -> list[Crossing]:
         self.tail.refresh()
         new, self._read = self.tail.events[self._read :], len(self.tail.events)
         for event in new:
@@ -114,37 +186,63 @@ class CallbackFeed:
         return len(trace.proxy) >= expected_proxy_lines(trace, start)
 
 
-def _table(crossings: list[Crossing], limit: int) -> Table:
+@dataclass(frozen=True)
+class Choice:
+    """Which rows to show: those mentioning `grep` (case-insensitive), only failures with `failed`."""
+
+    grep: str = ""
+    failed: bool = False
+
+    def keeps(self, row: Crossing | Request) -> bool:
+        if self.failed and row.ok:
+            return False
+        return not self.grep or self.grep.lower() in " ".join(row.row()).lower()
+
+
+def _table(rows: list[Crossing | Request], limit: int) -> Table:
     table = Table(
-        box=None, padding=(0, 1), show_edge=False, title="callbacks (Ctrl-C stops)", title_justify="left"
+        box=None,
+        padding=(0, 1),
+        show_edge=False,
+        title="what crosses the stack (Ctrl-C stops)",
+        title_justify="left",
     )
     for column in COLUMNS:
         table.add_column(column, overflow="fold")
-    for crossing in crossings[-limit:]:
-        table.add_row(*crossing.row(), style=None if crossing.trace.outcome == "success" else "red")
+    for row in rows[-limit:]:
+        # Text, not markup: a request id or user agent a client chose must not be read as rich markup
+        table.add_row(*(Text(safe(cell)) for cell in row.row()), style=None if row.ok else "red")
     return table
 
 
-def watch(state_dir: Path, out: TextIO, running: Callable[[], bool], terminal: bool | None = None) -> int:
-    """Show callbacks until Ctrl-C or until `running()` turns false; returns how many were shown."""
+def watch(
+    state_dir: Path,
+    out: TextIO,
+    running: Callable[[], bool],
+    terminal: bool | None = None,
+    choice: Choice = Choice(),
+    as_json: bool = False,
+) -> int:
+    """Show what crosses the stack until Ctrl-C or until `running()` turns false; how many rows were shown."""
     feed = CallbackFeed(StackTail(state_dir), since=time.time())
     terminal = out.isatty() if terminal is None else terminal
+    shown = 0
     try:
-        if terminal:
-            _watch_live(feed, Console(file=out), running)
+        if terminal and not as_json:
+            _watch_live(feed, Console(file=out), running, choice)
         else:
-            _watch_plain(feed, out, running)
+            shown = _watch_lines(feed, out, running, choice, as_json)
     except KeyboardInterrupt:
         pass
-    return len(feed.crossings)
+    return shown or len([r for r in feed.rows() if r.final and choice.keeps(r)])
 
 
-def _watch_live(feed: CallbackFeed, console: Console, running: Callable[[], bool]) -> None:
+def _watch_live(feed: CallbackFeed, console: Console, running: Callable[[], bool], choice: Choice) -> None:
     limit = max(console.height - 4, 5)
     with Live(_table([], limit), console=console, refresh_per_second=8, transient=False) as live:
         while running():
             feed.poll(time.monotonic())
-            live.update(_table(feed.crossings, limit))
+            live.update(_table([r for r in feed.rows() if choice.keeps(r)], limit))
             time.sleep(POLL_SECONDS)  # a polling interval between re-reads of the files, not a readiness wait
     console.print("the stack is down")
 
@@ -157,10 +255,19 @@ def _plain(cells: list[str]) -> str:
     )
 
 
-def _watch_plain(feed: CallbackFeed, out: TextIO, running: Callable[[], bool]) -> None:
-    print(_plain(list(COLUMNS)), file=out, flush=True)
+def _watch_lines(
+    feed: CallbackFeed, out: TextIO, running: Callable[[], bool], choice: Choice, as_json: bool
+) -> int:
+    shown = 0
+    if not as_json:
+        print(_plain(list(COLUMNS)), file=out, flush=True)
     while running():
-        for crossing in feed.poll(time.monotonic()):
-            print(_plain(crossing.row()), file=out, flush=True)
+        for row in feed.poll(time.monotonic()):
+            if choice.keeps(row):
+                text = json.dumps(row.to_json(), default=str) if as_json else safe(_plain(row.row()))
+                print(text, file=out, flush=True)
+                shown += 1
         time.sleep(POLL_SECONDS)  # a polling interval between re-reads of the files, not a readiness wait
-    print("the stack is down", file=out, flush=True)
+    if not as_json:
+        print("the stack is down", file=out, flush=True)
+    return shown

@@ -148,11 +148,20 @@ def step(c, file, stack="default", backend="local"):
     _run_steps(stack, backend, steps, str(path), origin=origin)
 
 
-@ncpsim_task(help=_ON_STACK)
+@ncpsim_task(
+    help={
+        "json": "one JSON object a line (a callback's trace, or a request's access-log record)",
+        "grep": "only rows that mention this text (case-insensitive): a worker, a pod, a status, a flag",
+        "failed": "only failed callbacks and refused requests",
+        **_ON_STACK,
+    }
+)
 @user_errors
-def watch(c, stack="default", backend="local"):
-    """Callbacks as they cross the running stack: a live table on a terminal, plain lines otherwise."""
+def watch(c, json_=False, grep="", failed=False, stack="default", backend="local"):
+    """What crosses the running stack: each worker callback and every other request the proxy sees (curl
+    included); a live table on a terminal, plain lines (or JSON with --json) otherwise; Ctrl-C stops it."""
     from scenarios.devenv import require_running
+    from scenarios.watch import Choice
     from scenarios.watch import watch as show
 
     running = stack_named(stack, backend)
@@ -164,4 +173,4 @@ def watch(c, stack="default", backend="local"):
         except (OSError, ValueError):  # caught while `invoke down` removes its files: look again next time
             return True
 
-    show(running.state_dir, sys.stdout, still_up)
+    show(running.state_dir, sys.stdout, still_up, choice=Choice(grep, failed), as_json=json_)

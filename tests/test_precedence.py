@@ -448,7 +448,7 @@ def test_replay_takes_repeated_files_and_sets_and_warns_once(tmp_path: Path) -> 
     assert done.stderr.splitlines() == [
         f"warning: {typo}:2: unknown key workerCallbackProxy.workerDomian (did you mean {WDP}?)"
     ]
-    report = json.loads(done.stdout)
+    (report,) = json.loads(done.stdout)["scenarios"]  # replay --json is one document (issue 29)
     assert [(o["key"], o["value"], o["from"]) for o in report["overrides"]] == [
         (WDP, "set.example", f"--set {WDP}=set.example")
     ]

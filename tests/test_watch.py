@@ -146,9 +146,9 @@ def test_watch_on_a_terminal_shows_rows_and_stops_on_ctrl_c(
     pid, terminal = watch_on_a_terminal(stack_env)
     started.append(pid)
     try:
-        assert terminal.read_until(lambda text: b"callbacks (Ctrl-C stops)" in text, ROW_TIMEOUT), (
-            terminal.text
-        )
+        assert terminal.read_until(
+            lambda text: b"what crosses the stack (Ctrl-C stops)" in text, ROW_TIMEOUT
+        ), terminal.text
         assert b"\x1b[" in terminal.screen  # a live table drawn with terminal controls, not plain lines
 
         ids = request_ids(stack_env, "http-echo", 2) + request_ids(stack_env, "grpc-echo", 1)
@@ -179,7 +179,7 @@ def test_watch_into_a_pipe_prints_plain_lines_and_ends_with_the_stack(
     out = Output(read_end)
     # The header is printed once the watch is reading the stack's files.
     assert out.read_until(lambda text: b"\n" in text, ROW_TIMEOUT), out.text
-    assert out.text.split()[:3] == [b"time", b"request", b"callback"]
+    assert out.text.split()[:3] == [b"time", b"request", b"kind"]
 
     ids = request_ids(stack_env, "http-echo", 3)
     assert out.read_until(lambda text: text.count(b"\n") >= 1 + len(ids), ROW_TIMEOUT), out.text
@@ -193,4 +193,56 @@ def test_watch_into_a_pipe_prints_plain_lines_and_ends_with_the_stack(
         assert watch.wait(EXIT_TIMEOUT) == 0
         assert out.text.decode().rstrip().endswith("the stack is down")
     finally:
+        os.close(read_end)
+
+
+def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
+    stack_env: dict[str, str], started: list[int]
+) -> None:
+    """Every request the proxy sees is a row, not only worker callbacks; --grep keeps what mentions it."""
+    read_end, write_end = os.pipe()
+    watch = subprocess.Popen(
+        [INVOKE, "watch", "--stack", STACK, "--json", "--grep", "curl-in-watch"],
+        cwd=REPO,
+        env=stack_env,
+        stdout=write_end,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    os.close(write_end)
+    started.append(watch.pid)
+    out = Output(read_end)
+    try:
+        status = json.loads(run_invoke("status", "--json", "--stack", STACK, env=stack_env).stdout)
+        http, pod = status["proxy"]["http"], status["pods"][0]["target"]
+        front = f"{http['name']}:{http['port']}"
+        request_ids(stack_env, "http-echo", 1)  # a callback: not shown, it does not mention the text
+        deadline = time.monotonic() + ROW_TIMEOUT
+        while not out.text and time.monotonic() < deadline:  # the watch reads from its start: curl until seen
+            subprocess.run(
+                [
+                    "curl",
+                    "-s",
+                    "--proxy",
+                    f"https://{front}",
+                    "--proxy-cacert",
+                    status["ca"]["stack"],
+                    "--resolve",
+                    f"{front}:127.0.0.1",
+                    "-A",
+                    "curl-in-watch\x1b[31m",
+                    f"{pod}/v2/nvcf/worker/request-attach",
+                ],
+                capture_output=True,
+                timeout=COMMAND_TIMEOUT,
+                check=False,
+            )
+            out.read_until(lambda text: b"\n" in text, 2.5)
+        rows = [json.loads(line) for line in out.text.decode().splitlines()]
+        assert rows and {r["kind"] for r in rows} == {"request"}, out.text
+        assert rows[0]["ua"].startswith("curl-in-watch") and rows[0]["status"] == "401"
+        assert b"\x1b" not in out.text  # what the client sent is escaped, never a terminal control
+    finally:
+        assert run_invoke("down", "--stack", STACK, env=stack_env).returncode == 0
+        assert watch.wait(EXIT_TIMEOUT) == 0
         os.close(read_end)

@@ -110,3 +110,15 @@ def read_access_log(path: Path) -> list[dict[str, str]]:
     if not path.exists():
         return []
     return [rec for line in path.read_text().splitlines() if (rec := parse_line(line))]
+
+
+def start_time(record: dict[str, str]) -> float:
+    """A parsed line's START_TIME as epoch seconds (0.0 when it cannot be read)."""
+    try:
+        return (
+            datetime.strptime(record.get("start", ""), "%Y-%m-%dT%H:%M:%S.%fZ")
+            .replace(tzinfo=UTC)
+            .timestamp()
+        )
+    except ValueError:
+        return 0.0
