@@ -308,24 +308,31 @@ def steps_from_file(
 
 
 # -- what a command prints -----------------------------------------------------------------------------
-def session_text(session: Session, width: int | None = None) -> str:
-    """Each step with its note and failures, and the per-callback trace table (as replay reports draw it)."""
+def session_text(session: Session, width: int | None = None, colour: bool = False) -> str:
+    """Each step with its note and failures, and the per-callback trace table (as replay reports draw it);
+    `width` the terminal's (the table folds its cells to fit), `colour` green passes and red failures."""
     buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=False, width=width or 160)
+    console = Console(
+        file=buffer, force_terminal=colour, width=width or 160, no_color=not colour, highlight=False
+    )
     for result in session.steps:
-        mark = "✓" if step_ok(result) else "✗"
-        ok = sum(1 for t in result.traces if t.outcome == "success")
-        calls = f" — {ok}/{len(result.traces)} calls succeeded" if result.traces else ""
+        ok = step_ok(result)
+        passed = sum(1 for t in result.traces if t.outcome == "success")
+        calls = f" — {passed}/{len(result.traces)} calls succeeded" if result.traces else ""
         note = f" ({result.note})" if result.note else ""
-        console.print(f"{mark} {result.step.name}{calls}{note}", markup=False, soft_wrap=True)
+        line = f"{'✓' if ok else '✗'} {result.step.name}{calls}{note}"
+        console.print(line, markup=False, soft_wrap=True, style="green" if ok else "bold red")
         for failure in result.failures:
-            console.print(f"    {failure}", markup=False, soft_wrap=True)
+            console.print(f"    {failure}", markup=False, soft_wrap=True, style="red")
         if result.traces:
             table = Table(box=None, padding=(0, 1), show_edge=False)
             for column in TRACE_COLUMNS:
                 table.add_column(column, overflow="fold")
             for trace in result.traces:
-                table.add_row(*(escape(cell) for cell in call_row(trace)))
+                table.add_row(
+                    *(escape(cell) for cell in call_row(trace)),
+                    style=None if trace.outcome == "success" else "red",
+                )
             console.print(table)
     return buffer.getvalue()
 

@@ -37,10 +37,19 @@ def call_row(t: CallTrace) -> list[str]:
     return [str(t.index), holder, t.worker or "-", dns, proxy, legs, outcome]
 
 
-def render_text(result: ScenarioResult, console: Console | None = None, traces: bool = True) -> str:
-    """Rich text on a terminal, plain text otherwise (rich decides from the console it writes to)."""
+def render_text(
+    result: ScenarioResult,
+    console: Console | None = None,
+    traces: bool = True,
+    width: int | None = None,
+    colour: bool = False,
+) -> str:
+    """Rich text on a terminal, plain text otherwise (rich decides from the console it writes to); without a
+    console, `width` (a terminal's, else 160) and `colour` say how the text is drawn."""
     buffer = io.StringIO()
-    console = console or Console(file=buffer, force_terminal=False, width=160)
+    console = console or Console(
+        file=buffer, force_terminal=colour, width=width or 160, no_color=not colour, highlight=False
+    )
     head = "PASS" if result.ok else "FAIL"
     style = "bold green" if result.ok else "bold red"
     console.print(f"[{style}]{head}[/] {result.scenario.name}: {result.scenario.summary}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -125,6 +126,13 @@ def stack_named(name: str, backend: str = "local"):
 def colour(stream: Any) -> bool:
     """Colour on a terminal, none into a pipe or a file, or when NO_COLOR is set (no-color.org)."""
     return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+
+
+def terminal(stream: Any) -> tuple[int | None, bool]:
+    """(width, colour) for printing to `stream`: a terminal's own width and colour; a pipe gets neither."""
+    if not getattr(stream, "isatty", lambda: False)():
+        return None, False
+    return shutil.get_terminal_size().columns, colour(stream)
 
 
 def existing_stack(name: str, backend: str = "local"):

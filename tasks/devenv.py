@@ -8,7 +8,7 @@ from typing import Any
 
 from invoke import Exit
 
-from tasks.cli import EXIT_FAILED, ncpsim_task, optional_positional, stack_named, user_errors
+from tasks.cli import EXIT_FAILED, ncpsim_task, optional_positional, stack_named, terminal, user_errors
 
 
 def _run_steps(
@@ -22,7 +22,8 @@ def _run_steps(
     from scenarios.devenv import run_steps, session_json, session_text
 
     session = run_steps(stack_named(stack_name, backend), steps, Path(source), origin)
-    print(session_json(session) if json_ else session_text(session).rstrip("\n"))
+    width, coloured = terminal(sys.stdout)
+    print(session_json(session) if json_ else session_text(session, width, coloured).rstrip("\n"))
     if not session.ok:
         raise Exit(code=EXIT_FAILED)
 

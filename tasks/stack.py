@@ -19,6 +19,7 @@ from tasks.cli import (
     optional_positional,
     scenario_arg,
     stack_named,
+    terminal,
     user_errors,
     whole_number,
 )
@@ -86,7 +87,8 @@ def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
         if json_:
             print(json.dumps(to_json(result), indent=2, default=str))
         else:
-            print(render_text(result), end="")
+            width, coloured = terminal(sys.stdout)
+            print(render_text(result, width=width, colour=coloured), end="")
             if result.status:
                 print()
                 print(endpoints_text(result.status))
