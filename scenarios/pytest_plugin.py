@@ -14,15 +14,23 @@ Enable with ``-p scenarios.pytest_plugin`` (or the ``pytest11`` entry point once
         print(stack.status["proxy"]["http"])                # the `invoke status --json` contract
 
     def test_catalogue_entry(ncpsim_replay):
-        assert ncpsim_replay("wrong-path").ok               # the scenario's own steps and expectations
+        assert ncpsim_replay("wrong-path").ok               # a failure prints the scenario's failures
+
+    def test_faults(ncpsim_stack_module):                 # one stack for the module (or _session)
+        stack = ncpsim_stack_module(topology={"invocationReplicas": 1})  # the rest of the topology: defaults
+        stack.fault({"kill": "invocation-service-0"})
+        stack.rotate("frontend")
+        assert stack.status()["running"]                   # the status now; stack.status[...] as it came up
 
 Each stack gets a unique name and a state folder under pytest's temporary directory; the fixture stops
-every process it started when the test ends, whether it passed, failed or raised.
+every process it started when the test ends (or, module- and session-scoped, when the module or the run
+ends), whether it passed, failed or raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import Callable, Iterator
@@ -50,12 +58,23 @@ DEFAULT_TOPOLOGY = {
 _names = itertools.count(1)
 
 
+class Status(dict[str, Any]):
+    """The `status --json` contract as the stack came up (`stack.status["proxy"]`); called, as it is now."""
+
+    def __init__(self, stack: LocalStack, first: dict[str, Any]):
+        super().__init__(first)
+        self._stack = stack
+
+    def __call__(self) -> dict[str, Any]:
+        return self._stack.status() or {}
+
+
 class SimStack:
-    """A running stack: its status, and helpers to call it and read what it recorded."""
+    """A running stack: its status, and helpers to call it, break it and read what it recorded."""
 
     def __init__(self, scenario: Scenario, stack: LocalStack):
         self.scenario, self._stack = scenario, stack
-        self.status: dict[str, Any] = {}
+        self.status = Status(stack, {})
         self._replay: Replay | None = None
         self._steps = itertools.count(1)
 
@@ -73,7 +92,7 @@ class SimStack:
 
     def up(self) -> SimStack:
         topology = self.scenario.build_topology(self._stack.name)
-        self.status = self._stack.up(topology, self.scenario.name).status() or {}
+        self.status = Status(self._stack, self._stack.up(topology, self.scenario.name).status() or {})
         self._replay = Replay(self.scenario, self._stack)
         return self
 
@@ -106,6 +125,14 @@ class SimStack:
         replay.set_values(overrides)
         if redeploy:
             replay.redeploy(redeploy)
+
+    def fault(self, spec: dict[str, Any]) -> StepResult:
+        """A fault step, as a scenario writes it: {"kill": NAME}, {"link": {...}}, {"scale": {...}}, ..."""
+        return asyncio.run(self._running().run_step(self._step("fault", fault=spec)))
+
+    def rotate(self, kind: str) -> StepResult:
+        """Rotate certificates as the runbook does: frontend, pod-certs, stack-ca or public-ca."""
+        return asyncio.run(self._running().run_step(self._step(f"rotate {kind}", rotate=kind)))
 
     def replay(self) -> ScenarioResult:
         """Run the scenario's own steps on this stack and judge its expectations."""
@@ -147,7 +174,7 @@ def _scenario(
         "name": "pytest",
         "summary": "a stack from a pytest fixture",
         "values": values or {},
-        "topology": topology or DEFAULT_TOPOLOGY,
+        "topology": {**DEFAULT_TOPOLOGY, **(topology or {})},  # a partial topology: the rest as the default
         "steps": [{"name": "invoke once", "invoke": {"function": "http-echo"}}],
     }
     return scenario_from_data(data, Path("<ncpsim_stack values>"), {}, values_file)
@@ -156,14 +183,9 @@ def _scenario(
 StackFactory = Callable[..., SimStack]
 
 
-@pytest.fixture
-def ncpsim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFactory]:
-    """Start stacks from a catalogue name, a YAML path or values; each is stopped when the test ends.
-
-    ``ncpsim_stack(scenario=None, *, values=None, topology=None, values_file=None)`` -> SimStack; values
-    (and a scenario-style topology section) make an ad-hoc stack.
-    """
-    root = tmp_path_factory.mktemp("ncpsim")
+@contextlib.contextmanager
+def _stacks(root: Path) -> Iterator[StackFactory]:
+    """A factory of stacks under `root`; every stack it started is stopped when the context ends."""
     started: list[SimStack] = []
 
     def start(
@@ -185,6 +207,31 @@ def ncpsim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFact
     finally:
         for sim in started:
             sim.down()
+
+
+@pytest.fixture
+def ncpsim_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFactory]:
+    """Start stacks from a catalogue name, a YAML path or values; each is stopped when the test ends.
+
+    ``ncpsim_stack(scenario=None, *, values=None, topology=None, values_file=None)`` -> SimStack; values
+    (and a scenario-style topology section, merged over the default one) make an ad-hoc stack.
+    """
+    with _stacks(tmp_path_factory.mktemp("ncpsim")) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def ncpsim_stack_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFactory]:
+    """As ncpsim_stack, its stacks stopped when the module's tests are done (one stack, many tests)."""
+    with _stacks(tmp_path_factory.mktemp("ncpsim-module")) as start:
+        yield start
+
+
+@pytest.fixture(scope="session")
+def ncpsim_stack_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackFactory]:
+    """As ncpsim_stack, its stacks stopped at the end of the run."""
+    with _stacks(tmp_path_factory.mktemp("ncpsim-session")) as start:
+        yield start
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ class StepResult:
         return not self.failures
 
 
-@dataclass
+@dataclass(repr=False)
 class ScenarioResult:
     scenario: Scenario
     steps: list[StepResult] = field(default_factory=list)
@@ -42,6 +42,12 @@ class ScenarioResult:
     @property
     def failures(self) -> list[str]:
         return ([self.error] if self.error else []) + [f for s in self.steps for f in s.failures]
+
+    def __repr__(self) -> str:
+        """What a failed `assert result.ok` shows: the verdict and each failure, not the whole dataclass."""
+        verdict = "PASS" if self.ok else "FAIL"
+        listed = "".join(f"\n  - {failure}" for failure in self.failures)
+        return f"<{verdict} {self.scenario.name}{':' if listed else ''}{listed}>"
 
 
 def to_json(result: ScenarioResult) -> dict[str, Any]:

@@ -45,15 +45,42 @@ def test_replay_fixture(ncpsim_replay):
     result = ncpsim_replay("wrong-path")
     assert result.ok, result.failures
     assert ncpsim_replay("split-plane-url-set").ok
+
+def test_module_stack_with_a_partial_topology(ncpsim_stack_module):
+    stack = ncpsim_stack_module(topology={"invocationReplicas": 1})  # workers and the rest: the defaults
+    Path("state3.txt").write_text(str(stack.state_dir))
+    assert [p["name"] for p in stack.status["pods"]] == ["invocation-service-0"]
+    assert stack.fault({"kill": "invocation-service-0"}).ok
+    assert "invocation-service-0" in stack.status()["down"]  # called: the status now
+    assert stack.fault({"restart": "invocation-service-0"}).ok and stack.rotate("frontend").ok
+    assert "invocation-service-0" in stack.status()["running"]
+
+def test_a_failed_replay_shows_its_failures(ncpsim_replay):
+    Path("must-fail.yaml").write_text(MUST_FAIL)
+    assert ncpsim_replay("must-fail.yaml").ok
+
+MUST_FAIL = '''
+name: must-fail
+summary: a scenario whose expectation cannot hold
+values: {workerCallbackProxy: {enabled: true}}
+topology: {invocationReplicas: 1, grpcProxyReplicas: 0, computeClusters: [{workers: [{count: 1}]}]}
+steps:
+  - name: a direct call that goes through the proxy
+    invoke: {function: http-echo}
+    expect: {via: direct}
+'''
 """
 
 
 def test_fixtures_in_a_users_suite_and_teardown_even_on_failure(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_TESTS)
     result = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-q")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines(["*RuntimeError: the user's test fails after starting a stack*"])
-    for name in ("state.txt", "state2.txt"):
+    # A failed replay's assertion prints the verdict and each failure, not the dataclass's repr.
+    result.stdout.fnmatch_lines(["*<FAIL must-fail:*", "*- step 1 (a direct call that goes through the proxy)*"])
+    assert "ScenarioResult(scenario=" not in result.stdout.str()
+    for name in ("state.txt", "state2.txt", "state3.txt"):
         state = Path(pytester.path / name).read_text()
         assert Path(state, "topology.json").exists()
         assert not Launcher(Path(state)).running(), f"{state}: processes left after the test"
