@@ -173,6 +173,16 @@ class CertStore:
         return [self.issue(profile) for profile in profiles]
 
     # -- reporting ---------------------------------------------------------------------------------
+    def issuer_of(self, pem: bytes) -> str:
+        """stack, public or private when one of this store's CAs issued the leaf; else the issuer's name."""
+        for issuer in ISSUERS:
+            try:
+                if inspect.issued_by(pem, self.ca_path(issuer).read_bytes()):
+                    return issuer
+            except (OSError, ValueError):
+                continue
+        return inspect.issuer_name(pem)
+
     def describe(self) -> list[CaInfo]:
         """Current CAs (and any previous one kept by a rotation), for ``invoke certs``."""
         infos: list[CaInfo] = []
@@ -184,6 +194,32 @@ class CertStore:
                     pem = path.read_bytes()
                     infos.append(CaInfo(name, path, inspect.fingerprint_sha256(pem), inspect.not_after(pem)))
         return infos
+
+
+def describe_secrets(store: CertStore) -> list[str]:
+    """Each Secret's leaf certificate: names, issuer (which of the stack's CAs, else its own name), expiry."""
+    lines: list[str] = []
+    root = store.root / "secrets"
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        try:
+            pem = (folder / "tls.crt").read_bytes()
+            names, expiry = inspect.sans(pem), inspect.not_after(pem)
+        except (OSError, ValueError):
+            lines.append(f"Secret {folder.name}: no readable tls.crt")
+            continue
+        issuer = next(
+            (
+                i
+                for i in ISSUERS
+                if store.ca_path(i).exists() and inspect.issued_by(pem, store.ca_path(i).read_bytes())
+            ),
+            inspect.issuer_name(pem),
+        )
+        lines.append(f"Secret {folder.name}: {folder / 'tls.crt'}")
+        lines.append(f"  names={', '.join(names) or '(none)'}  issuer={issuer}")
+        lines.append(f"  SHA256 Fingerprint={inspect.fingerprint_sha256(pem)}")
+        lines.append(f"  notAfter={expiry.strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    return lines
 
 
 def describe_text(infos: list[CaInfo]) -> str:

@@ -24,7 +24,6 @@ from sim.model.values import proxy_settings
 from sim.runtime.faults import FAULTS_FILE
 
 Json = dict[str, Any]
-ISSUERS = ("stack", "public", "private")
 
 
 def live(stack: Stack, running: dict[str, int] | None) -> Json:
@@ -110,21 +109,10 @@ def frontend(topology: Topology, state: Path) -> Json | None:
     return {
         "secret": settings.frontend_secret,
         "names": names,
-        "issuer": _issuer(store, pem),
+        "issuer": store.issuer_of(pem),
         "notAfter": not_after.isoformat(),
         "expired": not_after <= datetime.now(UTC),
     }
-
-
-def _issuer(store: CertStore, pem: bytes) -> str:
-    """stack, public or private when one of the stack's CAs issued it; else the issuer's own name."""
-    for issuer in ISSUERS:
-        try:
-            if inspect.issued_by(pem, store.ca_path(issuer).read_bytes()):
-                return issuer
-        except (OSError, ValueError):
-            continue
-    return inspect.issuer_name(pem)
 
 
 def text(extra: Json) -> list[str]:

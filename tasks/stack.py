@@ -300,9 +300,10 @@ def events(c, kind=None, json_=False, follow=False, stack="default", backend="lo
 @ncpsim_task(help={"stack": "stack name"})
 @user_errors
 def certs(c, stack="default"):
-    """Print each CA's path, SHA-256 fingerprint and expiry."""
-    from certs.store import CertStore, describe_text
+    """Each CA's and each Secret's certificate: path, names and issuer (Secrets), SHA-256 fingerprint, expiry."""
+    from certs.store import CertStore, describe_secrets, describe_text
 
     store = CertStore(existing_stack(stack).state_dir / "certs")
     store.ensure_cas()
     print(describe_text(store.describe()))
+    print("\n".join(describe_secrets(store)))

@@ -78,7 +78,9 @@ def test_fixtures_in_a_users_suite_and_teardown_even_on_failure(pytester: pytest
     result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines(["*RuntimeError: the user's test fails after starting a stack*"])
     # A failed replay's assertion prints the verdict and each failure, not the dataclass's repr.
-    result.stdout.fnmatch_lines(["*<FAIL must-fail:*", "*- step 1 (a direct call that goes through the proxy)*"])
+    result.stdout.fnmatch_lines(
+        ["*<FAIL must-fail:*", "*- step 1 (a direct call that goes through the proxy)*"]
+    )
     assert "ScenarioResult(scenario=" not in result.stdout.str()
     for name in ("state.txt", "state2.txt", "state3.txt"):
         state = Path(pytester.path / name).read_text()
