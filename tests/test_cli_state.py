@@ -216,3 +216,9 @@ def test_a_failed_callback_leaves_a_line_in_the_workers_log(cli: Cli) -> None:
     logged = cli("logs", "ncpsim-compute-1", "-n", "200").stdout
     line = next((x for x in logged.splitlines() if request_id in x), "")
     assert "\tERROR\tcallback failed\t" in line and '"callback": "http"' in line, logged[-2000:]
+
+
+def test_certs_lists_the_leaf_certificates(cli: Cli) -> None:
+    shown = cli("certs").stdout
+    assert "stack CA:" in shown and "Secret worker-callback-proxy-frontend-tls:" in shown
+    assert "names=*.acme.example.net  issuer=stack" in shown
