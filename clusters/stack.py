@@ -28,6 +28,7 @@ from sim.protocols.wire import (
 from sim.runtime.faults import Components
 
 Json = dict[str, Any]
+COMMAND_TURN = 60.0  # how long a command that changes a stack waits for the one before it to finish
 
 
 class Stack(Protocol):
@@ -48,6 +49,11 @@ class Stack(Protocol):
 
     def close(self) -> None:
         """Let go of what this process holds for the stack (port-forwards, log copying); it keeps running."""
+        ...
+
+    def changing(self) -> AbstractContextManager[None]:
+        """Held by a command that changes the running stack (set, fault, rotate, step): such commands run one
+        at a time, in the order they came, each waiting its turn (COMMAND_TURN seconds at most)."""
         ...
 
     @property

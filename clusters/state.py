@@ -22,6 +22,8 @@ import json
 import os
 import re
 import shutil
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from sim.errors import ConfigError
 
 MARKER = ".ncpsim-stack"  # written at creation: this folder is an ncpsim stack folder
 LOCK = ".lock"
+LOCK_POLL = 0.05  # seconds between tries while a command waits for the stack's lock
 # Every name ncpsim writes directly under a stack folder; none may be a symbolic link.
 OURS = (
     MARKER,
@@ -150,18 +153,26 @@ def is_stack_dir(stack_dir: Path) -> bool:
 
 
 def write_file(path: Path, text: str, mode: int = 0o644) -> None:
-    """Create or replace the file at `path`, refusing to write through a symbolic link planted there."""
+    """Replace the file at `path` atomically (a reader sees the old text or the new, never half of either),
+    refusing a symbolic link planted there: the text goes to a new file beside it, then takes its name."""
+    if path.is_symlink():
+        raise ConfigError(
+            f"{path} is a symbolic link where ncpsim keeps its own state; "
+            f"refusing to follow it (remove the link)"
+        )
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ConfigError(
-                f"{path} is a symbolic link where ncpsim keeps its own state; "
-                f"refusing to follow it (remove the link)"
-            ) from None
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def purge(stack_dir: Path) -> bool:
@@ -185,9 +196,11 @@ class StackLock:
         self._depth = 0
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, wait: float = 0.0) -> Iterator[None]:
+        """Hold the lock; with `wait`, wait that many seconds for another holder to let go (commands that
+        change a running stack queue behind each other rather than fail)."""
         if self._depth == 0:
-            self._acquire()
+            self._acquire(wait)
         self._depth += 1
         try:
             yield
@@ -196,7 +209,7 @@ class StackLock:
             if self._depth == 0:
                 self._release()
 
-    def _acquire(self) -> None:
+    def _acquire(self, wait: float = 0.0) -> None:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
@@ -205,15 +218,21 @@ class StackLock:
                     f"{self.path} is a symbolic link; refusing to follow it (remove the link)"
                 ) from None
             raise ConfigError(f"cannot open {self.path}: {exc.strerror or exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise ConfigError(
-                f"stack folder {self.path.parent} is busy: `invoke up`, `down` or a redeploy "
-                f"(pid {holder}) holds {self.path}; wait for it, or stop it"
-            ) from None
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(LOCK_POLL)  # another command holds the stack: its turn ends with its flock
+                    continue
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise ConfigError(
+                    f"stack folder {self.path.parent} is busy: `ncpsim up`, `down`, a redeploy or another "
+                    f"command (pid {holder}) holds {self.path}; wait for it, or stop it"
+                ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

@@ -102,6 +102,13 @@ def run_steps(
 ) -> Session:
     """Check the steps as a scenario file's would be checked, then run them on the running stack."""
     require_running(stack)
+    with stack.changing():  # one command at a time: each reads the values the one before it left
+        return _run_steps(stack, raw_steps, source, origin)
+
+
+def _run_steps(
+    stack: Stack, raw_steps: list[dict[str, Any]], source: Path, origin: dict[str, tuple[str, int]] | None
+) -> Session:
     topology = stack.topology
     # A fresh seed each time: a probe's request id must not repeat one an earlier command left in the events.
     data = {
@@ -233,6 +240,11 @@ def bring_secrets(stack: Stack, args: Sequence[str]) -> list[str]:
     if not args:
         return []
     require_running(stack)
+    with stack.changing():
+        return _bring(stack, args)
+
+
+def _bring(stack: Stack, args: Sequence[str]) -> list[str]:
     topology = stack.topology
     store = CertStore(stack.state_dir / "certs")
     brought = {}

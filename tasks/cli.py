@@ -138,11 +138,11 @@ def terminal(stream: Any) -> tuple[int | None, bool]:
 def existing_stack(name: str, backend: str = "local"):
     """The stack of that name, which must exist: every task but `up` refuses a name it does not know
     (`certs --stack <typo>` once created a new stack with new CAs)."""
-    from clusters.state import is_stack_dir
+    from clusters.state import adopt
     from sim.errors import ConfigError
 
     stack = stack_named(name, backend)
-    if backend == "local" and not is_stack_dir(stack.state_dir):
+    if backend == "local" and not adopt(stack.state_dir):  # ncpsim's, or holding nothing but what it writes
         raise ConfigError(
             f"no stack {name!r} in {stack.state_dir.parent} (`ncpsim ls` lists the stacks there; "
             f"`ncpsim up --stack {name}` brings one up)"

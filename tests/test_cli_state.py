@@ -222,3 +222,23 @@ def test_certs_lists_the_leaf_certificates(cli: Cli) -> None:
     shown = cli("certs").stdout
     assert "stack CA:" in shown and "Secret worker-callback-proxy-frontend-tls:" in shown
     assert "names=*.acme.example.net  issuer=stack" in shown
+
+
+def test_concurrent_sets_apply_in_turn_and_keep_every_assignment(cli: Cli) -> None:
+    keys = [f"workerCallbackProxy.service.annotations.concurrent-{n}" for n in range(4)]
+    running = [
+        subprocess.Popen(
+            [NCPSIM, "set", f"{key}=v"],
+            cwd=cli.here,
+            env=cli.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for key in keys
+    ]
+    for process in running:
+        _, err = process.communicate(timeout=COMMAND_TIMEOUT)
+        assert process.returncode == 0, err
+    shown = {v["key"] for v in cli.json("values", "--json")}  # type: ignore[union-attr]
+    assert set(keys) <= shown
+    assert cli("set", *(f"--unset={key}" for key in keys)).returncode == 0

@@ -40,8 +40,8 @@ from clusters.render.layout import (
     kube_context,
 )
 from clusters.render.text import dump_all
-from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files
-from clusters.state import write_file
+from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files
+from clusters.state import StackLock, write_file
 from sim.errors import ScenarioError
 from sim.model.topology import CONTROL_CLUSTER, Topology
 from sim.protocols.wire import NAMESPACE
@@ -110,6 +110,10 @@ class K3dStack:
         self.forwards: list[PortForward] = []
         self.log_sync: LogSync | None = None
         self.addresses = addresses
+        self.lock = StackLock(self.state_dir)
+
+    def changing(self) -> AbstractContextManager[None]:
+        return self.lock.held(wait=COMMAND_TURN)
 
     def attach(self, scenario: str) -> K3dStack:
         """Find the live pods, forward their client ports, copy their logs, write status.json."""

@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from clusters.local.launcher import Launcher, phase_one, phase_two, stop_on_interrupt
-from clusters.stack import Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
+from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
 from clusters.state import (
     StackLock,
     adopt,
@@ -142,6 +142,9 @@ class LocalStack:
 
     def close(self) -> None:
         """The processes belong to the stack, not to this process: nothing to let go of."""
+
+    def changing(self) -> AbstractContextManager[None]:
+        return self.lock.held(wait=COMMAND_TURN)
 
     @property
     def components(self) -> LocalStack:
