@@ -166,9 +166,12 @@ def test_purge_removes_a_stack_folder_ncpsim_made(tmp_path: Path) -> None:
 
 
 def test_a_folder_holding_only_what_ncpsim_writes_is_adopted(tmp_path: Path) -> None:
-    """`invoke certs` (or an ncpsim from before the marker) made the folder: it is ours, and purge removes it."""
+    """An ncpsim from before the marker made the folder: it is ours, and purge removes it."""
+    from certs.store import CertStore
+
     env = home(tmp_path)
-    assert invoke("certs", "--stack", STACK, env=env).returncode == 0
+    CertStore(tmp_path / "state" / STACK / "certs").ensure_cas()  # what an older `certs` left, no marker
+    assert invoke("certs", "--stack", STACK, env=env).returncode == 0  # adopted: a stack to every task
     (tmp_path / "state" / STACK / ".ncpsim-stack").unlink(missing_ok=True)
     down = invoke("down", "--purge", "--stack", STACK, env=env)
     assert down.returncode == 0 and "removed the state folder" in down.stdout, down.stdout + down.stderr
