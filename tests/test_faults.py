@@ -15,7 +15,8 @@ from scenarios.tail import StackTail
 from sim.client.http_client import Invocation, invoke_http
 from sim.model.topology import CONTROL_CLUSTER
 from sim.runtime.component import Context
-from sim.runtime.faults import FaultInjector, LinkFault, link_delay
+from sim.runtime.faults import FaultInjector
+from sim.runtime.links import LinkFault, LinkState, link_delay
 
 
 @pytest.mark.parametrize(
@@ -28,18 +29,70 @@ from sim.runtime.faults import FaultInjector, LinkFault, link_delay
     ],
 )
 def test_link_delay(fault: LinkFault | None, draw: float, expected: tuple[float, bool]) -> None:
-    class Fixed(random.Random):
-        def random(self) -> float:
-            return draw
-
-    assert link_delay(fault, Fixed()) == expected
+    assert link_delay(fault, Fixed(draw)) == expected
 
 
-def test_link_fault_matches_source_cluster_and_target_range() -> None:
-    fault = LinkFault("ncpsim-compute-1", "10.100.0.10")
-    assert fault.applies("ncpsim-compute-1", "10.100.0.10")
-    assert not fault.applies("ncpsim-compute-2", "10.100.0.10")
-    assert not fault.applies("ncpsim-compute-1", "10.100.0.11")
+class Fixed(random.Random):
+    """A draw that always comes out at `draw`."""
+
+    def __init__(self, draw: float):
+        super().__init__(0)
+        self.draw = draw
+
+    def random(self) -> float:
+        return self.draw
+
+
+@pytest.mark.parametrize(
+    ("fault", "cluster", "ip", "protocol", "applies"),
+    [
+        (LinkFault("ncpsim-compute-1", "10.100.0.10"), "ncpsim-compute-1", "10.100.0.10", "tcp", True),
+        (LinkFault("ncpsim-compute-1", "10.100.0.10"), "ncpsim-compute-1", "10.100.0.10", "udp", True),
+        (LinkFault("ncpsim-compute-1", "10.100.0.10"), "ncpsim-compute-2", "10.100.0.10", "tcp", False),
+        (LinkFault("ncpsim-compute-1", "10.100.0.10"), "ncpsim-compute-1", "10.100.0.11", "udp", False),
+        (
+            LinkFault("ncpsim-compute-1", "10.100.0.0/24", protocol="tcp"),
+            "ncpsim-compute-1",
+            "10.100.0.10",
+            "tcp",
+            True,
+        ),
+        (
+            LinkFault("ncpsim-compute-1", "10.100.0.0/24", protocol="tcp"),
+            "ncpsim-compute-1",
+            "10.100.0.10",
+            "udp",
+            False,
+        ),
+        (
+            LinkFault("ncpsim-compute-1", "10.100.0.0/24", protocol="udp"),
+            "ncpsim-compute-1",
+            "10.100.0.10",
+            "udp",
+            True,
+        ),
+        (
+            LinkFault("ncpsim-compute-1", "10.100.0.0/24", protocol="udp"),
+            "ncpsim-compute-1",
+            "10.100.0.10",
+            "tcp",
+            False,
+        ),
+    ],
+)
+def test_link_fault_matches_source_cluster_target_range_and_protocol(
+    fault: LinkFault, cluster: str, ip: str, protocol: str, applies: bool
+) -> None:
+    assert fault.applies(cluster, ip, protocol) is applies
+
+
+def test_the_first_matching_link_fault_wins_per_protocol() -> None:
+    tcp_only = LinkFault("c", "10.0.0.0/8", drop=1.0, protocol="tcp")
+    udp_slow = LinkFault("c", "10.0.0.0/8", latency_ms=50, protocol="udp")
+    state = LinkState([tcp_only, udp_slow])
+    assert state.matching("c", "10.1.2.3", "tcp") is tcp_only
+    assert state.matching("c", "10.1.2.3", "udp") is udp_slow
+    assert state.matching("d", "10.1.2.3", "udp") is None
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from sim.model.netmap import LiveNetMap
 from sim.model.topology import Topology
 from sim.protocols.http1 import open_within
 from sim.protocols.wire import DNS_PORT, NATS_PORT
-from sim.runtime.faults import link_delay, load_links
+from sim.runtime.links import TCP, UDP, LinkFault, link_delay, load_links
 
 # A component reports the virtual addresses it serves: {"10.42.0.11:8443/tcp": 40123, ...}
 Ready = Callable[[dict[str, int]], None]
@@ -46,11 +46,14 @@ class Context:
         self.netmap = LiveNetMap(self.state_dir / "netmap.json")
         self._rng = random.Random(f"{self.topology.seed}:{self.name}")
 
-    async def cross_link(self, ip: str) -> None:
+    def link_fault(self, ip: str, protocol: str) -> LinkFault | None:
+        """The link fault in force on this cluster's `protocol` traffic to `ip` (read anew when it changes)."""
+        return load_links(self.state_dir, self._links).matching(self.cluster, ip, protocol)
+
+    async def cross_link(self, ip: str, protocol: str = TCP) -> None:
         """Apply a link fault (latency, drop) on the way to `ip`, as the scenario configured it: on each dial
         and query, and on each request a kept-alive connection carries there."""
-        fault = load_links(self.state_dir, self._links).matching(self.cluster, ip)
-        wait, dropped = link_delay(fault, self._rng)
+        wait, dropped = link_delay(self.link_fault(ip, protocol), self._rng)
         if wait:
             await asyncio.sleep(wait)  # the simulated link's delay
         if dropped:
@@ -76,7 +79,7 @@ class Context:
     async def resolve(self, name: str) -> list[str]:
         dns_ip = self.topology.cluster(self.cluster).dns_ip
         try:
-            await self.cross_link(dns_ip)
+            await self.cross_link(dns_ip, UDP)  # one query, one datagram
         except TimeoutError:
             raise NameNotResolved(name, "TIMEOUT") from None
         return await resolve_a(name, self.dns_server())

@@ -1,0 +1,85 @@
+"""Link faults: which of a cluster's dials, queries and datagrams a faulty link touches, and how (pure), and
+<state>/faults.json, where a fault step writes them and every component's Context reads them.
+
+A link fault acts where the simulated network would: between a cluster and an address range, on TCP
+(each dial, and each request a kept-alive connection carries), on UDP (each DNS query, each QUIC
+datagram) or on both, so a firewall or a load balancer that forwards TCP only can be expressed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FAULTS_FILE = "faults.json"
+
+
+TCP, UDP, ANY = "tcp", "udp", "any"
+PROTOCOLS = (TCP, UDP, ANY)  # what a link fault touches: a firewall or a TCP-only load balancer drops udp
+
+
+@dataclass(frozen=True)
+class LinkFault:
+    source: str  # cluster whose dials are affected, e.g. "ncpsim-compute-1"
+    target: str  # virtual IP or CIDR the dials go to, e.g. "10.100.0.10" (the proxy's LB)
+    latency_ms: int = 0
+    # TCP: the share of connection attempts (and of requests on kept-alive connections) lost; UDP: the
+    # share of datagrams lost (a DNS query is one).
+    drop: float = 0.0
+    timeout_ms: int = 1000  # how long a lost attempt (a TCP dial, a DNS query, a QUIC handshake) hangs
+    protocol: str = ANY  # "tcp" | "udp" | "any"
+
+    def applies(self, cluster: str, ip: str, protocol: str) -> bool:
+        return (
+            cluster == self.source
+            and self.protocol in (ANY, protocol)
+            and ipaddress.ip_address(ip) in ipaddress.ip_network(self.target)
+        )
+
+
+@dataclass
+class LinkState:
+    """What components read: the link faults in force (hot-reloaded by mtime)."""
+
+    links: list[LinkFault] = field(default_factory=list)
+
+    def matching(self, cluster: str, ip: str, protocol: str) -> LinkFault | None:
+        """The first fault on the link from `cluster` to `ip` that touches `protocol` ("tcp" or "udp")."""
+        return next((f for f in self.links if f.applies(cluster, ip, protocol)), None)
+
+
+def load_links(state_dir: Path, cache: dict[str, Any]) -> LinkState:
+    path = cache.setdefault("path", os.path.join(state_dir, FAULTS_FILE))
+    try:
+        stamp = os.stat(path).st_mtime_ns  # before every dial, lookup and kept-alive request: no pathlib
+    except FileNotFoundError:
+        return LinkState()
+    if cache.get("stamp") != stamp:
+        raw = json.loads(Path(path).read_text())
+        cache.update(stamp=stamp, state=LinkState([LinkFault(**link) for link in raw.get("links", [])]))
+    state: LinkState = cache["state"]
+    return state
+
+
+def save_links(state_dir: Path, links: list[LinkFault]) -> None:
+    # A name of its own per writer (O_EXCL, no link followed): two `invoke fault link` at once no longer
+    # replace each other's temporary file away (FileNotFoundError, a traceback).
+    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=f".{FAULTS_FILE}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps({"links": [asdict(link) for link in links]}, indent=2))
+    os.replace(tmp, state_dir / FAULTS_FILE)
+
+
+def link_delay(fault: LinkFault | None, rng: random.Random) -> tuple[float, bool]:
+    """(seconds to wait, dropped?) for one dial over a faulty link (pure)."""
+    if fault is None:
+        return 0.0, False
+    if fault.drop and rng.random() < fault.drop:
+        return fault.timeout_ms / 1000, True
+    return fault.latency_ms / 1000, False
