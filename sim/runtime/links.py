@@ -83,3 +83,19 @@ def link_delay(fault: LinkFault | None, rng: random.Random) -> tuple[float, bool
     if fault.drop and rng.random() < fault.drop:
         return fault.timeout_ms / 1000, True
     return fault.latency_ms / 1000, False
+
+
+def datagram_delay(fault: LinkFault | None, rng: random.Random) -> float | None:
+    """Seconds one datagram is held back on a faulty link, or None: it is lost (pure). No timeout of its
+    own: the protocol above (QUIC's loss recovery and timeouts) finds out, as it would in the field."""
+    if fault is None:
+        return 0.0
+    if fault.drop and rng.random() < fault.drop:
+        return None
+    return fault.latency_ms / 1000
+
+
+def attempt_timeout(fault: LinkFault | None, default: float) -> float:
+    """How long a QUIC handshake over this link waits: the link's timeoutMs where it loses packets, as a
+    lost TCP dial hangs that long, else the dialer's own `default` (pure)."""
+    return fault.timeout_ms / 1000 if fault is not None and fault.drop else default
