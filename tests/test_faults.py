@@ -359,3 +359,7 @@ def test_link_faults_reach_tcp_udp_or_both(tmp_path, ncpsim_replay) -> None:
     slow, fast = result.steps[14].traces[0], result.steps[16].traces[0]
     assert slow.connections == ["reused"] and slow.elapsed_ms >= 600, slow
     assert fast.connections == ["reused"] and fast.elapsed_ms < 600, fast  # the negative control
+    # A failed gRPC call ends when its worker reports the failure (found by the call's tag), not at the
+    # client's deadline (scenarios.grpc_calls.CALL_TIMEOUT, 10 s): six handshakes of 150 ms each.
+    dead = result.steps[2].traces[0]
+    assert dead.worker_stage == "tls" and dead.elapsed_ms < 5000, dead
