@@ -8,6 +8,7 @@ datagram) or on both, so a firewall or a load balancer that forwards TCP only ca
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -36,11 +37,13 @@ class LinkFault:
     protocol: str = ANY  # "tcp" | "udp" | "any"
 
     def applies(self, cluster: str, ip: str, protocol: str) -> bool:
-        return (
-            cluster == self.source
-            and self.protocol in (ANY, protocol)
-            and ipaddress.ip_address(ip) in ipaddress.ip_network(self.target)
-        )
+        return cluster == self.source and self.protocol in (ANY, protocol) and _within(ip, self.target)
+
+
+@functools.lru_cache(maxsize=1024)
+def _within(ip: str, target: str) -> bool:
+    """Asked for each datagram a cluster sends while a fault of its is in force: parse each pair once."""
+    return ipaddress.ip_address(ip) in ipaddress.ip_network(target)
 
 
 @dataclass
@@ -54,12 +57,17 @@ class LinkState:
         return next((f for f in self.links if f.applies(cluster, ip, protocol)), None)
 
 
+NO_LINKS = LinkState()
+
+
 def load_links(state_dir: Path, cache: dict[str, Any]) -> LinkState:
-    path = cache.setdefault("path", os.path.join(state_dir, FAULTS_FILE))
+    """The faults in force; asked before every dial, lookup, kept-alive request and QUIC datagram, so one
+    stat when nothing changed (no pathlib, no new objects)."""
+    path = cache.get("path") or cache.setdefault("path", os.path.join(state_dir, FAULTS_FILE))
     try:
-        stamp = os.stat(path).st_mtime_ns  # before every dial, lookup and kept-alive request: no pathlib
+        stamp = os.stat(path).st_mtime_ns
     except FileNotFoundError:
-        return LinkState()
+        return NO_LINKS
     if cache.get("stamp") != stamp:
         raw = json.loads(Path(path).read_text())
         cache.update(stamp=stamp, state=LinkState([LinkFault(**link) for link in raw.get("links", [])]))
