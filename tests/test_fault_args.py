@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from clusters.local.launcher import phase_one, phase_two
+from scenarios.model import load_scenario
+from sim.errors import ScenarioError
 from sim.model.topology import ComputeSpec, Topology, WorkerSpec, build
 from sim.runtime.fault_args import (
     ClearLinks,
@@ -173,3 +175,69 @@ def test_component_names_are_the_launchers(shape: dict[str, Any]) -> None:
     laid_out = topology(**shape)
     launched = [spec.name for spec in phase_one(laid_out) + phase_two(laid_out)]
     assert sorted(component_names(laid_out)) == sorted(launched)
+
+
+# -- in a scenario file: one line with FILE:LINE, the key path and what was expected ----------------------
+HEAD = """\
+name: ticket
+summary: a fault step as a ticket's author writes it
+values:
+  workerCallbackProxy: {enabled: true, workerDomain: grpc-worker.example.com}
+topology:
+  computeClusters:
+    - workers: [{count: 1}]
+steps:
+  - name: the fault
+"""
+MISTYPED = [
+    # (the step's fault line, the key path named, what the line says)
+    ("fault: {scale: 3}", "steps[0].fault.scale", "is not of type 'object'"),
+    ("fault: {link: {}}", "steps[0].fault.link.from", "required"),
+    (
+        "fault: {link: {from: ncpsim-compute-1, to: 10.100.0.10, latencyMs: fast}}",
+        "steps[0].fault.link.latencyMs",
+        "integer",
+    ),
+    (
+        "fault: {link: {from: ncpsim-compute-1, to: 10.100.0.10, latencyMs: -1}}",
+        "steps[0].fault.link.latencyMs",
+        "minimum",
+    ),
+    (
+        "fault: {link: {from: ncpsim-compute-1, to: 10.100.0.10, drop: 1.5}}",
+        "steps[0].fault.link.drop",
+        "maximum",
+    ),
+    (
+        "fault: {link: {from: ncpsim-compute-1, to: 10.100.0.10, drop: 1, protocol: bogus}}",
+        "steps[0].fault.link.protocol",
+        "'tcp', 'udp', 'any'",
+    ),
+    ("fault: {expire: [frontend]}", "steps[0].fault.expire", "is not one of"),
+    (
+        "fault: {scale: {role: invocation, replicas: 1, when: now}}",
+        "steps[0].fault.scale.when",
+        "unknown key",
+    ),
+    ("fault: {kil: invocation-service-0}", "steps[0].fault.kil", "did you mean kill?"),
+    ("fault: {scale: {role: nats, replicas: 0}}", "steps[0].fault.scale.role", "not modelled"),
+    (
+        "fault: {scale: {role: invocation, replicas: 5}}",
+        "steps[0].fault.scale.replicas",
+        "topology.invocationReplicas",
+    ),
+    ("fault: {stop: resolvr}", "steps[0].fault.stop", "did you mean resolver?"),
+]
+
+
+@pytest.mark.parametrize(("fault", "key", "says"), MISTYPED, ids=[m[1] + ":" + m[2][:12] for m in MISTYPED])
+def test_a_mistyped_fault_is_one_line_naming_file_line_and_key(
+    tmp_path, fault: str, key: str, says: str
+) -> None:
+    path = tmp_path / "ticket.yaml"
+    path.write_text(HEAD + f"    {fault}\n")
+    with pytest.raises(ScenarioError) as refused:
+        load_scenario(str(path))
+    line = str(refused.value)
+    assert line.startswith(f"{path}:10: {key}: ") and "\n" not in line, line
+    assert says in line, line
