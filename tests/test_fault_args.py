@@ -120,6 +120,7 @@ REFUSED: list[tuple[str, dict[str, Any], dict[str, Any], tuple[str, ...], tuple[
         ("kill",),
         ("no component 'invocation-service-2'", "did you mean invocation-service-1?"),
     ),
+    ("kill-nats", {}, {"kill": "nats"}, ("kill",), ("did you mean nats-server?",)),
     (
         "proxy-disabled",
         {"proxy": False},

@@ -190,7 +190,9 @@ def _pod_cert(arg: Mapping[str, Any], _topology: Topology) -> PodCert:
 
 
 def _hint(word: str, known: Sequence[str] | Mapping[str, Any]) -> str:
+    """A name spelt alike, else one the word is part of (`nats` for nats-server)."""
     close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    close += [name for name in known if word and word in name]
     return f" (did you mean {close[0]}?)" if close else ""
 
 
