@@ -118,7 +118,7 @@ def _run_steps(
         "steps": raw_steps,
         "seed": secrets.randbelow(2**31),
     }
-    scenario = scenario_from_data(data, source, origin)
+    scenario = scenario_from_data(data, source, origin, topology=topology)
     replay = Replay(scenario, stack)
     session = Session()
 
@@ -150,15 +150,16 @@ def fault_step(
     latency_ms: int = 0,
     drop: float = 0.0,
     timeout_ms: int = 1000,
+    protocol: str = "any",
 ) -> dict[str, Any]:
-    """`invoke fault ACTION [TARGET]` as the fault step a scenario would hold."""
+    """`invoke fault ACTION [TARGET]` as the fault step a scenario would hold (checked as a scenario's is)."""
     usage = {
         "kill": "COMPONENT",
         "restart": "COMPONENT",
         "stop": "COMPONENT",
         "start": "COMPONENT",
         "scale": "ROLE=REPLICAS (e.g. invocation=1)",
-        "link": "FROM_CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N]",
+        "link": "FROM_CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N] [--protocol tcp|udp|any]",
         "expire": "frontend|public-frontend|invocation|grpc-proxy",
         "clear-links": "",
     }
@@ -180,6 +181,7 @@ def fault_step(
             "latencyMs": latency_ms,
             "drop": drop,
             "timeoutMs": timeout_ms,
+            "protocol": protocol,
         }
         return {"name": f"link from {target}", "fault": {"link": link}}
     return {"name": f"{action} {target}", "fault": {action: target}}

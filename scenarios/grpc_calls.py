@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from typing import Any
 
@@ -18,10 +19,13 @@ from sim.runtime.component import Context
 CALL_TIMEOUT = 10.0
 
 
-async def _watch_worker(tail: StackTail, request_ids: list[str]) -> str:
-    """Resolve with the worker's error once it reports the callback failed (then the call can stop)."""
+async def _watch_worker(tail: StackTail, tag: str, request_ids: list[str]) -> str:
+    """Resolve with the worker's error once it reports the callback failed (then the call can stop). A unary
+    call's request id comes with its end, so the pod's event for the call's tag names it sooner."""
 
     def failed() -> bool:
+        if not request_ids and (minted := tail.tagged_request(tag)):
+            request_ids.append(minted)
         result = tail.worker_result(request_ids[0]) if request_ids else None
         return bool(result and not result.get("ok"))
 
@@ -31,11 +35,21 @@ async def _watch_worker(tail: StackTail, request_ids: list[str]) -> str:
 
 
 async def _call(
-    client: Context, pod: Pod, payload: bytes, stream: int | None, timeout: float, request_ids: list[str]
+    client: Context,
+    pod: Pod,
+    payload: bytes,
+    stream: int | None,
+    timeout: float,
+    tag: str,
+    request_ids: list[str],
 ) -> CallOutcome:
+    def named(request_id: str) -> None:
+        if request_id not in request_ids:  # the watcher may have found it first
+            request_ids.append(request_id)
+
     host, port = client.netmap.lookup(client.cluster, pod.ip, GRPC_CLIENT_PORT)
     async with EchoClient((host, port)) as echo:
-        return await echo.traced(payload, stream, timeout, on_request_id=request_ids.append)
+        return await echo.traced(payload, stream, timeout, on_request_id=named, call_tag=tag)
 
 
 async def grpc_call(
@@ -45,11 +59,14 @@ async def grpc_call(
     stream = spec.get("stream")
     started = time.monotonic()
     request_ids: list[str] = []
+    tag = secrets.token_hex(8)  # unique across commands on one stack, whose events accumulate
     call = asyncio.create_task(
-        _call(client, pod, payload, stream, spec.get("timeout", CALL_TIMEOUT), request_ids),
+        _call(client, pod, payload, stream, spec.get("timeout", CALL_TIMEOUT), tag, request_ids),
         name=f"grpc-call-{step.index}-{index}",
     )
-    watch = asyncio.create_task(_watch_worker(tail, request_ids), name=f"grpc-watch-{step.index}-{index}")
+    watch = asyncio.create_task(
+        _watch_worker(tail, tag, request_ids), name=f"grpc-watch-{step.index}-{index}"
+    )
     done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
     for task in (call, watch):
         if task not in done:

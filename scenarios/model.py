@@ -20,8 +20,10 @@ from jsonschema.exceptions import ValidationError, best_match
 from scenarios.spec import ACTIONS, PLACEHOLDER, PLACEHOLDERS, Expect, Scenario, Step, step_from
 from sim.errors import ConfigError, ScenarioError
 from sim.model.layering import STEP, Layer, Layered, defaults_layer, layer, parse_set, scenario_layer, then
+from sim.model.topology import Topology
 from sim.model.values import key_path
 from sim.model.values_file import file_layer, load_values_file
+from sim.runtime.fault_args import FaultArgumentError, parse_fault
 
 __all__ = [
     "CATALOGUE",
@@ -98,9 +100,11 @@ def _describe(error: ValidationError) -> tuple[tuple[Any, ...], str]:
     """(key path, what was expected) for a schema error."""
     parts = tuple(error.absolute_path)
     if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
-        allowed = ", ".join(sorted(error.schema.get("properties", {})))
-        return (*parts, extra[0]), f"unknown key; expected one of: {allowed}"
+        known = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(known), key=str)
+        close = difflib.get_close_matches(str(extra[0]), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return (*parts, extra[0]), f"unknown key; {hint}expected one of: {', '.join(known)}"
     if error.validator == "required":
         missing = str(error.message).split("'")[1]
         return (*parts, missing), "is required but missing"
@@ -258,7 +262,10 @@ def scenario_from_data(
     allow_expected_error: bool = False,
     sets: Sequence[str] = (),
     customer: Sequence[Layer] | None = None,
+    topology: Topology | None = None,
 ) -> Scenario:
+    """`topology`: the running stack's, when the steps are to run on it (its faults are checked against it);
+    otherwise the scenario's own."""
     origin = origin or {}
     problem = _schema_error(path, data, origin)
     if problem:
@@ -287,7 +294,26 @@ def scenario_from_data(
                 f"the values were accepted, but the scenario expects them refused with {expect_error!r}",
             )
         )
-    return _scenario(data, path, layered)
+    scenario = _scenario(data, path, layered)
+    _check_faults(scenario, raw_steps, origin, topology)
+    return scenario
+
+
+def _check_faults(
+    scenario: Scenario, raw_steps: list[dict[str, Any]], origin: Origin, topology: Topology | None
+) -> None:
+    """Every fault's arguments against the topology it will act on (sim.runtime.fault_args): a component,
+    role or cluster it does not have, a scale past its count, what ncpsim does not model, with FILE:LINE."""
+    faults = [(index, raw["fault"]) for index, raw in enumerate(raw_steps) if "fault" in raw]
+    if not faults:
+        return
+    topology = topology or scenario.build_topology("check")
+    for index, fault in faults:
+        try:
+            parse_fault(fault, topology)
+        except FaultArgumentError as exc:
+            where = ("steps", index, "fault", *exc.parts)
+            raise ScenarioError(_located(scenario.path, where, origin, exc.reason)) from None
 
 
 def _with_unknown_keys(error: ConfigError, layered: Layered) -> ConfigError:

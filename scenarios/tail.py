@@ -41,6 +41,7 @@ class StackTail:
         self._tails: dict[Path, _FileTail] = {}
         self._access_tail = _FileTail(state_dir / "logs" / ACCESS_LOG)
         self._results: dict[str, dict[str, Any]] = {}
+        self._tagged: dict[str, str] = {}  # a gRPC call's tag -> the request id its pod minted
 
     def refresh(self) -> None:
         for path in sorted((self.state_dir / "events").glob("*.jsonl")):
@@ -53,10 +54,16 @@ class StackTail:
                 self.events.append(event)
                 if event.get("kind") == "worker.callback.result":
                     self._results[event.get("requestId")] = event
+                elif event.get("kind") == "grpc.token.minted" and event.get("call"):
+                    self._tagged[event["call"]] = event.get("requestId")
         self.access += [rec for line in self._access_tail.new_lines() if (rec := parse_line(line))]
 
     def worker_result(self, request_id: str) -> dict[str, Any] | None:
         return self._results.get(request_id)
+
+    def tagged_request(self, tag: str) -> str | None:
+        """The request id a grpc-proxy pod minted for the gRPC call sent with this tag (GRPC_CALL_TAG)."""
+        return self._tagged.get(tag)
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Re-read until `predicate` holds or `timeout` passes: waiting on what components record."""

@@ -57,8 +57,9 @@ def call(c, function, count=1, json_=False, stack="default", backend="local"):
         "target": "what the action acts on (see `invoke status` for component names)",
         "to": "link: the address or CIDR the cluster's dials go to (default: the proxy's load balancer)",
         "latency_ms": "link: added latency",
-        "drop": "link: share of connections (and of requests on kept-alive ones) lost (0..1)",
-        "timeout_ms": "link: how long a lost connection hangs",
+        "drop": "link: share lost (0..1): TCP connections and requests on kept-alive ones, UDP datagrams",
+        "timeout_ms": "link: how long a lost attempt (TCP dial, DNS query, QUIC handshake) hangs",
+        "protocol": "link: tcp, udp (DNS, HTTP/3) or any (default); udp alone is a TCP-only load balancer",
         **_ON_STACK,
     },
 )
@@ -71,13 +72,15 @@ def fault(
     latency_ms=0,
     drop=0.0,
     timeout_ms=1000,
+    protocol="any",
     stack="default",
     backend="local",
 ):
     """Inject a fault into the running stack.
 
     invoke fault kill|restart|stop|start COMPONENT, fault scale ROLE=N (e.g. invocation=1),
-    fault link CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N], fault clear-links,
+    fault link CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N] [--protocol tcp|udp|any],
+    fault clear-links,
     fault expire frontend|public-frontend|invocation|grpc-proxy
     """
     from scenarios.devenv import fault_step, link_target
@@ -87,7 +90,7 @@ def fault(
         raise ConfigError("fault: name an action, e.g. invoke fault kill invocation-service-0 (see --help)")
     if action == "link":
         to = link_target(stack_named(stack, backend), to)
-    step = fault_step(action, target, to, int(latency_ms), float(drop), int(timeout_ms))
+    step = fault_step(action, target, to, int(latency_ms), float(drop), int(timeout_ms), protocol)
     _run_steps(stack, backend, [step], "invoke fault")
 
 

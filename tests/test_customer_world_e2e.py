@@ -100,6 +100,15 @@ CONTROLS = [
         "cannot resolve invocation.grpc-worker.example.com",
     ),
     ("wrong-name-pod-cert", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
+    # No filter on the way: the gRPC callbacks the scenario shows failing go through.
+    ("tcp-only-load-balancer", lambda d: d["steps"].pop(0), 2, "outcome failure, but it succeeded"),
+    # The same dead link on TCP instead: the HTTP callbacks the scenario shows passing fail.
+    (
+        "tcp-only-load-balancer",
+        lambda d: d["steps"][0]["fault"]["link"].update(protocol="tcp"),
+        2,
+        "outcome success, but it failed",
+    ),
 ]
 
 

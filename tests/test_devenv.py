@@ -216,7 +216,10 @@ def test_fault_link_and_mistakes() -> None:
         "latencyMs": 200,
         "drop": 0.5,
         "timeoutMs": 1000,
+        "protocol": "any",
     }
+    udp = fault_step("link", "ncpsim-compute-1", "10.100.0.10", drop=1.0, protocol="udp")["fault"]["link"]
+    assert udp["protocol"] == "udp"  # `ncpsim fault link CLUSTER --protocol udp`
     with pytest.raises(ConfigError, match="choose one of kill"):
         fault_step("explode", "x")
     with pytest.raises(ConfigError, match="invoke fault kill COMPONENT"):

@@ -303,7 +303,7 @@ WRITER = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from sim.runtime.faults import LinkFault, save_links
+from sim.runtime.links import LinkFault, save_links
 for n in range(2000):
     save_links(Path(sys.argv[1]), [LinkFault("compute-1", "10.0.0.0/8", latency_ms=n)])
 """

@@ -128,6 +128,35 @@ CASES = [
     ),
     Case("top-level-list", "- name: x\n- summary: y\n", (":1:", "top level must be a mapping")),
     Case(
+        "fault-link-protocol",
+        GOOD_HEAD
+        + "steps:\n  - fault: {link: {from: ncpsim-compute-1, to: 10.100.0.10, drop: 1, protocol: bogus}}\n",
+        (":12:", "steps[0].fault.link.protocol", "'tcp', 'udp', 'any'"),
+    ),
+    Case(
+        "fault-link-unknown-key",
+        GOOD_HEAD
+        + "steps:\n  - fault:\n      link: {from: ncpsim-compute-1, to: 10.100.0.10, latency: 50}\n",
+        (":13:", "steps[0].fault.link.latency", "did you mean latencyMs?"),
+        command="replay",
+    ),
+    Case(
+        "fault-scale-past-count",
+        GOOD_HEAD + "steps:\n  - fault: {scale: {role: invocation, replicas: 3}}\n",
+        (
+            ":12:",
+            "steps[0].fault.scale.replicas",
+            "more than the 2 invocation pods",
+            "topology.invocationReplicas",
+        ),
+    ),
+    Case(
+        "fault-scale-nats",
+        GOOD_HEAD + "steps:\n  - fault: {scale: {role: nats, replicas: 0}}\n",
+        (":12:", "steps[0].fault.scale.role", "not modelled"),
+        command="replay",
+    ),
+    Case(
         "catalogue-split-plane-url",
         CATALOGUE + "split-plane-url-set",
         (":10:", "global.workerEndpoints.invocationServiceURL", "must be empty"),

@@ -11,6 +11,7 @@ from typing import Self
 import grpc
 
 from sim.protocols.grpc_tunnel import STREAM, UNARY
+from sim.protocols.wire import GRPC_CALL_TAG
 
 # Never route loopback calls through an HTTP proxy from the environment.
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)
@@ -50,13 +51,19 @@ class EchoClient:
         stream_count: int | None = None,
         timeout: float = 10,
         on_request_id: Callable[[str], None] | None = None,
+        call_tag: str | None = None,
     ) -> CallOutcome:
-        """One unary (or server-streaming, with `stream_count`) call, keeping its request id and error."""
+        """One unary (or server-streaming, with `stream_count`) call, keeping its request id and error.
+
+        grpc's asyncio client hands a unary call's initial metadata (the request id) over only once the
+        call ends; `call_tag`, sent as GRPC_CALL_TAG metadata, lets a watcher find the request meanwhile in
+        the pod's grpc.token.minted event."""
+        metadata = ((GRPC_CALL_TAG, call_tag),) if call_tag else None
         if stream_count is None:
-            call = self.channel.unary_unary(UNARY)(payload, timeout=timeout)
+            call = self.channel.unary_unary(UNARY)(payload, timeout=timeout, metadata=metadata)
         else:
             request = json.dumps({"text": payload.decode(), "count": stream_count}).encode()
-            call = self.channel.unary_stream(STREAM)(request, timeout=timeout)
+            call = self.channel.unary_stream(STREAM)(request, timeout=timeout, metadata=metadata)
         request_id = None
         try:
             metadata = await call.initial_metadata()

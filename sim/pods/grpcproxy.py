@@ -33,7 +33,7 @@ from sim.protocols.grpc_callback import (
 )
 from sim.protocols.grpc_tunnel import INTERNAL, STREAM, UNARY, UNAVAILABLE, GrpcError, H2Tunnel
 from sim.protocols.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig, Tasks
-from sim.protocols.wire import GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT
+from sim.protocols.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT
 from sim.runtime.component import Context, Ready
 
 SERVICE = "ncpsim.Echo"
@@ -156,7 +156,8 @@ class GrpcProxyPod:
     ) -> AsyncIterator[bytes]:
         request_id = new_request_id(self.rng)
         token = self.book.mint(request_id, self.clock())
-        self.ctx.events.emit("grpc.token.minted", requestId=request_id, pod=self.pod.name)
+        tag = dict(context.invocation_metadata() or ()).get(GRPC_CALL_TAG)
+        self.ctx.events.emit("grpc.token.minted", requestId=request_id, pod=self.pod.name, call=tag)
         # Like NVCF-REQID on HTTP invocations: lets a client (and ncpsim's replay) name the request at once.
         await context.send_initial_metadata((("nvcf-reqid", request_id),))
         waiter: asyncio.Future[H3Stream] = asyncio.get_running_loop().create_future()

@@ -49,6 +49,7 @@ from sim.protocols.h3_quic import (
     server_configuration,
     trust_pem,
 )
+from sim.protocols.lossy import Fate, LossyTransport
 
 # The public API, including what sim.protocols.h3_quic defines: callers import all of it from sim.protocols.h3.
 __all__ = [
@@ -386,15 +387,21 @@ class H3Endpoint(QuicConnectionProtocol):
             self.abandon(reason=f"connection refused ({exc.strerror or exc})")
 
 
-async def connect(addr: tuple[str, int], config: QuicConfiguration, *, timeout: float) -> H3Endpoint:
+async def connect(
+    addr: tuple[str, int], config: QuicConfiguration, *, timeout: float, fate: Fate | None = None
+) -> H3Endpoint:
     """Open a QUIC connection from 127.0.0.1 to `addr` and wait for the handshake.
 
-    Raises HandshakeFailed with the peer's (or our own TLS stack's) reason. Close with `close_client`.
+    `fate` puts a faulty link under the connection (sim.protocols.lossy): each datagram sent is held back
+    or lost as it says. Raises HandshakeFailed with the peer's (or our own TLS stack's) reason. Close
+    with `close_client`.
     """
     loop = asyncio.get_running_loop()
     quic = QuicConnection(configuration=config)
     # A connected socket, so an ICMP port unreachable (nothing listens) reaches error_received.
-    _, endpoint = await loop.create_datagram_endpoint(lambda: H3Endpoint(quic), remote_addr=addr)
+    transport, endpoint = await loop.create_datagram_endpoint(lambda: H3Endpoint(quic), remote_addr=addr)
+    if fate is not None:  # aioquic sends through the transport it was handed: hand it the link's
+        endpoint.connection_made(LossyTransport(transport, fate))
     endpoint.connect(addr)
     try:
         async with asyncio.timeout(timeout):

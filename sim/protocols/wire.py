@@ -17,6 +17,8 @@ PROXY_SERVICE_FQDN = "worker-callback-proxy.nvcf.svc.cluster.local"
 INVOCATION_HTTP_PORT = 8080  # client API, and the plaintext worker API when upstream TLS is off
 INVOCATION_TLS_PORT = 8443  # the worker TLS listener (invocation.workerTls); CONNECT always targets it
 GRPC_CLIENT_PORT = 10081  # client-facing gRPC (h2c)
+# ncpsim's own client metadata (no NVCF client sends it): names a call before grpc hands over its request id.
+GRPC_CALL_TAG = "x-ncpsim-call"
 GRPC_CALLBACK_PORT = 10084  # worker callbacks, HTTP/3 on UDP
 PROXY_HTTP_PORT = 10084  # the worker callback proxy, TLS on TCP
 PROXY_H3_PORT = 443  # the worker callback proxy, QUIC on UDP

@@ -42,7 +42,6 @@ from sim.protocols.h3 import (
     Tasks,
     client_configuration,
     close_client,
-    connect,
     peek_server_name,
     trust_pem,
 )
@@ -350,7 +349,9 @@ class H3Front:
         # The CA is read for each new session, so a rotated grpc-proxy-worker-tls applies without restart.
         trust = trust_pem([self.ctx.secret(GRPC_SECRET) / "ca.crt"])
         try:
-            endpoint = await connect(addr, client_configuration(name, trust), timeout=CONNECT_TIMEOUT)
+            endpoint = await self.ctx.open_quic(
+                ip, GRPC_CALLBACK_PORT, client_configuration(name, trust), timeout=CONNECT_TIMEOUT
+            )
         except HandshakeFailed as exc:
             if exc.certificate_rejected:
                 raise UpstreamFailure("UF", UF_TLS_BODY, f"CERTIFICATE_VERIFY_FAILED: {exc.reason}") from exc

@@ -9,13 +9,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aioquic.quic.configuration import QuicConfiguration
+
 from dns.client import NameNotResolved, resolve_a
 from sim.model.events import EventLog
 from sim.model.netmap import LiveNetMap
 from sim.model.topology import Topology
+from sim.protocols.h3 import H3Endpoint, connect
 from sim.protocols.http1 import open_within
 from sim.protocols.wire import DNS_PORT, NATS_PORT
-from sim.runtime.faults import link_delay, load_links
+from sim.runtime.links import TCP, UDP, LinkFault, attempt_timeout, datagram_delay, link_delay, load_links
 
 # A component reports the virtual addresses it serves: {"10.42.0.11:8443/tcp": 40123, ...}
 Ready = Callable[[dict[str, int]], None]
@@ -34,6 +37,9 @@ class Context:
     netmap: LiveNetMap = field(init=False)
     _links: dict = field(init=False, default_factory=dict)  # cache of <state>/faults.json
     _rng: random.Random = field(init=False)
+    # Datagrams draw from their own stream: how many a QUIC connection sends depends on timing, and must
+    # not shift the draws of dials and queries, which a replay repeats.
+    _datagram_rng: random.Random = field(init=False)
     # Seed for what a pod mints (request ids, tokens): the same on a stack's first start, so a replay is
     # reproducible; another one for a restarted process (its events file was no longer empty when it
     # opened it), so a restarted pod never hands out a request id its predecessor already used.
@@ -45,12 +51,16 @@ class Context:
         self.mint_seed = f"{self.topology.seed}:{self.name}" + (f":{earlier}" if earlier else "")
         self.netmap = LiveNetMap(self.state_dir / "netmap.json")
         self._rng = random.Random(f"{self.topology.seed}:{self.name}")
+        self._datagram_rng = random.Random(f"{self.topology.seed}:{self.name}:datagrams")
 
-    async def cross_link(self, ip: str) -> None:
+    def link_fault(self, ip: str, protocol: str) -> LinkFault | None:
+        """The link fault in force on this cluster's `protocol` traffic to `ip` (read anew when it changes)."""
+        return load_links(self.state_dir, self._links).matching(self.cluster, ip, protocol)
+
+    async def cross_link(self, ip: str, protocol: str = TCP) -> None:
         """Apply a link fault (latency, drop) on the way to `ip`, as the scenario configured it: on each dial
         and query, and on each request a kept-alive connection carries there."""
-        fault = load_links(self.state_dir, self._links).matching(self.cluster, ip)
-        wait, dropped = link_delay(fault, self._rng)
+        wait, dropped = link_delay(self.link_fault(ip, protocol), self._rng)
         if wait:
             await asyncio.sleep(wait)  # the simulated link's delay
         if dropped:
@@ -76,7 +86,7 @@ class Context:
     async def resolve(self, name: str) -> list[str]:
         dns_ip = self.topology.cluster(self.cluster).dns_ip
         try:
-            await self.cross_link(dns_ip)
+            await self.cross_link(dns_ip, UDP)  # one query, one datagram
         except TimeoutError:
             raise NameNotResolved(name, "TIMEOUT") from None
         return await resolve_a(name, self.dns_server())
@@ -96,6 +106,18 @@ class Context:
 
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return self.netmap.lookup(self.cluster, ip, port, "udp")
+
+    async def open_quic(self, ip: str, port: int, config: QuicConfiguration, *, timeout: float) -> H3Endpoint:
+        """QUIC to the virtual `ip:port`, across the link as the faults in force say: each datagram sent is
+        delayed or lost (asked per datagram, so a fault written later reaches a kept-alive connection),
+        and a handshake over a link that loses packets is given up after its timeoutMs, as a TCP dial is."""
+        addr = self.udp_address(ip, port)
+
+        def fate() -> float | None:
+            return datagram_delay(self.link_fault(ip, UDP), self._datagram_rng)
+
+        give_up = attempt_timeout(self.link_fault(ip, UDP), timeout)
+        return await connect(addr, config, timeout=give_up, fate=fate)
 
     def nats_url(self) -> str:
         """nats-server as this cluster reaches it: the control plane's load-balancer address, port 4222."""

@@ -1,86 +1,39 @@
 """Faults a scenario injects into a running local stack, seeded so a replay repeats them exactly.
 
 Process faults act on the launcher (SIGKILL a pod, restart it, scale a role to zero and back, stop and
-start DNS); link faults are written to <state>/faults.json, which every component's Context consults
-when it dials or resolves (latency, and dropped connections that time out as a dead link would);
-`expire` swaps a Secret to a certificate whose validity ended yesterday; `pod-cert` makes a pod serve a
-certificate for the wrong name or from another CA.
+start DNS); link faults are written to <state>/faults.json (sim.runtime.links), which every component's
+Context consults on each dial, query, request and datagram (latency, and losses that time out as a dead
+link would), on TCP, UDP or both; `expire` swaps a Secret to a certificate whose validity ended
+yesterday; `pod-cert` makes a pod serve a certificate for the wrong name or from another CA. Every
+argument is checked against the stack's topology first (sim.runtime.fault_args): nothing is reported
+done that was not.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import os
 import random
 import shutil
-import tempfile
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
+from sim.runtime.fault_args import (
+    POD_CERTIFICATES,
+    ClearLinks,
+    Expire,
+    PodCert,
+    ProcessFault,
+    Scale,
+    parse_fault,
+)
+from sim.runtime.links import LinkFault, load_links, save_links
 
 if TYPE_CHECKING:
     from certs.store import CertStore
     from sim.model.topology import Topology
-
-FAULTS_FILE = "faults.json"
-
-
-@dataclass(frozen=True)
-class LinkFault:
-    source: str  # cluster whose dials are affected, e.g. "ncpsim-compute-1"
-    target: str  # virtual IP or CIDR the dials go to, e.g. "10.100.0.10" (the proxy's LB)
-    latency_ms: int = 0
-    drop: float = 0.0  # probability that a connection attempt or query is lost
-    timeout_ms: int = 1000  # how long a dropped attempt hangs before it times out
-
-    def applies(self, cluster: str, ip: str) -> bool:
-        return cluster == self.source and ipaddress.ip_address(ip) in ipaddress.ip_network(self.target)
-
-
-@dataclass
-class LinkState:
-    """What components read: the link faults in force (hot-reloaded by mtime)."""
-
-    links: list[LinkFault] = field(default_factory=list)
-
-    def matching(self, cluster: str, ip: str) -> LinkFault | None:
-        return next((f for f in self.links if f.applies(cluster, ip)), None)
-
-
-def load_links(state_dir: Path, cache: dict[str, Any]) -> LinkState:
-    path = cache.setdefault("path", os.path.join(state_dir, FAULTS_FILE))
-    try:
-        stamp = os.stat(path).st_mtime_ns  # before every dial, lookup and kept-alive request: no pathlib
-    except FileNotFoundError:
-        return LinkState()
-    if cache.get("stamp") != stamp:
-        raw = json.loads(Path(path).read_text())
-        cache.update(stamp=stamp, state=LinkState([LinkFault(**link) for link in raw.get("links", [])]))
-    return cache["state"]
-
-
-def save_links(state_dir: Path, links: list[LinkFault]) -> None:
-    # A name of its own per writer (O_EXCL, no link followed): two `invoke fault link` at once no longer
-    # replace each other's temporary file away (FileNotFoundError, a traceback).
-    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=f".{FAULTS_FILE}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps({"links": [asdict(link) for link in links]}, indent=2))
-    os.replace(tmp, state_dir / FAULTS_FILE)
-
-
-def link_delay(fault: LinkFault | None, rng: random.Random) -> tuple[float, bool]:
-    """(seconds to wait, dropped?) for one dial over a faulty link (pure)."""
-    if fault is None:
-        return 0.0, False
-    if fault.drop and rng.random() < fault.drop:
-        return fault.timeout_ms / 1000, True
-    return fault.latency_ms / 1000, False
-
 
 EXPIRABLE = {
     "frontend": lambda wd: frontend_profile(wd, STACK),
@@ -90,28 +43,21 @@ EXPIRABLE = {
 }
 
 
-POD_CERTIFICATES = {"invocation": invocation_profile, "grpc-proxy": grpc_profile}
-
-
-def misissue_pod_certificate(store: CertStore, spec: dict[str, Any]) -> str:
+def misissue_pod_certificate(store: CertStore, fault: PodCert) -> str:
     """The pod serves a certificate for other names or from another CA; the Secret's ca.crt (what the proxy
     verifies against) stays, so the proxy's upstream handshake fails with CERTIFICATE_VERIFY_FAILED."""
     from certs.profiles import Profile
     from certs.volume import load_secret, write_secret
 
-    which = spec.get("pod")
-    if which not in POD_CERTIFICATES:
-        raise ScenarioError(f"pod-cert: pod {which!r}; choose one of {', '.join(POD_CERTIFICATES)}")
-    right = POD_CERTIFICATES[which]()
-    names, issuer = tuple(spec.get("names") or right.identities), spec.get("issuer", STACK)
-    if names == right.identities and issuer == STACK:
-        raise ScenarioError("pod-cert: give names or an issuer that differ from the right certificate's")
-    scratch = store.issue(Profile(f"fault-{right.secret}", names, issuer))
+    right = POD_CERTIFICATES[fault.pod]()
+    scratch = store.issue(Profile(f"fault-{right.secret}", fault.names, fault.issuer))
     crt, key, _ = load_secret(scratch)
     _, _, trusted = load_secret(store.secret_dir(right.secret))
     write_secret(store.secret_dir(right.secret), crt, key, trusted)
     shutil.rmtree(scratch, ignore_errors=True)
-    return f"{which} pod certificate replaced by one for {', '.join(names)} from the {issuer} CA"
+    return (
+        f"{fault.pod} pod certificate replaced by one for {', '.join(fault.names)} from the {fault.issuer} CA"
+    )
 
 
 def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
@@ -157,13 +103,21 @@ class FaultInjector:
     def __init__(self, stack: FaultTarget, rng: random.Random):
         self.stack, self.rng = stack, rng
 
-    ACTIONS = ("kill", "restart", "scale", "stop", "start", "link", "clear-links", "expire", "pod-cert")
-
-    def apply(self, spec: dict[str, Any]) -> str:
-        ((action, arg),) = spec.items()
-        if action not in self.ACTIONS:
-            raise ScenarioError(f"fault: unknown action {action!r}; use {', '.join(self.ACTIONS)}")
-        return getattr(self, "_" + action.replace("-", "_"))(arg)
+    def apply(self, spec: Mapping[str, Any]) -> str:
+        """Check the step's `{ACTION: ARGUMENT}` against the stack's topology, then act on the stack."""
+        fault = parse_fault(spec, self.stack.topology)
+        if isinstance(fault, ProcessFault):
+            return getattr(self, "_" + fault.action)(fault.component)
+        if isinstance(fault, Scale):
+            return self._scale(fault)
+        if isinstance(fault, LinkFault):
+            return self._link(fault)
+        if isinstance(fault, ClearLinks):
+            save_links(self.stack.state_dir, [])
+            return "links healed"
+        if isinstance(fault, Expire):
+            return expire_certificate(self._certs(), fault.which, self.stack.topology.worker_domain)
+        return misissue_pod_certificate(self._certs(), fault)
 
     @property
     def processes(self) -> Components:
@@ -193,45 +147,28 @@ class FaultInjector:
     def _start(self, name: str) -> str:
         return self._restart(name).replace("restarted", "started")
 
-    def _scale(self, arg: dict[str, Any]) -> str:
-        role, replicas = arg["role"], int(arg["replicas"])
-        pods = [p.name for p in self.stack.topology.pods if p.role == role]
-        for name in pods[replicas:]:
+    def _scale(self, fault: Scale) -> str:
+        for name in fault.pods[fault.replicas :]:
             self.processes.stop(name)
-        for name in pods[:replicas]:
+        for name in fault.pods[: fault.replicas]:
             if name not in self.processes.running():
                 self._restart(name)
-        return f"scaled {role} to {replicas} of {len(pods)} replicas"
+        return f"scaled {fault.role} to {fault.replicas} of {len(fault.pods)} replicas"
 
-    def _link(self, arg: dict[str, Any]) -> str:
-        fault = LinkFault(
-            source=arg["from"],
-            target=arg["to"],
-            latency_ms=int(arg.get("latencyMs", 0)),
-            drop=float(arg.get("drop", 0.0)),
-            timeout_ms=int(arg.get("timeoutMs", 1000)),
-        )
+    def _link(self, fault: LinkFault) -> str:
         current = load_links(self.stack.state_dir, {}).links
         save_links(self.stack.state_dir, [*current, fault])
-        return f"link {fault.source} -> {fault.target}: +{fault.latency_ms} ms, drop {fault.drop:.0%}"
-
-    def _clear_links(self, _arg: Any) -> str:
-        save_links(self.stack.state_dir, [])
-        return "links healed"
-
-    def _expire(self, which: str) -> str:
-        from certs.store import CertStore  # trustme and cryptography: only when a fault needs them
-
-        return expire_certificate(
-            CertStore(self.stack.state_dir / "certs"), which, self.stack.topology.worker_domain
+        said = f"link {fault.source} -> {fault.target} ({fault.protocol}): +{fault.latency_ms} ms"
+        return (
+            said
+            + f", drop {fault.drop:.0%}"
+            + (f" (lost attempts hang {fault.timeout_ms} ms)" if fault.drop else "")
         )
 
-    def _pod_cert(self, spec: dict[str, Any]) -> str:
-        from certs.store import CertStore
+    def _certs(self) -> CertStore:
+        from certs.store import CertStore  # trustme and cryptography: only when a fault needs them
 
-        if not isinstance(spec, dict):
-            raise ScenarioError("pod-cert: give {pod: invocation|grpc-proxy, names: [...], issuer: ...}")
-        return misissue_pod_certificate(CertStore(self.stack.state_dir / "certs"), spec)
+        return CertStore(self.stack.state_dir / "certs")
 
     def _check_running(self, name: str) -> None:
         running = self.processes.running()

@@ -23,7 +23,6 @@ from sim.protocols.h3 import (
     HandshakeFailed,
     StreamError,
     client_configuration,
-    connect,
     trust_pem,
 )
 from sim.runtime.component import Context
@@ -117,11 +116,10 @@ async def _attempt(
 
     async def dial() -> H3Endpoint:
         ip = await _resolve(worker, target.host, work.get("requestId"), dns)
-        addr = worker.ctx.udp_address(ip, target.port)
         config = client_configuration(
             target.host, trust_pem(worker.cafiles(), worker.proxy_ca_pem), idle_timeout=IDLE_TIMEOUT
         )
-        return await connect(addr, config, timeout=HANDSHAKE_TIMEOUT)
+        return await worker.ctx.open_quic(ip, target.port, config, timeout=HANDSHAKE_TIMEOUT)
 
     cache = worker.quic = worker.quic or QuicCache()
     try:
