@@ -21,7 +21,7 @@ from clusters.stack import Stack
 from scenarios import origins
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
-from sim.runtime.faults import FAULTS_FILE
+from sim.runtime.links import FAULTS_FILE
 
 Json = dict[str, Any]
 
