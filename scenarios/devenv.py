@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from certs.rotate import KINDS
@@ -32,6 +31,7 @@ from scenarios.report import call_row
 from scenarios.result import StepResult
 from scenarios.secrets import parse_secret_arg
 from scenarios.spec import Scenario
+from scenarios.terminal import markup, safe
 from sim.errors import ConfigError, ScenarioError
 from sim.model.layering import parse_key, parse_set, suggest, unknown_keys
 from sim.model.topology import SecretSpec
@@ -334,17 +334,17 @@ def session_text(session: Session, width: int | None = None, colour: bool = Fals
         passed = sum(1 for t in result.traces if t.outcome == "success")
         calls = f" — {passed}/{len(result.traces)} calls succeeded" if result.traces else ""
         note = f" ({result.note})" if result.note else ""
-        line = f"{'✓' if ok else '✗'} {result.step.name}{calls}{note}"
+        line = safe(f"{'✓' if ok else '✗'} {result.step.name}{calls}{note}", one_line=True)
         console.print(line, markup=False, soft_wrap=True, style="green" if ok else "bold red")
         for failure in result.failures:
-            console.print(f"    {failure}", markup=False, soft_wrap=True, style="red")
+            console.print(f"    {safe(failure, one_line=True)}", markup=False, soft_wrap=True, style="red")
         if result.traces:
             table = Table(box=None, padding=(0, 1), show_edge=False)
             for column in TRACE_COLUMNS:
                 table.add_column(column, overflow="fold")
             for trace in result.traces:
                 table.add_row(
-                    *(escape(cell) for cell in call_row(trace)),
+                    *(markup(cell) for cell in call_row(trace)),
                     style=None if trace.outcome == "success" else "red",
                 )
             console.print(table)

@@ -19,21 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from scenarios.terminal import safe
+
 FOLLOW_POLL = 0.2  # seconds between re-reads when following: a person reads, a fifth of a second is live
 ALIVE_CHECK = 1.0  # seconds between checks that the stack is still up while following
 COLOURS = (36, 33, 32, 35, 34, 91, 92, 93, 94, 95, 96)  # compose's rotation of prefix colours
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _STAMPS = (  # (pattern, strptime format, the time zone it is written in: None for local)
     (re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z\]"), "%Y-%m-%dT%H:%M:%S.%f", UTC),  # Envoy
     (re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)"), "%Y-%m-%d %H:%M:%S,%f", None),  # Python logging
     (re.compile(r"^\[\d+\] (\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+)"), "%Y/%m/%d %H:%M:%S.%f", None),  # nats
     (re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z"), "%Y-%m-%dT%H:%M:%S.%f", UTC),  # Go, zap
 )
-
-
-def safe(text: str) -> str:
-    """`text` with every control character but the tab shown as \\xNN: never interpreted by a terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def line_time(line: str) -> float | None:

@@ -19,11 +19,11 @@ from rich.console import Console
 from clusters.local import LocalBackend
 from clusters.stack import Backend
 from scenarios.engine import run_scenario
-from scenarios.logview import safe
 from scenarios.model import catalogue, customer_layers, load_scenario
 from scenarios.report import input_assumptions, render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
 from scenarios.spec import Scenario
+from scenarios.terminal import safe
 from sim.errors import BackendError, ConfigError
 
 MAX_STACK_NAME = 40  # clusters.state.STACK_NAME

@@ -7,12 +7,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from scenarios.paste import try_commands
 from scenarios.result import ScenarioResult
 from scenarios.spec import Scenario
+from scenarios.terminal import markup, safe
 from scenarios.trace import CallTrace
 from sim.model.assumptions import assumptions
 
@@ -52,7 +52,7 @@ def render_text(
     )
     head = "PASS" if result.ok else "FAIL"
     style = "bold green" if result.ok else "bold red"
-    console.print(f"[{style}]{head}[/] {result.scenario.name}: {result.scenario.summary}")
+    console.print(f"[{style}]{head}[/] {markup(result.scenario.name)}: {markup(result.scenario.summary)}")
     if result.scenario.expect_error is None:
         console.print(
             f"  stack up in {result.up_seconds:.2f}s, scenario {result.elapsed:.2f}s"
@@ -63,19 +63,19 @@ def render_text(
             )
         )
     for line in [f"  {a}" for a in result.assumptions] + values_lines(result.scenario):
-        console.print(line, markup=False, soft_wrap=True)
+        console.print(safe(line, one_line=True), markup=False, soft_wrap=True)
     if result.refused and result.ok:
-        console.print(f"  values refused as expected: {result.refused}", markup=False)
+        console.print(f"  values refused as expected: {safe(result.refused, one_line=True)}", markup=False)
     if result.error:
-        console.print(f"  [red]error:[/] {escape(result.error)}")
+        console.print(f"  [red]error:[/] {markup(result.error)}")
     for step in result.steps:
         mark = "[green]✓[/]" if step.ok else "[red]✗[/]"
         ok = sum(1 for t in step.traces if t.outcome == "success")
         calls = f" — {ok}/{len(step.traces)} calls succeeded" if step.traces else ""
-        note = f" ({escape(step.note)})" if step.note else ""
-        console.print(f"  {mark} {escape(step.step.label)}{calls}{note}")
+        note = f" ({markup(step.note)})" if step.note else ""
+        console.print(f"  {mark} {markup(step.step.label)}{calls}{note}")
         for failure in step.failures:
-            console.print(f"      [red]{escape(failure)}[/]")
+            console.print(f"      [red]{markup(failure)}[/]")
         if traces and step.traces:
             console.print(_trace_table(step.traces))
     for kind in ("html", "mermaid", "json"):
@@ -135,7 +135,7 @@ def _trace_table(traces: list[CallTrace]) -> Table:
     for column in columns:
         table.add_column(column, overflow="fold")
     for trace in traces:
-        table.add_row(*(escape(cell) for cell in call_row(trace)))
+        table.add_row(*(markup(cell) for cell in call_row(trace)))
     return table
 
 

@@ -24,8 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from scenarios.calls import expected_proxy_lines
-from scenarios.logview import safe
 from scenarios.tail import StackTail
+from scenarios.terminal import safe
 from scenarios.trace import CallTrace, join
 from sim.proxy.access_log import start_time
 

@@ -242,3 +242,32 @@ def test_concurrent_sets_apply_in_turn_and_keep_every_assignment(cli: Cli) -> No
     shown = {v["key"] for v in cli.json("values", "--json")}  # type: ignore[union-attr]
     assert set(keys) <= shown
     assert cli("set", *(f"--unset={key}" for key in keys)).returncode == 0
+
+
+def test_untrusted_text_reaches_the_terminal_escaped(cli: Cli, tmp_path: Path) -> None:
+    """A step name, a scenario's text and what a client sent carry escapes, newlines and rich markup: the
+    step's output, the replay report and the logs show them escaped, never interpreted."""
+    hostile = "evil\\x1b[31m\\rred\\nFAKE PASS [/][bold]"  # as YAML writes it: escapes, CR, newline, markup
+    step = f'name: "{hostile}"\ninvoke: {{function: http-echo}}\n'
+    done = subprocess.run(
+        [NCPSIM, "step", "-"],
+        input=step,
+        cwd=cli.here,
+        env=cli.env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\nFAKE PASS" not in done.stdout
+    assert "evil\\x1b[31m\\x0dred\\x0aFAKE PASS [/][bold]" in done.stdout  # shown, markup and all
+    scenario = tmp_path / "hostile.yaml"
+    scenario.write_text(
+        f'name: hostile\nsummary: "{hostile}"\nvalues: {{workerCallbackProxy: {{enabled: true}}}}\n'
+        f'steps:\n  - name: "{hostile}"\n    setValues: {{}}\n'
+    )
+    replayed = cli("replay", str(scenario))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "\x1b" not in replayed.stdout and "\r" not in replayed.stdout
+    assert replayed.stdout.count("FAKE PASS") == 2 and "\nFAKE PASS" not in replayed.stdout
