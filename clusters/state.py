@@ -31,6 +31,7 @@ from sim.errors import ConfigError
 
 MARKER = ".ncpsim-stack"  # written at creation: this folder is an ncpsim stack folder
 LOCK = ".lock"
+MIN_FREE = 512 * 1024  # bytes a command needs free to run on a stack (a whole stack writes ~250 KiB)
 LOCK_POLL = 0.05  # seconds between tries while a command waits for the stack's lock
 # Every name ncpsim writes directly under a stack folder; none may be a symbolic link.
 OURS = (
@@ -110,8 +111,28 @@ def link_out_of(folder: Path) -> Path | None:
     return None
 
 
+def require_room(folder: Path, need: int = MIN_FREE) -> None:
+    """One line, before anything starts, when the filesystem holding `folder` is (nearly) full: a stack
+    writes its certificates, events, logs and reports there, and a write cut short mid-run is a traceback or
+    a half-written file, never a clear answer."""
+    place = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if place is None:
+        return
+    try:
+        stats = os.statvfs(place)
+    except OSError:
+        return
+    free = stats.f_bavail * stats.f_frsize
+    if free < need:
+        raise ConfigError(
+            f"no space left for the stack in {folder} ({free // 1024} KiB free, {need // 1024} KiB needed): "
+            f"free some space (`ncpsim down --all --purge` removes stopped stacks), or set NCPSIM_HOME elsewhere"
+        )
+
+
 def create_stack_dir(stack_dir: Path) -> None:
     """Create the stack folder (owner-only, with its marker), or check an existing one is ours."""
+    require_room(stack_dir)
     root = stack_dir.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -233,8 +254,9 @@ class StackLock:
                     f"stack folder {self.path.parent} is busy: `ncpsim up`, `down`, a redeploy or another "
                     f"command (pid {holder}) holds {self.path}; wait for it, or stop it"
                 ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # who holds it is a courtesy; a full disk must not stop `down`
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     def _release(self) -> None:

@@ -24,7 +24,7 @@ from certs.rotate import KINDS
 from certs.store import CertStore
 from clusters.certificates import place_secret
 from clusters.stack import Stack
-from clusters.state import write_file
+from clusters.state import require_room, write_file
 from scenarios.engine import SESSION, Replay
 from scenarios.model import scenario_from_data
 from scenarios.report import call_row
@@ -102,6 +102,7 @@ def run_steps(
 ) -> Session:
     """Check the steps as a scenario file's would be checked, then run them on the running stack."""
     require_running(stack)
+    require_room(stack.state_dir)
     with stack.changing():  # one command at a time: each reads the values the one before it left
         return _run_steps(stack, raw_steps, source, origin)
 

@@ -6,7 +6,9 @@ component writes what it decided, with the request id whenever it knows one.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,6 +29,9 @@ class EventLog:
         self._file: TextIO = open(self.path, "a", buffering=1)  # noqa: SIM115 - lives as long as the log
         self.written = self.path.stat().st_size
         self.dropped = 0
+        self.failed: OSError | None = (
+            None  # a write refused (a full disk): later events are counted, not written
+        )
 
     def emit(self, kind: str, /, **fields: Any) -> dict[str, Any]:
         if "kind" in fields:
@@ -58,11 +63,26 @@ class EventLog:
         self._write_line(json.dumps(event, sort_keys=True) + "\n")
 
     def _write_line(self, line: str) -> None:
-        self._file.write(line)
+        """A component keeps serving whatever its disk does: a refused write (ENOSPC, EIO) stops the log,
+        says so once on stderr (the component's log, if that disk still takes it), and counts what follows."""
+        if self.failed is not None:
+            self.dropped += 1
+            return
+        try:
+            self._file.write(line)
+        except OSError as exc:
+            self.failed, self.dropped = exc, self.dropped + 1
+            with contextlib.suppress(OSError, ValueError):
+                print(
+                    f"events: cannot write {self.path}: {exc.strerror or exc}; later events are not kept",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
         self.written += len(line)
 
     def close(self) -> None:
-        if self.dropped and not self._file.closed:
+        if self.dropped and not self._file.closed and self.failed is None:
             self._write(
                 {
                     "ts": time.time(),
@@ -71,7 +91,8 @@ class EventLog:
                     "count": self.dropped,
                 }
             )
-        self._file.close()
+        with contextlib.suppress(OSError):  # a buffered line the full disk refused: nothing more to do
+            self._file.close()
 
 
 class EventTemplate:
