@@ -100,6 +100,30 @@ CONTROLS = [
         "cannot resolve invocation.grpc-worker.example.com",
     ),
     ("wrong-name-pod-cert", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
+    # DNS as customers write it: the make target's rewrite resolves only through the name the customer
+    # exposed; an exact record for invocation.<workerDomain> is why gRPC fails (the wildcard would not).
+    (
+        "dns-rewrite-to-exposed-service",
+        lambda d: d["topology"]["computeClusters"][0].pop("dnsRecords"),
+        1,
+        "NXDOMAIN",
+    ),
+    (
+        "dns-rewrite-to-missing-service",
+        lambda d: d["topology"]["computeClusters"][0].update(
+            dnsRecords=[
+                {"kind": "exact", "name": "worker-callback-proxy.nvcf.svc.cluster.local", "target": "proxy"}
+            ]
+        ),
+        1,
+        "outcome failure, but it succeeded",
+    ),
+    (
+        "dns-exact-invocation-record",
+        lambda d: d["topology"]["computeClusters"][0]["dnsRecords"][0].update(kind="suffix", name=f".{WD}"),
+        2,
+        "outcome failure, but it succeeded",
+    ),
 ]
 
 

@@ -16,7 +16,7 @@ from dnslib import CLASS, EDNS0, QTYPE, RCODE, DNSRecord
 
 import dns.server
 from dns.client import NameNotResolved, resolve_a
-from dns.rule import Answer, View, WildcardRule
+from dns.rule import Answer, View, wildcard
 from dns.server import QueryEvent, Resolver
 
 T = TypeVar("T")
@@ -32,7 +32,7 @@ FANOUT_IPS = tuple(f"10.42.1.{i}" for i in range(1, 61))
 
 VIEWS = {
     CP: View(CP, hosts=((INVOCATION_POD, "10.42.0.11"), *((FANOUT, ip) for ip in FANOUT_IPS))),
-    COMPUTE: View(COMPUTE, wildcard=WildcardRule(WORKER_DOMAIN, PROXY_LB_IP)),
+    COMPUTE: View(COMPUTE, records=(wildcard(WORKER_DOMAIN, PROXY_LB_IP),)),
 }
 
 
@@ -289,13 +289,13 @@ def test_update_changes_answers_live_on_the_same_ports(running: Running) -> None
     name, ports = f"10-42-0-17.{WORKER_DOMAIN}", dict(running.resolver.ports)
     assert running.run(resolve_a(name, running.addr(COMPUTE))) == [PROXY_LB_IP]
 
-    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE, wildcard=None)})  # the rewrite is gone
+    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE)})  # the rewrite is gone
     with pytest.raises(NameNotResolved) as caught:
         running.run(resolve_a(name, running.addr(COMPUTE)))
     assert caught.value.rcode == "NXDOMAIN"
 
-    moved = WildcardRule(WORKER_DOMAIN, "10.100.0.77")
-    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE, wildcard=moved)})
+    moved = wildcard(WORKER_DOMAIN, "10.100.0.77")
+    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE, records=(moved,))})
     assert running.run(resolve_a(name, running.addr(COMPUTE))) == ["10.100.0.77"]
     assert running.resolver.ports == ports
 

@@ -102,7 +102,7 @@ class Diagnosis:
 @dataclass(frozen=True)
 class Rewrite:
     """What the customer's compute-cluster DNS holds for callbacks: `--rewrite DOMAIN=TARGET`, where TARGET
-    is `proxy` (the proxy Service's address), an IPv4 address, or `none` (no rewrite at all)."""
+    is `proxy` (the proxy Service's address), an IPv4 address, a DNS name looked up instead, or `none`."""
 
     domain: str | None  # None: the values' workerDomain
     target: str
@@ -117,7 +117,7 @@ def parse_rewrite(spec: str) -> Rewrite:
         return Rewrite(None, "none")
     if not sep or not domain or not target:
         raise ConfigError(
-            f"--rewrite {spec!r}: write DOMAIN=TARGET (TARGET: proxy, none or an IPv4 address), or none"
+            f"--rewrite {spec!r}: write DOMAIN=TARGET (TARGET: proxy, none, an IPv4 address or a DNS name), or none"
         )
     return Rewrite(domain.strip().lstrip("*.").rstrip("."), target.strip())
 
