@@ -12,7 +12,7 @@ from typing import Any
 
 from dns.rule import DnsRecord
 from sim.errors import ConfigError
-from sim.model.layering import Layered
+from sim.model.layering import STEP, Layer, Layered, then
 from sim.model.topology import (
     NO_REWRITE,
     REWRITE_TO_PROXY,
@@ -112,7 +112,7 @@ class Step:
     fault: dict[str, Any] | None = None  # sim.runtime.faults action, e.g. {"kill": "invocation-service-0"}
     fault_after_ms: int | None = None  # with invoke: fire the fault this long after the calls start
     rotate: str | None = None  # certs.rotate kind
-    runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"}
+    runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"[, "install": ...]}
 
     @property
     def label(self) -> str:
@@ -142,6 +142,15 @@ class Scenario:
     def stackless(self) -> bool:
         """Only runbook steps: nothing runs on the clusters, so no stack is brought up."""
         return bool(self.steps) and all(step.runbook is not None for step in self.steps)
+
+    def layered_at(self, step: Step) -> Layered | None:
+        """The values as `step` sees them, each key with its origin: the scenario's, the customer's `-f`
+        and `--set`, then every `setValues` up to and including this step's (Helm's order)."""
+        layered = self.layering
+        for earlier in self.steps[: step.index]:
+            if layered is not None and earlier.set_values is not None:
+                layered = then(layered, Layer(STEP, f"step {earlier.index}", earlier.set_values))
+        return layered
 
     def build_topology(self, stack: str, values: dict[str, Any] | None = None) -> Topology:
         spec = self.topology
