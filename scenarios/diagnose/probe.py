@@ -107,6 +107,11 @@ class Rewrite:
     domain: str | None  # None: the values' workerDomain
     target: str
 
+    @property
+    def to_name(self) -> bool:
+        """A rewrite to a name (the make target's), which the compute cluster must resolve itself."""
+        return self.target not in ("proxy", "none") and not all(p.isdigit() for p in self.target.split("."))
+
     def to_topology(self) -> dict[str, Any]:
         return {"target": self.target, **({"domain": self.domain} if self.domain else {})}
 
@@ -181,6 +186,7 @@ def world_of(values: dict[str, Any], dns: Rewrite | None = None) -> World:
     return World(
         proxy_enabled=settings.enabled,
         rewrite_other_domain=other_domain,
+        rewrite_to_name=dns is not None and dns.to_name,
         service_type=str(lookup(values, ("workerCallbackProxy", "service", "type"), "LoadBalancer")),
         frontend="stack" if settings.frontend_issuer == "stack" else "brought",
         pem_set=settings.worker_ca_pem_set,
