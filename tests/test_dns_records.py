@@ -3,6 +3,7 @@ in the same view, exact records, and how a scenario's topology spells them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -246,3 +247,13 @@ def test_a_bad_record_built_from_code_is_one_line_config_error() -> None:
     with pytest.raises(ConfigError, match="topology dnsRewrite"):
         build("t", values(), compute=(ComputeSpec((), DnsRewrite(target="a..b.example.com")),))
     assert build("t", values(), compute=(spec,)).cluster("ncpsim-compute-1").dns_records == ()
+
+
+def test_a_state_folder_from_before_dns_records_still_reads() -> None:
+    topology = build("t", values(), compute=(ComputeSpec(()),))
+    raw = json.loads(topology.to_json())
+    for cluster in raw["clusters"]:  # the old form: one rewrite as (domain, IPv4), "" for none
+        records = cluster.pop("dns_records")
+        cluster.update(rewrite_domain=WD if records else "", rewrite_target=LB if records else "")
+    assert [c["rewrite_target"] for c in raw["clusters"]] == ["", LB]
+    assert Topology.from_json(json.dumps(raw)) == topology

@@ -253,8 +253,13 @@ class Topology:
 
 
 def _cluster(raw: dict[str, Any]) -> Cluster:
-    records = tuple(DnsRecord(**r) for r in raw.get("dns_records", ()))
-    return Cluster(**{**raw, "dns_records": records})
+    fields = dict(raw)
+    records = tuple(DnsRecord(**r) for r in fields.pop("dns_records", ()))
+    # A state folder written before dnsRecords held one rewrite as (domain, IPv4): read it as that record.
+    domain, target = fields.pop("rewrite_domain", ""), fields.pop("rewrite_target", "")
+    if target:
+        records = (wildcard(domain, target), *records)
+    return Cluster(**fields, dns_records=records)
 
 
 @dataclass(frozen=True)
