@@ -11,6 +11,7 @@ from scenarios.spec import Step
 from sim.runtime.faults import FaultInjector
 
 if TYPE_CHECKING:
+    from sim.model.layering import Layered
     from sim.runbooks.report import RunbookReport
 
 
@@ -47,11 +48,14 @@ def judge_runbook(step: Step, report: RunbookReport) -> list[str]:
     return failures
 
 
-def runbook_step(step: Step, state_dir: Any) -> tuple[str, list[str]]:
+def runbook_step(step: Step, state_dir: Any, layered: Layered | None = None) -> tuple[str, list[str]]:
+    """Rehearse the step's runbook on the values as the step sees them (`Scenario.layered_at`), and the
+    install it names (fresh or existing; the runbook's own when unnamed)."""
     # Imported when a runbook step runs: the rehearsals (NATS client, OpenBao and ESS models) are a fifth
     # of what `invoke up` imports before it can start a single component, and most scenarios have none.
+    from sim.runbooks import Given
     from sim.runbooks import run as run_runbook
 
     spec = step.runbook or {}
-    report = run_runbook(spec["name"], spec["variant"], state_dir)
+    report = run_runbook(spec["name"], spec["variant"], state_dir, Given.of(layered, spec.get("install")))
     return report.summary(), judge_runbook(step, report)

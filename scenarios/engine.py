@@ -81,7 +81,7 @@ class Replay:
         elif step.invoke is not None:
             result.traces = await self.invoke(step)
         elif step.runbook is not None:
-            summary, failures = runbook_step(step, self.stack.state_dir)
+            summary, failures = runbook_step(step, self.stack.state_dir, self.scenario.layered_at(step))
             notes.append(summary)
             result.failures += failures
         elif step.probe is not None:
@@ -295,7 +295,7 @@ def run_stackless(scenario: Scenario, state: Path) -> ScenarioResult:
     (state / "events").mkdir(parents=True, exist_ok=True)
     try:
         for step in scenario.steps:
-            summary, failures = runbook_step(step, state)
+            summary, failures = runbook_step(step, state, scenario.layered_at(step))
             result.steps.append(StepResult(step, note=summary, failures=failures))
     except ScenarioError as exc:
         result.error = str(exc)

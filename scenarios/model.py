@@ -17,7 +17,8 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
-from scenarios.spec import ACTIONS, PLACEHOLDER, PLACEHOLDERS, Expect, Scenario, Step, step_from
+from dns.rule import wildcard
+from scenarios.spec import ACTIONS, PLACEHOLDER, PLACEHOLDERS, Expect, Scenario, Step, dns_records, step_from
 from sim.errors import ConfigError, ScenarioError
 from sim.model.layering import STEP, Layer, Layered, defaults_layer, layer, parse_set, scenario_layer, then
 from sim.model.topology import Topology
@@ -203,6 +204,27 @@ def _placeholder_problem(
     return None
 
 
+def _dns_problem(path: Path, topology: dict[str, Any], origin: Origin) -> str | None:
+    """A DNS record or rewrite CoreDNS could not take, named at its line before anything is built."""
+    clusters = [(("topology", "controlPlane"), topology.get("controlPlane") or {})]
+    clusters += [
+        (("topology", "computeClusters", n), c) for n, c in enumerate(topology.get("computeClusters", []))
+    ]
+    for here, cluster in clusters:
+        for n, raw in enumerate(cluster.get("dnsRecords", [])):
+            try:
+                dns_records([raw])
+            except ValueError as exc:
+                return _located(path, (*here, "dnsRecords", n), origin, str(exc))
+        rewrite = cluster.get("dnsRewrite") or {}
+        if rewrite.get("target", "proxy") != "none":
+            try:
+                wildcard(rewrite.get("domain") or "example.com", rewrite.get("target", "proxy"))
+            except ValueError as exc:
+                return _located(path, (*here, "dnsRewrite"), origin, str(exc))
+    return None
+
+
 def _values_origin(origin: Origin, prefix: str) -> Origin:
     """Key paths under `prefix` (e.g. "values.") re-rooted, so values errors name the stack's key."""
     return {k[len(prefix) :]: v for k, v in origin.items() if k.startswith(prefix)}
@@ -274,6 +296,8 @@ def scenario_from_data(
     for index, raw in enumerate(raw_steps):
         if problem := _step_problem(path, index, raw, origin):
             raise ScenarioError(problem)
+    if problem := _dns_problem(path, data.get("topology") or {}, origin):
+        raise ScenarioError(problem)
     customer = customer_layers(values_files, sets) if customer is None else customer
     own = scenario_layer(data["name"], data.get("values") or {}, _values_origin(origin, "values."))
     layered = layer([defaults_layer(), own, *customer])

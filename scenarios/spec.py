@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.model.layering import Layered
+from dns.rule import DnsRecord
+from sim.errors import ConfigError
+from sim.model.layering import STEP, Layer, Layered, then
 from sim.model.topology import (
     NO_REWRITE,
     REWRITE_TO_PROXY,
@@ -145,7 +147,7 @@ class Step:
     fault: dict[str, Any] | None = None  # sim.runtime.faults action, e.g. {"kill": "invocation-service-0"}
     fault_after_ms: int | None = None  # with invoke: fire the fault this long after the calls start
     rotate: str | None = None  # certs.rotate kind
-    runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"}
+    runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"[, "install": ...]}
 
     @property
     def label(self) -> str:
@@ -176,14 +178,26 @@ class Scenario:
         """Only runbook steps: nothing runs on the clusters, so no stack is brought up."""
         return bool(self.steps) and all(step.runbook is not None for step in self.steps)
 
+    def layered_at(self, step: Step) -> Layered | None:
+        """The values as `step` sees them, each key with its origin: the scenario's, the customer's `-f`
+        and `--set`, then every `setValues` up to and including this step's (Helm's order)."""
+        layered = self.layering
+        for earlier in self.steps[: step.index]:
+            if layered is not None and earlier.set_values is not None:
+                layered = then(layered, Layer(STEP, f"step {earlier.index}", earlier.set_values))
+        return layered
+
     def build_topology(self, stack: str, values: dict[str, Any] | None = None) -> Topology:
         spec = self.topology
         compute = tuple(
             ComputeSpec(
-                workers=_workers(c.get("workers", []), f"worker-{n}"), rewrite=_rewrite(c) or DnsRewrite()
+                workers=_workers(c.get("workers", []), f"worker-{n}"),
+                rewrite=_rewrite(c, DnsRewrite()),
+                records=_records(c, f"topology.computeClusters[{n - 1}]"),
             )
             for n, c in enumerate(spec.get("computeClusters", []), start=1)
         )
+        control = spec.get("controlPlane", {})
         return build(
             stack,
             values if values is not None else self.values,
@@ -191,20 +205,34 @@ class Scenario:
             grpc_replicas=spec.get("grpcProxyReplicas", 2),
             compute=compute,
             control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"),
-            control_rewrite=_rewrite(spec.get("controlPlane", {})),
+            control_rewrite=_rewrite(control, None),
+            control_records=_records(control, "topology.controlPlane"),
             secrets=_secrets(spec),
             seed=self.seed,
         )
 
 
-def _rewrite(cluster: dict[str, Any]) -> DnsRewrite | None:
-    """`dnsRewrite: {domain, target}`; `wildcardDns: false` is the older spelling of `target: none`."""
+def _rewrite(cluster: dict[str, Any], default: DnsRewrite | None) -> DnsRewrite | None:
+    """`dnsRewrite: {domain, target}`; `wildcardDns: false` is the older spelling of `target: none`. A
+    cluster that lists its `dnsRecords` has no other rewrite unless it names one: its DNS is what it lists."""
     if "dnsRewrite" in cluster:
         raw = cluster["dnsRewrite"]
         return DnsRewrite(domain=raw.get("domain"), target=raw.get("target", REWRITE_TO_PROXY))
-    if cluster.get("wildcardDns") is False:
+    if cluster.get("wildcardDns") is False or "dnsRecords" in cluster:
         return DnsRewrite(target=NO_REWRITE)
-    return None
+    return default
+
+
+def dns_records(raw: list[dict[str, Any]]) -> tuple[DnsRecord, ...]:
+    """`dnsRecords: [{kind, name, target}, ...]` as DnsRecords; ValueError names the first bad one."""
+    return tuple(DnsRecord(r["kind"], r["name"], r["target"]) for r in raw)
+
+
+def _records(cluster: dict[str, Any], where: str) -> tuple[DnsRecord, ...]:
+    try:
+        return dns_records(cluster.get("dnsRecords", []))
+    except ValueError as exc:
+        raise ConfigError(f"{where}.dnsRecords: {exc}") from None
 
 
 def _secrets(spec: dict[str, Any]) -> tuple[SecretSpec, ...]:

@@ -21,7 +21,7 @@ from bench.nginx import NginxSite, render
 from bench.relay import keepalive
 from bench.stacks import running, topology, unique_name
 from bench.targets import judge
-from dns.rule import View, WildcardRule
+from dns.rule import View, wildcard
 from dns.server import handle_packet
 
 SAMPLE = {
@@ -127,7 +127,7 @@ def _udp_dns(view: View) -> tuple[socket.socket, threading.Thread]:
 
 
 def test_dns_load_generator_counts_answers_and_rcodes() -> None:
-    view = View("compute", wildcard=WildcardRule("grpc-worker.example.com", "10.100.0.10"))
+    view = View("compute", records=(wildcard("grpc-worker.example.com", "10.100.0.10"),))
     sock, thread = _udp_dns(view)
     try:
         result = dnsload.load(sock.getsockname(), 300, 5.0)

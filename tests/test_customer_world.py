@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from certs.profiles import ISSUERS, PRIVATE, Profile, secret_profile
-from dns.rule import answer
+from dns.rule import Answer, answer
 from scenarios.secrets import parse_secret_arg, with_brought_secrets
 from scenarios.spec import Scenario
 from sim.errors import ConfigError
@@ -89,7 +89,7 @@ def test_service_type_follows_the_values_as_applied() -> None:
     changed = Topology(**{**t.__dict__, "values": values("ClusterIP")})
     assert (t.proxy_ip, changed.proxy_ip) == (PROXY_LB_IP, PROXY_CLUSTER_IP)
     # The DNS record was written for the old address and does not follow it (as a real record would not).
-    assert changed.cluster(COMPUTE).rewrite_target == PROXY_LB_IP
+    assert [r.target for r in changed.cluster(COMPUTE).dns_records] == [PROXY_LB_IP]
 
 
 # -- DNS rewrites -----------------------------------------------------------------------------------
@@ -252,9 +252,10 @@ def test_a_bad_rewrite_is_one_line_when_the_topology_is_built(rewrite: DnsRewrit
     [
         ("LoadBalancer", DEFAULT_REWRITE, None, None),
         ("LoadBalancer", DnsRewrite(domain="grpc-workers.example.com"), None, None),  # rendered as asked
-        ("LoadBalancer", DnsRewrite(target="10.100.0.99"), None, "dnsRewrite of ncpsim-compute-1"),
+        ("LoadBalancer", DnsRewrite(target="10.100.0.99"), None, "DNS of ncpsim-compute-1"),
+        ("LoadBalancer", DnsRewrite(target="worker-callback-proxy.nvcf.svc.cluster.local"), None, None),
         ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(), None),  # a single cluster publishing the names
-        ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(target="10.1.2.3"), "dnsRewrite of ncpsim-cp"),
+        ("LoadBalancer", DEFAULT_REWRITE, DnsRewrite(target="10.1.2.3"), "DNS of ncpsim-cp"),
         ("ClusterIP", DEFAULT_REWRITE, None, "set it to LoadBalancer"),
     ],
 )
@@ -401,12 +402,12 @@ def test_worker_pods_read_the_applied_pem_never_the_ca_file(tmp_path: Path) -> N
         proxy_ca_pem(SimpleNamespace(values=values(workerCallbackCaPem="@stack-ca")))  # type: ignore[arg-type]
 
 
-def test_k3d_renders_the_control_planes_rewrite_to_the_proxy_service() -> None:
+def test_k3d_renders_the_control_planes_record_for_the_proxy() -> None:
     """single-cluster-names-published on k3d: the control plane's CoreDNS answers *.<workerDomain> with
-    the proxy Service, from the very rule the local resolver answers with."""
+    the proxy's load-balancer address, from the very records the local resolver answers with."""
     from clusters.render.bundle import Addresses, manifests_by_cluster
     from clusters.render.control_plane import CertMaterial
-    from dns.coredns import evaluate_rewrite
+    from dns.coredns import view_of
     from scenarios.model import load_scenario
 
     pem = (b"-", b"-", b"-")
@@ -425,11 +426,18 @@ def test_k3d_renders_the_control_planes_rewrite_to_the_proxy_service() -> None:
     )
     for name, published in (("single-cluster-names-published", True), ("single-cluster-direct", False)):
         t = load_scenario(name).build_topology("default")
-        objects = manifests_by_cluster(t, material, Addresses.virtual(t))[CONTROL_CLUSTER]
-        maps = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "coredns-custom"]
+        objects = manifests_by_cluster(t, material, Addresses(proxy="172.30.0.3", bus="172.30.0.4"))
+        maps = [
+            o
+            for o in objects[CONTROL_CLUSTER]
+            if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "coredns-custom"
+        ]
         assert bool(maps) == published, name
         if published:
-            assert (
-                evaluate_rewrite(maps[0], f"10-42-0-41.{WD}")
-                == "worker-callback-proxy.nvcf.svc.cluster.local"
-            )
+            # The proxy Service is the control plane's own: rendered as a rewrite to its name, which the
+            # cluster answers with the Service's address (the local view's host record for it).
+            own = tuple((fqdn, ip) for fqdn, ip in t.dns_views()[CONTROL_CLUSTER].hosts)
+            rendered = view_of(maps[0], CONTROL_CLUSTER, own)
+            name = f"10-42-0-41.{WD}"
+            assert answer(rendered, name, "A") == Answer("NOERROR", (PROXY_CLUSTER_IP,), "rewrite")
+            assert answer(t.dns_views()[CONTROL_CLUSTER], name, "A").addresses == (PROXY_CLUSTER_IP,)

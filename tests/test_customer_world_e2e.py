@@ -109,6 +109,30 @@ CONTROLS = [
         2,
         "outcome success, but it failed",
     ),
+    # DNS as customers write it: the make target's rewrite resolves only through the name the customer
+    # exposed; an exact record for invocation.<workerDomain> is why gRPC fails (the wildcard would not).
+    (
+        "dns-rewrite-to-exposed-service",
+        lambda d: d["topology"]["computeClusters"][0].pop("dnsRecords"),
+        1,
+        "NXDOMAIN",
+    ),
+    (
+        "dns-rewrite-to-missing-service",
+        lambda d: d["topology"]["computeClusters"][0].update(
+            dnsRecords=[
+                {"kind": "exact", "name": "worker-callback-proxy.nvcf.svc.cluster.local", "target": "proxy"}
+            ]
+        ),
+        1,
+        "outcome failure, but it succeeded",
+    ),
+    (
+        "dns-exact-invocation-record",
+        lambda d: d["topology"]["computeClusters"][0]["dnsRecords"][0].update(kind="suffix", name=f".{WD}"),
+        2,
+        "outcome failure, but it succeeded",
+    ),
 ]
 
 

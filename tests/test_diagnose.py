@@ -207,6 +207,13 @@ OBSERVATION_ROWS = [
         World(proxy_enabled=True, pod_worker_tls=False),
         "upstream-tls-mismatch",
     ),
+    (
+        Observation(
+            "1.4.0:system", "http-echo", False, "dns", "cannot resolve invocation.grpc-worker.example.com"
+        ),
+        World(proxy_enabled=True, rewrite_to_name=True),
+        "rewrite-target-unresolved",
+    ),
     (Observation("1.4.0:system", "http-echo", True), LB, None),
 ]
 
@@ -437,6 +444,11 @@ CAUSE_ROWS = [
         "rewrite-wrong-address",
         {"workerCallbackProxy": PROXY, **PEM},
         ("--rewrite", "grpc-worker.example.com=10.100.0.99"),
+    ),
+    (
+        "rewrite-target-unresolved",  # the make target's default rewrite (seed step 2)
+        {"workerCallbackProxy": PROXY, **PEM},
+        ("--rewrite", "grpc-worker.example.com=worker-callback-proxy.nvcf.svc.cluster.local"),
     ),
     ("proxy-unreachable", {"workerCallbackProxy": {**PROXY, "service": {"type": "ClusterIP"}}, **PEM}, ()),
     ("proxy-disabled", {"workerCallbackProxy": {"enabled": False}}, ()),

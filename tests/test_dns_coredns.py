@@ -1,5 +1,5 @@
-"""The compute cluster's CoreDNS rewrite (dns.coredns): what is rendered, and that the rendered
-text means the same as the local wildcard rule."""
+"""A cluster's DNS records as CoreDNS config (dns.coredns): what is rendered, and that the rendered text,
+read back, answers as the local records do."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import pytest
 import yaml
 from test_dns_rule import RULE, WORKER_DOMAIN_NAMES  # the shared name table (pytest puts tests/ on sys.path)
 
-from dns.coredns import CONFIGMAP_KEY, evaluate_rewrite, render_coredns_custom
-from dns.rule import WildcardRule
+from dns.coredns import CONFIGMAP_KEY, evaluate_rewrite, read_override, render_coredns_custom, view_of
+from dns.rule import Answer, DnsRecord, View, answer, wildcard
 
 PROXY_SERVICE = "worker-callback-proxy.nvcf.svc.cluster.local"
+MAKE_TARGET = wildcard("grpc-worker.example.com", PROXY_SERVICE)  # the make target's rewrite to a name
 
 
 @pytest.fixture(scope="module")
 def rendered() -> dict:
-    return render_coredns_custom(RULE, PROXY_SERVICE)
+    return render_coredns_custom([MAKE_TARGET])
 
 
 def test_configmap_is_the_one_k3s_imports(rendered: dict) -> None:
@@ -49,23 +50,89 @@ def test_stanza_is_a_regex_name_rewrite_with_answer_auto(rendered: dict) -> None
 
 
 @pytest.mark.parametrize(("qname", "covered"), WORKER_DOMAIN_NAMES)
-def test_rendered_rewrite_agrees_with_the_rule(rendered: dict, qname: str, covered: bool) -> None:
-    assert RULE.matches(qname) is covered
+def test_rendered_rewrite_agrees_with_the_record(rendered: dict, qname: str, covered: bool) -> None:
     assert evaluate_rewrite(rendered, qname) == (PROXY_SERVICE if covered else None)
 
 
 def test_other_domains_are_escaped_too() -> None:
-    rule = WildcardRule("Workers.NVCF.example.net", "10.100.0.10")
-    rendered = render_coredns_custom(rule, "proxy.nvcf.svc.cluster.local.")
+    rendered = render_coredns_custom([wildcard("Workers.NVCF.example.net", "proxy.nvcf.svc.cluster.local.")])
     assert r"\.workers\.nvcf\.example\.net\.$" in rendered["data"][CONFIGMAP_KEY]
     assert evaluate_rewrite(rendered, "10-42-0-17.workers.nvcf.example.net") == "proxy.nvcf.svc.cluster.local"
     assert evaluate_rewrite(rendered, "10-42-0-17.workersxnvcf.example.net") is None
 
 
 @pytest.mark.parametrize("service", ["", "worker callback proxy", "proxy..nvcf", "http://proxy.nvcf"])
-def test_bad_proxy_service_name_is_refused(service: str) -> None:
-    with pytest.raises(ValueError, match="proxy Service name"):
-        render_coredns_custom(RULE, service)
+def test_bad_service_name_is_refused(service: str) -> None:
+    with pytest.raises(ValueError, match="Service name"):
+        render_coredns_custom([RULE], {RULE.target: service})
+
+
+def test_a_record_still_pointing_at_proxy_is_refused() -> None:
+    with pytest.raises(ValueError, match="pointing_at"):
+        render_coredns_custom([DnsRecord("exact", "invocation.grpc-worker.example.com", "proxy")])
+
+
+def test_an_address_is_a_template_with_its_nodata_companion() -> None:
+    stanza = render_coredns_custom([RULE])["data"][CONFIGMAP_KEY]
+    lines = [line.strip() for line in stanza.splitlines() if line.strip() and not line.startswith("#")]
+    assert lines == [
+        "template IN A {",
+        r"match ^(.+)\.grpc-worker\.example\.com\.$",
+        'answer "{{ .Name }} 5 IN A 10.100.0.10"',
+        "fallthrough",
+        "}",
+        "template IN ANY {",
+        r"match ^(.+)\.grpc-worker\.example\.com\.$",
+        "rcode NOERROR",
+        "fallthrough",
+        "}",
+    ]
+
+
+# Every form, alone and together: the rendered text read back answers every name as the records do.
+WD = "grpc-worker.example.com"
+FORMS = {
+    "wildcard address": (RULE,),
+    "exact address": (DnsRecord("exact", f"invocation.{WD}", "10.100.0.10"),),
+    "suffix without a dot": (DnsRecord("suffix", WD, "10.100.0.10"),),
+    "regex address": (DnsRecord("regex", r"^10-42-0-[0-9]+\.grpc-worker\.example\.com\.$", "10.100.0.10"),),
+    "make target, unresolved": (MAKE_TARGET,),
+    "make target, Service made": (MAKE_TARGET, DnsRecord("exact", PROXY_SERVICE, "10.100.0.10")),
+    "exact rewrite": (DnsRecord("exact", f"invocation.{WD}", "callback.ops.svc.cluster.local"),),
+    "suffix rewrite": (DnsRecord("suffix", f".{WD}", ".ops.svc.cluster.local"),),
+    "regex rewrite with a group": (
+        DnsRecord("regex", r"^([^.]+)\.grpc-worker\.example\.com\.$", "{1}.ops.svc.cluster.local"),
+        DnsRecord("suffix", ".ops.svc.cluster.local", "10.100.0.11"),
+    ),
+    "first address wins": (DnsRecord("exact", f"invocation.{WD}", "10.100.0.99"), RULE),
+}
+NAMES = [
+    *(q for q, _ in WORKER_DOMAIN_NAMES),
+    PROXY_SERVICE,
+    "callback.ops.svc.cluster.local",
+    "invocation.ops.svc.cluster.local",
+    "10-42-0-17.ops.svc.cluster.local",
+]
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_every_form_read_back_answers_as_the_records_do(form: str) -> None:
+    records = FORMS[form]
+    local = View("compute", records=records)
+    rendered = view_of(render_coredns_custom(records), "compute")
+    assert [r for _, r in read_override(render_coredns_custom(records))]  # something was rendered
+    for qname in NAMES:
+        for qtype in ("A", "AAAA"):
+            mine, theirs = answer(local, qname, qtype), answer(rendered, qname, qtype)
+            assert (mine.rcode, mine.addresses) == (theirs.rcode, theirs.addresses), (form, qname, qtype)
+
+
+def test_the_make_targets_rewrite_finds_nothing_until_the_name_exists() -> None:
+    pod = f"10-42-0-41.{WD}"
+    alone = view_of(render_coredns_custom([MAKE_TARGET]), "compute")
+    assert answer(alone, pod, "A") == Answer("NXDOMAIN", (), "rewrite")
+    fixed = view_of(render_coredns_custom(FORMS["make target, Service made"]), "compute")
+    assert answer(fixed, pod, "A") == Answer("NOERROR", ("10.100.0.10",), "rewrite")
 
 
 def _configmap(*stanzas: str, key: str = CONFIGMAP_KEY) -> dict:
@@ -108,7 +175,9 @@ def test_evaluator_ignores_keys_k3s_does_not_import() -> None:
         "rewrite type ANY HINFO",
         "rewrite name prefix a. b.",
         "rewrite name regex ^a\\.test\\.$ b.test answer name ^b\\.test\\.$ a.test",
-        'rewrite name exact "a.test" b.test',
+        'rewrite name exact "a.test b.test',  # an unterminated quote
+        'template IN A {\n  match ^a\\.test\\.$\n  answer "{{ .Name }} 5 IN A 10.0.0.1"\n}\n',  # no fallthrough
+        "template IN MX {\n  match ^a\\.test\\.$\n  rcode NOERROR\n  fallthrough\n}\n",
         "rewrite stop {\n  name exact a.test b.test\n",
     ],
 )

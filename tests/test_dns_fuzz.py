@@ -8,13 +8,13 @@ from dnslib import EDNS0, QTYPE, RCODE, DNSRecord
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dns.rule import View, WildcardRule
+from dns.rule import View, wildcard
 from dns.server import handle_packet
 
 VIEW = View(
     "ncpsim-compute-1",
     hosts=(("10-52-0-5.worker.nvcf.svc.cluster.local", "10.52.0.5"),),
-    wildcard=WildcardRule("grpc-worker.example.com", "10.100.0.10"),
+    records=(wildcard("grpc-worker.example.com", "10.100.0.10"),),
 )
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -6,14 +6,14 @@ from collections.abc import Callable
 
 import pytest
 
-from dns.rule import Answer, View, WildcardRule, answer, dashed_ip, undash
+from dns.rule import Answer, DnsRecord, View, answer, dashed_ip, normalize_name, undash, wildcard
 
 WORKER_DOMAIN = "grpc-worker.example.com"
 PROXY_LB_IP = "10.100.0.10"
-RULE = WildcardRule(WORKER_DOMAIN, PROXY_LB_IP)
+RULE = wildcard(WORKER_DOMAIN, PROXY_LB_IP)
 
-# Every name below is asked of the wildcard rule and, in test_dns_coredns.py, of the rendered
-# CoreDNS rewrite: (name, covered by *.<workerDomain>). Shared so the two cannot drift apart.
+# Every name below is asked of the wildcard record and, in test_dns_coredns.py, of the rendered
+# CoreDNS config: (name, covered by *.<workerDomain>). Shared so the two cannot drift apart.
 WORKER_DOMAIN_NAMES: list[tuple[str, bool]] = [
     (f"invocation.{WORKER_DOMAIN}", True),  # the HTTP callback proxy address
     (f"10-42-0-17.{WORKER_DOMAIN}", True),  # an invocation-service pod
@@ -49,25 +49,26 @@ CP_HOSTS = (
     ("10-42-0-21.grpc-headless.nvcf.svc.cluster.local", "10.42.0.21"),
 )
 CONTROL = View("ncpsim-cp", hosts=CP_HOSTS)
-COMPUTE = View("ncpsim-compute-1", hosts=((f"pinned.{WORKER_DOMAIN}", "10.52.0.99"),), wildcard=RULE)
-COMPUTE_WITHOUT_REWRITE = View("ncpsim-compute-2", wildcard=None)
+COMPUTE = View("ncpsim-compute-1", hosts=((f"pinned.{WORKER_DOMAIN}", "10.52.0.99"),), records=(RULE,))
+COMPUTE_WITHOUT_REWRITE = View("ncpsim-compute-2")
 
 PROXY = (PROXY_LB_IP,)
 ANSWER_CASES = [
     # view, qname, qtype, expected answer
-    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"10-42-0-21.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"a.b.10-42-0-17.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN.upper()}", "A", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}.", "A", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "ANY", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "a", Answer("NOERROR", PROXY, "wildcard")),
-    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "AAAA", Answer("NOERROR", (), "wildcard")),
-    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}", "TXT", Answer("NOERROR", (), "wildcard")),
-    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}", "MX", Answer("NOERROR", (), "wildcard")),
-    (COMPUTE, f"pinned.{WORKER_DOMAIN}", "A", Answer("NOERROR", ("10.52.0.99",), "host")),  # host wins
-    (COMPUTE, f"PINNED.{WORKER_DOMAIN}.", "AAAA", Answer("NOERROR", (), "host")),
+    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"10-42-0-21.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"a.b.10-42-0-17.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN.upper()}", "A", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}.", "A", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "ANY", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "a", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"invocation.{WORKER_DOMAIN}", "AAAA", Answer("NOERROR", (), "record")),
+    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}", "TXT", Answer("NOERROR", (), "record")),
+    (COMPUTE, f"10-42-0-17.{WORKER_DOMAIN}", "MX", Answer("NOERROR", (), "record")),
+    # CoreDNS's template plugin answers before the cluster's own names (the kubernetes plugin)
+    (COMPUTE, f"pinned.{WORKER_DOMAIN}", "A", Answer("NOERROR", PROXY, "record")),
+    (COMPUTE, f"PINNED.{WORKER_DOMAIN}.", "AAAA", Answer("NOERROR", (), "record")),
     (COMPUTE, WORKER_DOMAIN, "A", Answer("NXDOMAIN", (), "none")),
     (COMPUTE, f"{WORKER_DOMAIN}.", "AAAA", Answer("NXDOMAIN", (), "none")),
     (COMPUTE, "example.com", "A", Answer("NXDOMAIN", (), "none")),
@@ -110,22 +111,27 @@ def test_answer(view: View, qname: str, qtype: str, expected: Answer) -> None:
     assert answer(view, qname, qtype) == expected
 
 
+def covers(record: DnsRecord, qname: str) -> bool:
+    name = normalize_name(qname)
+    return name is not None and record.matches(name)
+
+
 @pytest.mark.parametrize(("qname", "covered"), WORKER_DOMAIN_NAMES)
 def test_wildcard_matches(qname: str, covered: bool) -> None:
-    assert RULE.matches(qname) is covered
+    assert covers(RULE, qname) is covered
 
 
 @pytest.mark.parametrize(("qname", "covered"), WORKER_DOMAIN_NAMES)
 def test_wildcard_answer_agrees_with_matches(qname: str, covered: bool) -> None:
-    result = answer(View("compute", wildcard=RULE), qname, "A")
-    assert result == (Answer("NOERROR", PROXY, "wildcard") if covered else Answer("NXDOMAIN", (), "none"))
+    result = answer(View("compute", records=(RULE,)), qname, "A")
+    assert result == (Answer("NOERROR", PROXY, "record") if covered else Answer("NXDOMAIN", (), "none"))
 
 
-def test_rule_domain_in_any_case_or_with_dot() -> None:
-    rule = WildcardRule("GRPC-Worker.Example.COM.", PROXY_LB_IP)
-    assert rule.domain == WORKER_DOMAIN
-    assert rule.matches(f"invocation.{WORKER_DOMAIN}")
-    assert not rule.matches(WORKER_DOMAIN)
+def test_wildcard_domain_in_any_case_or_with_dot() -> None:
+    record = wildcard("GRPC-Worker.Example.COM.", PROXY_LB_IP)
+    assert record == DnsRecord("suffix", f".{WORKER_DOMAIN}", PROXY_LB_IP)
+    assert covers(record, f"invocation.{WORKER_DOMAIN}")
+    assert not covers(record, WORKER_DOMAIN)
 
 
 def test_every_record_of_a_name_is_answered_in_order() -> None:
@@ -138,12 +144,12 @@ def test_every_record_of_a_name_is_answered_in_order() -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: WildcardRule("", PROXY_LB_IP), "workerDomain"),
-        (lambda: WildcardRule("*.grpc-worker.example.com", PROXY_LB_IP), "workerDomain"),
-        (lambda: WildcardRule("https://grpc-worker.example.com", PROXY_LB_IP), "workerDomain"),
-        (lambda: WildcardRule("a..b", PROXY_LB_IP), "workerDomain"),
-        (lambda: WildcardRule(WORKER_DOMAIN, "10.100.0"), "load-balancer"),
-        (lambda: WildcardRule(WORKER_DOMAIN, "fd00::10"), "load-balancer"),
+        (lambda: wildcard("", PROXY_LB_IP), "workerDomain"),
+        (lambda: wildcard("*.grpc-worker.example.com", PROXY_LB_IP), "workerDomain"),
+        (lambda: wildcard("https://grpc-worker.example.com", PROXY_LB_IP), "workerDomain"),
+        (lambda: wildcard("a..b", PROXY_LB_IP), "workerDomain"),
+        (lambda: wildcard(WORKER_DOMAIN, "10.100.0"), "must be an IPv4 address such as 10.100.0.10"),
+        (lambda: wildcard(WORKER_DOMAIN, "fd00::10"), "must be proxy, an IPv4 address"),
         (lambda: View("cp", hosts=(("pod.nvcf", "10.42.0.300"),)), "host record pod.nvcf"),
         (lambda: View("cp", hosts=(("bad name", "10.42.0.3"),)), "host record name"),
         (lambda: View("cp", ttl=-1), "ttl"),

@@ -16,7 +16,7 @@ from dnslib import CLASS, EDNS0, QTYPE, RCODE, DNSRecord
 
 import dns.server
 from dns.client import NameNotResolved, resolve_a
-from dns.rule import Answer, View, WildcardRule
+from dns.rule import Answer, DnsRecord, View, wildcard
 from dns.server import QueryEvent, Resolver
 
 T = TypeVar("T")
@@ -32,7 +32,7 @@ FANOUT_IPS = tuple(f"10.42.1.{i}" for i in range(1, 61))
 
 VIEWS = {
     CP: View(CP, hosts=((INVOCATION_POD, "10.42.0.11"), *((FANOUT, ip) for ip in FANOUT_IPS))),
-    COMPUTE: View(COMPUTE, wildcard=WildcardRule(WORKER_DOMAIN, PROXY_LB_IP)),
+    COMPUTE: View(COMPUTE, records=(wildcard(WORKER_DOMAIN, PROXY_LB_IP),)),
 }
 
 
@@ -289,13 +289,13 @@ def test_update_changes_answers_live_on_the_same_ports(running: Running) -> None
     name, ports = f"10-42-0-17.{WORKER_DOMAIN}", dict(running.resolver.ports)
     assert running.run(resolve_a(name, running.addr(COMPUTE))) == [PROXY_LB_IP]
 
-    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE, wildcard=None)})  # the rewrite is gone
+    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE)})  # the rewrite is gone
     with pytest.raises(NameNotResolved) as caught:
         running.run(resolve_a(name, running.addr(COMPUTE)))
     assert caught.value.rcode == "NXDOMAIN"
 
-    moved = WildcardRule(WORKER_DOMAIN, "10.100.0.77")
-    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE, wildcard=moved)})
+    moved = wildcard(WORKER_DOMAIN, "10.100.0.77")
+    running.resolver.update({**VIEWS, COMPUTE: View(COMPUTE, records=(moved,))})
     assert running.run(resolve_a(name, running.addr(COMPUTE))) == ["10.100.0.77"]
     assert running.resolver.ports == ports
 
@@ -397,3 +397,26 @@ def test_dig_resolves_through_the_compute_view(running: Running, transport: str)
     assert [line for line in short.splitlines() if line and not line.startswith(";")] == [PROXY_LB_IP]
     assert "status: NXDOMAIN" in running.run(run_dig(WORKER_DOMAIN, "A"))
     assert {e.transport for e in running.events} == {transport}
+
+
+# --- a rewrite on the wire: answered as CoreDNS's `answer auto` answers ---------------------------
+def test_a_rewrite_is_answered_under_the_name_asked_without_a_cname() -> None:
+    service = "worker-callback-proxy.nvcf.svc.cluster.local"
+    make_target = wildcard(WORKER_DOMAIN, service)
+    exposed = View(COMPUTE, records=(make_target, DnsRecord("exact", service, PROXY_LB_IP)))
+    asked = f"10-42-0-41.{WORKER_DOMAIN}"
+    reply, event = dns.server.handle_packet(exposed, DNSRecord.question(asked, "A").pack())
+    assert reply is not None and event is not None
+    parsed = DNSRecord.parse(reply)
+    assert [(str(rr.rname), QTYPE[rr.rtype], str(rr.rdata)) for rr in parsed.rr] == [
+        (f"{asked}.", "A", PROXY_LB_IP)
+    ]
+    assert (event.rcode, event.addresses) == ("NOERROR", (PROXY_LB_IP,))
+    # negative control: without the record for the Service's name the same rewrite finds nothing
+    unresolved, _ = dns.server.handle_packet(
+        View(COMPUTE, records=(make_target,)), DNSRecord.question(asked).pack()
+    )
+    assert unresolved is not None
+    parsed = DNSRecord.parse(unresolved)
+    assert RCODE[parsed.header.rcode] == "NXDOMAIN" and not parsed.rr
+    assert str(parsed.q.qname) == f"{asked}."  # the question as asked, not the rewritten name

@@ -136,10 +136,10 @@ def test_up_runs_the_exact_sequence_and_the_fakes_saw_it(tools, scenario, tmp_pa
     assert tools.state()["networks"] == ["ncpsim"]
     assert engine.builds == [(engine.builds[0][0], "docker/Dockerfile", "ncpsim/standin:dev")]
     assert len(replays) == 1
-    # The compute cluster's selectorless Services point at the live load-balancer address.
+    # The compute cluster's NATS Service and its DNS record for the proxy hold the live load-balancer address.
     text = (tmp_path / "home" / "default" / "rendered" / "manifests" / "ncpsim-compute-1.yaml").read_text()
-    assert f"ip: {fake.LB_IP}" in text
-    assert "10.100.0.10" in text  # only in the rewrite's comment: the local backend's virtual address
+    assert f"ip: {fake.LB_IP}" in text and f"IN A {fake.LB_IP}" in text
+    assert 'answer "{{ .Name }} 5 IN A 10.100.0.10"' not in text  # not the local backend's virtual one
     manifest = tmp_path / "home" / "default" / "rendered" / "manifests" / "ncpsim-cp.yaml"
     assert manifest.stat().st_mode & 0o777 == 0o600  # Secrets with private keys inside
 

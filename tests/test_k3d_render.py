@@ -263,18 +263,16 @@ def compute_objects(topology: Topology, cluster: str = "ncpsim-compute-1") -> di
     return {(o["kind"], o["metadata"]["name"]): o for o in objects}
 
 
-def test_compute_cluster_reaches_the_proxy_through_a_selectorless_service() -> None:
+def test_compute_cluster_reaches_the_proxy_at_its_load_balancer_address() -> None:
+    """The seed's step 2: a wildcard record for the load balancer's address; NATS through a selectorless
+    Service. No Service stands for the proxy, so the make target's name does not resolve there unasked."""
     objects = compute_objects(TOPOLOGIES["http-callback"])
-    service = objects[("Service", "worker-callback-proxy")]
+    assert ("Service", "worker-callback-proxy") not in objects
+    text = objects[("ConfigMap", "coredns-custom")]["data"]["worker-callback.override"]
+    assert 'answer "{{ .Name }} 5 IN A 172.30.0.3"' in text
+    service = objects[("Service", "nats")]
     assert "selector" not in service["spec"] and service["metadata"]["namespace"] == "nvcf"
-    (subset,) = objects[("Endpoints", "worker-callback-proxy")]["subsets"]
-    assert subset["addresses"] == [{"ip": "172.30.0.3"}]
-    assert [(p["name"], p["port"], p["protocol"]) for p in subset["ports"]] == [
-        ("http", 10084, "TCP"),
-        ("h3", 443, "UDP"),
-    ]
     assert objects[("Endpoints", "nats")]["subsets"][0]["addresses"] == [{"ip": "172.30.0.4"}]
-    assert ("ConfigMap", "coredns-custom") in objects
 
 
 def test_workers_get_nvcf_proxy_ca_pem_only_when_configured() -> None:
@@ -293,7 +291,7 @@ def test_workers_get_nvcf_proxy_ca_pem_only_when_configured() -> None:
 
 def test_scenario_without_the_rewrite_renders_no_coredns_custom() -> None:
     topology = TOPOLOGIES["dns-missing"]
-    assert not [c for c in topology.clusters if c.kind == "compute" and c.rewrite_target]
+    assert not [c for c in topology.clusters if c.kind == "compute" and c.dns_records]
     assert ("ConfigMap", "coredns-custom") not in compute_objects(topology)
 
 

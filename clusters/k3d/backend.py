@@ -2,7 +2,7 @@
 
 up = preflight -> shared Docker network -> k3d clusters -> stand-in image (docker SDK build, `k3d image
 import`) -> control-plane manifests -> rollouts -> the proxy's and nats-server's load-balancer addresses
--> compute manifests (selectorless Services to those addresses, coredns-custom, workers) -> CoreDNS
+-> compute manifests (NATS's selectorless Service, coredns-custom with those addresses, workers) -> CoreDNS
 restart when the rewrite changed -> rollouts; clusters.k3d.stack then attaches to what runs (live pods,
 port-forwards, logs) and hands the replay engine a Stack.
 
@@ -174,8 +174,8 @@ def bring_up(backend: Backend, topology: Topology, material: CertMaterial) -> To
 
 
 def check_reachable(topology: Topology) -> None:
-    """Compute clusters reach the proxy here only through a LoadBalancer Service, and the CoreDNS rewrite
-    rendered here points a cluster's names at the proxy Service, nothing else."""
+    """Compute clusters reach the proxy here only through a LoadBalancer Service, and the only address a
+    cluster's DNS records may answer is the proxy's (k3d's network has no other simulated address)."""
     if (
         topology.compute_clusters
         and topology.values["workerCallbackProxy"]["service"]["type"] != "LoadBalancer"
@@ -185,11 +185,13 @@ def check_reachable(topology: Topology) -> None:
             "clusters through its load balancer; set it to LoadBalancer"
         )
     for cluster in topology.clusters:
-        if cluster.rewrite_target and cluster.rewrite_target != topology.proxy_ip:
-            raise BackendError(
-                f"topology dnsRewrite of {cluster.name}: the k3d backend renders a rewrite to the proxy "
-                "Service only; replay a rewrite to another address on the local backend"
-            )
+        for record in cluster.dns_records:
+            if not record.is_rewrite and record.target != topology.proxy_ip:
+                raise BackendError(
+                    f"topology DNS of {cluster.name}: {record.describe()}: the k3d backend answers only the "
+                    "proxy's address (a rewrite to a name is rendered as written); replay a record for "
+                    "another address on the local backend"
+                )
 
 
 def teardown(backend: Backend, purge: bool = False) -> list[str]:

@@ -22,9 +22,9 @@ from clusters.render.compute import proxy_service
 from clusters.render.layout import PROXY_NAME, kube_context
 from clusters.render.text import dump_all
 from dns.coredns import render_coredns_custom
-from dns.rule import WildcardRule, normalize_name
+from dns.rule import normalize_name, wildcard
 from sim.errors import BackendError, ConfigError
-from sim.model.topology import CONTROL_CLUSTER, PROXY_LB_IP
+from sim.model.topology import CONTROL_CLUSTER
 from sim.protocols.wire import NAMESPACE
 
 SERVICE_FQDN = re.compile(r"^(?P<name>[a-z0-9-]+)\.(?P<ns>[a-z0-9-]+)\.svc\.cluster\.local$")
@@ -48,13 +48,17 @@ def parse_target(proxy_service_name: str) -> Target:
 
 
 def plan(domain: str, target: Target, address: str | None) -> list[dict[str, Any]]:
-    """The objects to apply: the Service pair when it must be created (address given), then the rewrite."""
-    rule = WildcardRule(domain, address or PROXY_LB_IP)  # the address only appears in a comment
+    """The objects to apply: the Service pair when it must be created (address given), then the rewrite
+    of every name under `domain` to the target's name, as the make target writes it."""
+    try:
+        rewrite = wildcard(domain, target.fqdn)
+    except ValueError as exc:
+        raise ConfigError(f"dns-rewrite {domain} -> {target.fqdn}: {exc}") from None
     objects: list[dict[str, Any]] = []
     if address is not None and target.service is not None:
         namespace, name = target.service
         objects += [kube.namespace(namespace), *proxy_service(address, name, namespace)]
-    return [*objects, render_coredns_custom(rule, target.fqdn)]
+    return [*objects, render_coredns_custom([rewrite])]
 
 
 def ncpsim_proxy_address(runner: CommandRunner) -> str | None:

@@ -46,7 +46,7 @@ def manifests_by_cluster(
     for cluster in topology.clusters:
         if cluster.kind == "control":
             # A single cluster with the proxy enabled publishes *.<workerDomain> in its own CoreDNS (seed step 2).
-            rewrite = coredns_rewrite(topology, cluster)
+            rewrite = coredns_rewrite(topology, cluster, addresses.proxy)
             out[cluster.name] = control_plane_manifests(topology, material, image) + (
                 [rewrite] if rewrite else []
             )

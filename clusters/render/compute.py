@@ -1,8 +1,13 @@
-"""A compute cluster's manifests: function workers, the selectorless Services that stand for the
-control plane's load-balanced proxy and NATS, and the CoreDNS rewrite for ``*.<workerDomain>``."""
+"""A compute cluster's manifests: function workers, the selectorless Service that stands for the control
+plane's load-balanced NATS, and the cluster's DNS records (``*.<workerDomain>`` by default) for CoreDNS.
+
+The compute cluster holds no Service for the proxy: workers reach it at the address its records answer,
+as the seed's step 2 has it, and a rewrite to ``worker-callback-proxy.nvcf.svc.cluster.local`` finds no
+such name there unless a record makes it (as on the local backend). `invoke dns-rewrite` creates one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from clusters.render import kube, standin
@@ -32,11 +37,19 @@ def bus_service(address: str) -> list[Json]:
     ]
 
 
-def coredns_rewrite(topology: Topology, cluster: Cluster) -> Json | None:
-    """kube-system/coredns-custom from the very WildcardRule the local resolver answers this cluster
-    with; None when the scenario leaves the rewrite out (then *.<workerDomain> does not resolve)."""
-    rule = topology.dns_views()[cluster.name].wildcard
-    return render_coredns_custom(rule, PROXY_SERVICE_FQDN) if rule is not None else None
+def coredns_rewrite(topology: Topology, cluster: Cluster, proxy_address: str | None = None) -> Json | None:
+    """kube-system/coredns-custom from the very records the local resolver answers this cluster with, the
+    proxy's address as k3d gives it (`proxy_address`, default the virtual one); None when the cluster has
+    no records (then *.<workerDomain> does not resolve)."""
+    records = topology.dns_views()[cluster.name].records
+    if not records:
+        return None
+    if cluster.kind == "control":  # the proxy Service is this cluster's own: its name, whatever its type
+        return render_coredns_custom(records, {topology.proxy_ip: PROXY_SERVICE_FQDN})
+    real = proxy_address or topology.proxy_ip
+    return render_coredns_custom(
+        [replace(r, target=real) if r.target == topology.proxy_ip else r for r in records]
+    )
 
 
 def compute_manifests(
@@ -53,10 +66,9 @@ def compute_manifests(
     network; `clusters.k3d` reads them from the live Services (render uses the Topology's).
     """
     pem = proxy_ca_pem(topology, material)
-    rewrite = coredns_rewrite(topology, cluster)
+    rewrite = coredns_rewrite(topology, cluster, proxy_address)
     return [
         *shared_config(topology, material),
-        *proxy_service(proxy_address),
         *bus_service(bus_address),
         *([rewrite] if rewrite else []),
         *(standin.worker_deployment(topology, w, pem, image) for w in topology.workers_in(cluster.name)),

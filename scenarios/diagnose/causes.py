@@ -92,6 +92,15 @@ CAUSES: dict[str, Cause] = {
             "address: invoke dns-rewrite --domain <workerDomain>",
         ),
         Cause(
+            "rewrite-target-unresolved",
+            "the compute cluster's rewrite points at a name it does not resolve (the make target's default, "
+            "worker-callback-proxy.nvcf.svc.cluster.local, which the compute cluster does not have)",
+            "error",
+            f'{WCP}, "Enable the proxy" step 2',
+            "set WORKER_CALLBACK_PROXY_SERVICE to a name the compute cluster resolves to the proxy and that "
+            "you have exposed yourself, or write the *.<workerDomain> record for the load-balancer address",
+        ),
+        Cause(
             "rewrite-wrong-address",
             "*.<workerDomain> resolves, but not to a reachable proxy",
             "error",

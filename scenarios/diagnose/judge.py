@@ -37,6 +37,7 @@ class World:
     connect_enabled: bool = False
     compute_clusters: int = 1
     rewrite_other_domain: bool = False  # the customer's rewrite names another domain than the workerDomain
+    rewrite_to_name: bool = False  # the customer's rewrite points at a name, looked up in the compute cluster
     worker_auth: str = "nkey"  # nats.workerAuth
     upstream_tls: bool = True  # the proxy dials the pod's 8443 with TLS
     pod_worker_tls: bool = True  # the pod's 8443 worker TLS listener is on
@@ -101,7 +102,9 @@ def cause_of(obs: Observation, world: World) -> str | None:
     if not world.proxy_enabled and world.compute_clusters:
         return "proxy-disabled"  # compute workers are handed pod names they can neither resolve nor reach
     if stage == "dns" or obs.dns_rcode in ("NXDOMAIN", "SERVFAIL"):
-        return "rewrite-wrong-domain" if world.rewrite_other_domain else "rewrite-missing"
+        if world.rewrite_other_domain:
+            return "rewrite-wrong-domain"
+        return "rewrite-target-unresolved" if world.rewrite_to_name else "rewrite-missing"
     if "connect" in error and "404" in error:
         return "legacy-worker-connect-off"
     if stage == "connect" or "unreachable" in error or "refused" in error or "timed out" in error:

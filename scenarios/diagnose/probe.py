@@ -108,10 +108,15 @@ class Diagnosis:
 @dataclass(frozen=True)
 class Rewrite:
     """What the customer's compute-cluster DNS holds for callbacks: `--rewrite DOMAIN=TARGET`, where TARGET
-    is `proxy` (the proxy Service's address), an IPv4 address, or `none` (no rewrite at all)."""
+    is `proxy` (the proxy Service's address), an IPv4 address, a DNS name looked up instead, or `none`."""
 
     domain: str | None  # None: the values' workerDomain
     target: str
+
+    @property
+    def to_name(self) -> bool:
+        """A rewrite to a name (the make target's), which the compute cluster must resolve itself."""
+        return self.target not in ("proxy", "none") and not all(p.isdigit() for p in self.target.split("."))
 
     def to_topology(self) -> dict[str, Any]:
         return {"target": self.target, **({"domain": self.domain} if self.domain else {})}
@@ -123,7 +128,7 @@ def parse_rewrite(spec: str) -> Rewrite:
         return Rewrite(None, "none")
     if not sep or not domain or not target:
         raise ConfigError(
-            f"--rewrite {spec!r}: write DOMAIN=TARGET (TARGET: proxy, none or an IPv4 address), or none"
+            f"--rewrite {spec!r}: write DOMAIN=TARGET (TARGET: proxy, none, an IPv4 address or a DNS name), or none"
         )
     return Rewrite(domain.strip().lstrip("*.").rstrip("."), target.strip())
 
@@ -187,6 +192,7 @@ def world_of(values: dict[str, Any], dns: Rewrite | None = None) -> World:
     return World(
         proxy_enabled=settings.enabled,
         rewrite_other_domain=other_domain,
+        rewrite_to_name=dns is not None and dns.to_name,
         service_type=str(lookup(values, ("workerCallbackProxy", "service", "type"), "LoadBalancer")),
         frontend="stack" if settings.frontend_issuer == "stack" else "brought",
         pem_set=settings.worker_ca_pem_set,

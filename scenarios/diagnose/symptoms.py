@@ -29,7 +29,10 @@ SYMPTOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     # Envoy's transport failure reason when the pod's port is closed (before the generic refusal row)
     (r"delayed connect error", ("upstream-tls-mismatch", "pod-unreachable")),
-    (r"no such host|nxdomain|cannot resolve|server misbehaving", ("rewrite-missing", "rewrite-wrong-domain")),
+    (
+        r"no such host|nxdomain|cannot resolve|server misbehaving",
+        ("rewrite-missing", "rewrite-wrong-domain", "rewrite-target-unresolved"),
+    ),
     (
         r"connection refused|i/o timeout|no route to host|network is unreachable|timed out|unreachable",
         ("proxy-unreachable", "rewrite-wrong-address", "proxy-disabled"),

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from dns.rule import View, WildcardRule, dashed_ip
+from dns.rule import PROXY, DnsRecord, View, dashed_ip, wildcard
 from sim.errors import ConfigError
 from sim.protocols.wire import (
     GRPC_SUFFIX,
@@ -48,7 +48,7 @@ NODE_PORTS = {PROXY_HTTP_PORT: 30084, PROXY_H3_PORT: 30443}
 # workerCallbackCaPem markers: a scenario cannot know a CA's PEM in advance, so it names the CA, and the
 # PEM is pasted in when the values are applied, as a customer pastes it into the environment file.
 CA_MARKERS = {"@stack-ca": "stack", "@public-ca": "public", "@private-ca": "private"}
-REWRITE_TO_PROXY, NO_REWRITE = "proxy", "none"
+REWRITE_TO_PROXY, NO_REWRITE = PROXY, "none"
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,9 @@ class DnsRewrite:
     """A cluster's CoreDNS rewrite as a scenario asks for it: names under `domain` answer `target`."""
 
     domain: str | None = None  # None: the workerDomain
-    target: str = REWRITE_TO_PROXY  # "proxy" (the proxy Service's address) | "none" | an IPv4 address
+    # "proxy" (the proxy Service's address) | "none" | an IPv4 address | a DNS name, looked up in the
+    # cluster's own view (the make target's worker-callback-proxy.nvcf.svc.cluster.local)
+    target: str = REWRITE_TO_PROXY
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,8 @@ class Cluster:
     kind: str  # "control" | "compute"
     pod_cidr: str
     service_cidr: str
-    # The cluster's CoreDNS rewrite: names under rewrite_domain answer rewrite_target ("": no rewrite).
-    rewrite_domain: str = ""
-    rewrite_target: str = ""
+    # The cluster's DNS records in the order written ("proxy" already the proxy's address); none: no rewrite.
+    dns_records: tuple[DnsRecord, ...] = ()
 
     @cached_property  # asked for each DNS lookup a component makes; parsing the CIDR showed in profiles
     def dns_ip(self) -> str:
@@ -179,10 +180,9 @@ class Topology:
         return [c.pod_cidr, c.service_cidr, LB_POOL, NODE_POOL]
 
     def dns_views(self) -> dict[str, View]:
-        """One DNS view per cluster: the control view knows pod names, compute views the rewrite."""
+        """One DNS view per cluster: the control view knows pod names, every view its cluster's records."""
         views: dict[str, View] = {}
         for c in self.clusters:
-            rule = WildcardRule(c.rewrite_domain, c.rewrite_target) if c.rewrite_target else None
             hosts: tuple[tuple[str, str], ...] = ()
             if c.kind == "control":
                 hosts = tuple((p.fqdn, p.ip) for p in self.pods)
@@ -192,7 +192,7 @@ class Topology:
                     self.proxy_lb_ip if self.proxy_service_type == "LoadBalancer" else PROXY_CLUSTER_IP
                 )
                 hosts += ((PROXY_SERVICE_FQDN, service_ip), (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
-            views[c.name] = View(cluster=c.name, hosts=hosts, wildcard=rule)
+            views[c.name] = View(cluster=c.name, hosts=hosts, records=c.dns_records)
         return views
 
     def service_endpoints(self) -> dict[str, list[str]]:
@@ -237,7 +237,7 @@ class Topology:
             stack=raw["stack"],
             worker_domain=raw["worker_domain"],
             values=raw["values"],
-            clusters=tuple(Cluster(**c) for c in raw["clusters"]),
+            clusters=tuple(_cluster(c) for c in raw["clusters"]),
             pods=tuple(Pod(**p) for p in raw["pods"]),
             workers=tuple(WorkerSpec(**w) for w in raw["workers"]),
             proxy_lb_ip=raw["proxy_lb_ip"],
@@ -252,27 +252,42 @@ class Topology:
         return cls.from_json((state_dir / "topology.json").read_text())
 
 
+def _cluster(raw: dict[str, Any]) -> Cluster:
+    fields = dict(raw)
+    records = tuple(DnsRecord(**r) for r in fields.pop("dns_records", ()))
+    # A state folder written before dnsRecords held one rewrite as (domain, IPv4): read it as that record.
+    domain, target = fields.pop("rewrite_domain", ""), fields.pop("rewrite_target", "")
+    if target:
+        records = (wildcard(domain, target), *records)
+    return Cluster(**fields, dns_records=records)
+
+
 @dataclass(frozen=True)
 class ComputeSpec:
     """A compute cluster as a scenario asks for it."""
 
     workers: tuple[WorkerSpec, ...]
-    rewrite: DnsRewrite = DnsRewrite()  # default: *.<workerDomain> -> the proxy's address (seed step 2)
+    rewrite: DnsRewrite | None = (
+        DnsRewrite()
+    )  # default: *.<workerDomain> -> the proxy's address (seed step 2)
+    records: tuple[DnsRecord, ...] = ()  # after the rewrite, as the customer wrote them
 
 
-def _rewrite(rule: DnsRewrite | None, worker_domain: str, proxy_ip: str) -> tuple[str, str]:
-    """(domain, IPv4) a cluster's CoreDNS rewrite answers with; ("", "") for none."""
-    if rule is None or rule.target == NO_REWRITE:
-        return "", ""
-    domain, target = (
-        rule.domain or worker_domain,
-        proxy_ip if rule.target == REWRITE_TO_PROXY else rule.target,
-    )
-    try:
-        WildcardRule(domain, target)  # refused here, in one line, rather than by the resolver process later
-    except ValueError as exc:
-        raise ConfigError(f"topology dnsRewrite {{domain: {domain}, target: {rule.target}}}: {exc}") from None
-    return domain, target
+def _records(
+    rule: DnsRewrite | None, records: tuple[DnsRecord, ...], worker_domain: str, proxy_ip: str
+) -> tuple[DnsRecord, ...]:
+    """A cluster's DNS: its `dnsRewrite` (none for None or target none), then its own records, each
+    "proxy" target written as the proxy's address now."""
+    written = list(records)
+    if rule is not None and rule.target != NO_REWRITE:
+        domain = rule.domain or worker_domain
+        try:  # refused here, in one line, rather than by the resolver process later
+            written.insert(0, wildcard(domain, rule.target))
+        except ValueError as exc:
+            raise ConfigError(
+                f"topology dnsRewrite {{domain: {domain}, target: {rule.target}}}: {exc}"
+            ) from None
+    return tuple(record.pointing_at(proxy_ip) for record in written)
 
 
 def build(
@@ -284,6 +299,7 @@ def build(
     compute: tuple[ComputeSpec, ...] = (),
     control_workers: tuple[WorkerSpec, ...] = (),
     control_rewrite: DnsRewrite | None = None,
+    control_records: tuple[DnsRecord, ...] = (),
     secrets: tuple[SecretSpec, ...] = (),
     seed: int = 0,
 ) -> Topology:
@@ -296,8 +312,8 @@ def build(
     # A rewrite to "proxy" is written once with the Service's address now, as a DNS record would be: a
     # later service.type change gives the proxy a new address that the record does not follow.
     proxy_ip = Topology("", worker_domain, values, (), ()).proxy_ip
-    domain, target = _rewrite(control_rewrite, worker_domain, proxy_ip)
-    clusters = [Cluster(CONTROL_CLUSTER, "control", "10.42.0.0/16", "10.43.0.0/16", domain, target)]
+    control_dns = _records(control_rewrite, control_records, worker_domain, proxy_ip)
+    clusters = [Cluster(CONTROL_CLUSTER, "control", "10.42.0.0/16", "10.43.0.0/16", control_dns)]
     pods = [
         Pod(f"invocation-service-{i}", "invocation", CONTROL_CLUSTER, f"10.42.0.{11 + i}")
         for i in range(invocation_replicas)
@@ -310,10 +326,8 @@ def build(
     for n, spec in enumerate(compute, start=1):
         name = f"ncpsim-compute-{n}"
         second = 42 + 10 * n
-        domain, target = _rewrite(spec.rewrite, worker_domain, proxy_ip)
-        clusters.append(
-            Cluster(name, "compute", f"10.{second}.0.0/16", f"10.{second + 1}.0.0/16", domain, target)
-        )
+        dns = _records(spec.rewrite, spec.records, worker_domain, proxy_ip)
+        clusters.append(Cluster(name, "compute", f"10.{second}.0.0/16", f"10.{second + 1}.0.0/16", dns))
         workers += [replace(w, cluster=name) for w in spec.workers]
     return Topology(
         stack=stack,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sim.model.values import KeyPath, lookup
 from sim.runbooks import admin_issuer as ai
 from sim.runbooks.gateway import (
     EdgeCheck,
@@ -24,7 +25,8 @@ from sim.runbooks.gateway import (
     run_edge_check,
     running_gateway,
 )
-from sim.runbooks.report import RIGHT, RunbookReport, Steps
+from sim.runbooks.given import FRESH, NO_VALUES, Given
+from sim.runbooks.report import RIGHT, Reads, RunbookReport, Steps
 
 DOMAIN = "nvcf.example.com"
 NOW = 1_800_000_000.0  # a fixed clock: the 12-hour expiry is checked against it
@@ -38,6 +40,18 @@ STEP_RESOLVE = (
     "run the edge check with --resolve api-keys.<domain>:443:<load-balancer-address>, "
     "not -H Host, so the TLS server name is the route's hostname"
 )
+STEP_DISABLE = (
+    "set adminIssuerProxy.enabled: false in the environment file and sync, then do steps 1 and 2 "
+    "(helm uninstall, revoke the OpenBao grant)"
+)
+STEP_GATEWAY = (
+    "set adminIssuerProxy.gateway.enabled: false and sync: it removes only the "
+    "api-keys.<domain>/v1/admin/keys route"
+)
+ADMIN: KeyPath = ("adminIssuerProxy",)
+ENABLED: KeyPath = (*ADMIN, "enabled")
+GATEWAY: KeyPath = (*ADMIN, "gateway", "enabled")
+PDB: KeyPath = (*ADMIN, "podDisruptionBudget", "enabled")
 STEP_TOKEN = (
     "skip nvcf-cli init: export NVCF_TOKEN with a token from your identity provider "
     "(or put token: in ~/.nvcf-cli.yaml)"
@@ -83,7 +97,11 @@ def _edge_summary(check: EdgeCheck) -> dict:
 
 
 @contextlib.contextmanager
-def rehearsal(state_dir: Path | None, names: tuple[str, ...] = (f"*.{DOMAIN}",)) -> Iterator[Rehearsal]:
+def rehearsal(
+    state_dir: Path | None, names: tuple[str, ...] = (f"*.{DOMAIN}",), fresh: bool = False
+) -> Iterator[Rehearsal]:
+    """The gateway stand-in up, and the proxy installed as the runbook starts (an existing install), or
+    nothing of it yet (`fresh`)."""
     with contextlib.ExitStack() as stack:
         if state_dir is None:
             state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ncpsim-runbook-")))
@@ -91,9 +109,24 @@ def rehearsal(state_dir: Path | None, names: tuple[str, ...] = (f"*.{DOMAIN}",))
         run = Rehearsal(folder, mint_edge_tls(folder / "tls", names))
         served = stack.enter_context(running_gateway(run.handle, run.tls.context))
         run.port = served.port
-        run.plane = ai.sync(ai.Plane(), {})
-        run.steps("installed with adminIssuerProxy.enabled: true (release and OpenBao grant)")
+        if fresh:
+            run.steps("a fresh install: nothing of the admin issuer proxy exists yet")
+        else:
+            run.plane = ai.sync(ai.Plane(), {})
+            run.steps("installed with adminIssuerProxy.enabled: true (release and OpenBao grant)")
         yield run
+
+
+def sync(run: Rehearsal, given: Given, story: dict) -> dict:
+    """Helmfile sync with the runbook's values and the customer's over them; the step says which is whose."""
+    values = given.over({"adminIssuerProxy": story}, (ADMIN,))
+    installed = run.plane != ai.Plane()
+    run.plane = ai.sync(run.plane, values, pdb=lookup(values, PDB, False) is True)
+    shown = [given.show(values, key) for key in (ENABLED, GATEWAY, PDB) if lookup(values, key) is not None]
+    disabled = lookup(values, ENABLED) is False
+    effect = (" (removes nothing that exists)" if installed else " (installs nothing)") if disabled else ""
+    run.steps(f"set {', '.join(shown)} and synced{effect}")
+    return values
 
 
 def _report(
@@ -107,23 +140,35 @@ def _report(
     )
 
 
-def removal(variant: str, state_dir: Path | None = None) -> RunbookReport:
-    with rehearsal(state_dir) as run:
-        run.plane = ai.sync(run.plane, {"adminIssuerProxy": {"enabled": False}})
-        run.steps("set adminIssuerProxy.enabled: false and synced (removes nothing that exists)")
+def removal(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
+    with rehearsal(state_dir, fresh=given.install == FRESH) as run:
+        values = sync(run, given, {"enabled": False})
         run.plane = ai.helm_uninstall(run.plane)
         run.steps(STEP_UNINSTALL)
         if variant == RIGHT:
             for path in ai.GRANT:
                 run.plane = ai.bao_delete(run.plane, path)
             run.steps(STEP_REVOKE)
+        before = run.plane
+        run.plane = ai.sync(run.plane, values, pdb=lookup(values, PDB, False) is True)
+        again = (
+            "reinstalled the release and recreated the grant" if run.plane != before else "changed nothing"
+        )
+        run.steps(f"the next sync of the same values {again}")
         edge = run.edge()
         run.steps(f"edge check: curl exit {edge.exit_code}, status {edge.status} ({edge.verdict.outcome})")
         check = ai.removal_check(run.plane)
-        mistake = None
-        if check.capability != "withdrawn":
-            mistake = _grant_mistake(check)
-        return _report("admin-issuer-removal", variant, run, mistake, STEP_REVOKE if mistake else None, edge)
+        mistake, fix = None, None
+        if lookup(values, ENABLED) is True and not check.removed:
+            where = given.where(ENABLED) or "the chart default"
+            mistake = (
+                f"adminIssuerProxy.enabled is true ({where}): the next sync reinstalls the release and its "
+                "migration recreates the OpenBao grant, so the removal does not last"
+            )
+            fix = STEP_DISABLE
+        elif check.capability != "withdrawn":
+            mistake, fix = _grant_mistake(check), STEP_REVOKE
+        return _report("admin-issuer-removal", variant, run, mistake, fix, edge)
 
 
 def _grant_mistake(check: ai.RemovalCheck) -> str:
@@ -137,31 +182,38 @@ def _grant_mistake(check: ai.RemovalCheck) -> str:
     return f"step 2 was left half done: OpenBao still holds {left}; the verification grep is not empty"
 
 
-def edge_route(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def edge_route(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     """right: gateway.enabled false drops only the route; wrong: enabled false on an existing install."""
-    with rehearsal(state_dir) as run:
-        key = "gateway" if variant == RIGHT else "enabled"
-        section = {"gateway": {"enabled": False}} if key == "gateway" else {"enabled": False}
-        values = {"adminIssuerProxy": section}
-        run.plane = ai.sync(run.plane, values)
-        run.steps(f"set adminIssuerProxy.{key}{'.enabled' if key == 'gateway' else ''}: false and synced")
+    with rehearsal(state_dir, fresh=given.install == FRESH) as run:
+        values = sync(run, given, {"gateway": {"enabled": False}} if variant == RIGHT else {"enabled": False})
         edge = run.edge()
         run.steps(f"edge check: curl exit {edge.exit_code}, status {edge.status} ({edge.verdict.outcome})")
         inside = ai.gateway_reply(
             run.plane, run.issuer, DOMAIN, "", "POST", ai.KEYS_PATH, NOW, in_cluster=True
         )
         run.steps(f"in-cluster POST {ai.KEYS_PATH}: {inside.status}")
-        mistake = None
-        if not edge.verdict.passed:
-            mistake = (
-                f"the edge still serves {ai.keys_host(DOMAIN)}{ai.KEYS_PATH} "
-                f"(curl exit {edge.exit_code} with {edge.status}): setting adminIssuerProxy.enabled: "
-                "false on an existing install removes nothing"
-            )
-        return _report("admin-issuer-edge", variant, run, mistake, STEP_UNINSTALL if mistake else None, edge)
+        mistake, fix = (None, None) if edge.verdict.passed else _edge_mistake(edge, values, given)
+        return _report("admin-issuer-edge", variant, run, mistake, fix, edge)
 
 
-def edge_certificate(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def _edge_mistake(edge: EdgeCheck, values: dict, given: Given) -> tuple[str, str]:
+    served = f"the edge still serves {ai.keys_host(DOMAIN)}{ai.KEYS_PATH} (curl exit {edge.exit_code} with {edge.status})"
+    if edge.verdict.outcome != "served":
+        return f"the edge check was {edge.verdict.outcome}: {edge.verdict.advice}", STEP_RESOLVE
+    if lookup(values, ENABLED) is False:
+        where = f" ({given.where(ENABLED)})" if given.where(ENABLED) else ""
+        return (
+            f"{served}: setting adminIssuerProxy.enabled: false{where} on an existing install removes nothing",
+            STEP_UNINSTALL,
+        )
+    where = given.where(GATEWAY) or "the chart default"
+    return (
+        f"{served}: adminIssuerProxy.gateway.enabled is true ({where}), so the route stays attached",
+        STEP_GATEWAY,
+    )
+
+
+def edge_certificate(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     """The edge's certificate does not cover api-keys.<domain>: exit 60 is a TLS failure, not a pass."""
     with rehearsal(state_dir, names=(f"www.{DOMAIN}",)) as run:
         run.plane = ai.helm_uninstall(run.plane)
@@ -190,7 +242,7 @@ def edge_certificate(variant: str, state_dir: Path | None = None) -> RunbookRepo
         )
 
 
-def edge_host_header(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def edge_host_header(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     """The proxy is removed; the wrong run checks the edge with -H Host against the load-balancer address."""
     with rehearsal(state_dir) as run:
         run.plane = ai.helm_uninstall(run.plane)
@@ -215,7 +267,7 @@ def edge_host_header(variant: str, state_dir: Path | None = None) -> RunbookRepo
         )
 
 
-def cli_without_proxy(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def cli_without_proxy(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     with rehearsal(state_dir) as run:
         first = run.cli("init")
         run.steps(f"nvcf-cli init while the proxy is installed: exit {first.exit_code}")
@@ -248,7 +300,18 @@ def cli_without_proxy(variant: str, state_dir: Path | None = None) -> RunbookRep
         )
 
 
-RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {
+BY_HAND = Reads(
+    why="this rehearsal removes the proxy by hand (helm uninstall, bao delete); no sync reads values"
+)
+SYNCED = Reads((ADMIN,), install=True, why="it reads only adminIssuerProxy.*")
+READS = {
+    "admin-issuer-removal": SYNCED,
+    "admin-issuer-edge": SYNCED,
+    "admin-issuer-edge-cert": BY_HAND,
+    "admin-issuer-edge-host-header": BY_HAND,
+    "nvcf-cli-no-proxy": BY_HAND,
+}
+RUNS: dict[str, Callable[[str, Path | None, Given], RunbookReport]] = {
     "admin-issuer-removal": removal,
     "admin-issuer-edge": edge_route,
     "admin-issuer-edge-cert": edge_certificate,

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.runbooks.ess_keys import Ess, replica_keyring
-from sim.runbooks.report import RIGHT, RunbookReport, Steps
+from sim.runbooks.given import NO_VALUES, Given
+from sim.runbooks.report import RIGHT, Reads, RunbookReport, Steps
 
 GRACE = 300.0  # at least the replicas' keyring reload interval
 RELOAD = 300.0
@@ -44,7 +45,7 @@ def _end_state(ess: Ess, now: float) -> dict:
     }
 
 
-def rotation(variant: str, _state_dir: Path | None = None) -> RunbookReport:
+def rotation(variant: str, _state_dir: Path | None = None, _given: Given = NO_VALUES) -> RunbookReport:
     ess, steps = _seeded()
     now = START
     new = ess.add_mek(now, GRACE)
@@ -79,7 +80,7 @@ def rotation(variant: str, _state_dir: Path | None = None) -> RunbookReport:
     )
 
 
-def grace(variant: str, _state_dir: Path | None = None) -> RunbookReport:
+def grace(variant: str, _state_dir: Path | None = None, _given: Given = NO_VALUES) -> RunbookReport:
     """A new namespace's NEK is wrapped while some replica has not reloaded the keyring yet."""
     ess, steps = _seeded()
     now = START
@@ -107,7 +108,14 @@ def grace(variant: str, _state_dir: Path | None = None) -> RunbookReport:
     )
 
 
-RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {
+# The seeds give ESS's keys no value: the MEK lives in OpenBao, the NEKs in Cassandra, and the grace period is
+# the replicas' keyring reload interval, which no value sets. ess.podAnnotations only rolls the Deployment.
+_READS = Reads(
+    why="the seeds name no value for ESS's keys (the MEK in OpenBao, the NEKs in Cassandra, the replicas' "
+    "keyring reload interval); ess.podAnnotations only rolls the ESS Deployment"
+)
+READS = {"ess-mek-rotation": _READS, "ess-mek-grace": _READS}
+RUNS: dict[str, Callable[[str, Path | None, Given], RunbookReport]] = {
     "ess-mek-rotation": rotation,
     "ess-mek-grace": grace,
 }

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.model.values import WEBHOOK_URL, WORKER_AUTH, KeyPath
+from sim.runbooks.given import NO_VALUES, Given
 from sim.runbooks.nats_live import run_sync
 from sim.runbooks.nats_switch import NatsStack
-from sim.runbooks.report import RIGHT, RunbookReport, Steps
+from sim.runbooks.report import RIGHT, Reads, RunbookReport, Steps
 
 TOKEN = {"nats": {"workerAuth": "token"}}
 STEP_REPLACE = (
@@ -32,6 +34,9 @@ STEP_LOGGING = (
     "set natsAuthCalloutService.serviceConfig.logging to level: debug and sampling.initial: 0 "
     "(this restarts the auth callout), then look again"
 )
+STEP_TOKEN = "step 1: set nats.workerAuth: token and sync"
+LOGGING: KeyPath = ("natsAuthCalloutService", "serviceConfig", "logging")
+NATS_KEYS: tuple[KeyPath, ...] = (WORKER_AUTH, ("nats", "authCallout"), LOGGING)
 Finding = tuple[str, str]  # (mistake, fix step)
 
 
@@ -93,10 +98,36 @@ def audit(stack: NatsStack) -> list[Finding]:
     return findings
 
 
+def _mode_finding(stack: NatsStack, given: Given) -> list[Finding]:
+    """The runbook's token-mode steps never ran when the values leave the stack in nkey mode."""
+    if stack.config.mode == "token":
+        return []
+    where = given.where(WORKER_AUTH) or "the chart default"
+    mistake = (
+        f"nats.workerAuth is {stack.config.mode} ({where}): the stack never switched to token mode, so "
+        "the auth callout never sees a worker token and every worker launch hands out the shared NKey"
+    )
+    return [(mistake, STEP_TOKEN)]
+
+
+def _values(story: Mapping[str, Any], given: Given, steps: Steps | None = None) -> dict[str, Any]:
+    """The runbook's values with the customer's NATS keys over them; the step names where each came from."""
+    values = given.over(story, NATS_KEYS)
+    if steps is not None and given.under(NATS_KEYS):
+        shown = [given.show(values, parts) for parts in given.under(NATS_KEYS)]
+        steps(f"the customer's values: {', '.join(shown)}")
+    return values
+
+
 def _report(
-    name: str, variant: str, stack: NatsStack, steps: Steps, extra: Mapping[str, Any] | None = None
+    name: str,
+    variant: str,
+    stack: NatsStack,
+    steps: Steps,
+    extra: Mapping[str, Any] | None = None,
+    given: Given = NO_VALUES,
 ) -> RunbookReport:
-    findings = audit(stack)
+    findings = _mode_finding(stack, given) + audit(stack)
     mistake, fix = findings[0] if findings else (None, None)
     for line in _quoted(stack):
         steps(line)
@@ -141,50 +172,61 @@ async def _nkey_stack_with_workers(stack: NatsStack, steps: Steps) -> None:
     steps("running in nkey mode with workers fn-a and fn-b holding the shared NKey")
 
 
-def token_switch(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def _credential(stack: NatsStack) -> str:
+    return "its worker token" if stack.config.mode == "token" else "the shared NKey (NKEY_SEED), still"
+
+
+def token_switch(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     async def rehearse() -> RunbookReport:
         steps = Steps()
         async with NatsStack.running(
             {}, random.Random(8), _folder(state_dir, "nats-token-switch", variant)
         ) as stack:
             await _nkey_stack_with_workers(stack, steps)
-            await stack.sync(TOKEN)
-            steps("step 1: set nats.workerAuth: token and sync (the auth callout restarts)")
+            values = _values(TOKEN, given, steps)
+            restarted = await stack.sync(values)
+            steps(
+                f"step 1: set nats.workerAuth: {stack.config.mode} and sync"
+                + (" (the auth callout restarts)" if restarted else " (nothing changed)")
+            )
             await stack.launch("fn-c")
-            steps("step 2: new worker fn-c authenticates with its worker token")
+            steps(f"step 2: new worker fn-c signs in with {_credential(stack)}")
             old = [w for w in stack.workers if w.started_mode == "nkey"]
             if variant == RIGHT:
                 for worker in old:
                     await stack.redeploy(worker)
-                steps("step 2: redeployed fn-a and fn-b; their new workers use worker tokens")
+                steps(
+                    f"step 2: redeployed fn-a and fn-b; their new workers sign in with {_credential(stack)}"
+                )
             await stack.rotate_nkey()
             steps("step 3: rotated the shared NATS NKey (NATS rolls: every worker signs in again)")
-            return _report("nats-token-switch", variant, stack, steps)
+            return _report("nats-token-switch", variant, stack, steps, given=given)
 
     return run_sync(rehearse())
 
 
-def worker_utils(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def worker_utils(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     async def rehearse() -> RunbookReport:
         steps = Steps()
+        values = _values(TOKEN, given, steps)
         async with NatsStack.running(
-            TOKEN, random.Random(8), _folder(state_dir, "nats-worker-utils", variant)
+            values, random.Random(8), _folder(state_dir, "nats-worker-utils", variant)
         ) as stack:
             await stack.launch("fn-a", reads_account=variant == RIGHT)
             steps(
-                "token mode: launched fn-a with "
+                f"{stack.config.mode} mode: launched fn-a with "
                 + (
                     "a worker-utils that reads NVCF_NATS_ACCOUNT"
                     if variant == RIGHT
                     else "an older worker-utils"
                 )
             )
-            return _report("nats-worker-utils", variant, stack, steps)
+            return _report("nats-worker-utils", variant, stack, steps, given=given)
 
     return run_sync(rehearse())
 
 
-def webhook_url(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def webhook_url(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     served = "http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
 
     async def rehearse() -> RunbookReport:
@@ -196,15 +238,16 @@ def webhook_url(variant: str, state_dir: Path | None = None) -> RunbookReport:
             values: dict[str, Any] = {"nats": {"workerAuth": "token"}}
             if variant == RIGHT:
                 values["nats"]["authCallout"] = {"workerTokenAuth": {"webhookUrl": served}}
+            values = _values(values, given, steps)
             await stack.sync(values)
             steps(
-                "set nats.workerAuth: token"
-                + (" and the webhook URL" if variant == RIGHT else "")
+                f"set nats.workerAuth: {stack.config.mode}"
+                + (" and the webhook URL" if variant == RIGHT or given.where(WEBHOOK_URL) else "")
                 + ", synced"
             )
             await stack.launch("fn-a")
             steps("launched fn-a")
-            return _report("nats-webhook-url", variant, stack, steps)
+            return _report("nats-webhook-url", variant, stack, steps, given=given)
 
     return run_sync(rehearse())
 
@@ -212,7 +255,7 @@ def webhook_url(variant: str, state_dir: Path | None = None) -> RunbookReport:
 BURST = 300
 
 
-def log_sampling(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def log_sampling(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     async def rehearse() -> RunbookReport:
         steps = Steps()
         values: dict[str, Any] = {"nats": {"workerAuth": "token"}}
@@ -221,6 +264,7 @@ def log_sampling(variant: str, state_dir: Path | None = None) -> RunbookReport:
                 "serviceConfig": {"logging": {"level": "debug", "sampling": {"initial": 0}}}
             }
             steps("set natsAuthCalloutService.serviceConfig.logging: level debug, sampling.initial 0")
+        values = _values(values, given, steps)
         async with NatsStack.running(
             values, random.Random(8), _folder(state_dir, "nats-log-sampling", variant)
         ) as stack:
@@ -231,8 +275,10 @@ def log_sampling(variant: str, state_dir: Path | None = None) -> RunbookReport:
                 f"{BURST} workers logged in within one second; {logged} 'Authentication successful' "
                 "lines logged"
             )
-            report = _report("nats-log-sampling", variant, stack, steps, {"logged": logged, "logins": BURST})
-        if logged < BURST:
+            report = _report(
+                "nats-log-sampling", variant, stack, steps, {"logged": logged, "logins": BURST}, given
+            )
+        if logged < BURST and report.ok:
             mistake = (
                 f"debugging with the default log sampling: {BURST - logged} of {BURST} "
                 "'Authentication successful' lines were dropped, so those workers look as if their "
@@ -254,10 +300,10 @@ def log_sampling(variant: str, state_dir: Path | None = None) -> RunbookReport:
     return run_sync(rehearse())
 
 
-def values_check(variant: str, state_dir: Path | None = None) -> RunbookReport:
+def values_check(variant: str, state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     steps = Steps()
-    values = TOKEN if variant == RIGHT else {"nats": {"workerAuth": "tokens"}}
-    steps(f"set nats.workerAuth: {values['nats']['workerAuth']} and render")
+    values = _values(TOKEN if variant == RIGHT else {"nats": {"workerAuth": "tokens"}}, given)
+    steps(f"set {given.show(values, WORKER_AUTH)} and render")
 
     async def rehearse() -> RunbookReport:
         async with NatsStack.running(
@@ -281,7 +327,11 @@ def values_check(variant: str, state_dir: Path | None = None) -> RunbookReport:
         )
 
 
-RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {
+_READS = Reads(NATS_KEYS, why="it reads only nats.workerAuth, nats.authCallout and the callout's logging")
+READS = dict.fromkeys(
+    ("nats-token-switch", "nats-worker-utils", "nats-webhook-url", "nats-log-sampling", "nats-values"), _READS
+)
+RUNS: dict[str, Callable[[str, Path | None, Given], RunbookReport]] = {
     "nats-token-switch": token_switch,
     "nats-worker-utils": worker_utils,
     "nats-webhook-url": webhook_url,

@@ -8,8 +8,10 @@ can expect both without parsing prose.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from sim.model.values import KeyPath
 
 RIGHT = "right"
 WRONG = "wrong"
@@ -27,6 +29,7 @@ class RunbookReport:
     fix_step: str | None = None
     log_lines: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what the rehearsal could not use of the values it was given, and why
 
     def __post_init__(self) -> None:
         # A failed rehearsal that cannot say what went wrong is useless to the operator.
@@ -48,14 +51,29 @@ class RunbookReport:
             "mistake": self.mistake,
             "fix_step": self.fix_step,
             "log_lines": list(self.log_lines),
+            "notes": list(self.notes),
         }
+
+    def noting(self, *notes: str) -> RunbookReport:
+        return replace(self, notes=(*self.notes, *notes))
 
     def summary(self) -> str:
         lines = [f"runbook {self.name} ({self.variant}): {self.outcome}"]
         lines += [f"  step: {step}" for step in self.steps]
+        lines += [f"  note: {note}" for note in self.notes]
         if not self.ok:
             lines += [f"  mistake: {self.mistake}", f"  fix: {self.fix_step}"]
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Reads:
+    """The values a runbook rehearses with (key prefixes; whether a fresh install differs), and why it
+    cannot use the others: the one line a report carries when the customer's file sets them."""
+
+    keys: tuple[KeyPath, ...] = ()
+    install: bool = False
+    why: str = "this runbook reads no values"
 
 
 class Steps:

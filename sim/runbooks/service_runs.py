@@ -6,8 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.errors import ConfigError
+from sim.model.values import ANNOTATION_MAPS
 from sim.runbooks import service_ops as ops
-from sim.runbooks.report import RIGHT, RunbookReport, Steps
+from sim.runbooks.given import NO_VALUES, Given
+from sim.runbooks.report import RIGHT, Reads, RunbookReport, Steps
 
 STEP_ANNOTATIONS = (
     'quote every annotation value ("8080", "true") and remove keys starting with '
@@ -23,7 +25,7 @@ STEP_SEAL = (
 )
 
 
-def annotations(variant: str, _state_dir: Path | None = None) -> RunbookReport:
+def annotations(variant: str, _state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
     steps = Steps()
     good = {
         "api": {"podAnnotations": {"example.com/scrape": "true"}},
@@ -32,8 +34,10 @@ def annotations(variant: str, _state_dir: Path | None = None) -> RunbookReport:
     bad = {
         "api": {"podAnnotations": {"example.com/port": 8080, "nvcf.nvidia.com/nats-worker-auth-hash": "x"}}
     }
-    values = good if variant == RIGHT else bad
-    steps("set pod annotations in environments/<env>.yaml and rendered")
+    values = given.over(good if variant == RIGHT else bad, ANNOTATION_MAPS)
+    mine = given.under(ANNOTATION_MAPS)
+    shown = f": {', '.join(given.show(values, parts) for parts in mine)}" if mine else ""
+    steps(f"set pod annotations in environments/<env>.yaml{shown} and rendered")
     try:
         effects = ops.change_effects({}, values)
     except ConfigError as exc:
@@ -53,7 +57,7 @@ def annotations(variant: str, _state_dir: Path | None = None) -> RunbookReport:
     )
 
 
-def openbao_restart(variant: str, _state_dir: Path | None = None) -> RunbookReport:
+def openbao_restart(variant: str, _state_dir: Path | None = None, _given: Given = NO_VALUES) -> RunbookReport:
     """Replace every OpenBao member (e.g. to pick up new annotations)."""
     steps = Steps()
     bao = ops.workload("openbao-server")
@@ -73,7 +77,7 @@ def openbao_restart(variant: str, _state_dir: Path | None = None) -> RunbookRepo
     return _restart_report("openbao-restart", variant, bao, steps, log)
 
 
-def seal_check(variant: str, _state_dir: Path | None = None) -> RunbookReport:
+def seal_check(variant: str, _state_dir: Path | None = None, _given: Given = NO_VALUES) -> RunbookReport:
     """Members replaced one by one; the wrong run waits only for readiness."""
     steps = Steps()
     bao, _ = ops.rollout_restart(ops.workload("openbao-server"))
@@ -116,7 +120,9 @@ def _restart_report(
     return RunbookReport(name, variant, steps.as_tuple(), state, mistake is None, mistake, fix, tuple(log))
 
 
-def deployment_restart(variant: str, _state_dir: Path | None = None) -> RunbookReport:
+def deployment_restart(
+    variant: str, _state_dir: Path | None = None, _given: Given = NO_VALUES
+) -> RunbookReport:
     """A Deployment's rolling restart replaces all its pods; rollout status confirms it."""
     steps = Steps()
     api = ops.workload("nvcf-api", replicas=2)
@@ -143,7 +149,16 @@ def deployment_restart(variant: str, _state_dir: Path | None = None) -> RunbookR
     )
 
 
-RUNS: dict[str, Callable[[str, Path | None], RunbookReport]] = {
+_RESTART = Reads(
+    why="a restart reads no values (OpenBao's OnDelete strategy and the replicas are the chart's)"
+)
+READS = {
+    "service-annotations": Reads(ANNOTATION_MAPS, why="it reads only the pod annotation maps"),
+    "openbao-restart": _RESTART,
+    "openbao-seal-check": _RESTART,
+    "deployment-restart": _RESTART,
+}
+RUNS: dict[str, Callable[[str, Path | None, Given], RunbookReport]] = {
     "service-annotations": annotations,
     "openbao-restart": openbao_restart,
     "openbao-seal-check": seal_check,
