@@ -73,8 +73,8 @@ def drop_set_values(step: int) -> Callable[[Data], None]:
 # -- negative controls of the catalogue scenarios ---------------------------------------------------
 CONTROLS = [
     # (scenario, what is taken away, the step that must then fail, the reason it fails)
-    ("private-ca-frontend", drop_set_values(2), 3, "certificate verify failed"),
-    ("stale-ca-pem-after-rotation", drop_set_values(6), 7, "certificate verify failed"),
+    ("private-ca-frontend", drop_set_values(2), 3, "x509: certificate signed by unknown authority"),
+    ("stale-ca-pem-after-rotation", drop_set_values(6), 7, "x509: certificate signed by unknown authority"),
     (
         "clusterip-service",
         lambda d: d["values"]["workerCallbackProxy"]["service"].update(type="LoadBalancer"),
@@ -97,7 +97,7 @@ CONTROLS = [
         "single-cluster-names-published",
         lambda d: d["topology"].pop("controlPlane"),
         1,
-        "cannot resolve invocation.grpc-worker.example.com",
+        "lookup invocation.grpc-worker.example.com on",
     ),
     ("wrong-name-pod-cert", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
 ]
@@ -162,7 +162,7 @@ def test_undeclared_existing_secret_is_public_and_workers_trust_it(tmp_path: Pat
     assert all(Path(path).is_file() for path in result.status["ca"].values())
     control = base("declared-private", [HTTP_OK], tls={"frontend": {"existingSecret": "customer-tls"}})
     control["topology"]["secrets"] = {"customer-tls": {"issuer": "private"}}
-    assert_fails_at(replay(tmp_path, control), 1, "certificate verify failed")
+    assert_fails_at(replay(tmp_path, control), 1, "x509: certificate signed by unknown authority")
 
 
 def test_declared_expired_secret(tmp_path: Path) -> None:
@@ -192,7 +192,11 @@ def test_brought_secret_is_served_as_it_is_and_trusted_through_pasted_pem(tmp_pa
     paste = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": corporate_pem}}}}
     data = base(
         "brought-secret",
-        [http_fails("certificate verify failed"), {"setValues": paste, **REDEPLOY_WORKERS}, HTTP_OK],
+        [
+            http_fails("x509: certificate signed by unknown authority"),
+            {"setValues": paste, **REDEPLOY_WORKERS},
+            HTTP_OK,
+        ],
         tls={"frontend": {"existingSecret": "customer-tls"}},
     )
     # Declared as public: the brought folder must win over the declaration, or step 1 would pass.
@@ -208,7 +212,7 @@ def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env:
     folder, _ = brought_folder(tmp_path)
     data = base(
         "brought-cli",
-        [http_fails("certificate verify failed")],
+        [http_fails("x509: certificate signed by unknown authority")],
         tls={"frontend": {"existingSecret": "customer-tls"}},
     )
     path = tmp_path / "brought-cli.yaml"

@@ -126,7 +126,7 @@ def test_dns_stop_and_start(stack: LocalStack) -> None:
     assert call(stack).status == 200
     fresh_workers(stack)
     failed = call(stack)
-    assert "cannot resolve invocation.grpc-worker.example.com" in (failed.error or "")
+    assert "lookup invocation.grpc-worker.example.com on 10.53.0.10:53: " in (failed.error or "")
     faults.apply({"start": "resolver"})
     assert call(stack).status == 200
 

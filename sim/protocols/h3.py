@@ -41,11 +41,14 @@ from aioquic.quic.packet import QuicErrorCode
 
 from sim.protocols.h3_quic import (
     WINDOW,
+    AlertCertificateUnknown,
     AlertUnrecognizedName,
     ReloadingServerConfig,
     _install_credit,
+    check_server_certificate,
     client_configuration,
     peek_server_name,
+    peer_certificate,
     server_configuration,
     trust_pem,
 )
@@ -56,6 +59,7 @@ __all__ = [
     "H3_REQUEST_CANCELLED",
     "HIGH_WATER",
     "WINDOW",
+    "AlertCertificateUnknown",
     "AlertUnrecognizedName",
     "H3Endpoint",
     "H3Server",
@@ -90,11 +94,20 @@ _CERT_ALERTS = {
 
 
 class HandshakeFailed(ConnectionError):
-    """The QUIC handshake did not complete; `error_code` is the QUIC close code (None: timed out)."""
+    """The QUIC handshake did not complete; `error_code` is the QUIC close code (None: timed out);
+    `peer_certificate`, the certificate the server showed, if the handshake got that far."""
 
-    def __init__(self, reason: str, error_code: int | None):
+    def __init__(self, reason: str, error_code: int | None, peer_certificate: Any = None):
         super().__init__(reason)
-        self.reason, self.error_code = reason, error_code
+        self.reason, self.error_code, self.peer_certificate = reason, error_code, peer_certificate
+
+    @property
+    def alert(self) -> int | None:
+        """The TLS alert the connection was closed with (CRYPTO_ERROR + alert), if it was."""
+        code = self.error_code
+        if code is None or not 0 <= code - QuicErrorCode.CRYPTO_ERROR < 256:
+            return None
+        return code - QuicErrorCode.CRYPTO_ERROR
 
     @property
     def certificate_rejected(self) -> bool:
@@ -386,13 +399,23 @@ class H3Endpoint(QuicConnectionProtocol):
             self.abandon(reason=f"connection refused ({exc.strerror or exc})")
 
 
-async def connect(addr: tuple[str, int], config: QuicConfiguration, *, timeout: float) -> H3Endpoint:
+async def connect(
+    addr: tuple[str, int],
+    config: QuicConfiguration,
+    *,
+    timeout: float,
+    check: Callable[[Any], None] | None = None,
+) -> H3Endpoint:
     """Open a QUIC connection from 127.0.0.1 to `addr` and wait for the handshake.
 
-    Raises HandshakeFailed with the peer's (or our own TLS stack's) reason. Close with `close_client`.
+    `check(certificate)` judges the server's certificate after aioquic verified it (it may raise a
+    tls.Alert). Raises HandshakeFailed with the peer's (or our own TLS stack's) reason. Close with
+    `close_client`.
     """
     loop = asyncio.get_running_loop()
     quic = QuicConnection(configuration=config)
+    if check is not None:
+        check_server_certificate(quic, check)
     # A connected socket, so an ICMP port unreachable (nothing listens) reaches error_received.
     _, endpoint = await loop.create_datagram_endpoint(lambda: H3Endpoint(quic), remote_addr=addr)
     endpoint.connect(addr)
@@ -402,7 +425,7 @@ async def connect(addr: tuple[str, int], config: QuicConfiguration, *, timeout: 
     except (ConnectionError, TimeoutError) as exc:
         code, reason = endpoint.close_info or (None, "handshake timed out")
         close_client(endpoint)
-        raise HandshakeFailed(reason, code) from exc
+        raise HandshakeFailed(reason, code, peer_certificate(quic)) from exc
     return endpoint
 
 
