@@ -100,6 +100,20 @@ CONTROLS = [
         "lookup invocation.grpc-worker.example.com on",
     ),
     ("wrong-name-pod-cert", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
+    # issue 26: the brought certificate's names, the pod certificate's own name, the shared dial's NXDOMAIN
+    (
+        "frontend-cert-wrong-names",
+        lambda d: d["topology"]["secrets"]["acme-wildcard-tls"].pop("names"),  # *.<workerDomain> instead
+        1,
+        "outcome failure, but it succeeded",
+    ),
+    ("grpc-pod-cert-own-name", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
+    (
+        "grpc-dns-missing",
+        lambda d: d["topology"]["computeClusters"][0].pop("wildcardDns"),
+        1,
+        "outcome failure, but it succeeded",
+    ),
 ]
 
 
@@ -139,7 +153,9 @@ def test_node_port_answers_on_the_node_address_at_its_node_port(tmp_path: Path) 
     """Workers resolve to the node; the Service port 10084 is closed there, the node port 30084 is not."""
     trust = {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}
     closed = base(
-        "node-port", [http_fails("connection refused: 172.18.0.2:10084/tcp")], service={"type": "NodePort"}
+        "node-port",
+        [http_fails("dial tcp 172.18.0.2:10084: connect: connection refused")],
+        service={"type": "NodePort"},
     )
     closed["values"]["global"] = trust
     result = replay(tmp_path, closed)
