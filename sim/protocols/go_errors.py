@@ -34,6 +34,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
+from certs.inspect import is_ip
 from dns.client import NameNotResolved
 from sim.model.netmap import Unreachable
 
@@ -109,7 +110,7 @@ def hostname_error(host: str, leaf: Leaf) -> str:
     """x509.HostnameError's text: the names the certificate is valid for, and the one that was wanted."""
     if not leaf.has_san and matches_hostname(leaf.common_name, host):
         return "x509: certificate relies on legacy Common Name field, use SANs instead"
-    if _is_ip(host):
+    if is_ip(host):
         if not leaf.ip_addresses:
             return f"x509: cannot validate certificate for {host} because it doesn't contain any IP SANs"
         valid = ", ".join(leaf.ip_addresses)
@@ -122,7 +123,7 @@ def hostname_error(host: str, leaf: Leaf) -> str:
 
 def covers(leaf: Leaf, host: str) -> bool:
     """Certificate.VerifyHostname's verdict."""
-    if _is_ip(host):
+    if is_ip(host):
         return any(ipaddress.ip_address(ip) == ipaddress.ip_address(host) for ip in leaf.ip_addresses)
     return any(matches_hostname(name, host) for name in leaf.dns_names)
 
@@ -143,14 +144,6 @@ def x509_reason(host: str, leaf: Leaf | None, now: datetime, chain_reason: str =
 
 def _expired(detail: str) -> str:
     return f"x509: certificate has expired or is not yet valid: {detail}"
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 # -- NVCF_PROXY_CA_PEM, as ca.ProxyCAs reads it ----------------------------------------------------
