@@ -5,8 +5,9 @@ or none at all) finds no filter chain, so the handshake is refused (TLS alert un
 with `NR`). Each request stream is then decided on its own by sim.proxy.h3_policy, from `:authority`,
 method, pseudo-headers and the header limits, as the rendered Envoy route table decides it: a stream
 error resets that stream only, a route miss is 404 `NR`, and a forward goes to the pod the `:authority`
-names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084, verifying
-`*.grpc-headless.nvcf.svc.cluster.local` against the stack CA in Secret `grpc-proxy-worker-tls`, and
+names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084, verifying the
+chain against the stack CA in Secret `grpc-proxy-worker-tls` and the SAN `*.grpc-headless.nvcf.svc.cluster.local`
+as Envoy's exact matcher does (sim.proxy.san: a certificate for the pod's own name is refused), and
 relays the stream both ways with backpressure (sim.protocols.h3). That session is shared by every
 worker connection's streams to the pod, as Envoy pools upstream connections per host of its cluster,
 not per downstream connection; a pod that restarted (its pod IP leads to another address now) or a
