@@ -9,6 +9,7 @@ are retried 5 times from 10 ms, except 401/403; every outcome is an event, never
 from __future__ import annotations
 
 import asyncio
+import re
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -177,9 +178,15 @@ def dial_failed(worker: Worker, target: CallbackTarget, exc: BaseException, dns:
 
 
 def handshake_error(exc: HandshakeFailed) -> str:
+    """ncpsim's account of a failed QUIC handshake: aioquic's reason, its patterns unwrapped (service_identity
+    writes `DNSPattern(pattern=b'*.x')`, a Python repr no user should read)."""
+    reason = PATTERN_REPR.sub(r"'\1'", exc.reason)
     if exc.certificate_rejected:
-        return f"TLS handshake failed: certificate verify failed: {exc.reason}"
-    return f"TLS handshake failed: {exc.reason}"
+        return f"TLS handshake failed: certificate verify failed: {reason}"
+    return f"TLS handshake failed: {reason}"
+
+
+PATTERN_REPR = re.compile(r"\w+Pattern\(pattern=b'([^']*)'\)")
 
 
 async def _resolve(worker: Worker, name: str, request_id: str | None, dns: dict[str, Any]) -> str:
