@@ -44,7 +44,7 @@ def sans(pem: bytes | str) -> list[str]:
     return out
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
     except ValueError:
@@ -65,8 +65,8 @@ def covers(pattern_or_san: str, hostname: str) -> bool:
     host = hostname.strip().rstrip(".").lower()
     if not pattern or not host:
         return False
-    if _is_ip(host) or _is_ip(pattern):
-        both = _is_ip(host) and _is_ip(pattern)
+    if is_ip(host) or is_ip(pattern):
+        both = is_ip(host) and is_ip(pattern)
         return both and ipaddress.ip_address(host) == ipaddress.ip_address(pattern)
     host_labels = host.split(".")
     pattern_labels = pattern.split(".")

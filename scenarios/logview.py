@@ -24,6 +24,7 @@ from scenarios.terminal import safe
 FOLLOW_POLL = 0.2  # seconds between re-reads when following: a person reads, a fifth of a second is live
 ALIVE_CHECK = 1.0  # seconds between checks that the stack is still up while following
 COLOURS = (36, 33, 32, 35, 34, 91, 92, 93, 94, 95, 96)  # compose's rotation of prefix colours
+_ZAP_TS = re.compile(r'"ts": ?([0-9]+(?:\.[0-9]+)?)')
 _STAMPS = (  # (pattern, strptime format, the time zone it is written in: None for local)
     (re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z\]"), "%Y-%m-%dT%H:%M:%S.%f", UTC),  # Envoy
     (re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)"), "%Y-%m-%d %H:%M:%S,%f", None),  # Python logging
@@ -34,6 +35,9 @@ _STAMPS = (  # (pattern, strptime format, the time zone it is written in: None f
 
 def line_time(line: str) -> float | None:
     """The time a log line carries, as a Unix timestamp; None when it carries none this knows."""
+    if line.startswith("{"):  # zap's production JSON (worker-utils): "ts" in epoch seconds
+        found = _ZAP_TS.search(line)
+        return float(found.group(1)) if found else None
     for pattern, layout, zone in _STAMPS:
         found = pattern.match(line)
         if found:

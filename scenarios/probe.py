@@ -11,11 +11,13 @@ import asyncio
 import random
 import ssl
 import uuid
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from scenarios.spec import PLACEHOLDER, ProbeTarget, Step
 from scenarios.trace import CallTrace
 from sim.model.topology import Topology
+from sim.protocols.go_errors import Dial, tcp_dial_error, tls_error
 from sim.protocols.http1 import close_within
 from sim.protocols.tls import client_context
 from sim.protocols.wire import PROXY_HTTP_PORT
@@ -105,7 +107,15 @@ async def probe_call(
     try:
         status = await send_probe(ctx, topology, probe.method, target, request_id)
     except (OSError, ssl.SSLError, TimeoutError, asyncio.IncompleteReadError) as exc:
-        trace.outcome, trace.error = "failure", f"{type(exc).__name__}: {exc}"
+        ip, port = topology.proxy_addresses(PROXY_HTTP_PORT)[0]  # named, never the loopback port behind it
+        dial = Dial(f"invocation.{topology.worker_domain}", "", addr=f"{ip}:{port}")
+        if isinstance(exc, asyncio.IncompleteReadError):
+            said = "EOF"  # the proxy hung up mid-answer
+        elif isinstance(exc, ssl.SSLError):
+            said = tls_error(dial, exc, datetime.now(UTC))
+        else:
+            said = tcp_dial_error(dial, exc)
+        trace.outcome, trace.error = "failure", f"probe: {said}"
         return trace
     trace.client_status, trace.worker_statuses = status, [status]
     trace.outcome = "success" if 200 <= status < 400 else "failure"

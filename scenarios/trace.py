@@ -18,7 +18,8 @@ class CallTrace:
     client_status: int = 0
     body_ok: bool = False
     outcome: str = "pending"  # success | failure
-    error: str | None = None
+    error: str | None = None  # as the field logs it: the Go worker's line when the worker failed
+    cause: str | None = None  # ncpsim's own account of the worker's failure, beside that line
     worker: str | None = None
     worker_stage: str | None = None
     worker_statuses: list[int] = field(default_factory=list)
@@ -88,6 +89,7 @@ def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, 
                 # The worker's cause (DNS rcode, TLS error, the status and message it got) explains a
                 # failure better than what the client saw of it (a 504, or gRPC's DEADLINE_EXCEEDED).
                 trace.error = event.get("error") or trace.error
+                trace.cause = event.get("cause")
         elif kind in (PROBE_LEG_KINDS if trace.kind == "probe" else POD_LEG_KINDS):
             trace.pod_legs.append(_leg(kind, event))
         elif kind == "proxy.decision":

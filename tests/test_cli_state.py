@@ -215,7 +215,7 @@ def test_a_failed_callback_leaves_a_line_in_the_workers_log(cli: Cli) -> None:
         cli("fault", "clear-links")
     logged = cli("logs", "ncpsim-compute-1", "-n", "200").stdout
     line = next((x for x in logged.splitlines() if request_id in x), "")
-    assert "\tERROR\tcallback failed\t" in line and '"callback": "http"' in line, logged[-2000:]
+    assert '"level": "error"' in line and '"msg": "failed to handle request"' in line, logged[-2000:]
 
 
 def test_certs_lists_the_leaf_certificates(cli: Cli) -> None:

@@ -73,8 +73,8 @@ def drop_set_values(step: int) -> Callable[[Data], None]:
 # -- negative controls of the catalogue scenarios ---------------------------------------------------
 CONTROLS = [
     # (scenario, what is taken away, the step that must then fail, the reason it fails)
-    ("private-ca-frontend", drop_set_values(2), 3, "certificate verify failed"),
-    ("stale-ca-pem-after-rotation", drop_set_values(6), 7, "certificate verify failed"),
+    ("private-ca-frontend", drop_set_values(2), 3, "x509: certificate signed by unknown authority"),
+    ("stale-ca-pem-after-rotation", drop_set_values(6), 7, "x509: certificate signed by unknown authority"),
     (
         "clusterip-service",
         lambda d: d["values"]["workerCallbackProxy"]["service"].update(type="LoadBalancer"),
@@ -97,7 +97,7 @@ CONTROLS = [
         "single-cluster-names-published",
         lambda d: d["topology"].pop("controlPlane"),
         1,
-        "cannot resolve invocation.grpc-worker.example.com",
+        "lookup invocation.grpc-worker.example.com on",
     ),
     ("wrong-name-pod-cert", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
     # No filter on the way: the gRPC callbacks the scenario shows failing go through.
@@ -131,6 +131,20 @@ CONTROLS = [
         "dns-exact-invocation-record",
         lambda d: d["topology"]["computeClusters"][0]["dnsRecords"][0].update(kind="suffix", name=f".{WD}"),
         2,
+        "outcome failure, but it succeeded",
+    ),
+    # issue 26: the brought certificate's names, the pod certificate's own name, the shared dial's NXDOMAIN
+    (
+        "frontend-cert-wrong-names",
+        lambda d: d["topology"]["secrets"]["acme-wildcard-tls"].pop("names"),  # *.<workerDomain> instead
+        1,
+        "outcome failure, but it succeeded",
+    ),
+    ("grpc-pod-cert-own-name", lambda d: d["steps"].pop(0), 1, "outcome failure, but it succeeded"),
+    (
+        "grpc-dns-missing",
+        lambda d: d["topology"]["computeClusters"][0].pop("wildcardDns"),
+        1,
         "outcome failure, but it succeeded",
     ),
 ]
@@ -172,7 +186,9 @@ def test_node_port_answers_on_the_node_address_at_its_node_port(tmp_path: Path) 
     """Workers resolve to the node; the Service port 10084 is closed there, the node port 30084 is not."""
     trust = {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}
     closed = base(
-        "node-port", [http_fails("connection refused: 172.18.0.2:10084/tcp")], service={"type": "NodePort"}
+        "node-port",
+        [http_fails("dial tcp 172.18.0.2:10084: connect: connection refused")],
+        service={"type": "NodePort"},
     )
     closed["values"]["global"] = trust
     result = replay(tmp_path, closed)
@@ -195,7 +211,7 @@ def test_undeclared_existing_secret_is_public_and_workers_trust_it(tmp_path: Pat
     assert all(Path(path).is_file() for path in result.status["ca"].values())
     control = base("declared-private", [HTTP_OK], tls={"frontend": {"existingSecret": "customer-tls"}})
     control["topology"]["secrets"] = {"customer-tls": {"issuer": "private"}}
-    assert_fails_at(replay(tmp_path, control), 1, "certificate verify failed")
+    assert_fails_at(replay(tmp_path, control), 1, "x509: certificate signed by unknown authority")
 
 
 def test_declared_expired_secret(tmp_path: Path) -> None:
@@ -225,7 +241,11 @@ def test_brought_secret_is_served_as_it_is_and_trusted_through_pasted_pem(tmp_pa
     paste = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": corporate_pem}}}}
     data = base(
         "brought-secret",
-        [http_fails("certificate verify failed"), {"setValues": paste, **REDEPLOY_WORKERS}, HTTP_OK],
+        [
+            http_fails("x509: certificate signed by unknown authority"),
+            {"setValues": paste, **REDEPLOY_WORKERS},
+            HTTP_OK,
+        ],
         tls={"frontend": {"existingSecret": "customer-tls"}},
     )
     # Declared as public: the brought folder must win over the declaration, or step 1 would pass.
@@ -241,7 +261,7 @@ def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env:
     folder, _ = brought_folder(tmp_path)
     data = base(
         "brought-cli",
-        [http_fails("certificate verify failed")],
+        [http_fails("x509: certificate signed by unknown authority")],
         tls={"frontend": {"existingSecret": "customer-tls"}},
     )
     path = tmp_path / "brought-cli.yaml"

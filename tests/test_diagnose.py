@@ -22,6 +22,9 @@ DIAGNOSE_TIMEOUT = 60.0
 PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": {"type": "LoadBalancer"}}
 PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
 
+UNKNOWN_CA = "x509: certificate signed by unknown authority"
+
+
 # -- what a worker or client logged -> the documented causes ---------------------------------------------
 SYMPTOM_ROWS = [
     ("x509: certificate signed by unknown authority", "worker-ca-missing"),
@@ -30,19 +33,36 @@ SYMPTOM_ROWS = [
         "frontend-expired",
     ),
     (
-        "x509: certificate is valid for *.grpc-worker.example.com, not callbacks.other.example",
+        "x509: certificate is valid for *.other.example.com, not invocation.grpc-worker.example.com",
+        "frontend-certificate-names",
+    ),
+    ("ca: no valid PEM certs in $NVCF_PROXY_CA_PEM", "worker-ca-stale"),
+    (
+        "CRYPTO_ERROR 0x170 (remote): TLS handshake failure (ENCRYPTION_INITIAL) 112: unrecognized name",
         "invocation-proxy-url",
     ),
-    ("dial tcp: lookup invocation.grpc-worker.example.com: no such host", "rewrite-missing"),
+    ("dial tcp: lookup invocation.grpc-worker.example.com on 10.53.0.10:53: no such host", "rewrite-missing"),
     ("dial tcp 10.100.0.10:10084: i/o timeout", "proxy-unreachable"),
+    ("timeout: no recent network activity", "proxy-unreachable"),
     (
         "proxyconnect tcp: CONNECT 10-42-0-11.invocation.nvcf.svc.cluster.local:8443 answered 404",
+        "legacy-worker-connect-off",
+    ),
+    (
+        (
+            'failed to send GET request: Get "https://10-42-0-11.invocation.nvcf.svc.cluster.local:8443'
+            '/v2/nvcf/worker/request-attach": Not Found'
+        ),
         "legacy-worker-connect-off",
     ),
     ("GET request failed with status code 404", "legacy-worker-connect-off"),
     ("GET request failed with status code 401", "callback-wrong-pod"),
     (
-        "upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+        (
+            "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, "
+            "transport failure reason: TLS_error:|268435581:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED:"
+            "TLS_error_end"
+        ),
         "pod-cert-untrusted",
     ),
     (
@@ -94,51 +114,93 @@ def test_an_unknown_symptom_names_nothing() -> None:
 LB, CLUSTER_IP = World(proxy_enabled=True), World(proxy_enabled=True, service_type="ClusterIP")
 # The same 503 UF means another cause when the values turned the pod's worker TLS listener off.
 POD_503 = Observation(
-    "1.4.0:system", "http-echo", False, "get", "GET answered 503", statuses=(503,), proxy=((503, "UF"),)
+    "1.4.0:system",
+    "http-echo",
+    False,
+    "get",
+    "GET request failed with status code 503: upstream connect error",
+    statuses=(503,),
+    proxy=((503, "UF"),),
 )
 OBSERVATION_ROWS = [
     (
         Observation(
-            "1.4.0:system", "http-echo", False, "dns", "cannot resolve invocation.x: NXDOMAIN", "NXDOMAIN"
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "dns",
+            "dial tcp: lookup invocation.x on 10.53.0.10:53: no such host",
+            "NXDOMAIN",
         ),
         LB,
         "rewrite-missing",
     ),
     (
-        Observation("1.4.0:system", "http-echo", False, "connect", "OSError: network unreachable"),
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "connect",
+            "dial tcp 10.43.0.30:10084: connect: no route to host",
+        ),
         CLUSTER_IP,
         "proxy-unreachable",
     ),
     (
-        Observation("1.4.0:system", "http-echo", False, "connect", "TimeoutError: timed out"),
+        Observation("1.4.0:system", "http-echo", False, "connect", "dial tcp 10.100.0.10:10084: i/o timeout"),
         LB,
         "rewrite-wrong-address",
     ),
     (
-        Observation("1.4.0:system", "http-echo", False, "connect", "OSError: unreachable"),
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "connect",
+            "dial tcp 10.42.0.11:8443: connect: no route to host",
+        ),
         World(proxy_enabled=False),
         "proxy-disabled",
     ),
     (
         Observation(
-            "1.4.0:system", "http-echo", False, "tls", "TLS handshake failed: certificate verify failed"
+            "1.4.0:system", "http-echo", False, "tls", "tls: failed to verify certificate: " + UNKNOWN_CA
         ),
         LB,
         "worker-ca-missing",
     ),
     (
-        Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "tls",
+            "tls: failed to verify certificate: x509: certificate is valid for *.other.example.com, not x",
+        ),
+        LB,
+        "frontend-certificate-names",
+    ),
+    (
+        Observation(
+            "1.4.0:system", "http-echo", False, "tls", "tls: failed to verify certificate: " + UNKNOWN_CA
+        ),
         World(proxy_enabled=True, pem_set=True),
         "worker-ca-stale",
     ),
     (
-        Observation("1.4.0:system", "http-echo", False, "tls", "certificate verify failed"),
+        Observation(
+            "1.4.0:system", "http-echo", False, "tls", "tls: failed to verify certificate: " + UNKNOWN_CA
+        ),
         World(proxy_enabled=True, frontend="brought"),
         "frontend-private-ca",
     ),
     (
         Observation(
-            "1.4.0:system", "http-echo", False, "tls", "certificate verify failed: certificate has expired"
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "tls",
+            "x509: certificate has expired or is not yet valid: current",
         ),
         LB,
         "frontend-expired",
@@ -149,7 +211,7 @@ OBSERVATION_ROWS = [
             "http-echo",
             False,
             "connect",
-            "CONNECT 10-42-0-11...:8443 answered 404",
+            'Get "https://10-42-0-11...:8443/v2/nvcf/worker/request-attach": Not Found',
             statuses=(404,),
         ),
         LB,
@@ -174,13 +236,25 @@ OBSERVATION_ROWS = [
         "pod-cert-untrusted",
     ),
     (
-        Observation("1.4.0:system", "http-echo", False, "get", "GET answered 401", statuses=(401,)),
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "get",
+            "GET request failed with status code 401",
+            statuses=(401,),
+        ),
         LB,
         "callback-wrong-pod",
     ),
     (
         Observation(
-            "1.4.0:system:before-pem", "http-echo", False, "tls", "certificate verify failed", before_pem=True
+            "1.4.0:system:before-pem",
+            "http-echo",
+            False,
+            "tls",
+            "tls: failed to verify certificate: " + UNKNOWN_CA,
+            before_pem=True,
         ),
         World(proxy_enabled=True, pem_set=True),
         "pem-not-redeployed",
@@ -343,7 +417,7 @@ def test_missing_pem_is_named_first_with_its_fix(tmp_path: Path) -> None:
     first = json.loads(done.stdout)["findings"][0]
     assert first["id"] == "worker-ca-missing"
     assert "workerCallbackCaPem" in first["fix"] and "redeploy" in first["fix"]
-    assert any("certificate verify failed" in e for e in first["evidence"])
+    assert any("failed to verify certificate" in e for e in first["evidence"])
 
 
 def test_old_workers_with_connect_off(tmp_path: Path) -> None:

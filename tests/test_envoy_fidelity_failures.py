@@ -20,7 +20,10 @@ from scenarios.devenv import call_step, run_steps
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
-from sim.protocols.wire import DF_BODY, UF_TLS_BODY
+from sim.protocols.wire import DF_BODY
+from sim.proxy.policy import upstream_reset
+
+CHAIN_FAILED = "verify cert failed: X509_verify_cert: certificate verification error at depth 0: "
 from sim.proxy.downstream import IDLE_ENV
 
 IDLE = 0.5  # NCPSIM_PROXY_CONNECTION_IDLE for the idle stack (Envoy's 1 h, scaled down)
@@ -77,8 +80,11 @@ def test_uf_names_the_host_tried_and_counts_its_body(expired: ScenarioResult) ->
         assert [
             (rec["method"], rec["status"], rec["flags"], rec["upstream_host"]) for rec in trace.proxy
         ] == [("GET", "503", "UF", "10.42.0.11:8443")]
-        assert trace.proxy[0]["tx"] == str(len(UF_TLS_BODY))
-        assert "CERTIFICATE_VERIFY_FAILED" in (trace.error or "")
+        # Envoy's body: the reset reason, then the TLS error and the validator's detail (the certificate's
+        # own problem, ahead of the name)
+        body = upstream_reset("tls", f"{CHAIN_FAILED}certificate has expired")
+        assert trace.proxy[0]["tx"] == str(len(body))
+        assert trace.error == f"GET request failed with status code 503: {body}"
     assert len({trace.proxy[0]["request_id"] for trace in traces}) == 2  # one line each, none shared
 
 
@@ -87,7 +93,8 @@ def test_grpc_trace_carries_the_workers_cause(expired: ScenarioResult) -> None:
     (trace,) = expired.steps[3].traces
     assert trace.outcome == "failure" and trace.worker_stage == "callback"
     assert "DEADLINE_EXCEEDED" not in (trace.error or "")
-    assert "HTTP 503" in (trace.error or "") and "CERTIFICATE_VERIFY_FAILED" in (trace.error or "")
+    assert trace.error == f"unexpected status 503 from CONNECT proxy: {upstream_reset('quic-tls')}"
+    assert trace.cause == f"HTTP 503: {upstream_reset('quic-tls')}"  # ncpsim's account, in the events
 
 
 # Idle timeouts (issue 16 item 10) ------------------------------------------------------------------------------
@@ -215,7 +222,9 @@ def test_a_pod_dying_mid_response_reads_in_ncpsims_words_on_the_worker(quiet_sta
         dying.close()
     (trace,) = session.steps[0].traces
     assert dying.served.is_set() and trace.outcome == "failure"
-    assert trace.error == "GET failed: connection closed mid-response"
+    url = "http://10-42-0-11.invocation.nvcf.svc.cluster.local:8443/v2/nvcf/worker/request-attach"
+    assert trace.error == f'failed to send GET request: Get "{url}": unexpected EOF'  # net/http's words
+    assert trace.cause == "connection closed mid-response"  # ncpsim's, beside them
     assert [(rec["method"], rec["status"], rec["flags"]) for rec in trace.proxy] == [("GET", "200", "UC")]
 
 

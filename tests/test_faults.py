@@ -257,7 +257,7 @@ def test_dns_stop_and_start(stack: LocalStack) -> None:
     assert call(stack).status == 200
     fresh_workers(stack)
     failed = call(stack)
-    assert "cannot resolve invocation.grpc-worker.example.com" in (failed.error or "")
+    assert "lookup invocation.grpc-worker.example.com on 10.53.0.10:53: " in (failed.error or "")
     faults.apply({"start": "resolver"})
     assert call(stack).status == 200
 
@@ -265,7 +265,7 @@ def test_dns_stop_and_start(stack: LocalStack) -> None:
 def test_link_drop_and_latency_then_heal(stack: LocalStack) -> None:
     faults = FaultInjector(stack, random.Random(1))
     faults.apply({"link": {"from": "ncpsim-compute-1", "to": "10.100.0.10", "drop": 1.0, "timeoutMs": 200}})
-    assert "timed out" in (call(stack).error or "")
+    assert (call(stack).error or "").endswith(": context canceled")  # worker-utils gives the GET up
     faults.apply({"clear-links": None})
     faults.apply({"link": {"from": "ncpsim-compute-1", "to": "10.100.0.10", "latencyMs": 300}})
     slow = call(stack)

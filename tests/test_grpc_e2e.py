@@ -23,6 +23,7 @@ import sim.worker.host
 from certs.profiles import (
     FRONTEND_SECRET,
     GRPC_SECRET,
+    GRPC_WILDCARD,
     PUBLIC,
     STACK,
     Profile,
@@ -383,7 +384,11 @@ def test_worker_without_the_stack_ca_fails_the_handshake(tmp_path: Path) -> None
         await handle_work(stack.worker(trust="system"), synthetic_work(stack, "grpc-proxy-0"))
         [result] = stack.watch.of("worker.callback.result")
         assert result["status"] is None and result["attempts"] == MAX_ATTEMPTS
-        assert result["error"].startswith("TLS handshake failed: certificate verify failed")
+        assert result["error"] == (  # quic-go's words, as the worker library logs them
+            "CRYPTO_ERROR 0x12a (local): tls: failed to verify certificate: "
+            "x509: certificate signed by unknown authority"
+        )
+        assert result["cause"].startswith("TLS handshake failed: certificate verify failed")
         assert stack.access_log() == []  # the worker never got as far as a request
         # Control: the same worker given NVCF_PROXY_CA_PEM gets through to the pod (403: a made-up token).
         await handle_work(
@@ -410,6 +415,40 @@ def test_wrong_pod_certificate_gives_503_uf(tmp_path: Path) -> None:
         assert stack.watch.of("worker.callback.result")[1]["status"] == 403  # reached the pod: made-up token
 
     run_stack(tmp_path, body, grpc_identities=("*.wrong.example",))
+
+
+OWN_NAMES = (
+    "10-42-0-41.grpc-headless.nvcf.svc.cluster.local",
+    "10-42-0-42.grpc-headless.nvcf.svc.cluster.local",
+)
+
+
+@pytest.mark.parametrize(
+    ("identities", "status"),
+    [(OWN_NAMES, 503), ((*OWN_NAMES, GRPC_WILDCARD), 403)],
+    ids=["own-names-refused", "negative-control-fixed-name"],
+)
+def test_a_pod_certificate_for_the_pods_own_name_is_refused(
+    tmp_path: Path, identities: tuple[str, ...], status: int
+) -> None:
+    """The seed's rule, as the rendered Envoy config checks it (an exact `*.grpc-headless...` SAN matcher):
+    a grpc-proxy pod certificate for the pod's own name is 503 UF, though a hostname check of the pod name
+    would take it; the same certificate with the fixed name on it reaches the pod (403: a made-up token)."""
+
+    async def body(stack: Stack) -> None:
+        await handle_work(stack.worker(pem=stack.stack_ca()), synthetic_work(stack, "grpc-proxy-0"))
+        [result] = stack.watch.of("worker.callback.result")
+        assert result["status"] == status
+        if status == 503:
+            streams = await stack.watch.wait("proxy.h3.stream", MAX_ATTEMPTS)
+            assert {x["flags"] for x in stack.access_log()} == {"UF"}
+            assert all("SAN matcher" in s["details"] for s in streams)
+            assert result["error"].startswith(
+                "unexpected status 503 from CONNECT proxy: upstream connect error"
+            )
+            assert not stack.watch.of("grpc.callback.rejected")  # the pod never saw a request
+
+    run_stack(tmp_path, body, grpc_identities=identities)
 
 
 def test_sni_naming_no_pod_is_refused(tmp_path: Path) -> None:

@@ -192,6 +192,8 @@ def fake_worker(port: int) -> Any:
         pool=KeepAlivePool(),
         spec=SimpleNamespace(worker_utils="1.4.0"),
         sends_connect=False,
+        proxy_ca_broken=False,
+        dns_address="10.53.0.10:53",
         client_context=lambda: None,
     )
 
@@ -248,7 +250,9 @@ def test_a_post_lost_on_a_reused_connection_is_not_sent_again() -> None:
             with pytest.raises(CallbackFailed) as failed:
                 await one_callback(worker, 1)
             assert failed.value.stage == "post"
-            assert failed.value.error == "POST failed: connection closed before a response"
+            url = POD_TARGET + "/v2/nvcf/worker/request-attach"
+            assert failed.value.error == f'failed to send POST request: Post "{url}": EOF'
+            assert failed.value.cause == "connection closed before a response"
             assert server.connections == 1 and worker.pool.idle_count(route_of(work(1)).key) == 0
 
     asyncio.run(go())
@@ -262,7 +266,8 @@ def test_a_link_fault_reaches_a_request_on_a_kept_alive_connection() -> None:
             worker.ctx.link_down = True
             with pytest.raises(CallbackFailed) as failed:
                 await one_callback(worker, 2)
-            assert failed.value.stage == "get" and "timed out" in failed.value.error
+            assert failed.value.stage == "get" and failed.value.error.endswith(": context canceled")
+            assert "timed out" in str(failed.value.cause)
             assert worker.pool.idle_count(route_of(work(2)).key) == 0  # given up, and closed
             worker.ctx.link_down = False
             assert (await one_callback(worker, 3)).connections == ["new", "reused"]

@@ -43,6 +43,7 @@ from clusters.render.envoy_base import (
 from clusters.render.envoy_quic import grpc_h3_cluster, quic_listener
 from sim.protocols.wire import PROXY_HTTP_PORT
 from sim.proxy.policy import CALLBACK_PATH, MAX_HEADERS_BYTES, MAX_HEADERS_COUNT, POD_SUFFIX, ProxyPolicy
+from sim.proxy.san import INVOCATION_UPSTREAM
 
 
 @dataclass(frozen=True)
@@ -166,8 +167,8 @@ def http_listener(policy: ProxyPolicy, worker_domain: str) -> Json:
 def invocation_tls_cluster() -> Json:
     """TLS to the pod's 8443: SNI = the pod name, SAN checked against it, chain against the stack CA."""
     cluster = dfp_cluster("invocation_pods_tls", insecure=False)
-    cluster["typed_extension_protocol_options"] = http_options(
-        {"http_protocol_options": {}}, auto_sni=True, auto_san=True
+    cluster["typed_extension_protocol_options"] = http_options(  # the rule of sim.proxy.san
+        {"http_protocol_options": {}}, auto_sni=True, auto_san=INVOCATION_UPSTREAM.auto_san
     )
     cluster["transport_socket"] = {
         "name": "envoy.transport_sockets.tls",

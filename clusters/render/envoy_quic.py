@@ -5,7 +5,6 @@ dynamic forward proxy (host_rewrite_header), which resolves it through the headl
 
 from __future__ import annotations
 
-from certs.profiles import GRPC_WILDCARD
 from clusters.render.envoy_base import (
     DASHED_IP_RE,
     DFP_PER_ROUTE,
@@ -26,6 +25,7 @@ from clusters.render.envoy_base import (
 )
 from sim.protocols.wire import GRPC_CALLBACK_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 from sim.proxy.policy import MAX_HEADERS_BYTES, MAX_HEADERS_COUNT
+from sim.proxy.san import GRPC_UPSTREAM
 
 GRPC_POD_HEADER = "x-ncpsim-grpc-pod"  # internal: the grpc-proxy pod the Lua filter derived
 
@@ -128,16 +128,15 @@ def quic_listener(worker_domain: str) -> Json:
 
 
 def grpc_h3_cluster() -> Json:
-    """HTTP/3 to the grpc-proxy pod's UDP 10084, accepting only the fixed grpc-headless wildcard name."""
+    """HTTP/3 to the grpc-proxy pod's UDP 10084, accepting only the fixed grpc-headless wildcard name: the
+    SAN rule the local front applies too (sim.proxy.san.GRPC_UPSTREAM)."""
     cluster = dfp_cluster("grpc_pods_h3", insecure=True)  # SAN is the fixed name below, not auto
     cluster["typed_extension_protocol_options"] = http_options(
-        {"http3_protocol_options": {}}, auto_sni=True, auto_san=False
+        {"http3_protocol_options": {}}, auto_sni=True, auto_san=GRPC_UPSTREAM.auto_san
     )
     validation = {
         "combined_validation_context": {
-            "default_validation_context": {
-                "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": GRPC_WILDCARD}}]
-            },
+            "default_validation_context": GRPC_UPSTREAM.envoy_validation(),
             "validation_context_sds_secret_config": sds_ref("grpc_ca"),
         }
     }

@@ -147,6 +147,15 @@ CAUSES: dict[str, Cause] = {
             "global.nvcaOperator.agent.workerCallbackCaPem and redeploy the functions",
         ),
         Cause(
+            "frontend-certificate-names",
+            "the proxy's frontend certificate does not cover the names workers call back to",
+            "error",
+            f'{WCP}, "Certificates and CAs"',
+            "issue the frontend certificate (tls.frontend.existingSecret or the issuerRef one) for "
+            "*.<workerDomain>, the name every callback uses (invocation.<workerDomain> and each "
+            "<dashed-pod-ip>.<workerDomain>); the proxy reloads it without restart",
+        ),
+        Cause(
             "frontend-expired",
             "the proxy's frontend certificate has expired",
             "error",

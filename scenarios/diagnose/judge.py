@@ -105,18 +105,27 @@ def cause_of(obs: Observation, world: World) -> str | None:
         if world.rewrite_other_domain:
             return "rewrite-wrong-domain"
         return "rewrite-target-unresolved" if world.rewrite_to_name else "rewrite-missing"
-    if "connect" in error and "404" in error:
+    if stage == "connect" and 404 in obs.statuses:  # a legacy worker's CONNECT, refused
         return "legacy-worker-connect-off"
-    if stage == "connect" or "unreachable" in error or "refused" in error or "timed out" in error:
+    unreached = not obs.statuses and any(word in error for word in UNREACHED)  # no answer: not Envoy's body
+    if stage == "connect" or unreached:
         return "proxy-unreachable" if world.service_type != "LoadBalancer" else "rewrite-wrong-address"
-    if stage == "tls" or "certificate verify failed" in error:
+    if stage == "tls" or "failed to verify certificate" in error or "no valid pem certs" in error:
         return _tls_cause(obs, world, error)
     return _status_cause(obs, world)
+
+
+# What a Go worker's error says when the proxy was not reached (sim.protocols.go_errors).
+UNREACHED = ("no route to host", "connection refused", "i/o timeout", "no recent network activity")
 
 
 def _tls_cause(obs: Observation, world: World, error: str) -> str:
     if "expired" in error:
         return "frontend-expired"
+    if "certificate is valid for" in error or "not valid for any names" in error:
+        return "frontend-certificate-names"
+    if "no valid pem certs" in error:
+        return "worker-ca-stale"  # the PEM pasted into workerCallbackCaPem holds no certificate
     if world.pem_set and obs.before_pem:
         return "pem-not-redeployed"  # the values have the PEM; this worker's pod was created without it
     if world.pem_set:

@@ -24,9 +24,14 @@ SYMPTOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("worker-ca-missing", "pem-not-redeployed", "worker-ca-stale", "frontend-private-ca"),
     ),
     (
-        r"x509: certificate is valid for|certificate is not valid for|hostname mismatch",
-        ("invocation-proxy-url",),
+        (
+            r"x509: certificate is (valid for|not valid for any names)|certificate is not valid for"
+            r"|hostname mismatch|relies on legacy Common Name"
+        ),
+        ("frontend-certificate-names", "invocation-proxy-url"),
     ),
+    (r"ca: no valid PEM certs", ("worker-ca-stale", "worker-ca-missing")),
+    (r"tls: unrecognized name|unrecognized name", ("invocation-proxy-url", "frontend-certificate-names")),
     # Envoy's transport failure reason when the pod's port is closed (before the generic refusal row)
     (r"delayed connect error", ("upstream-tls-mismatch", "pod-unreachable")),
     (
@@ -34,10 +39,16 @@ SYMPTOMS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("rewrite-missing", "rewrite-wrong-domain", "rewrite-target-unresolved"),
     ),
     (
-        r"connection refused|i/o timeout|no route to host|network is unreachable|timed out|unreachable",
+        (
+            r"connection refused|i/o timeout|no route to host|network is unreachable|timed out|unreachable"
+            r"|no recent network activity|context canceled"
+        ),
         ("proxy-unreachable", "rewrite-wrong-address", "proxy-disabled"),
     ),
-    (r"CONNECT .* 404|connect.*answered 404|proxytunnel", ("legacy-worker-connect-off",)),
+    (
+        r"CONNECT .* 404|connect.*answered 404|proxytunnel|request-attach\": Not Found",
+        ("legacy-worker-connect-off",),
+    ),
     (r"\b404\b|route_not_found|\bNR\b", ("legacy-worker-connect-off", "wrong-path")),
     (
         r"status code 401|\b401\b|authorization token is invalid or has expired",

@@ -36,15 +36,21 @@ def _nested(parts: tuple[str, ...], value: Any) -> dict[str, Any]:
 
 
 FIXES: dict[str, Fix] = {
-    "worker-ca-missing": Fix(_nested(PEM, "@stack-ca"), "workers", "certificate verify failed"),
-    "worker-ca-stale": Fix(_nested(PEM, "@stack-ca"), "workers", "certificate verify failed"),
+    "worker-ca-missing": Fix(
+        _nested(PEM, "@stack-ca"), "workers", "x509: certificate signed by unknown authority"
+    ),
+    "worker-ca-stale": Fix(
+        _nested(PEM, "@stack-ca"), "workers", "x509: certificate signed by unknown authority"
+    ),
     "legacy-worker-connect-off": Fix(
-        {"workerCallbackProxy": {"invocation": {"connect": {"enabled": True}}}}, "proxy", "answered 404"
+        {"workerCallbackProxy": {"invocation": {"connect": {"enabled": True}}}},
+        "proxy",
+        'request-attach": Not Found',
     ),
     # the listener on again, as the stack would have it with upstream TLS
     "upstream-tls-mismatch": Fix({"invocation": {"workerTls": {"enabled": True}}}, "pods", "503"),
     # the values are right already: new function pods get NVCF_PROXY_CA_PEM
-    "pem-not-redeployed": Fix({}, "workers", "certificate verify failed"),
+    "pem-not-redeployed": Fix({}, "workers", "x509: certificate signed by unknown authority"),
     # back to the shared NKey, which an older worker-utils can use, until the images are upgraded
     "nats-account-not-read": Fix({"nats": {"workerAuth": "nkey"}}, "workers", None, timeout=3.0),
 }

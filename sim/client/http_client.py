@@ -12,11 +12,13 @@ from typing import Any
 import h11
 
 from sim.model.topology import Pod
+from sim.protocols.go_errors import Dial, tcp_dial_error, url_error
 from sim.protocols.http1 import H11Stream, Response, exchange
 from sim.protocols.wire import INVOCATION_HTTP_PORT
 from sim.runtime.component import Context
 
 PEXEC = "/v2/nvcf/pexec/functions/"
+CLIENT_TIMEOUT = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"  # net/http's
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,13 @@ async def invoke_http(
     `first_poll_seconds` (e.g. 0) gets the request id back at once, so the watch can start early.
     """
     started = time.monotonic()
+    address = f"{pod.ip}:{INVOCATION_HTTP_PORT}"
+    url = f"http://{address}{PEXEC}{function}"
     try:
         reader, writer = await ctx.open_tcp(pod.ip, INVOCATION_HTTP_PORT)
-    except OSError as exc:
-        return Invocation(function, pod.name, 0, b"", None, 0, f"{type(exc).__name__}: {exc}")
+    except (OSError, TimeoutError) as exc:  # a Go client's words, naming the pod's address (never loopback)
+        error = url_error("POST", url, tcp_dial_error(Dial(pod.ip, "", addr=address), exc))
+        return Invocation(function, pod.name, 0, b"", None, 0, error)
     stream = H11Stream(h11.CLIENT, reader, writer)
     first = poll_seconds if first_poll_seconds is None else first_poll_seconds
     host = ("host", f"{pod.ip}:{INVOCATION_HTTP_PORT}")
@@ -70,7 +75,8 @@ async def invoke_http(
         if why:
             return Invocation(function, pod.name, 202, b"", response.header("nvcf-reqid"), _ms(started), why)
     except (ConnectionError, h11.ProtocolError, TimeoutError) as exc:
-        return Invocation(function, pod.name, 0, b"", None, _ms(started), f"{type(exc).__name__}: {exc}")
+        error = url_error("POST", url, CLIENT_TIMEOUT if isinstance(exc, TimeoutError) else "EOF")
+        return Invocation(function, pod.name, 0, b"", None, _ms(started), error)
     finally:
         poller.stop()
         await stream.aclose()

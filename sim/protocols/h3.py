@@ -41,11 +41,14 @@ from aioquic.quic.packet import QuicErrorCode
 
 from sim.protocols.h3_quic import (
     WINDOW,
+    AlertCertificateUnknown,
     AlertUnrecognizedName,
     ReloadingServerConfig,
     _install_credit,
+    check_server_certificate,
     client_configuration,
     peek_server_name,
+    peer_certificate,
     server_configuration,
     trust_pem,
 )
@@ -57,6 +60,7 @@ __all__ = [
     "H3_REQUEST_CANCELLED",
     "HIGH_WATER",
     "WINDOW",
+    "AlertCertificateUnknown",
     "AlertUnrecognizedName",
     "H3Endpoint",
     "H3Server",
@@ -91,11 +95,20 @@ _CERT_ALERTS = {
 
 
 class HandshakeFailed(ConnectionError):
-    """The QUIC handshake did not complete; `error_code` is the QUIC close code (None: timed out)."""
+    """The QUIC handshake did not complete; `error_code` is the QUIC close code (None: timed out);
+    `peer_certificate`, the certificate the server showed, if the handshake got that far."""
 
-    def __init__(self, reason: str, error_code: int | None):
+    def __init__(self, reason: str, error_code: int | None, peer_certificate: Any = None):
         super().__init__(reason)
-        self.reason, self.error_code = reason, error_code
+        self.reason, self.error_code, self.peer_certificate = reason, error_code, peer_certificate
+
+    @property
+    def alert(self) -> int | None:
+        """The TLS alert the connection was closed with (CRYPTO_ERROR + alert), if it was."""
+        code = self.error_code
+        if code is None or not 0 <= code - QuicErrorCode.CRYPTO_ERROR < 256:
+            return None
+        return code - QuicErrorCode.CRYPTO_ERROR
 
     @property
     def certificate_rejected(self) -> bool:
@@ -388,16 +401,24 @@ class H3Endpoint(QuicConnectionProtocol):
 
 
 async def connect(
-    addr: tuple[str, int], config: QuicConfiguration, *, timeout: float, fate: Fate | None = None
+    addr: tuple[str, int],
+    config: QuicConfiguration,
+    *,
+    timeout: float,
+    fate: Fate | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> H3Endpoint:
     """Open a QUIC connection from 127.0.0.1 to `addr` and wait for the handshake.
 
     `fate` puts a faulty link under the connection (sim.protocols.lossy): each datagram sent is held back
-    or lost as it says. Raises HandshakeFailed with the peer's (or our own TLS stack's) reason. Close
+    or lost as it says. `check(certificate)` judges the server's certificate after aioquic verified it (it
+    may raise a tls.Alert). Raises HandshakeFailed with the peer's (or our own TLS stack's) reason. Close
     with `close_client`.
     """
     loop = asyncio.get_running_loop()
     quic = QuicConnection(configuration=config)
+    if check is not None:
+        check_server_certificate(quic, check)
     # A connected socket, so an ICMP port unreachable (nothing listens) reaches error_received.
     transport, endpoint = await loop.create_datagram_endpoint(lambda: H3Endpoint(quic), remote_addr=addr)
     if fate is not None:  # aioquic sends through the transport it was handed: hand it the link's
@@ -409,7 +430,7 @@ async def connect(
     except (ConnectionError, TimeoutError) as exc:
         code, reason = endpoint.close_info or (None, "handshake timed out")
         close_client(endpoint)
-        raise HandshakeFailed(reason, code) from exc
+        raise HandshakeFailed(reason, code, peer_certificate(quic)) from exc
     return endpoint
 
 

@@ -37,6 +37,13 @@ class AlertUnrecognizedName(tls.Alert):
     description = tls.AlertDescription.unrecognized_name
 
 
+class AlertCertificateUnknown(tls.Alert):
+    """Refuse a server certificate for a reason of our own (the alert Envoy's validator sends on a SAN
+    mismatch)."""
+
+    description = tls.AlertDescription.certificate_unknown
+
+
 # -- configurations ------------------------------------------------------------------------------
 def trust_pem(cafiles: Iterable[Path], extra_pem: str = "") -> bytes:
     """CA certificates as the strict PEM aioquic splits on END lines; b"" trusts nothing.
@@ -124,6 +131,32 @@ def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -
             stream.max_stream_data_local_sent = stream.max_stream_data_local
 
     quic._write_stream_limits = write_stream_limits
+
+
+def check_server_certificate(quic: QuicConnection, check: Callable[[x509.Certificate], None]) -> None:
+    """Call `check(certificate)` once aioquic has verified the server's certificate, inside the handshake.
+
+    `check` may raise a tls.Alert (e.g. AlertCertificateUnknown) to refuse the certificate; aioquic then
+    closes the connection with CRYPTO_ERROR + that alert, as a TLS stack with its own validator would."""
+    initialize = quic._initialize
+
+    def initialize_and_hook(peer_cid: bytes) -> None:
+        initialize(peer_cid)
+        verify = quic.tls._client_handle_certificate_verify
+
+        def verify_and_check(input_buf: Buffer) -> None:
+            verify(input_buf)
+            check(quic.tls._peer_certificate)
+
+        quic.tls._client_handle_certificate_verify = verify_and_check
+
+    quic._initialize = initialize_and_hook
+
+
+def peer_certificate(quic: QuicConnection) -> x509.Certificate | None:
+    """The certificate the server showed, once the handshake got that far (None before, or on a server)."""
+    context = getattr(quic, "tls", None)
+    return getattr(context, "_peer_certificate", None)
 
 
 def peek_server_name(quic: QuicConnection, on_hello: Callable[[str | None], None]) -> None:

@@ -24,17 +24,38 @@ def server_context(secret_dir: Path, alpn: tuple[str, ...] = ("http/1.1",)) -> s
     return ctx
 
 
+class PeerChainKept(ssl.SSLObject):
+    """An SSLObject that keeps, on a failed verification, the certificates the peer sent: the error gets
+    them as `peer_chain` (PEM, leaf first). Go's x509 words for the failure name what the certificate is
+    valid for and when it expired, which OpenSSL's error does not say (sim.protocols.go_errors).
+    get_unverified_chain is private on Python 3.11 (public from 3.13); tests/test_go_errors.py guards it."""
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except ssl.SSLCertVerificationError as exc:
+            chain = self._sslobj.get_unverified_chain() or []  # type: ignore[attr-defined]
+            exc.peer_chain = [cert.public_bytes() for cert in chain]  # type: ignore[attr-defined]
+            raise
+
+
 def client_context(
     cafiles: list[Path],
     extra_pem: str = "",
     alpn: tuple[str, ...] = ("http/1.1",),
     check_hostname: bool = True,
+    keep_peer_chain: bool = False,
 ) -> ssl.SSLContext:
-    """A client that trusts exactly `cafiles` (and an extra PEM, as NVCF_PROXY_CA_PEM) and nothing else."""
+    """A client that trusts exactly `cafiles` (and an extra PEM, as NVCF_PROXY_CA_PEM) and nothing else.
+    Names are checked against subjectAltName only, as Go's crypto/x509 and Envoy do (no CN fallback).
+    `keep_peer_chain`: a failed verification carries the peer's certificates (PeerChainKept)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.hostname_checks_common_name = False
     ctx.check_hostname = check_hostname
     ctx.verify_mode = ssl.CERT_REQUIRED
+    if keep_peer_chain:
+        ctx.sslobject_class = PeerChainKept
     # No cafiles and no PEM is a worker that trusts nothing: every handshake fails verification.
     for path in cafiles:
         ctx.load_verify_locations(cafile=str(path))

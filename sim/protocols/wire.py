@@ -32,15 +32,32 @@ PEXEC_PREFIX = "/v2/nvcf/pexec/functions/"
 STATUS_PREFIX = "/v2/nvcf/pexec/status/"
 GRPC_CALLBACK_PATH = "/v1/proxy"  # the worker's HTTP/3 POST that becomes the gRPC tunnel
 
-# Envoy's local-reply bodies for upstream failures, as a worker reads them.
-UF_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection failure"
-# Envoy names the TLS failure after the reset reason; the rendered routes have no retry policy, so
-# the body never says "retried".
-UF_TLS_BODY = (
-    UF_BODY + ", transport failure reason: TLS_error:|268435581:SSL routines:OPENSSL_internal:"
-    "CERTIFICATE_VERIFY_FAILED:TLS_error_end"
-)
-UC_BODY = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+# Envoy's local-reply bodies for upstream failures, as a worker reads them: the router's text, the stream
+# reset reason (Http::Utility::resetReasonToString) and the connection's transport failure reason. A
+# connect that failed is a RemoteClose ("remote connection failure", with ConnectionImpl's "delayed connect
+# error: <strerror>"), a TLS handshake the upstream certificate failed too (SslSocket's error queue, then
+# TLS_error_end); a QUIC session Envoy closed itself is a LocalClose ("local connection failure", with
+# QuicFilterManagerConnectionImpl's "<quic error> with details: <quiche's details>"). The rendered routes
+# have no retry policy, so the body never says "retried and the latest".
+UPSTREAM_RESET = "upstream connect error or disconnect/reset before headers. reset reason: "
+REMOTE_FAILURE = "remote connection failure"
+LOCAL_FAILURE = "local connection failure"
+CONNECT_TIMEOUT = "connection timeout"
+TERMINATION = "connection termination"
+TLS_VERIFY_FAILED = "TLS_error:|268435581:SSL routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED"
+
+
+def reset_body(reason: str, transport_failure: str = "") -> str:
+    return (
+        UPSTREAM_RESET
+        + reason
+        + (f", transport failure reason: {transport_failure}" if transport_failure else "")
+    )
+
+
+UF_BODY = reset_body(REMOTE_FAILURE, "delayed connect error: Connection refused")
+UF_TLS_BODY = reset_body(REMOTE_FAILURE, f"{TLS_VERIFY_FAILED}:TLS_error_end")
+UC_BODY = reset_body(TERMINATION)
 DF_BODY = "dns resolution failure"
 
 

@@ -8,11 +8,12 @@ import asyncio
 import logging
 import os
 import ssl
+import time
 
 import h11
 
 from sim.protocols.http1 import MAX_HEAD, H11Stream, read_within, reason_phrase
-from sim.proxy.policy import with_host_from_url
+from sim.proxy.policy import http_date, with_host_from_url
 
 log = logging.getLogger("ncpsim.proxy.http")
 if not log.handlers:
@@ -85,12 +86,12 @@ async def read_head(down: H11Stream, stream_idle: float, connection_idle: float)
 
 
 async def local_reply(down: H11Stream, status: int, body: bytes, close: bool, head_request: bool) -> int:
-    """Envoy's local reply: standard reason phrase, text/plain body (none on HEAD, Content-Length kept).
-    Returns the body bytes sent, as %BYTES_SENT% counts them."""
+    """Envoy's local reply: standard reason phrase, text/plain body (none on HEAD, Content-Length kept), the
+    connection manager's Date. Returns the body bytes sent, as %BYTES_SENT% counts them."""
     headers = [("content-length", str(len(body)))]
     if body:
         headers.append(("content-type", "text/plain"))
-    headers.append(("server", "envoy"))
+    headers += [("date", http_date(time.time())), ("server", "envoy")]
     if close:
         headers.append(("connection", "close"))
     sent = b"" if head_request else body

@@ -5,8 +5,9 @@ or none at all) finds no filter chain, so the handshake is refused (TLS alert un
 with `NR`). Each request stream is then decided on its own by sim.proxy.h3_policy, from `:authority`,
 method, pseudo-headers and the header limits, as the rendered Envoy route table decides it: a stream
 error resets that stream only, a route miss is 404 `NR`, and a forward goes to the pod the `:authority`
-names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084, verifying
-`*.grpc-headless.nvcf.svc.cluster.local` against the stack CA in Secret `grpc-proxy-worker-tls`, and
+names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084, verifying the
+chain against the stack CA in Secret `grpc-proxy-worker-tls` and the SAN `*.grpc-headless.nvcf.svc.cluster.local`
+as Envoy's exact matcher does (sim.proxy.san: a certificate for the pod's own name is refused), and
 relays the stream both ways with backpressure (sim.protocols.h3). That session is shared by every
 worker connection's streams to the pod, as Envoy pools upstream connections per host of its cluster,
 not per downstream connection; a pod that restarted (its pod IP leads to another address now) or a
@@ -32,6 +33,7 @@ from certs.profiles import GRPC_SECRET
 from dns.client import NameNotResolved
 from dns.rule import dashed_ip, normalize_name, undash
 from sim.protocols.h3 import (
+    AlertCertificateUnknown,
     AlertUnrecognizedName,
     H3Endpoint,
     H3Server,
@@ -45,18 +47,11 @@ from sim.protocols.h3 import (
     peek_server_name,
     trust_pem,
 )
-from sim.protocols.wire import (
-    DF_BODY,
-    GRPC_CALLBACK_PORT,
-    GRPC_SUFFIX,
-    UC_BODY,
-    UF_BODY,
-    UF_TLS_BODY,
-    UpstreamFailure,
-)
+from sim.protocols.wire import DF_BODY, GRPC_CALLBACK_PORT, GRPC_SUFFIX, UC_BODY, UpstreamFailure
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.h3_policy import H3_EXCESSIVE_LOAD, H3_MESSAGE_ERROR, H3Request, Reset, decide
-from sim.proxy.policy import MAX_HEADERS_BYTES, Forward, Reject
+from sim.proxy.policy import MAX_HEADERS_BYTES, Forward, Reject, http_date, upstream_reset
+from sim.proxy.san import GRPC_UPSTREAM, x509_dns_sans
 from sim.runtime.component import CONNECT_TIMEOUT, Context
 
 
@@ -308,12 +303,14 @@ class H3Front:
                 raise UpstreamFailure("UC", UC_BODY, str(exc)) from exc
             record.upstream_service_time = str(int((time.monotonic() - sent) * 1000))
             record.status = up.status
-            kept = [(k, v) for k, v in response if k not in (b"server", b"x-envoy-upstream-service-time")]
+            dropped = (b"server", b"date", b"x-envoy-upstream-service-time")  # Envoy sets its own
+            kept = [(k, v) for k, v in response if k not in dropped]
             down.send_headers(
                 [
                     *kept,
-                    (b"server", b"envoy"),
                     (b"x-envoy-upstream-service-time", record.upstream_service_time.encode()),
+                    (b"date", http_date(time.time()).encode()),
+                    (b"server", b"envoy"),
                 ]
             )
             await _pump(up, down)
@@ -344,18 +341,22 @@ class H3Front:
         record.upstream_host = f"{ip}:{GRPC_CALLBACK_PORT}"
         try:
             addr = self.ctx.udp_address(ip, GRPC_CALLBACK_PORT)
-        except OSError as exc:
-            raise UpstreamFailure("UF", UF_BODY, str(exc)) from exc
+        except OSError as exc:  # nothing there to answer: quiche hears nothing back
+            raise UpstreamFailure("UF", upstream_reset("quic"), str(exc)) from exc
         # The CA is read for each new session, so a rotated grpc-proxy-worker-tls applies without restart.
         trust = trust_pem([self.ctx.secret(GRPC_SECRET) / "ca.crt"])
+        config = client_configuration(name, trust)
         try:
             endpoint = await self.ctx.open_quic(
-                ip, GRPC_CALLBACK_PORT, client_configuration(name, trust), timeout=CONNECT_TIMEOUT
+                ip, GRPC_CALLBACK_PORT, config, timeout=CONNECT_TIMEOUT, check=_grpc_pod_names(name)
             )
         except HandshakeFailed as exc:
             if exc.certificate_rejected:
-                raise UpstreamFailure("UF", UF_TLS_BODY, f"CERTIFICATE_VERIFY_FAILED: {exc.reason}") from exc
-            raise UpstreamFailure("UF", UF_BODY, f"QUIC handshake failed: {exc.reason}") from exc
+                body = upstream_reset("quic-tls")
+                raise UpstreamFailure("UF", body, f"CERTIFICATE_VERIFY_FAILED: {exc.reason}") from exc
+            raise UpstreamFailure(
+                "UF", upstream_reset("quic"), f"QUIC handshake failed: {exc.reason}"
+            ) from exc
         current = self.upstreams.get(name)
         if current is not None and current is not pooled and self._usable(current):
             close_client(endpoint)  # a concurrent stream's session won the race: share that one
@@ -388,6 +389,7 @@ class H3Front:
                     (b":status", str(status).encode()),
                     (b"content-type", b"text/plain"),
                     (b"content-length", str(len(data)).encode()),
+                    (b"date", http_date(time.time()).encode()),
                     (b"server", b"envoy"),
                 ],
                 end=not data,
@@ -396,6 +398,21 @@ class H3Front:
                 down.write(data, end=True)
         except StreamError:
             pass
+
+
+def _grpc_pod_names(name: str) -> Callable[[Any], None]:
+    """The proxy's name check of a grpc-proxy pod certificate, after its chain: Envoy's exact SAN matcher
+    (sim.proxy.san.GRPC_UPSTREAM), not a hostname check of `name`, so a certificate issued for the pod's
+    own name is refused."""
+
+    def check(certificate: Any) -> None:
+        sans = x509_dns_sans(certificate)
+        if not GRPC_UPSTREAM.accepts(sans, name):
+            raise AlertCertificateUnknown(
+                f"{GRPC_UPSTREAM.refusal}: certificate SANs are [{', '.join(sans)}]"
+            )
+
+    return check
 
 
 async def _pump(src: H3Stream, dst: H3Stream) -> None:

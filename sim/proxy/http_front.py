@@ -19,7 +19,7 @@ from sim.model.netmap import Unreachable
 from sim.protocols.http1 import H11Stream, decode_headers
 from sim.protocols.listener import TcpListener
 from sim.protocols.tls import ReloadingContext
-from sim.protocols.wire import DF_BODY, UC_BODY, UF_BODY, UF_TLS_BODY, UpstreamFailure
+from sim.protocols.wire import DF_BODY, UC_BODY, UpstreamFailure
 from sim.proxy import relay
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.downstream import (
@@ -42,8 +42,11 @@ from sim.proxy.policy import (
     decide,
     expects_continue,
     has_body,
+    http_date,
     raw_field_values,
+    upstream_reset,
 )
+from sim.proxy.san import INVOCATION_UPSTREAM, peercert_dns_sans
 from sim.proxy.tunnel import splice
 from sim.runtime.component import Context, connection_handler
 
@@ -85,17 +88,22 @@ def reply_body(reject: Reject) -> bytes:
     return reject.reason.encode()
 
 
-def dial_failure(exc: BaseException, address: str) -> str:
-    """Why the proxy could not open its connection to a pod, in ncpsim's words."""
-    if isinstance(exc, Unreachable):
-        return str(exc)  # the network map's own words: no route from this cluster
+def dial_failure(exc: BaseException, address: str) -> UpstreamFailure:
+    """Why the proxy could not open its connection to a pod: Envoy's UF body, and ncpsim's words."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = f"verify cert failed: X509_verify_cert: certificate verification error at depth 0: {exc.verify_message}"
+        return UpstreamFailure(
+            "UF", upstream_reset("tls", detail), f"CERTIFICATE_VERIFY_FAILED: {exc.verify_message}"
+        )
+    if isinstance(exc, Unreachable):  # the network map's own words: no route from this cluster
+        return UpstreamFailure("UF", upstream_reset("unreachable"), str(exc))
     if isinstance(exc, ConnectionRefusedError):
-        return f"connection refused by {address}"
+        return UpstreamFailure("UF", upstream_reset("refused"), f"connection refused by {address}")
     if isinstance(exc, TimeoutError):
-        return f"connection to {address} timed out"
+        return UpstreamFailure("UF", upstream_reset("timeout"), f"connection to {address} timed out")
     if isinstance(exc, ssl.SSLError):
-        return f"TLS handshake with {address} failed"
-    return f"connection to {address} failed"
+        return UpstreamFailure("UF", upstream_reset("other"), f"TLS handshake with {address} failed")
+    return UpstreamFailure("UF", upstream_reset("other"), f"connection to {address} failed")
 
 
 def _closing(reject: Reject, head: RequestHead) -> Reject:
@@ -283,13 +291,18 @@ class HttpFront:
             reader, writer = await self.ctx.open_tcp(
                 ip, port, tls=self.upstream_trust.current() if tls else None, server_hostname=host
             )
-        except ssl.SSLCertVerificationError as exc:
-            raise UpstreamFailure(
-                "UF", UF_TLS_BODY, f"CERTIFICATE_VERIFY_FAILED: {exc.verify_message}"
-            ) from exc
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             log.debug("dial %s:%s (%s) failed: %s: %s", ip, port, host, type(exc).__name__, exc)
-            raise UpstreamFailure("UF", UF_BODY, dial_failure(exc, f"{ip}:{port}")) from exc
+            raise dial_failure(exc, f"{ip}:{port}") from exc
+        sans = peercert_dns_sans(writer.get_extra_info("peercert")) if tls else ()
+        if tls and not INVOCATION_UPSTREAM.accepts(sans, host):
+            # Envoy refuses it inside the handshake; Python's ssl has no verify callback, so the connection
+            # that completed is closed before any byte of the request is sent.
+            writer.transport.abort()
+            body = upstream_reset("tls", INVOCATION_UPSTREAM.refusal)
+            raise UpstreamFailure(
+                "UF", body, f"CERTIFICATE_VERIFY_FAILED: {host} is not in [{', '.join(sans)}]"
+            )
         return H11Stream(h11.CLIENT, reader, writer)
 
     async def _upstream(self, fwd: Forward, record: AccessRecord) -> H11Stream:
@@ -371,10 +384,13 @@ class HttpFront:
             record.upstream_host = f"{ip}:{tunnel.port}"
             reader, writer = await self.ctx.open_tcp(ip, tunnel.port)
         except (UpstreamFailure, OSError, TimeoutError) as exc:
-            failure = exc if isinstance(exc, UpstreamFailure) else UpstreamFailure("UF", UF_BODY, str(exc))
+            failure = (
+                exc if isinstance(exc, UpstreamFailure) else dial_failure(exc, f"{tunnel.host}:{tunnel.port}")
+            )
             await self._local_reply(down, record, Reject(503, failure.flag, failure.body, close=True))
             return
-        await down.send(h11.Response(status_code=200, headers=[("server", "envoy")], reason=reason(200)))
+        established = [("date", http_date(time.time())), ("server", "envoy")]
+        await down.send(h11.Response(status_code=200, headers=established, reason=reason(200)))
         leftover, _ = down.conn.trailing_data
         if leftover:
             writer.write(leftover)

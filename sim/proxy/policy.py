@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from email.utils import formatdate
 from urllib.parse import urlsplit
 
 from dns.rule import undash
-from sim.protocols.wire import ATTACH_PATH, INVOCATION_SUFFIX, INVOCATION_TLS_PORT, invocation_port
+from sim.protocols.wire import (
+    ATTACH_PATH,
+    CONNECT_TIMEOUT,
+    INVOCATION_SUFFIX,
+    INVOCATION_TLS_PORT,
+    LOCAL_FAILURE,
+    REMOTE_FAILURE,
+    TLS_VERIFY_FAILED,
+    invocation_port,
+    reset_body,
+)
 
 CALLBACK_PATH = ATTACH_PATH
 POD_SUFFIX = "." + INVOCATION_SUFFIX
@@ -206,3 +217,34 @@ def decide(head: RequestHead, policy: ProxyPolicy) -> Decision:
     if head.method == "CONNECT":
         return route_connect(head, policy)
     return route_forward(head, policy)
+
+
+# -- what Envoy says when the pod could not be reached, and when it answers itself -----------------
+# quiche closes a QUIC handshake whose certificate the verifier refused with its default alert,
+# certificate_unknown; the SSL error stack newer quiche appends to these details is not modelled.
+QUIC_CERT_REFUSED = "QUIC_TLS_CERTIFICATE_UNKNOWN with details: TLS handshake failure (ENCRYPTION_HANDSHAKE) 46: certificate unknown"
+
+
+def upstream_reset(failure: str, detail: str = "") -> str:
+    """The body of Envoy's 503 UF when its connection to a pod failed. `failure`: refused (nothing listens),
+    unreachable (no route), timeout (no answer within connect_timeout), tls (the pod's certificate was
+    refused; `detail`, the validator's words, e.g. "verify cert failed: verify SAN list"), quic-tls (the
+    same over QUIC), quic (a QUIC session that ended before it was up)."""
+    if failure == "refused":
+        return reset_body(REMOTE_FAILURE, "delayed connect error: Connection refused")
+    if failure == "unreachable":
+        return reset_body(REMOTE_FAILURE, "delayed connect error: No route to host")
+    if failure == "timeout":
+        return reset_body(CONNECT_TIMEOUT)
+    if failure == "tls":
+        return reset_body(
+            REMOTE_FAILURE, f"{TLS_VERIFY_FAILED}{':' + detail if detail else ''}:TLS_error_end"
+        )
+    if failure == "quic-tls":
+        return reset_body(LOCAL_FAILURE, QUIC_CERT_REFUSED)
+    return reset_body(REMOTE_FAILURE)
+
+
+def http_date(epoch: float) -> str:
+    """The Date header Envoy's connection manager puts on every response it sends (IMF-fixdate, GMT)."""
+    return formatdate(epoch, usegmt=True)

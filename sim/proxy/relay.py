@@ -11,6 +11,7 @@ import h11
 from sim.protocols.http1 import H11Stream, decode_headers, read_within
 from sim.proxy.access_log import AccessRecord
 from sim.proxy.downstream import DownstreamClosed, Next, reason
+from sim.proxy.policy import http_date
 
 
 class UpstreamClosed(ConnectionError):
@@ -147,7 +148,12 @@ async def _pump_response(
 def _response_head(event: h11.Response, record: AccessRecord, started: float) -> h11.Response:
     record.status = event.status_code
     record.upstream_service_time = str(int((time.monotonic() - started) * 1000))
-    headers = [(k, v) for k, v in decode_headers(event.headers) if k not in ("server", "connection")]
-    headers += [("server", "envoy"), ("x-envoy-upstream-service-time", record.upstream_service_time)]
+    dropped = ("server", "connection", "date")  # Envoy's connection manager sets its own Date and Server
+    headers = [(k, v) for k, v in decode_headers(event.headers) if k not in dropped]
+    headers += [
+        ("x-envoy-upstream-service-time", record.upstream_service_time),
+        ("date", http_date(time.time())),
+        ("server", "envoy"),
+    ]
     # Envoy's codec writes the standard reason phrase for the code, whatever the pod wrote.
     return h11.Response(status_code=event.status_code, headers=headers, reason=reason(event.status_code))

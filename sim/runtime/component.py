@@ -8,6 +8,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aioquic.quic.configuration import QuicConfiguration
 
@@ -107,17 +108,26 @@ class Context:
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return self.netmap.lookup(self.cluster, ip, port, "udp")
 
-    async def open_quic(self, ip: str, port: int, config: QuicConfiguration, *, timeout: float) -> H3Endpoint:
+    async def open_quic(
+        self,
+        ip: str,
+        port: int,
+        config: QuicConfiguration,
+        *,
+        timeout: float,
+        check: Callable[[Any], None] | None = None,
+    ) -> H3Endpoint:
         """QUIC to the virtual `ip:port`, across the link as the faults in force say: each datagram sent is
         delayed or lost (asked per datagram, so a fault written later reaches a kept-alive connection),
-        and a handshake over a link that loses packets is given up after its timeoutMs, as a TCP dial is."""
+        and a handshake over a link that loses packets is given up after its timeoutMs, as a TCP dial is.
+        `check` judges the server's certificate (sim.protocols.h3.connect)."""
         addr = self.udp_address(ip, port)
 
         def fate() -> float | None:
             return datagram_delay(self.link_fault(ip, UDP), self._datagram_rng)
 
         give_up = attempt_timeout(self.link_fault(ip, UDP), timeout)
-        return await connect(addr, config, timeout=give_up, fate=fate)
+        return await connect(addr, config, timeout=give_up, fate=fate, check=check)
 
     def nats_url(self) -> str:
         """nats-server as this cluster reaches it: the control plane's load-balancer address, port 4222."""

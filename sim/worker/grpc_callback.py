@@ -9,13 +9,17 @@ are retried 5 times from 10 ms, except 401/403; every outcome is an event, never
 from __future__ import annotations
 
 import asyncio
+import re
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from dns.client import NameNotResolved
 from sim.model.topology import WorkerSpec
+from sim.protocols.go_errors import CANCELED, NO_PROXY_CA, Dial, Leaf, quic_dial_line, quic_status_line
 from sim.protocols.grpc_callback import CallbackTarget, parse_connect_url, retry_delay
 from sim.protocols.grpc_tunnel import GrpcError, H2Tunnel, echo_replies
 from sim.protocols.h3 import (
@@ -26,7 +30,7 @@ from sim.protocols.h3 import (
     trust_pem,
 )
 from sim.runtime.component import Context
-from sim.worker import log as worker_log
+from sim.worker.http_callback import log_failure
 from sim.worker.quic_cache import IDLE_TIMEOUT, QuicCache
 
 HANDSHAKE_TIMEOUT = 5.0
@@ -39,7 +43,9 @@ class Worker(Protocol):
 
     spec: WorkerSpec
     ctx: Context
-    proxy_ca_pem: str
+    proxy_ca: str  # the certificates of NVCF_PROXY_CA_PEM
+    proxy_ca_broken: bool  # NVCF_PROXY_CA_PEM set, without a certificate
+    dns_address: str  # the cluster DNS Service, ip:53
 
     quic: QuicCache | None
 
@@ -49,9 +55,15 @@ class Worker(Protocol):
 @dataclass
 class Outcome:
     status: int | None  # the callback's HTTP status; None when no HTTP answer came
-    error: str | None = None
+    error: str | None = None  # what the Go worker library logs (sim.protocols.go_errors)
     stage: str = "done"  # where it stopped: dns, connect, tls, callback, tunnel, worker, done
     calls: int = 0  # gRPC calls served through the tunnel
+    cause: str | None = None  # ncpsim's own account, beside the Go line in the events
+
+
+# What each connection's dial looked up, for the callbacks that share it (they looked nothing up themselves,
+# but their trace shows the answer their connection came from).
+_ANSWERS: weakref.WeakKeyDictionary[H3Endpoint, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
@@ -71,6 +83,8 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
     connections: list[str] = []  # per attempt: "new" (dialed) or "reused" (the cached connection)
     try:
         target = parse_connect_url(work["connectUrl"])
+        if worker.proxy_ca_broken:  # ca.ProxyCAs failed: the worker library cannot make its QUIC client
+            raise _NoProxyCa
         while True:
             attempts += 1
             outcome = await _attempt(worker, target, work, dns, connections)
@@ -78,10 +92,17 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
             if delay is None:
                 break
             await asyncio.sleep(delay)  # worker-utils' backoff, not a test wait
+    except _NoProxyCa:
+        # worker-utils logs this as fatal when it builds its QUIC client, and the worker exits; ncpsim keeps
+        # the pod and fails each gRPC callback with the same line (the cause says so).
+        cause = "NVCF_PROXY_CA_PEM holds no certificate: worker-utils exits at start-up (not modelled)"
+        outcome = Outcome(None, NO_PROXY_CA, "worker", cause=cause)
     except (KeyError, ValueError) as exc:
         outcome = Outcome(None, f"bad work message: {exc}", "worker")
     except Exception as exc:  # noqa: BLE001 - one broken callback must not take the worker down
-        outcome = Outcome(None, f"internal error: {exc!r}", "worker")
+        outcome = Outcome(None, f"ncpsim worker error: {type(exc).__name__}", "worker", cause=str(exc))
+    if not (outcome.status == 200 and outcome.error is None):
+        log_failure(worker.spec.name, str(request_id), outcome.error or "", stateful=True)
     events.emit(
         "worker.callback.result",
         requestId=request_id,
@@ -93,19 +114,14 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
         stage=outcome.stage,
         status=outcome.status,
         error=outcome.error,
+        cause=outcome.cause,
         attempts=attempts,
         calls=outcome.calls,
     )
-    worker_log.callback_failed(
-        worker.spec.name,
-        "grpc",
-        {
-            "ok": outcome.status == 200 and outcome.error is None,
-            "requestId": request_id,
-            "status": outcome.status,
-            "error": outcome.error,
-        },
-    )
+
+
+class _NoProxyCa(Exception):
+    """NVCF_PROXY_CA_PEM is set and holds no certificate."""
 
 
 async def _attempt(
@@ -117,19 +133,19 @@ async def _attempt(
     async def dial() -> H3Endpoint:
         ip = await _resolve(worker, target.host, work.get("requestId"), dns)
         config = client_configuration(
-            target.host, trust_pem(worker.cafiles(), worker.proxy_ca_pem), idle_timeout=IDLE_TIMEOUT
+            target.host, trust_pem(worker.cafiles(), worker.proxy_ca), idle_timeout=IDLE_TIMEOUT
         )
-        return await worker.ctx.open_quic(ip, target.port, config, timeout=HANDSHAKE_TIMEOUT)
+        endpoint = await worker.ctx.open_quic(ip, target.port, config, timeout=HANDSHAKE_TIMEOUT)
+        _ANSWERS[endpoint] = dict(dns)
+        return endpoint
 
     cache = worker.quic = worker.quic or QuicCache()
     try:
         endpoint, reused = await cache.get(host, dial)
-    except NameNotResolved as exc:
-        return Outcome(None, f"DNS lookup of {target.host} failed: {exc.rcode}", "dns")
-    except HandshakeFailed as exc:
-        return Outcome(None, handshake_error(exc), "tls")
-    except OSError as exc:  # sim.model.netmap's Unreachable / Refused
-        return Outcome(None, f"connect to {target.host}:{target.port} failed: {exc}", "connect")
+    except (NameNotResolved, HandshakeFailed, OSError) as exc:
+        return dial_failed(worker, target, exc, dns)
+    if not reused and not dns:  # it joined a dial another callback made: that dial's answer is its own
+        dns.update(_ANSWERS.get(endpoint, {}))
     connections.append("reused" if reused else "new")
     outcome = await _post(worker, endpoint, target, work)
     if reused and endpoint.closed and outcome.status is None:
@@ -139,10 +155,36 @@ async def _attempt(
     return outcome
 
 
+def dial_failed(worker: Worker, target: CallbackTarget, exc: BaseException, dns: dict[str, Any]) -> Outcome:
+    """The Go line and ncpsim's cause for a QUIC dial that failed (a shared dial's failure included: every
+    callback waiting on it reports the same lookup)."""
+    dial = Dial(target.host, worker.dns_address, quic=True)
+    now = datetime.now(UTC)
+    if isinstance(exc, NameNotResolved):
+        dns.clear()
+        dns.update(name=exc.name, rcode=exc.rcode)
+        return Outcome(None, quic_dial_line(dial, exc, now), "dns", cause=str(exc))
+    if isinstance(exc, HandshakeFailed):
+        rejected = exc.certificate_rejected
+        leaf = Leaf.of(exc.peer_certificate) if rejected and exc.peer_certificate is not None else None
+        line = quic_dial_line(dial, exc, now, leaf=leaf, alert=None if rejected else exc.alert)
+        return Outcome(None, line, "tls" if rejected or exc.alert else "connect", cause=handshake_error(exc))
+    # sim.model.netmap's Unreachable / Refused: nothing answers the Initial, and quic-go waits out its
+    # handshake idle timeout (ncpsim fails at once).
+    cause = f"connect to {target.host}:{target.port} failed: {exc}"
+    return Outcome(None, quic_dial_line(dial, exc, now), "connect", cause=cause)
+
+
 def handshake_error(exc: HandshakeFailed) -> str:
+    """ncpsim's account of a failed QUIC handshake: aioquic's reason, its patterns unwrapped (service_identity
+    writes `DNSPattern(pattern=b'*.x')`, a Python repr no user should read)."""
+    reason = PATTERN_REPR.sub(r"'\1'", exc.reason)
     if exc.certificate_rejected:
-        return f"TLS handshake failed: certificate verify failed: {exc.reason}"
-    return f"TLS handshake failed: {exc.reason}"
+        return f"TLS handshake failed: certificate verify failed: {reason}"
+    return f"TLS handshake failed: {reason}"
+
+
+PATTERN_REPR = re.compile(r"\w+Pattern\(pattern=b'([^']*)'\)")
 
 
 async def _resolve(worker: Worker, name: str, request_id: str | None, dns: dict[str, Any]) -> str:
@@ -187,13 +229,15 @@ async def _post(
             await stream.headers
     except (TimeoutError, StreamError) as exc:
         stream.reset()
-        return Outcome(None, f"no response to POST {target.path}: {exc or 'timed out'}", "callback")
+        cause = f"no response to POST {target.path}: {exc or 'timed out'}"
+        # worker-utils cancels the request it got no answer to; a stream the proxy reset is not yet in
+        # quic-go's words (ncpsim's are kept)
+        return Outcome(None, CANCELED if isinstance(exc, TimeoutError) else cause, "callback", cause=cause)
     if stream.status != 200:
-        body = await _read_some(stream)
+        body = (await _read_some(stream)).decode(errors="replace")
         stream.end()
-        return Outcome(
-            stream.status, f"HTTP {stream.status}: {body.decode(errors='replace').strip()}", "callback"
-        )
+        cause = f"HTTP {stream.status}: {body.strip()}"
+        return Outcome(stream.status, quic_status_line(stream.status, body), "callback", cause=cause)
     tunnel = H2Tunnel(stream, client_side=False)
     try:
         await tunnel.serve(_echo)

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from sim.model.topology import WorkerSpec
 from sim.pods.nats.workers import WorkerLinks
+from sim.protocols.go_errors import proxy_ca_certs
 from sim.protocols.tls import client_context
+from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import Context, Ready
 from sim.worker.http_callback import handle_http_work
 from sim.worker.pool import KeepAlivePool
@@ -70,6 +72,21 @@ class WorkerRuntime:
         """worker-utils before 1.3.2 tunnels with CONNECT instead of forward-proxy requests."""
         return version_tuple(self.spec.worker_utils) < (1, 3, 2)
 
+    @cached_property
+    def dns_address(self) -> str:
+        """The cluster DNS Service the worker's resolver asks (ip:53), as Go's lookup errors name it."""
+        return f"{self.ctx.topology.cluster(self.ctx.cluster).dns_ip}:{DNS_PORT}"
+
+    @cached_property
+    def proxy_ca(self) -> str:
+        """The certificates of NVCF_PROXY_CA_PEM that Go's x509.CertPool takes (the rest is skipped)."""
+        return proxy_ca_certs(self.proxy_ca_pem)
+
+    @property
+    def proxy_ca_broken(self) -> bool:
+        """NVCF_PROXY_CA_PEM is set but holds no certificate: worker-utils' ca.ProxyCAs refuses it."""
+        return bool(self.proxy_ca_pem.strip()) and not self.proxy_ca
+
     def cafiles(self) -> list[Path]:
         if self.spec.trust == "none":
             return []
@@ -86,10 +103,10 @@ class WorkerRuntime:
         CPU, and one context per worker ~10% of a 400-worker host's start. A changed or added root file
         (a rollover) makes a new key, so a new context."""
         files = self.cafiles()
-        key = (alpn, tuple((str(p), p.stat().st_mtime_ns) for p in files if p.exists()), self.proxy_ca_pem)
+        key = (alpn, tuple((str(p), p.stat().st_mtime_ns) for p in files if p.exists()), self.proxy_ca)
         context = _CONTEXTS.get(key)
         if context is None:
-            context = _CONTEXTS[key] = client_context(files, self.proxy_ca_pem, alpn)
+            context = _CONTEXTS[key] = client_context(files, self.proxy_ca, alpn, keep_peer_chain=True)
         return context
 
 
