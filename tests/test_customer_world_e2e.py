@@ -115,7 +115,7 @@ CONTROLS = [
         "dns-rewrite-to-exposed-service",
         lambda d: d["topology"]["computeClusters"][0].pop("dnsRecords"),
         1,
-        "NXDOMAIN",
+        "no such host",  # Go's words for NXDOMAIN
     ),
     (
         "dns-rewrite-to-missing-service",

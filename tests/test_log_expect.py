@@ -100,7 +100,7 @@ steps:
         ),
         (
             "  - invoke: {function: http-echo}\n    expect: {log: {component: x, contain: a}}\n",
-            r":11: steps\[0\]\.expect\.log\.contain: unknown key; expected one of: component, contains, count",
+            r":11: steps\[0\]\.expect\.log\.contain: unknown key; did you mean contains\? expected one of: component, contains, count",
         ),
         (
             "  - invoke: {function: http-echo}\n    expect: {log: {component: x, contains: a, count: {min: 3, max: 1}}}\n",
