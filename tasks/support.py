@@ -40,6 +40,15 @@ def doctor(c):
     raise Exit(code=run())
 
 
+@ncpsim_task
+@user_errors
+def collect_script(c):
+    """Print the read-only kubectl/helm script a customer runs to collect a support bundle for diagnose --bundle."""
+    from scenarios.bundle import COLLECTOR
+
+    print(COLLECTOR.read_text(), end="")
+
+
 @ncpsim_task(
     help={
         "file": "a customer's values file (repeat: later files win)",
