@@ -111,6 +111,7 @@ class Step:
     fault_after_ms: int | None = None  # with invoke: fire the fault this long after the calls start
     rotate: str | None = None  # certs.rotate kind
     runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"}
+    dns_rewrite: dict[str, Any] | None = None  # every compute cluster's CoreDNS rewrite from this step on
 
     @property
     def label(self) -> str:
@@ -157,7 +158,7 @@ class Scenario:
             compute=compute,
             control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"),
             control_rewrite=_rewrite(spec.get("controlPlane", {})),
-            secrets=_secrets(spec),
+            secrets=_secrets(spec, self.path.parent),
             seed=self.seed,
         )
 
@@ -172,14 +173,15 @@ def _rewrite(cluster: dict[str, Any]) -> DnsRewrite | None:
     return None
 
 
-def _secrets(spec: dict[str, Any]) -> tuple[SecretSpec, ...]:
+def _secrets(spec: dict[str, Any], base: Path) -> tuple[SecretSpec, ...]:
+    """`topology.secrets`; a `source` folder is read relative to the scenario file (a ticket's own)."""
     return tuple(
         SecretSpec(
             name,
             raw.get("issuer", "public"),
             tuple(raw.get("names", ())),
             bool(raw.get("expired", False)),
-            raw.get("source"),
+            str(base / raw["source"]) if raw.get("source") else None,
         )
         for name, raw in (spec.get("secrets") or {}).items()
     )
@@ -226,6 +228,7 @@ _WHEN_KEYS = {
     "worker": "worker",
 }
 ACTIONS = ("invoke", "probe", "wait", "runbook")
+CHANGES = ("setValues", "redeploy", "dnsRewrite", "fault", "rotate")  # what a step may do before its action
 
 
 def expect_from(raw: dict[str, Any]) -> Expect:
@@ -262,7 +265,7 @@ def wait_from(raw: dict[str, Any]) -> Wait:
 
 
 def step_from(index: int, raw: dict[str, Any]) -> Step:
-    kind = next((k for k in (*ACTIONS, "setValues", "redeploy", "fault", "rotate") if k in raw), "step")
+    kind = next((k for k in (*ACTIONS, *CHANGES) if k in raw), "step")
     expect = raw.get("expect")
     listed = expect if isinstance(expect, list) else [expect] if expect else []
     expects = tuple(expect_from(e) for e in listed)
@@ -279,4 +282,5 @@ def step_from(index: int, raw: dict[str, Any]) -> Step:
         fault_after_ms=raw.get("faultAfterMs"),
         rotate=raw.get("rotate"),
         runbook=raw.get("runbook"),
+        dns_rewrite=raw.get("dnsRewrite"),
     )

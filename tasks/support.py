@@ -59,6 +59,8 @@ def collect_script(c):
         "write_ticket": "write a scenario reproducing the top finding (and its values beside it)",
         "rewrite": "what the compute cluster's DNS holds: DOMAIN=TARGET (proxy, none or an IPv4 address)",
         "secret": "NAME=DIR: the customer's Secret NAME (tls.crt, tls.key[, ca.crt]) as they have it",
+        "bundle": "a support bundle (folder or .tar.gz from collect-script): the customer's world as collected",
+        "ticket_id": "the ticket's id (e.g. SUP-1234), in the written scenario's name and ticket field",
     },
     iterable=["file", "set", "secret"],
 )
@@ -73,6 +75,8 @@ def diagnose(
     write_ticket=None,
     rewrite=None,
     secret=None,
+    bundle=None,
+    ticket_id=None,
 ):
     """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
     from scenarios.diagnose.probe import diagnose as run
@@ -80,12 +84,20 @@ def diagnose(
     from scenarios.diagnose.probe import write_ticket as write
     from sim.errors import ConfigError
 
-    if not file and not set:
-        raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
+    if not file and not set and not bundle:
+        raise ConfigError(
+            "give the customer's values or bundle: invoke diagnose -f values.yaml | --bundle B [--symptom TEXT]"
+        )
     if write_ticket:
         out_file("--write-ticket", write_ticket)
     found = run(
-        [Path(f) for f in file or []], set or [], symptom, workers, rewrite=rewrite, secrets=secret or []
+        [Path(f) for f in file or []],
+        set or [],
+        symptom,
+        workers,
+        rewrite=rewrite,
+        secrets=secret or [],
+        bundle=Path(bundle) if bundle else None,
     )
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:

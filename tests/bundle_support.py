@@ -82,10 +82,19 @@ class Frontend:
     issuer: str = "nvcf-openbao-pki"  # cert-manager's issuer-name annotation
     organization: str = "OpenBao PKI"
     expired: bool = False
+    ca: trustme.CA = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ca = trustme.CA(organization_name=self.organization)
+
+    @property
+    def ca_pem(self) -> str:
+        """The issuing CA, as the customer pastes it into workerCallbackCaPem."""
+        return self.ca.cert_pem.bytes().decode()
 
     def secret_object(self) -> tuple[dict[str, Any], bytes]:
         """The Secret, with its private key where kubectl shows it (data and last-applied); and the key."""
-        ca = trustme.CA(organization_name=self.organization)
+        ca = self.ca
         now = datetime.datetime.now(datetime.UTC)
         window = (
             {"not_before": now - datetime.timedelta(days=90), "not_after": now - datetime.timedelta(days=2)}
@@ -115,6 +124,15 @@ class Frontend:
             "data": data,
         }
         return obj, key
+
+
+def healthy(frontend: Frontend, service_type: str = "LoadBalancer", **more: Any) -> dict[str, Any]:
+    """Values of a working install: the proxy on, exposed, workers given the frontend's CA."""
+    return {
+        "workerCallbackProxy": {"enabled": True, "workerDomain": DOMAIN, "service": {"type": service_type}},
+        "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": frontend.ca_pem}}},
+        **more,
+    }
 
 
 @dataclass

@@ -21,6 +21,39 @@ class Cause:
     fix: str  # the values key and the runbook step
 
 
+# Most blocking first, in the order a callback meets them: nothing deploys, no worker signs in to NATS,
+# no proxy, the name does not resolve, the address is not reachable, TLS to the proxy fails, the proxy's
+# routing, the pod behind it. Two findings are ranked by this; a finding blocks the ones after it.
+BLOCKING = (
+    "values-refused",
+    "split-plane-url",
+    "invocation-proxy-url",
+    "nats-auth-mode",
+    "callout-webhook-empty",
+    "pod-annotations",
+    "nats-auth-rejected",
+    "nats-account-not-read",
+    "proxy-disabled",
+    "rewrite-wrong-domain",
+    "rewrite-missing",
+    "rewrite-unresolved-target",
+    "proxy-lb-pending",
+    "proxy-unreachable",
+    "rewrite-wrong-address",
+    "frontend-certificate-names",
+    "frontend-expired",
+    "frontend-private-ca",
+    "worker-ca-missing",
+    "worker-ca-stale",
+    "pem-not-redeployed",
+    "legacy-worker-connect-off",
+    "upstream-tls-mismatch",
+    "pod-cert-untrusted",
+    "pod-unreachable",
+    "callback-wrong-pod",
+    "wrong-path",
+)
+
 CAUSES: dict[str, Cause] = {
     c.id: c
     for c in (
@@ -92,11 +125,29 @@ CAUSES: dict[str, Cause] = {
             "address: invoke dns-rewrite --domain <workerDomain>",
         ),
         Cause(
+            "rewrite-unresolved-target",
+            "the compute cluster's DNS rewrite points at a name that cluster does not resolve",
+            "error",
+            f'{WCP}, "Enable the proxy" step 2',
+            "make the rewrite's target resolve in the compute cluster (a selectorless Service "
+            "worker-callback-proxy in namespace nvcf whose endpoint is the proxy's load-balancer address: "
+            "invoke dns-rewrite --proxy-address IP), or rewrite *.<workerDomain> to that address",
+        ),
+        Cause(
             "rewrite-wrong-address",
             "*.<workerDomain> resolves, but not to a reachable proxy",
             "error",
             f'{WCP}, "Enable the proxy" step 2',
             "point the *.<workerDomain> record at the proxy Service's load-balancer address",
+        ),
+        Cause(
+            "proxy-lb-pending",
+            "the proxy's LoadBalancer Service has no address",
+            "error",
+            f'{WCP}, "Enable the proxy" step 1',
+            "find why the load balancer is not provisioned (kubectl -n nvcf describe svc worker-callback-proxy: "
+            "its events, the cloud's quota, service.annotations such as "
+            "service.beta.kubernetes.io/aws-load-balancer-internal), then point *.<workerDomain> at its address",
         ),
         Cause(
             "proxy-unreachable",
@@ -136,6 +187,15 @@ CAUSES: dict[str, Cause] = {
             f'{WCP}, "Use a public certificate on the proxy"',
             "issue tls.frontend.existingSecret from a public CA, or give workers its CA through "
             "global.nvcaOperator.agent.workerCallbackCaPem and redeploy the functions",
+        ),
+        Cause(
+            "frontend-certificate-names",
+            "the proxy's frontend certificate does not cover *.<workerDomain>",
+            "error",
+            f'{WCP}, "Certificates and CAs"',
+            "issue the frontend certificate for *.<workerDomain> exactly (workerCallbackProxy.workerDomain: a "
+            "wildcard covers one label, so *.example.com does not cover invocation.callbacks.example.com); "
+            "the proxy reloads it without restart",
         ),
         Cause(
             "frontend-expired",

@@ -37,6 +37,7 @@ class World:
     connect_enabled: bool = False
     compute_clusters: int = 1
     rewrite_other_domain: bool = False  # the customer's rewrite names another domain than the workerDomain
+    lb_pending: bool = False  # a support bundle shows the LoadBalancer Service without an address
     worker_auth: str = "nkey"  # nats.workerAuth
     upstream_tls: bool = True  # the proxy dials the pod's 8443 with TLS
     pod_worker_tls: bool = True  # the pod's 8443 worker TLS listener is on
@@ -105,15 +106,22 @@ def cause_of(obs: Observation, world: World) -> str | None:
     if "connect" in error and "404" in error:
         return "legacy-worker-connect-off"
     if stage == "connect" or "unreachable" in error or "refused" in error or "timed out" in error:
-        return "proxy-unreachable" if world.service_type != "LoadBalancer" else "rewrite-wrong-address"
+        if world.service_type != "LoadBalancer":
+            return "proxy-unreachable"
+        return "proxy-lb-pending" if world.lb_pending else "rewrite-wrong-address"
     if stage == "tls" or "certificate verify failed" in error:
         return _tls_cause(obs, world, error)
     return _status_cause(obs, world)
 
 
+NAMES_MISMATCH = ("hostname mismatch", "doesn't match", "is valid for", "not valid for")  # Python's, Go's
+
+
 def _tls_cause(obs: Observation, world: World, error: str) -> str:
     if "expired" in error:
         return "frontend-expired"
+    if any(words in error for words in NAMES_MISMATCH):
+        return "frontend-certificate-names"
     if world.pem_set and obs.before_pem:
         return "pem-not-redeployed"  # the values have the PEM; this worker's pod was created without it
     if world.pem_set:
