@@ -23,7 +23,16 @@ from scenarios.bundle.resolve import Resolution
 from scenarios.bundle.world import BundleWorld, ComputeDns, ProxyService, Workers
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Finding
-from sim.model.values import CA_PEM, KeyPath, key_path, lookup, proxy_settings
+from sim.model.values import (
+    CA_PEM,
+    DEFAULT_WEBHOOK_URL,
+    WEBHOOK_URL,
+    WORKER_AUTH,
+    KeyPath,
+    key_path,
+    lookup,
+    proxy_settings,
+)
 from sim.proxy.access_log import parse_line
 
 GRPC_EXAMPLE = "10-42-0-41"  # a dashed pod IP: gRPC callbacks resolve <dashed-pod-ip>.<workerDomain>
@@ -105,6 +114,12 @@ def _values(customer: Customer, found: _Found, service: ProxyService | None) -> 
             "proxy-unreachable",
             f"{customer.cite((*wcp, 'service', 'type'))}: workerCallbackProxy.service.type is ClusterIP: the "
             "Service has an address only inside the control plane's cluster",
+        )
+    url = lookup(customer.values, WEBHOOK_URL)
+    if lookup(customer.values, WORKER_AUTH) == "token" and url != DEFAULT_WEBHOOK_URL:
+        found.notes.append(
+            f"{customer.cite(WEBHOOK_URL)}: assumed the NVCF API serves at {url}, where the values send worker "
+            "tokens (ncpsim cannot see where it runs; the callout logs `webhook request failed` if it does not)"
         )
     if s.frontend_issuer == "stack" and not s.worker_ca_pem_set:
         found.add(
