@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from invoke import Exit
@@ -42,8 +43,10 @@ def scenarios(c):
         "set": "key.path=value, YAML-typed, above every file (repeatable)",
         "json": "print JSON reports",
         "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one per core)",
+        "secret": "NAME=DIR: Secret NAME holds that folder's tls.crt, tls.key[, ca.crt] (repeatable)",
+        "bundle": "a support bundle (folder or .tar.gz): replay the customer's world it shows",
     },
-    iterable=["file", "set_"],
+    iterable=["file", "set_", "secret"],
 )
 @user_errors
 def replay(
@@ -57,26 +60,41 @@ def replay(
     set_=None,
     json_=False,
     stack=None,
+    secret=None,
+    bundle=None,
 ):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails.
 
-    invoke replay NAME|scenario=NAME [--stack S] | --all [-j N|auto] [--junit FILE] [--keep]
+    invoke replay NAME|scenario=NAME [--stack S] | --all [-j N|auto] | --bundle B [--junit FILE] [--keep]
     """
+    import tempfile
+
+    from scenarios.diagnose.plan import load_bundle_scenario
     from scenarios.replay import jobs_arg, replay_many
 
-    names = None if all_ else [scenario_arg(scenario, "invoke replay scenario=grpc-callback, or --all")]
+    usage = "invoke replay scenario=grpc-callback, --all, or --bundle B"
+    names = None if all_ else [] if bundle and not scenario else [scenario_arg(scenario, usage)]
     if junit:  # checked first: a folder or a file in the way must not cost a whole replay, then a traceback
         out_file("--junit", junit)
-    ok = replay_many(
-        names,
-        values_file=[Path(f) for f in file or []],
-        sets=set_ or [],
-        junit=Path(junit) if junit else None,
-        keep=keep,
-        as_json=json_,
-        stack=stack,
-        jobs=jobs_arg(jobs),
-    )
+    with tempfile.TemporaryDirectory(prefix="ncpsim-bundle-") as scratch:  # the bundle's stand-in Secrets
+        files = [Path(f) for f in file or []]
+        loaded, notes = (
+            load_bundle_scenario(Path(bundle), Path(scratch), files, set_ or []) if bundle else (None, [])
+        )
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        ok = replay_many(
+            names,
+            values_file=[Path(f) for f in file or []],
+            sets=set_ or [],
+            junit=Path(junit) if junit else None,
+            keep=keep,
+            as_json=json_,
+            stack=stack,
+            jobs=jobs_arg(jobs),
+            secrets=secret or [],
+            loaded=[loaded] if loaded is not None else [],
+        )
     if not ok:
         raise Exit(code=EXIT_FAILED)
 

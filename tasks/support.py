@@ -56,7 +56,7 @@ def collect_script(c):
         "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
         "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
         "json": "print the findings as JSON",
-        "write_ticket": "write a scenario reproducing the top finding (and its values beside it)",
+        "write_ticket": "write a scenario that reproduces the findings and fixes them (values, Secrets beside it)",
         "rewrite": "what the compute cluster's DNS holds: DOMAIN=TARGET (proxy, none or an IPv4 address)",
         "secret": "NAME=DIR: the customer's Secret NAME (tls.crt, tls.key[, ca.crt]) as they have it",
         "bundle": "a support bundle (folder or .tar.gz from collect-script): the customer's world as collected",
@@ -79,17 +79,18 @@ def diagnose(
     ticket_id=None,
 ):
     """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
+    from scenarios.diagnose.assemble import write_ticket as write
     from scenarios.diagnose.probe import diagnose as run
     from scenarios.diagnose.probe import text
-    from scenarios.diagnose.probe import write_ticket as write
+    from scenarios.diagnose.ticket import check_new
     from sim.errors import ConfigError
 
     if not file and not set and not bundle:
         raise ConfigError(
             "give the customer's values or bundle: invoke diagnose -f values.yaml | --bundle B [--symptom TEXT]"
         )
-    if write_ticket:
-        out_file("--write-ticket", write_ticket)
+    if write_ticket:  # checked first: no diagnosis runs only to find its ticket cannot be written
+        check_new(out_file("--write-ticket", write_ticket))
     found = run(
         [Path(f) for f in file or []],
         set or [],
@@ -101,7 +102,7 @@ def diagnose(
     )
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:
-        written = write(found, Path(write_ticket))
+        written = write(found, Path(write_ticket), ticket_id)
         print(
             f"ticket: {written[0]} (values: {written[1]}); replay it: invoke replay scenario={written[0]}",
             file=sys.stderr if json_ else sys.stdout,

@@ -105,7 +105,8 @@ class Secrets:
     renew each Secret (a ticket's fix): a declaration or stand-in of the renewed certificate."""
 
     declared: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pem: str | None = None  # the stand-in CA's PEM, in place of the customer's
+    pem: str | None = None  # the values' workerCallbackCaPem as replayed: the stand-in CA's, or @stack-ca
+    standin_ca: str | None = None  # the stand-in CA's PEM (a private frontend's), to give workers as a fix
     renewed: dict[str, dict[str, Any]] = field(default_factory=dict)  # NAME-renewed declarations
     notes: list[str] = field(default_factory=list)
 
@@ -156,8 +157,9 @@ def replay_secrets(
     out.declared[cert.secret] = {"source": str(path.relative_to(base))}
     renewed = write_standin(folder / f"{cert.secret}-renewed", ca.leaf((f"*.{domain}",)), cert)
     out.renewed[f"{cert.secret}-renewed"] = {"source": str(renewed.relative_to(base))}
+    out.standin_ca = ca.ca.cert_pem.bytes().decode()
     if isinstance(pem, str) and cert.signed_by(pem):
-        out.pem = ca.ca.cert_pem.bytes().decode()
+        out.pem = out.standin_ca
     out.notes.append(f"Secret {cert.secret}: a stand-in from a stand-in of the customer's CA ({cert.issuer})")
     return out
 

@@ -118,7 +118,7 @@ NAMES_MISMATCH = ("hostname mismatch", "doesn't match", "is valid for", "not val
 
 
 def _tls_cause(obs: Observation, world: World, error: str) -> str:
-    if "expired" in error:
+    if "expired" in error or "no longer valid" in error:  # Python's ssl, aioquic's words
         return "frontend-expired"
     if any(words in error for words in NAMES_MISMATCH):
         return "frontend-certificate-names"

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.certificate import Certificate, read_certificate
 from scenarios.bundle.scenario import dns_rewrite, replay_secrets, worker_profiles
 from scenarios.bundle.standin import STANDIN_NOTE
-from scenarios.bundle.world import BundleWorld
+from scenarios.bundle.world import BundleWorld, read_world
+from scenarios.model import scenario_from_data
 from scenarios.secrets import parse_secret_arg
+from scenarios.spec import Scenario
 from sim.model.untrusted import read_text
 from sim.model.values import CA_PEM, deep_merge, proxy_settings
 
@@ -34,6 +37,7 @@ class Probe:
     cluster: dict[str, Any] = field(default_factory=dict)  # the compute cluster's entry, without workers
     secrets: dict[str, Any] = field(default_factory=dict)  # topology.secrets
     brought: tuple[str, ...] = ()  # --secret NAME=DIR, used as it is
+    context: str = ""  # the bundle's compute cluster
 
 
 def brought_certificates(secrets: Sequence[str]) -> dict[str, Certificate]:
@@ -89,3 +93,57 @@ def _nested(parts: tuple[Any, ...], value: Any) -> dict[str, Any]:
     for part in reversed(parts):
         out = {part: out}
     return dict(out)
+
+
+def bundle_scenario(path: Path, scratch: Path, now: datetime) -> tuple[dict[str, Any], list[str]]:
+    """The customer's world from a bundle as a scenario (`up --bundle`, `replay --bundle`): their values,
+    each compute cluster with its DNS and its function pods' worker-utils, their frontend Secret as a
+    stand-in, and one HTTP and one gRPC callback expected to arrive; and the notes on what it assumes."""
+    world = read_world(read_bundle(path))
+    values = world.values.values if world.values else {}
+    merged = deep_merge({}, values)
+    probes, notes = bundle_probes(world, dict(values), merged, scratch, now)
+    clusters: dict[str, dict[str, Any]] = {}
+    for probe in probes:
+        entry = clusters.setdefault(probe.context, {**probe.cluster, "workers": []})
+        version, trust, *flags = probe.label.split(":")
+        entry["workers"].append(
+            {
+                "count": 1,
+                "trust": trust,
+                "workerUtils": version,
+                **({"createdBeforePem": True} if flags else {}),
+            }
+        )
+    steps = [
+        {"name": f"{f} callbacks", "invoke": {"function": f, "count": 2}, "expect": {"outcome": "success"}}
+        for f in ("http-echo", "grpc-echo")
+    ]
+    slug = "".join(c if c.isalnum() else "-" for c in path.name.lower().removesuffix(".tar.gz")).strip("-")
+    data = {
+        "name": f"bundle-{slug}"[:40].rstrip("-"),
+        "summary": f"the customer's world from support bundle {path.name}",
+        "seed": 1,
+        "values": probes[0].values if probes else dict(values),
+        "topology": {
+            "invocationReplicas": 2,
+            "grpcProxyReplicas": 1,
+            "computeClusters": list(clusters.values()),
+            **({"secrets": probes[0].secrets} if probes and probes[0].secrets else {}),
+        },
+        "steps": steps,
+    }
+    return data, notes
+
+
+def load_bundle_scenario(
+    path: Path,
+    scratch: Path,
+    files: Sequence[Path] = (),
+    sets: Sequence[str] = (),
+    now: datetime | None = None,
+) -> tuple[Scenario, list[str]]:
+    """`bundle_scenario` loaded as any scenario file is (schema, values checked, -f and --set on top), its
+    stand-in Secrets minted into `scratch`, which must outlive the stack's start."""
+    data, notes = bundle_scenario(path, scratch, now or datetime.now(UTC))
+    return scenario_from_data(data, scratch / "bundle-scenario.yaml", None, list(files), sets=sets), notes

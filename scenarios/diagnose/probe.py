@@ -29,7 +29,6 @@ from scenarios.diagnose.facts import Customer, judge_facts
 from scenarios.diagnose.judge import Finding, Observation, RenderIssue, World, cause_of, judge
 from scenarios.diagnose.plan import Probe, brought_certificates, bundle_probes
 from scenarios.diagnose.symptoms import rank
-from scenarios.diagnose.ticket import ticket, write
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
@@ -38,7 +37,7 @@ from scenarios.trace import CallTrace
 from sim.errors import ConfigError
 from sim.model.events import of_kind, read_events
 from sim.model.layering import DEFAULT, Layered, defaults_layer, layer, parse_set
-from sim.model.values import lookup, proxy_settings, validate
+from sim.model.values import key_path, lookup, proxy_settings, validate
 from sim.model.values_file import file_layer
 
 CURRENT, LEGACY = "1.4.0", "1.2.9"  # worker-utils: forward-proxy callbacks from 1.3.2 on
@@ -172,28 +171,31 @@ def customer_values(files: Sequence[Path], sets: Sequence[str], world: BundleWor
 
 
 def customer_only(layered: Layered) -> dict[str, Any]:
-    """The keys the customer's files and --set gave, with their merged values (for a ticket)."""
+    """The keys the customer's files and --set gave, with their merged values (for a ticket). Walked as key
+    parts, never split on dots: `service.annotations."service.beta.kubernetes.io/aws-load-balancer-internal"`
+    is one key under annotations, as the customer wrote it."""
+    return _given(layered.values, (), layered)
+
+
+def _given(values: dict[str, Any], parts: tuple[str, ...], layered: Layered) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    given = [path for path, origin in layered.origins.items() if origin.kind != DEFAULT]
-    for path, origin in layered.origins.items():
-        # a mapping's own origin would bring the chart defaults under it along: only its given leaves
-        if origin.kind != DEFAULT and not any(other.startswith(f"{path}.") for other in given):
-            parts = tuple(path.split("."))
-            node = out
-            for part in parts[:-1]:
-                node = node.setdefault(part, {})
-            node[parts[-1]] = lookup(layered.values, parts)
+    for key, value in values.items():
+        here = (*parts, str(key))
+        origin = layered.origins.get(key_path(here))
+        if isinstance(value, dict) and value:
+            below = _given(value, here, layered)
+            if below:
+                out[key] = below
+            elif origin is not None and origin.kind != DEFAULT and not _defaults_under(here, layered):
+                out[key] = value  # a mapping set whole, its keys the customer's own
+        elif origin is not None and origin.kind != DEFAULT:
+            out[key] = value
     return out
 
 
-def write_ticket(d: Diagnosis, path: Path) -> list[Path]:
-    """The top finding as a scenario that reproduces it and ends with its fix, and the values beside it."""
-    if not d.findings:
-        raise ConfigError("no finding to write a ticket for")
-    top = d.ranked()[0]
-    probe = parse_label(d.probe_of.get(top.cause.id, f"{CURRENT}:system"))
-    scenario = ticket(top, d.values, probe.worker_group(2), d.refusal)
-    return write(path, scenario, d.values)
+def _defaults_under(parts: tuple[str, ...], layered: Layered) -> bool:
+    prefix = key_path(parts)
+    return any(p.startswith(prefix) and o.kind == DEFAULT for p, o in layered.origins.items() if p != prefix)
 
 
 def world_of(values: dict[str, Any], dns: Rewrite | None = None, facts: Sequence[Finding] = ()) -> World:
