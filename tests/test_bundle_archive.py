@@ -155,3 +155,18 @@ def test_diagnose_refuses_a_hostile_bundle_with_exit_2(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "climbs out" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_bundle_file_past_the_yaml_bounds_is_one_line(tmp_path: Path) -> None:
+    """The bounds of a values file hold inside a bundle (sim/model/untrusted.py): an alias bomb in
+    environment.yaml is refused naming it, before anything walks it."""
+    from scenarios.bundle.world import read_world
+
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefg", "bcdefgh", strict=True)
+    )
+    archive = tar_gz(tmp_path / "bomb.tar.gz", lambda t: regular(t, "bundle/environment.yaml", bomb.encode()))
+    with pytest.raises(ConfigError, match=r"^environment.yaml:\d+: .*alias bomb") as refused:
+        read_world(read_bundle(archive))
+    assert "\n" not in str(refused.value)

@@ -9,18 +9,23 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from bundle_support import DOMAIN, Frontend, Install, collect, healthy, template_server
+from bundle_support import DOMAIN, Frontend, Install, collect, healthy, rewrite_override, template_server
 
 from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.world import read_world
+from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import BLOCKING, CAUSES
 from scenarios.diagnose.facts import Customer, judge_facts, names_in_symptom
-from scenarios.diagnose.probe import Diagnosis, customer_values
+from scenarios.diagnose.probe import Diagnosis, customer_values, diagnose
+from scenarios.model import load_scenario
+from scenarios.replay import replay_one
+from scenarios.report import render_text
 from sim.model.values import DEFAULT_WEBHOOK_URL
 from sim.pods.nats.callout_component import served_at
 
@@ -83,8 +88,6 @@ def test_the_bundle_shows_each_cause_citing_its_file(
 
 
 def test_a_rewrite_to_a_service_the_compute_cluster_lacks(tmp_path: Path) -> None:
-    from bundle_support import rewrite_override
-
     broken = install("healthy")
     broken.custom_dns = rewrite_override()  # the make target's default, before #3257
     archive, _ = collect(tmp_path, broken)
@@ -176,21 +179,61 @@ def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str
     return done, time.monotonic() - started
 
 
-@pytest.mark.parametrize(
-    ("kind", "cause", "cited"),
-    [
-        ("wrong-domain", "rewrite-wrong-domain", "coredns.yaml:39"),
-        ("pending", "proxy-lb-pending", "services.yaml:19"),
-        ("names", "frontend-certificate-names", "secrets.yaml:6"),
-    ],
-)
-def test_diagnose_bundle_names_the_cause_first(tmp_path: Path, kind: str, cause: str, cited: str) -> None:
-    archive, _ = collect(tmp_path, install(kind))
-    done, _ = run_cli(tmp_path, "--bundle", str(archive), "--json")
-    assert done.returncode == 1, done.stdout + done.stderr
-    first = json.loads(done.stdout)["findings"][0]
-    assert first["id"] == cause and first["fix"] == CAUSES[cause].fix
-    assert any(cited in e for e in first["evidence"]), first["evidence"]
+BUNDLE_CAUSES = [
+    ("wrong-domain", "rewrite-wrong-domain", "coredns.yaml:39"),
+    ("pending", "proxy-lb-pending", "services.yaml:19"),
+    ("names", "frontend-certificate-names", "secrets.yaml:6"),
+    ("service-name", "rewrite-unresolved-target", "coredns.yaml:"),
+]
+
+
+AS_FOUND = {
+    "wrong-domain": {"domain": "callback.example.com", "target": "proxy"},
+    "pending": {"target": "203.0.113.10"},  # an address the load balancer does not have
+    "names": {"target": "proxy"},
+    "service-name": {"target": "none"},  # a name the compute cluster does not resolve
+}
+
+
+@pytest.fixture(scope="module")
+def diagnosed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Diagnosis, Path]]:
+    """One in-process `diagnose --bundle` per broken install, shared by the tests that read it."""
+    done: dict[str, tuple[Diagnosis, Path]] = {}
+
+    def run(kind: str) -> tuple[Diagnosis, Path]:
+        if kind not in done:
+            folder = tmp_path_factory.mktemp(kind)
+            broken = install(kind)
+            if kind == "service-name":
+                broken.custom_dns = rewrite_override()
+            archive, _ = collect(folder, broken)
+            done[kind] = (diagnose([], bundle=archive, root=folder / "state"), folder)
+        return done[kind]
+
+    return run
+
+
+@pytest.mark.parametrize(("kind", "cause", "cited"), BUNDLE_CAUSES, ids=[r[0] for r in BUNDLE_CAUSES])
+def test_diagnose_bundle_names_the_cause_first(diagnosed, kind: str, cause: str, cited: str) -> None:
+    found, _ = diagnosed(kind)
+    first = found.ranked()[0]
+    assert first.cause.id == cause, [f.cause.id for f in found.ranked()]
+    assert any(cited in e for e in first.evidence), first.evidence
+    assert len(found.findings) == 1  # one problem, one finding: what it brings about is said under it
+
+
+@pytest.mark.parametrize(("kind", "cause", "cited"), BUNDLE_CAUSES, ids=[r[0] for r in BUNDLE_CAUSES])
+def test_a_bundles_ticket_replays_as_seen_then_fixed(diagnosed, kind: str, cause: str, cited: str) -> None:
+    found, folder = diagnosed(kind)
+    path = folder / "tickets" / "sup-42.yaml"
+    path.parent.mkdir()
+    write_ticket(found, path, "SUP-42")
+    result = replay_one(load_scenario(str(path)), root=folder / "replay")
+    assert result.ok, render_text(result)
+    assert not any(t.outcome == "success" for t in result.steps[0].traces)
+    assert "--bundle" in path.read_text().splitlines()[0]
+    dns = yaml.safe_load(path.read_text())["topology"]["computeClusters"][0]["dnsRewrite"]
+    assert dns == AS_FOUND[kind]  # the compute cluster's DNS as its Corefile answers
 
 
 def test_a_healthy_bundle_exits_0_within_its_budget(tmp_path: Path) -> None:
@@ -221,3 +264,72 @@ def test_a_healthy_token_mode_file_whose_api_runs_elsewhere_gives_no_finding(tmp
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(done.stdout)
     assert found["findings"] == [] and any("assumed the NVCF API serves at" in a for a in found["assumed"])
+
+
+# -- up --bundle, replay --bundle, replay --secret -------------------------------------------------------
+def ncpsim(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=REPO,
+        env={"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=DIAGNOSE_TIMEOUT,
+        check=False,
+    )
+
+
+def test_replay_bundle_replays_the_customers_world(tmp_path: Path) -> None:
+    """The install with its frontend one label too high fails as the customer's does (a healthy bundle's
+    world passing is test_up_bundle_brings_the_customers_world_up's)."""
+    bad, _ = collect(tmp_path, install("names"), name="bad")
+    done = ncpsim(tmp_path, "replay", "--bundle", str(bad))
+    assert done.returncode == 1 and "0/1 scenarios passed" in done.stdout, done.stdout + done.stderr
+    assert "stand-in" in done.stderr  # said, not silent: the certificate served is not theirs
+
+
+def test_up_bundle_brings_the_customers_world_up(tmp_path: Path) -> None:
+    """A healthy bundle's world comes up and its callbacks arrive (exit 0)."""
+    archive, _ = collect(tmp_path, install("healthy"))
+    try:
+        done = ncpsim(tmp_path, "up", "--bundle", str(archive), "--stack", "bundled")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"invocation.{DOMAIN}" in done.stdout  # the customer's workerDomain, as their values say
+    finally:
+        assert ncpsim(tmp_path, "down", "--stack", "bundled", "--purge").returncode == 0
+
+
+def test_replay_takes_a_secret_folder(tmp_path: Path) -> None:
+    """A scenario naming an existingSecret it does not declare: with --secret the customer's corporate
+    certificate is served and workers reject it; without, a stand-in from the public-style CA (control)."""
+    from test_diagnose import corporate_secret
+
+    scenario = tmp_path / "brought.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "name": "brought",
+                "summary": "the customer's own frontend certificate",
+                "values": {
+                    "workerCallbackProxy": {
+                        **PROXY,
+                        "tls": {"frontend": {"existingSecret": "worker-public-tls"}},
+                    }
+                },
+                "topology": {
+                    "grpcProxyReplicas": 0,
+                    "computeClusters": [{"workers": [{"count": 1, "trust": "system"}]}],
+                },
+                "steps": [
+                    {
+                        "invoke": {"function": "http-echo"},
+                        "expect": {"outcome": "failure", "error": "certificate verify failed"},
+                    }
+                ],
+            }
+        )
+    )
+    secret, _ = corporate_secret(tmp_path)
+    done = ncpsim(tmp_path, "replay", f"scenario={scenario}", "--secret", secret)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ncpsim(tmp_path, "replay", f"scenario={scenario}").returncode == 1

@@ -142,7 +142,7 @@ def _read_file(root: Path, path: Path, member: str) -> bytes:
 class _Bounded:
     """A read-only stream that fails past `limit` bytes: the decompressed archive cannot run away."""
 
-    def __init__(self, stream: IO[bytes], limit: int):
+    def __init__(self, stream: IO[bytes] | gzip.GzipFile, limit: int):
         self.stream, self.left = stream, limit
 
     def read(self, size: int = -1) -> bytes:

@@ -124,7 +124,7 @@ class BundleWorld:
 
 def _yaml(
     bundle: Bundle, path: str, max_nodes: int | None = None
-) -> tuple[dict, dict[str, tuple[str, int]]] | None:
+) -> tuple[dict[str, Any], dict[str, tuple[str, int]]] | None:
     text = bundle.text(path)
     if text is None:
         return None
@@ -132,7 +132,7 @@ def _yaml(
     return values_from_text(text, path, "bundle file", **kwargs)
 
 
-def _items(doc: dict) -> list[tuple[str, dict]]:
+def _items(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """A kubectl List's items (or one object), each with its key-path prefix for line lookups."""
     if doc.get("kind") == "List" or "items" in doc:
         return [

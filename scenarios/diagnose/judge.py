@@ -38,6 +38,7 @@ class World:
     compute_clusters: int = 1
     rewrite_other_domain: bool = False  # the customer's rewrite names another domain than the workerDomain
     lb_pending: bool = False  # a support bundle shows the LoadBalancer Service without an address
+    rewrite_to_name: bool = False  # a bundle's rewrite makes CoreDNS look up a name the cluster may lack
     worker_auth: str = "nkey"  # nats.workerAuth
     upstream_tls: bool = True  # the proxy dials the pod's 8443 with TLS
     pod_worker_tls: bool = True  # the pod's 8443 worker TLS listener is on
@@ -102,6 +103,8 @@ def cause_of(obs: Observation, world: World) -> str | None:
     if not world.proxy_enabled and world.compute_clusters:
         return "proxy-disabled"  # compute workers are handed pod names they can neither resolve nor reach
     if stage == "dns" or obs.dns_rcode in ("NXDOMAIN", "SERVFAIL"):
+        if world.rewrite_to_name:
+            return "rewrite-unresolved-target"
         return "rewrite-wrong-domain" if world.rewrite_other_domain else "rewrite-missing"
     if "connect" in error and "404" in error:
         return "legacy-worker-connect-off"

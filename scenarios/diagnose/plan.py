@@ -26,6 +26,7 @@ from sim.model.untrusted import read_text
 from sim.model.values import CA_PEM, deep_merge, proxy_settings
 
 CURRENT = "1.4.0"  # a current worker-utils, for pods whose version a bundle does not show
+CALL_TIMEOUT = 3  # seconds a bundle world's call waits: a healthy callback takes milliseconds
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,9 @@ def bundle_scenario(path: Path, scratch: Path, now: datetime) -> tuple[dict[str,
                 **({"createdBeforePem": True} if flags else {}),
             }
         )
+    call = {"count": 2, "timeout": CALL_TIMEOUT}
     steps = [
-        {"name": f"{f} callbacks", "invoke": {"function": f, "count": 2}, "expect": {"outcome": "success"}}
+        {"name": f"{f} callbacks", "invoke": {"function": f, **call}, "expect": {"outcome": "success"}}
         for f in ("http-echo", "grpc-echo")
     ]
     slug = "".join(c if c.isalnum() else "-" for c in path.name.lower().removesuffix(".tar.gz")).strip("-")

@@ -99,7 +99,7 @@ class Diagnosis:
             key=lambda f: (
                 order.get(f.cause.id, len(order)),
                 f.cause.severity != "error",
-                blocking[f.cause.id],
+                blocking.get(f.cause.id, len(blocking)),
             ),
         )
 
@@ -203,11 +203,12 @@ def world_of(values: dict[str, Any], dns: Rewrite | None = None, facts: Sequence
     other_domain = bool(dns and dns.domain and dns.domain != settings.worker_domain) or any(
         f.cause.id == "rewrite-wrong-domain" for f in facts
     )
-    pending = any(f.cause.id == "proxy-lb-pending" for f in facts)
+    said = {f.cause.id for f in facts}
     return World(
         proxy_enabled=settings.enabled,
         rewrite_other_domain=other_domain,
-        lb_pending=pending,
+        lb_pending="proxy-lb-pending" in said,
+        rewrite_to_name="rewrite-unresolved-target" in said,
         service_type=str(lookup(values, ("workerCallbackProxy", "service", "type"), "LoadBalancer")),
         frontend="stack" if settings.frontend_issuer == "stack" else "brought",
         pem_set=settings.worker_ca_pem_set,
