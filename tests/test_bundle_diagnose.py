@@ -165,10 +165,9 @@ def test_the_api_stand_in_serves_where_the_values_say_it_runs(url: str, served: 
 
 
 # -- the command, on the local backend ---------------------------------------------------------------------
-def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "invoke", "diagnose", *args],
+def ncpsim(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
         cwd=REPO,
         env={"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -176,6 +175,11 @@ def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str
         timeout=DIAGNOSE_TIMEOUT,
         check=False,
     )
+
+
+def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = ncpsim(tmp_path, "diagnose", *args)
     return done, time.monotonic() - started
 
 
@@ -267,18 +271,6 @@ def test_a_healthy_token_mode_file_whose_api_runs_elsewhere_gives_no_finding(tmp
 
 
 # -- up --bundle, replay --bundle, replay --secret -------------------------------------------------------
-def ncpsim(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
-        cwd=REPO,
-        env={"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=DIAGNOSE_TIMEOUT,
-        check=False,
-    )
-
-
 def test_replay_bundle_replays_the_customers_world(tmp_path: Path) -> None:
     """The install with its frontend one label too high fails as the customer's does (a healthy bundle's
     world passing is test_up_bundle_brings_the_customers_world_up's)."""
