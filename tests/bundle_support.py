@@ -170,7 +170,7 @@ class Install:
         return {
             "contexts": {
                 CP: {
-                    "objects": [service, secret],
+                    "objects": [service, secret, *self.pod_secrets()],
                     "logs": {
                         "nvcf/deploy/worker-callback-proxy": self.proxy_log,
                         "nats-system/app.kubernetes.io/instance=nats-auth-callout-service": self.callout_log,
@@ -180,6 +180,27 @@ class Install:
             },
             "releases": [{"name": "worker-callback-proxy", "namespace": "nvcf", "chart": "wcp-1.0.4"}],
         }
+
+    def pod_secrets(self) -> list[dict[str, Any]]:
+        """The pod certificates the stack issues from its CA (no private key planted: not what is tested)."""
+        out = []
+        for name, names in (
+            ("invocation-service-worker-tls", ("*.invocation.nvcf.svc.cluster.local",)),
+            ("grpc-proxy-worker-tls", ("*.grpc-headless.nvcf.svc.cluster.local",)),
+        ):
+            leaf = self.frontend.ca.issue_cert(*names)
+            data = {"tls.crt": b64(leaf.cert_chain_pems[0].bytes()), "ca.crt": b64(self.frontend.ca_pem)}
+            meta = {"name": name, "namespace": "nvcf"}
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "type": "kubernetes.io/tls",
+                    "metadata": meta,
+                    "data": data,
+                }
+            )
+        return out
 
     def coredns(self) -> list[dict[str, Any]]:
         maps = [("coredns", {"Corefile": COREFILE, "NodeHosts": "172.18.0.2 k3d-gpu-1-server-0\n"})]
