@@ -16,7 +16,7 @@ from typing import Any
 
 from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.certificate import Certificate, read_certificate
-from scenarios.bundle.scenario import dns_rewrite, replay_secrets, worker_profiles
+from scenarios.bundle.scenario import WorkerProfile, dns_rewrite, replay_secrets, worker_profiles
 from scenarios.bundle.standin import STANDIN_NOTE
 from scenarios.bundle.world import BundleWorld, read_world
 from scenarios.model import scenario_from_data
@@ -55,9 +55,15 @@ def brought_certificates(secrets: Sequence[str]) -> dict[str, Certificate]:
 
 
 def bundle_probes(
-    world: BundleWorld, values: dict[str, Any], merged: dict[str, Any], scratch: Path, now: datetime
+    world: BundleWorld,
+    values: dict[str, Any],
+    merged: dict[str, Any],
+    scratch: Path,
+    now: datetime,
+    labels: Sequence[str] = (),
 ) -> tuple[list[Probe], list[str]]:
-    """A probe per compute cluster and distinct function pod; (probes, notes on what they assume)."""
+    """A probe per compute cluster and distinct function pod (or per profile in `labels`, `--workers`:
+    what the user says runs there); (probes, notes on what they assume)."""
     settings = proxy_settings(merged)
     secrets = replay_secrets(world.certificates, merged, scratch, now)
     notes = list(secrets.notes)
@@ -70,23 +76,29 @@ def bundle_probes(
         notes.append(
             f"no compute cluster in the bundle; probed from one with worker-utils {CURRENT} and the default DNS"
         )
-        return [Probe(f"{CURRENT}:system", values, {}, secrets.declared)], notes
+        return [
+            Probe(label, values, {}, secrets.declared) for label in labels or [f"{CURRENT}:system"]
+        ], notes
     probes = []
     for dns in world.compute or ():
         rewrite, said = dns_rewrite(dns, settings.worker_domain, world.service)
         notes += said
         found = profiles.get(dns.context) or []
-        if not found:
+        if not found and not labels:
             notes.append(
                 f"compute cluster {dns.context}: no function pods in the bundle; probed with worker-utils {CURRENT}"
             )
-        for p in found or [None]:
-            version = (p.worker_utils if p else None) or CURRENT
-            flags = ":before-pem" if p and p.before_pem else ""
+        named = list(labels) or [_label(p) for p in found or [None]]
+        for label in named:
             probes.append(
-                Probe(f"{version}:system{flags}", values, {"dnsRewrite": rewrite}, secrets.declared)
+                Probe(label, values, {"dnsRewrite": rewrite}, secrets.declared, context=dns.context)
             )
     return probes, notes
+
+
+def _label(profile: WorkerProfile | None) -> str:
+    version = (profile.worker_utils if profile else None) or CURRENT
+    return f"{version}:system" + (":before-pem" if profile and profile.before_pem else "")
 
 
 def _nested(parts: tuple[Any, ...], value: Any) -> dict[str, Any]:

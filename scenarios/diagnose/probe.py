@@ -258,8 +258,10 @@ def diagnose(
     with tempfile.TemporaryDirectory(prefix="ncpsim-diagnose-") as scratch:  # stand-in Secrets, probe stacks
         if issues:
             probes, profiles = [], []
-        elif bundled is not None and not workers:
-            probes, said = bundle_probes(bundled, customer_only(layered), layered.values, Path(scratch), now)
+        elif bundled is not None:
+            labels = [p.label for p in parse_workers(workers)] if workers else []
+            args = (customer_only(layered), layered.values, Path(scratch), now, labels)
+            probes, said = bundle_probes(bundled, *args)
             assumed += said
             profiles = [parse_label(p.label) for p in probes]
         else:
