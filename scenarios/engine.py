@@ -122,6 +122,8 @@ class Replay:
             notes.append(self.set_values(step.set_values, self.origin_label(step)))
         if step.redeploy is not None:
             notes.append(self.redeploy(step.redeploy))
+        if step.dns_rewrite is not None:
+            notes.append(self.rewrite_dns(step.dns_rewrite))
         return notes
 
     def origin_label(self, step: Step) -> str:
@@ -173,6 +175,27 @@ class Replay:
         self.topology = self.stack.redeploy(self.topology, what)  # k3d pods come back with new IPs
         self.facts = replace(self.facts, pod_ips={p.name: p.ip for p in self.topology.pods})
         return f"redeployed {what}"
+
+    def rewrite_dns(self, rewrite: dict[str, Any]) -> str:
+        """Every compute cluster's CoreDNS rewrite replaced, as `invoke dns-rewrite` replaces it on a real
+        cluster: the views are built as at `up` (a `proxy` target is the Service's address now) and the
+        resolver restarts with them, as CoreDNS reloads its Corefile."""
+        spec = dict(self.scenario.topology)
+        spec["computeClusters"] = [
+            {**{k: v for k, v in c.items() if k != "wildcardDns"}, "dnsRewrite": rewrite}
+            for c in spec.get("computeClusters", [])
+        ]
+        rebuilt = replace(self.scenario, topology=spec).build_topology(
+            self.topology.stack, self.topology.values
+        )
+        fresh = {c.name: c for c in rebuilt.clusters if c.kind == "compute"}
+        self.topology = replace(
+            self.topology, clusters=tuple(fresh.get(c.name, c) for c in self.topology.clusters)
+        )
+        write_file(self.stack.state_dir / "topology.json", self.topology.to_json())
+        self.faults.apply({"restart": "resolver"})
+        shown = ", ".join(f"{k}: {v}" for k, v in rewrite.items())
+        return f"compute clusters' DNS rewrite now {{{shown}}}"
 
     async def invoke(self, step: Step) -> list[CallTrace]:
         spec = step.invoke or {}

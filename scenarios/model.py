@@ -18,7 +18,17 @@ import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
 from dns.rule import wildcard
-from scenarios.spec import ACTIONS, PLACEHOLDER, PLACEHOLDERS, Expect, Scenario, Step, dns_records, step_from
+from scenarios.spec import (
+    ACTIONS,
+    CHANGES,
+    PLACEHOLDER,
+    PLACEHOLDERS,
+    Expect,
+    Scenario,
+    Step,
+    dns_records,
+    step_from,
+)
 from sim.errors import ConfigError, ScenarioError
 from sim.model.layering import STEP, Layer, Layered, defaults_layer, layer, parse_set, scenario_layer, then
 from sim.model.topology import Topology
@@ -133,13 +143,8 @@ def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -
     """What the schema cannot say simply: one action per step, one wait condition, known placeholders."""
     here = ("steps", index)
     actions = [a for a in ACTIONS if a in raw]
-    if not actions and not any(k in raw for k in ("setValues", "unsetValues", "redeploy", "fault", "rotate")):
-        return _located(
-            path,
-            here,
-            origin,
-            "a step needs one of invoke, probe, wait, runbook, setValues, unsetValues, redeploy, fault, rotate",
-        )
+    if not actions and not any(k in raw for k in CHANGES):
+        return _located(path, here, origin, f"a step needs one of {', '.join((*ACTIONS, *CHANGES))}")
     if "faultAfterMs" in raw and not ("fault" in raw and "invoke" in raw):
         return _located(path, (*here, "faultAfterMs"), origin, "faultAfterMs needs a fault and an invoke")
     if len(actions) > 1:

@@ -22,6 +22,7 @@ from scenarios.engine import run_scenario
 from scenarios.model import catalogue, customer_layers, load_scenario
 from scenarios.report import input_assumptions, render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
+from scenarios.secrets import with_brought_secrets
 from scenarios.spec import Scenario
 from scenarios.terminal import safe
 from sim.errors import BackendError, ConfigError
@@ -90,14 +91,18 @@ def replay_many(
     sets: Sequence[str] = (),
     stack: str | None = None,
     jobs: int = 1,
+    secrets: Sequence[str] = (),
+    loaded: Sequence[Scenario] = (),
 ) -> bool:
-    """`invoke replay`: every named scenario (the whole catalogue when None); True when all pass.
+    """`invoke replay`: every named scenario (the whole catalogue when None), then those `loaded` already
+    (a support bundle's world); True when all pass.
 
-    The customer's files and `--set`s sit above each scenario's values; unknown keys are warned about once,
-    on stderr, before anything starts."""
-    names = names or [name for name, _ in catalogue()]
+    The customer's files and `--set`s sit above each scenario's values, and each `--secret NAME=DIR` is
+    Secret NAME in every scenario; unknown keys are warned about once, on stderr, before anything starts."""
+    names = [name for name, _ in catalogue()] if names is None else names
     customer = customer_layers(values_file, sets)  # read once, laid over every scenario
     scenarios = [load_scenario(name, allow_expected_error=True, customer=customer) for name in names]
+    scenarios = [with_brought_secrets(s, list(secrets)) for s in [*scenarios, *loaded]]
     for line in values_warnings(scenarios) + input_assumptions(scenarios, LocalBackend.name):
         print(line, file=sys.stderr)
     results, total = replay_all(scenarios, keep=keep, output=output, root=root, stack=stack, jobs=jobs)

@@ -148,6 +148,7 @@ class Step:
     fault_after_ms: int | None = None  # with invoke: fire the fault this long after the calls start
     rotate: str | None = None  # certs.rotate kind
     runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"[, "install": ...]}
+    dns_rewrite: dict[str, Any] | None = None  # every compute cluster's CoreDNS rewrite from this step on
 
     @property
     def label(self) -> str:
@@ -207,7 +208,7 @@ class Scenario:
             control_workers=_workers(spec.get("controlWorkers", []), "worker-cp"),
             control_rewrite=_rewrite(control, None),
             control_records=_records(control, "topology.controlPlane"),
-            secrets=_secrets(spec),
+            secrets=_secrets(spec, self.path.parent),
             seed=self.seed,
         )
 
@@ -235,14 +236,15 @@ def _records(cluster: dict[str, Any], where: str) -> tuple[DnsRecord, ...]:
         raise ConfigError(f"{where}.dnsRecords: {exc}") from None
 
 
-def _secrets(spec: dict[str, Any]) -> tuple[SecretSpec, ...]:
+def _secrets(spec: dict[str, Any], base: Path) -> tuple[SecretSpec, ...]:
+    """`topology.secrets`; a `source` folder is read relative to the scenario file (a ticket's own)."""
     return tuple(
         SecretSpec(
             name,
             raw.get("issuer", "public"),
             tuple(raw.get("names", ())),
             bool(raw.get("expired", False)),
-            raw.get("source"),
+            str(base / raw["source"]) if raw.get("source") else None,
         )
         for name, raw in (spec.get("secrets") or {}).items()
     )
@@ -289,6 +291,14 @@ _WHEN_KEYS = {
     "worker": "worker",
 }
 ACTIONS = ("invoke", "probe", "wait", "runbook")
+CHANGES = (
+    "setValues",
+    "unsetValues",
+    "redeploy",
+    "dnsRewrite",
+    "fault",
+    "rotate",
+)  # what a step may do before its action
 
 
 def log_from(raw: dict[str, Any]) -> LogExpect:
@@ -335,9 +345,7 @@ def wait_from(raw: dict[str, Any]) -> Wait:
 
 
 def step_from(index: int, raw: dict[str, Any]) -> Step:
-    kind = next(
-        (k for k in (*ACTIONS, "setValues", "unsetValues", "redeploy", "fault", "rotate") if k in raw), "step"
-    )
+    kind = next((k for k in (*ACTIONS, *CHANGES) if k in raw), "step")
     expect = raw.get("expect")
     listed = expect if isinstance(expect, list) else [expect] if expect else []
     expects = tuple(expect_from(e) for e in listed)
@@ -355,4 +363,5 @@ def step_from(index: int, raw: dict[str, Any]) -> Step:
         fault_after_ms=raw.get("faultAfterMs"),
         rotate=raw.get("rotate"),
         runbook=raw.get("runbook"),
+        dns_rewrite=raw.get("dnsRewrite"),
     )

@@ -29,6 +29,7 @@ ns = Collection(
     catalogue.replay,
     catalogue.render,
     support.diagnose,
+    support.collect_script,
     support.doctor,
     support.dns_rewrite,
     dev.bench,

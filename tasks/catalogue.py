@@ -46,8 +46,10 @@ def scenarios(c):
         "jsonl": "print one JSON report a line, as each scenario ends",
         "quiet": "print only failing reports and the summary",
         "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one per core)",
+        "secret": "NAME=DIR: Secret NAME holds that folder's tls.crt, tls.key[, ca.crt] (repeatable)",
+        "bundle": "a support bundle (folder or .tar.gz): replay the customer's world it shows",
     },
-    iterable=["file", "set_"],
+    iterable=["file", "set_", "secret"],
 )
 @user_errors
 def replay(
@@ -63,35 +65,52 @@ def replay(
     jsonl=False,
     quiet=False,
     stack=None,
+    secret=None,
+    bundle=None,
 ):
     """Replay scenarios, each on a fresh stack; exit 1 if any expectation fails.
 
-    ncpsim replay NAME... | 'GLOB' | --all [-j N|auto] [--junit FILE] [--keep] [--quiet] [--json|--jsonl];
-    a live [n/N] line on a terminal.
+    ncpsim replay NAME... | 'GLOB' | --all | --bundle B [-j N|auto] [--junit FILE] [--keep] [--quiet]
+    [--json|--jsonl]; a live [n/N] line on a terminal.
     """
+    import tempfile
+
+    from scenarios.diagnose.plan import load_bundle_scenario
     from scenarios.replay import jobs_arg, replay_many, scenario_names
     from sim.errors import ConfigError
 
     words = [w for w in (scenario if isinstance(scenario, list) else [scenario]) if w]
     if json_ and jsonl:
         raise ConfigError("--json and --jsonl: choose one")
+    usage = "ncpsim replay NAME..., --all, or --bundle B"
     names = (
         None
         if all_
-        else scenario_names([scenario_arg(w, "ncpsim replay NAME..., or --all") for w in words or [""]])
+        else []
+        if bundle and not words
+        else scenario_names([scenario_arg(w, usage) for w in words or [""]])
     )
     if junit:  # checked first: a folder or a file in the way must not cost a whole replay, then a traceback
         out_file("--junit", junit)
-    ok = replay_many(
-        names,
-        values_file=[Path(f) for f in file or []],
-        sets=set_ or [],
-        junit=Path(junit) if junit else None,
-        keep=keep,
-        output="json" if json_ else "jsonl" if jsonl else "quiet" if quiet else "text",
-        stack=stack,
-        jobs=jobs_arg(jobs),
-    )
+    with tempfile.TemporaryDirectory(prefix="ncpsim-bundle-") as scratch:  # the bundle's stand-in Secrets
+        files = [Path(f) for f in file or []]
+        loaded, notes = (
+            load_bundle_scenario(Path(bundle), Path(scratch), files, set_ or []) if bundle else (None, [])
+        )
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        ok = replay_many(
+            names,
+            values_file=files,
+            sets=set_ or [],
+            junit=Path(junit) if junit else None,
+            keep=keep,
+            output="json" if json_ else "jsonl" if jsonl else "quiet" if quiet else "text",
+            stack=stack,
+            jobs=jobs_arg(jobs),
+            secrets=secret or [],
+            loaded=[loaded] if loaded is not None else [],
+        )
     if not ok:
         raise Exit(code=EXIT_FAILED)
 

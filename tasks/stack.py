@@ -37,11 +37,22 @@ from tasks.cli import (
         "json": "print the report as JSON instead of text",
         "secret": "NAME=DIR: Secret NAME holds that folder's tls.crt, tls.key[, ca.crt] as they are "
         "(e.g. the customer's certificate for tls.frontend.existingSecret; repeatable)",
+        "bundle": "a support bundle (folder or .tar.gz): bring up the customer's world it shows",
     },
     iterable=["file", "set_", "secret"],
 )
 @user_errors
-def up(c, scenario=None, file=None, set_=None, backend="local", stack="default", json_=False, secret=None):
+def up(
+    c,
+    scenario=None,
+    file=None,
+    set_=None,
+    backend="local",
+    stack="default",
+    json_=False,
+    secret=None,
+    bundle=None,
+):
     """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running.
 
     Ctrl-C or SIGTERM before the report is out stops everything started so far; once it is out, the
@@ -51,19 +62,35 @@ def up(c, scenario=None, file=None, set_=None, backend="local", stack="default",
     with no scenario, the default topology comes up idle.
     """
     if backend != "local":
-        _up(scenario, file, set_, backend, stack, json_, secret)
+        _up(scenario, file, set_, backend, stack, json_, secret, bundle)
         return
     from clusters.local.interrupts import InterruptGuard
     from clusters.local.zygote import early_for
 
     guard = InterruptGuard()  # from now on this process owns a child: Ctrl-C and SIGTERM clean up
     with guard.installed(), early_for(stack, guard):  # the launch's zygote imports while _up does
-        _up(scenario, file, set_, backend, stack, json_, secret)
+        _up(scenario, file, set_, backend, stack, json_, secret, bundle)
 
 
-def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
+def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None) -> None:
+    import tempfile
+
+    from sim.errors import ConfigError
+
+    if bundle and scenario:
+        raise ConfigError(
+            "--bundle brings up the customer's world itself: give a scenario or --bundle, not both"
+        )
+    with tempfile.TemporaryDirectory(
+        prefix="ncpsim-bundle-"
+    ) as scratch:  # stand-in Secrets until up copies them
+        _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, Path(scratch))
+
+
+def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scratch) -> None:
     from clusters.local.interrupts import settle
     from scenarios.devenv import idle_scenario
+    from scenarios.diagnose.plan import load_bundle_scenario
     from scenarios.engine import run_scenario
     from scenarios.model import load_scenario
     from scenarios.report import endpoints_text, input_assumptions, render_text, values_warnings
@@ -73,9 +100,14 @@ def _up(scenario, file, set_, backend, stack, json_, secret) -> None:
     chosen = backend_named(backend)
     files, sets = [Path(f) for f in file or []], set_ or []
     # No scenario: the default topology, idle (a dev environment to poke with call, fault, set, ...).
-    loaded = (
-        load_scenario(scenario_arg(scenario), files, sets=sets) if scenario else idle_scenario(files, sets)
-    )
+    if bundle:  # the customer's world as the bundle shows it, said where assumed
+        loaded, notes = load_bundle_scenario(Path(bundle), scratch, files, sets)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+    elif scenario:
+        loaded = load_scenario(scenario_arg(scenario), files, sets=sets)
+    else:
+        loaded = idle_scenario(files, sets)
     loaded = with_brought_secrets(loaded, secret or [])
     # Once each: the text report holds the values warnings; a stand-in is said before anything starts too.
     notes = (values_warnings([loaded]) if json_ else []) + input_assumptions([loaded], chosen.name)

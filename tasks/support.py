@@ -46,6 +46,15 @@ def doctor(c, backend="local"):
     raise Exit(code=run(backend))
 
 
+@ncpsim_task
+@user_errors
+def collect_script(c):
+    """Print the read-only kubectl/helm script a customer runs to collect a support bundle for diagnose --bundle."""
+    from scenarios.bundle import COLLECTOR
+
+    print(COLLECTOR.read_text(), end="")
+
+
 @ncpsim_task(
     help={
         "file": "a customer's values file (repeat: later files win)",
@@ -53,9 +62,11 @@ def doctor(c, backend="local"):
         "symptom": "what a worker or client logged, e.g. 'x509: certificate signed by unknown authority'",
         "workers": "probe workers as VERSION:TRUST,..., e.g. 1.2.9:system,1.4.0:stack",
         "json": "print the findings as JSON",
-        "write_ticket": "write a scenario reproducing the top finding (and its values beside it)",
+        "write_ticket": "write a scenario that reproduces the findings and fixes them (values, Secrets beside it)",
         "rewrite": "what the compute cluster's DNS holds: DOMAIN=TARGET (proxy, none or an IPv4 address)",
         "secret": "NAME=DIR: the customer's Secret NAME (tls.crt, tls.key[, ca.crt]) as they have it",
+        "bundle": "a support bundle (folder or .tar.gz from collect-script): the customer's world as collected",
+        "ticket_id": "the ticket's id (e.g. SUP-1234), in the written scenario's name and ticket field",
     },
     iterable=["file", "set", "secret"],
 )
@@ -70,23 +81,34 @@ def diagnose(
     write_ticket=None,
     rewrite=None,
     secret=None,
+    bundle=None,
+    ticket_id=None,
 ):
     """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
+    from scenarios.diagnose.assemble import write_ticket as write
     from scenarios.diagnose.probe import diagnose as run
     from scenarios.diagnose.probe import text
-    from scenarios.diagnose.probe import write_ticket as write
+    from scenarios.diagnose.ticket import check_new
     from sim.errors import ConfigError
 
-    if not file and not set:
-        raise ConfigError("give the customer's values: invoke diagnose -f values.yaml [--symptom TEXT]")
-    if write_ticket:
-        out_file("--write-ticket", write_ticket)
+    if not file and not set and not bundle:
+        raise ConfigError(
+            "give the customer's values or bundle: invoke diagnose -f values.yaml | --bundle B [--symptom TEXT]"
+        )
+    if write_ticket:  # checked first: no diagnosis runs only to find its ticket cannot be written
+        check_new(out_file("--write-ticket", write_ticket))
     found = run(
-        [Path(f) for f in file or []], set or [], symptom, workers, rewrite=rewrite, secrets=secret or []
+        [Path(f) for f in file or []],
+        set or [],
+        symptom,
+        workers,
+        rewrite=rewrite,
+        secrets=secret or [],
+        bundle=Path(bundle) if bundle else None,
     )
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:
-        written = write(found, Path(write_ticket))
+        written = write(found, Path(write_ticket), ticket_id)
         print(
             f"ticket: {written[0]} (values: {written[1]}); replay it: invoke replay scenario={written[0]}",
             file=sys.stderr if json_ else sys.stdout,

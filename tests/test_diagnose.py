@@ -6,15 +6,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Observation, World, cause_of, judge
-from scenarios.diagnose.probe import default_profiles, diagnose, parse_workers
+from scenarios.diagnose.probe import Diagnosis, default_profiles, diagnose, parse_workers
 from scenarios.diagnose.symptoms import SYMPTOMS, rank
+from scenarios.diagnose.ticket import STEP_NAME
+from scenarios.model import load_scenario
+from scenarios.replay import replay_one
+from scenarios.report import render_text
 from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,6 +211,29 @@ OBSERVATION_ROWS = [
         ),
         LB,
         "frontend-expired",
+    ),
+    (
+        Observation(
+            "1.4.0:system",
+            "grpc-echo",
+            False,
+            "tls",
+            "certificate verify failed: Certificate is no longer valid",
+        ),
+        World(proxy_enabled=True, pem_set=True),
+        "frontend-expired",
+    ),
+    (
+        Observation(
+            "1.4.0:system",
+            "http-echo",
+            False,
+            "tls",
+            "certificate verify failed (Hostname mismatch, certificate "
+            "is not valid for 'invocation.grpc-worker.example.com'.)",
+        ),
+        World(proxy_enabled=True, pem_set=True),
+        "frontend-certificate-names",
     ),
     (
         Observation(
@@ -403,21 +433,56 @@ def test_healthy_values_give_no_findings_and_exit_0(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["findings"] == []
 
 
-def test_missing_pem_is_named_first_with_its_fix(tmp_path: Path) -> None:
-    """The same file as the healthy one, less workerCallbackCaPem: the negative control of the test above."""
+def test_missing_pem_is_named_first_and_its_ticket_replays(tmp_path: Path) -> None:
+    """The same file as the healthy one, less workerCallbackCaPem (the negative control of the test above),
+    through the command line: the finding, then `--write-ticket --ticket-id` and `replay scenario=FILE`.
+    A Service annotation whose key holds dots and a slash must reach the ticket whole."""
+    internal = {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}
+    values = {"workerCallbackProxy": {**PROXY, "service": {"type": "LoadBalancer", "annotations": internal}}}
+    ticket = tmp_path / "tickets" / "sup-1234.yaml"
+    ticket.parent.mkdir()
     done = run_cli(
         tmp_path,
         "-f",
-        values_file(tmp_path, {"workerCallbackProxy": PROXY}),
+        values_file(tmp_path, values),
         "--json",
         "--symptom",
         "x509: certificate signed by unknown authority",
+        "--workers",
+        "1.4.0:system",
+        "--write-ticket",
+        str(ticket),
+        "--ticket-id",
+        "SUP-1234",
     )
     assert done.returncode == 1, done.stdout + done.stderr
     first = json.loads(done.stdout)["findings"][0]
     assert first["id"] == "worker-ca-missing"
     assert "workerCallbackCaPem" in first["fix"] and "redeploy" in first["fix"]
     assert any("failed to verify certificate" in e for e in first["evidence"])
+    written = yaml.safe_load(ticket.read_text())
+    assert written["name"] == "ticket-sup-1234" and written["ticket"].startswith("SUP-1234; ")
+    assert yaml.safe_load(ticket.with_name("sup-1234.values.yaml").read_text()) == values
+    assert written["values"]["workerCallbackProxy"]["service"]["annotations"] == internal
+    replayed = replay(tmp_path, ticket)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "1/1 scenarios passed" in replayed.stdout
+
+
+def test_a_ticket_never_overwrites_its_inputs_nor_follows_a_link(tmp_path: Path) -> None:
+    customer = values_file(tmp_path, {"workerCallbackProxy": PROXY})
+    for ticket in (customer, str(tmp_path / "customer.yaml")):  # the input itself, however named
+        done = run_cli(tmp_path, "-f", customer, "--write-ticket", ticket)
+        assert done.returncode == 2 and "never overwrites" in done.stderr, done.stderr
+    (tmp_path / "planted.yaml").symlink_to(tmp_path / "elsewhere.yaml")
+    done = run_cli(tmp_path, "-f", customer, "--write-ticket", str(tmp_path / "planted.yaml"))
+    assert done.returncode == 2 and not (tmp_path / "elsewhere.yaml").exists(), done.stderr
+    (tmp_path / "t.values.yaml").write_text(
+        "mine: 1\n"
+    )  # beside a new ticket: its values file would go there
+    done = run_cli(tmp_path, "-f", customer, "--write-ticket", str(tmp_path / "t.yaml"))
+    assert done.returncode == 2 and (tmp_path / "t.values.yaml").read_text() == "mine: 1\n"
+    assert not (tmp_path / "t.yaml").exists()
 
 
 def test_old_workers_with_connect_off(tmp_path: Path) -> None:
@@ -435,7 +500,6 @@ def test_old_workers_with_connect_off(tmp_path: Path) -> None:
     assert any("404 NR" in e for e in first["evidence"])
 
 
-# -- tickets: the top finding as a scenario that replays and passes ----------------------------------------
 def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
     env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
     return subprocess.run(
@@ -447,45 +511,6 @@ def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
         timeout=DIAGNOSE_TIMEOUT,
         check=False,
     )
-
-
-TICKET_ROWS = [
-    ({"workerCallbackProxy": PROXY}, ("--workers", "1.4.0:system"), "worker-ca-missing"),
-    ({"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.4.0:system:before-pem"), "pem-not-redeployed"),
-    (
-        {"workerCallbackProxy": PROXY, **PEM, "invocation": {"workerTls": {"enabled": False}}},
-        ("--workers", "1.4.0:system"),
-        "upstream-tls-mismatch",
-    ),
-    (
-        {"workerCallbackProxy": PROXY, **PEM, "nats": {"workerAuth": "token"}},
-        ("--workers", "1.4.0:system:no-nats-account"),
-        "nats-account-not-read",
-    ),
-    ({"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.2.9:system"), "legacy-worker-connect-off"),
-    (
-        {
-            "workerCallbackProxy": PROXY,
-            "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}},
-        },
-        (),
-        "split-plane-url",
-    ),
-]
-
-
-@pytest.mark.parametrize(("values", "extra", "cause"), TICKET_ROWS, ids=[r[2] for r in TICKET_ROWS])
-def test_the_written_ticket_replays_and_passes(
-    tmp_path: Path, values: dict, extra: tuple[str, ...], cause: str
-) -> None:
-    ticket = tmp_path / "ticket.yaml"
-    done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--write-ticket", str(ticket), *extra)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert yaml.safe_load(ticket.read_text())["name"] == f"ticket-{cause}"
-    assert (tmp_path / "ticket.values.yaml").exists()
-    replayed = replay(tmp_path, ticket)
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert "1/1 scenarios passed" in replayed.stdout
 
 
 # -- live, one row per cause: the values (and what else the customer told) make diagnose name it first -----
@@ -508,6 +533,8 @@ def corporate_secret(tmp_path: Path, expired: bool = False) -> tuple[str, str]:
 
 
 CAUSE_ROWS = [
+    ("worker-ca-missing", {"workerCallbackProxy": PROXY}, ()),
+    ("legacy-worker-connect-off", {"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.2.9:system")),
     ("rewrite-missing", {"workerCallbackProxy": PROXY, **PEM}, ("--rewrite", "none")),
     (
         "rewrite-wrong-domain",
@@ -524,7 +551,20 @@ CAUSE_ROWS = [
         {"workerCallbackProxy": PROXY, **PEM},
         ("--rewrite", "grpc-worker.example.com=worker-callback-proxy.nvcf.svc.cluster.local"),
     ),
-    ("proxy-unreachable", {"workerCallbackProxy": {**PROXY, "service": {"type": "ClusterIP"}}, **PEM}, ()),
+    (
+        "proxy-unreachable",  # with a Service annotation whose key holds dots: the ticket keeps it whole
+        {
+            "workerCallbackProxy": {
+                **PROXY,
+                "service": {
+                    "type": "ClusterIP",
+                    "annotations": {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"},
+                },
+            },
+            **PEM,
+        },
+        (),
+    ),
     ("proxy-disabled", {"workerCallbackProxy": {"enabled": False}}, ()),
     ("pem-not-redeployed", {"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.4.0:system:before-pem")),
     (
@@ -547,26 +587,80 @@ CAUSE_ROWS = [
         {"workerCallbackProxy": {**PROXY, "tls": {"frontend": {"existingSecret": "worker-public-tls"}}}},
         ("EXPIRED",),
     ),
+    (
+        "split-plane-url",
+        {
+            "workerCallbackProxy": PROXY,
+            "global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}},
+        },
+        (),
+    ),
 ]
+OPTIONS = {"--workers": "workers", "--rewrite": "rewrite"}
 
 
-@pytest.mark.parametrize(("cause", "values", "extra"), CAUSE_ROWS, ids=[r[0] for r in CAUSE_ROWS])
+@pytest.fixture(scope="module")
+def diagnosed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Diagnosis, Path]]:
+    """One diagnosis per cause, in-process, shared by the tests that name it and replay its ticket."""
+    rows = {cause: (values, extra) for cause, values, extra in CAUSE_ROWS}
+    done: dict[str, tuple[Diagnosis, Path]] = {}
+
+    def run(cause: str) -> tuple[Diagnosis, Path]:
+        if cause not in done:
+            folder = tmp_path_factory.mktemp(cause)
+            values, extra = rows[cause]
+            options: dict[str, Any] = {
+                "workers": "1.4.0:system"
+            }  # one stack, not the default two: the suite's time
+            if extra in (("SECRET",), ("EXPIRED",)):
+                secret, pem = corporate_secret(folder, expired=extra == ("EXPIRED",))
+                options["secrets"] = [secret]
+                if extra == ("EXPIRED",):
+                    values = {**values, "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}}
+            else:
+                options.update(
+                    {OPTIONS[flag]: arg for flag, arg in zip(extra[::2], extra[1::2], strict=True)}
+                )
+            path = Path(values_file(folder, values))
+            done[cause] = (diagnose([path], root=folder / "state", **options), folder)
+        return done[cause]
+
+    return run
+
+
+@pytest.mark.parametrize("cause", [r[0] for r in CAUSE_ROWS])
 def test_each_cause_is_named_first_with_its_fix(
-    tmp_path: Path, cause: str, values: dict, extra: tuple[str, ...]
+    diagnosed: Callable[[str], tuple[Diagnosis, Path]], cause: str
 ) -> None:
-    args = extra
-    if extra in (("SECRET",), ("EXPIRED",)):
-        secret, pem = corporate_secret(tmp_path, expired=extra == ("EXPIRED",))
-        args = ("--secret", secret)
-        if extra == ("EXPIRED",):
-            values = {**values, "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}}
-    one_probe = ("--workers", "1.4.0:system")  # one stack, not the default two: the suite's time
-    if "--workers" in args:
-        one_probe = ()
-    done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--json", *one_probe, *args)
-    assert done.returncode == 1, done.stdout + done.stderr
-    first = json.loads(done.stdout)["findings"][0]
-    assert first["id"] == cause, first
-    assert first["fix"] == CAUSES[cause].fix and first["section"].startswith(
-        ("worker-callback-proxy.md", "control-plane-operations.md")
-    )
+    found, _ = diagnosed(cause)
+    first = found.ranked()[0]
+    assert first.cause.id == cause, [f.cause.id for f in found.ranked()]
+    assert first.cause.section.startswith(("worker-callback-proxy.md", "control-plane-operations.md"))
+
+
+@pytest.mark.parametrize("cause", [r[0] for r in CAUSE_ROWS])
+def test_each_causes_ticket_replays_as_seen_then_fixed(
+    diagnosed: Callable[[str], tuple[Diagnosis, Path]], cause: str
+) -> None:
+    """The written ticket replays on a fresh stack: its first step fails as the customer saw it, its last
+    applies the fix and passes (a render refusal: refused again). Secrets go as stand-ins, PEM as a block."""
+    found, folder = diagnosed(cause)
+    path = folder / "ticket" / f"ticket-{cause}.yaml"
+    path.parent.mkdir()
+    written = write_ticket(found, path)
+    assert yaml.safe_load(written[1].read_text()) == found.values  # the customer's values round-trip
+    data = yaml.safe_load(path.read_text())
+    for step in data.get("steps", []):
+        assert len(step["name"]) <= STEP_NAME and (
+            step["name"].endswith("…") or not step["name"].endswith(" ")
+        )
+    if cause in ("frontend-private-ca", "frontend-expired"):
+        assert "workerCallbackCaPem: |" in path.read_text()  # the stand-in CA, pasted as a block
+        customer_key = (folder / "worker-public-tls" / "tls.key").read_bytes().strip()
+        tickets = [p.read_bytes() for p in path.parent.rglob("*") if p.is_file()]
+        assert len(tickets) > 2 and not any(customer_key in t for t in tickets)  # stand-ins, never their key
+    result = replay_one(load_scenario(str(path), allow_expected_error=True), root=folder / "replay")
+    assert result.ok, render_text(result)
+    if result.steps:
+        assert not any(t.outcome == "success" for t in result.steps[0].traces)
+        assert all(t.outcome == "success" for t in result.steps[-1].traces) and result.steps[-1].traces

@@ -21,6 +21,39 @@ class Cause:
     fix: str  # the values key and the runbook step
 
 
+# Most blocking first, in the order a callback meets them: nothing deploys, no worker signs in to NATS,
+# no proxy, the name does not resolve, the address is not reachable, TLS to the proxy fails, the proxy's
+# routing, the pod behind it. Two findings are ranked by this; a finding blocks the ones after it.
+BLOCKING = (
+    "values-refused",
+    "split-plane-url",
+    "invocation-proxy-url",
+    "nats-auth-mode",
+    "callout-webhook-empty",
+    "pod-annotations",
+    "nats-auth-rejected",
+    "nats-account-not-read",
+    "proxy-disabled",
+    "rewrite-wrong-domain",
+    "rewrite-missing",
+    "rewrite-target-unresolved",
+    "proxy-lb-pending",
+    "proxy-unreachable",
+    "rewrite-wrong-address",
+    "frontend-certificate-names",
+    "frontend-expired",
+    "frontend-private-ca",
+    "worker-ca-missing",
+    "worker-ca-stale",
+    "pem-not-redeployed",
+    "legacy-worker-connect-off",
+    "upstream-tls-mismatch",
+    "pod-cert-untrusted",
+    "pod-unreachable",
+    "callback-wrong-pod",
+    "wrong-path",
+)
+
 CAUSES: dict[str, Cause] = {
     c.id: c
     for c in (
@@ -97,8 +130,10 @@ CAUSES: dict[str, Cause] = {
             "worker-callback-proxy.nvcf.svc.cluster.local, which the compute cluster does not have)",
             "error",
             f'{WCP}, "Enable the proxy" step 2',
-            "set WORKER_CALLBACK_PROXY_SERVICE to a name the compute cluster resolves to the proxy and that "
-            "you have exposed yourself, or write the *.<workerDomain> record for the load-balancer address",
+            "make the rewrite's target resolve in the compute cluster (a selectorless Service "
+            "worker-callback-proxy in namespace nvcf whose endpoint is the proxy's load-balancer address: "
+            "ncpsim dns-rewrite --proxy-address IP; or WORKER_CALLBACK_PROXY_SERVICE set to a name you exposed), "
+            "or write the *.<workerDomain> record for the load-balancer address",
         ),
         Cause(
             "rewrite-wrong-address",
@@ -106,6 +141,15 @@ CAUSES: dict[str, Cause] = {
             "error",
             f'{WCP}, "Enable the proxy" step 2',
             "point the *.<workerDomain> record at the proxy Service's load-balancer address",
+        ),
+        Cause(
+            "proxy-lb-pending",
+            "the proxy's LoadBalancer Service has no address",
+            "error",
+            f'{WCP}, "Enable the proxy" step 1',
+            "find why the load balancer is not provisioned (kubectl -n nvcf describe svc worker-callback-proxy: "
+            "its events, the cloud's quota, service.annotations such as "
+            "service.beta.kubernetes.io/aws-load-balancer-internal), then point *.<workerDomain> at its address",
         ),
         Cause(
             "proxy-unreachable",
@@ -151,9 +195,10 @@ CAUSES: dict[str, Cause] = {
             "the proxy's frontend certificate does not cover the names workers call back to",
             "error",
             f'{WCP}, "Certificates and CAs"',
-            "issue the frontend certificate (tls.frontend.existingSecret or the issuerRef one) for "
-            "*.<workerDomain>, the name every callback uses (invocation.<workerDomain> and each "
-            "<dashed-pod-ip>.<workerDomain>); the proxy reloads it without restart",
+            "issue the frontend certificate for *.<workerDomain> exactly (workerCallbackProxy.workerDomain: a "
+            "wildcard covers one label, so *.example.com does not cover invocation.callbacks.example.com), the "
+            "name every callback uses (invocation.<workerDomain> and each <dashed-pod-ip>.<workerDomain>); "
+            "the proxy reloads it without restart",
         ),
         Cause(
             "frontend-expired",

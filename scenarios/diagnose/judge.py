@@ -37,7 +37,8 @@ class World:
     connect_enabled: bool = False
     compute_clusters: int = 1
     rewrite_other_domain: bool = False  # the customer's rewrite names another domain than the workerDomain
-    rewrite_to_name: bool = False  # the customer's rewrite points at a name, looked up in the compute cluster
+    lb_pending: bool = False  # a support bundle shows the LoadBalancer Service without an address
+    rewrite_to_name: bool = False  # a bundle's rewrite makes CoreDNS look up a name the cluster may lack
     worker_auth: str = "nkey"  # nats.workerAuth
     upstream_tls: bool = True  # the proxy dials the pod's 8443 with TLS
     pod_worker_tls: bool = True  # the pod's 8443 worker TLS listener is on
@@ -109,7 +110,9 @@ def cause_of(obs: Observation, world: World) -> str | None:
         return "legacy-worker-connect-off"
     unreached = not obs.statuses and any(word in error for word in UNREACHED)  # no answer: not Envoy's body
     if stage == "connect" or unreached:
-        return "proxy-unreachable" if world.service_type != "LoadBalancer" else "rewrite-wrong-address"
+        if world.service_type != "LoadBalancer":
+            return "proxy-unreachable"
+        return "proxy-lb-pending" if world.lb_pending else "rewrite-wrong-address"
     if stage == "tls" or "failed to verify certificate" in error or "no valid pem certs" in error:
         return _tls_cause(obs, world, error)
     return _status_cause(obs, world)
@@ -117,12 +120,18 @@ def cause_of(obs: Observation, world: World) -> str | None:
 
 # What a Go worker's error says when the proxy was not reached (sim.protocols.go_errors).
 UNREACHED = ("no route to host", "connection refused", "i/o timeout", "no recent network activity")
+NAMES_MISMATCH = (
+    "is valid for",
+    "not valid for any names",
+    "hostname mismatch",
+    "doesn't match",
+)  # Go's first
 
 
 def _tls_cause(obs: Observation, world: World, error: str) -> str:
-    if "expired" in error:
+    if "expired" in error or "no longer valid" in error:  # Python's ssl, aioquic's words
         return "frontend-expired"
-    if "certificate is valid for" in error or "not valid for any names" in error:
+    if any(words in error for words in NAMES_MISMATCH):
         return "frontend-certificate-names"
     if "no valid pem certs" in error:
         return "worker-ca-stale"  # the PEM pasted into workerCallbackCaPem holds no certificate

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,14 @@ import yaml
 
 from clusters.local import LocalBackend
 from clusters.local.launcher import NATS_CALLOUT
+from scenarios.bundle.archive import read_bundle
+from scenarios.bundle.world import BundleWorld, read_world
 from scenarios.diagnose.assumed import UNSEEN, probe_assumptions, unseen_certificate
-from scenarios.diagnose.causes import CAUSES
+from scenarios.diagnose.causes import BLOCKING, CAUSES
+from scenarios.diagnose.facts import Customer, judge_facts
 from scenarios.diagnose.judge import Finding, Observation, RenderIssue, World, cause_of, judge
+from scenarios.diagnose.plan import Probe, brought_certificates, bundle_probes
 from scenarios.diagnose.symptoms import rank
-from scenarios.diagnose.ticket import ticket, write
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
@@ -35,7 +39,7 @@ from sim.errors import ConfigError
 from sim.model.assumptions import Assumption
 from sim.model.events import of_kind, read_events
 from sim.model.layering import DEFAULT, Layered, defaults_layer, layer, parse_set
-from sim.model.values import lookup, proxy_settings, validate
+from sim.model.values import key_path, lookup, proxy_settings, validate
 from sim.model.values_file import file_layer
 
 CURRENT, LEGACY = "1.4.0", "1.2.9"  # worker-utils: forward-proxy callbacks from 1.3.2 on
@@ -83,12 +87,24 @@ class Diagnosis:
     assumptions: list[Assumption] = field(default_factory=list)  # what the probe stacks filled in
     not_modelled: list[str] = field(default_factory=list)  # values keys accepted, not modelled
     seconds: float = 0.0
+    assumed: list[str] = field(default_factory=list)  # what the customer's files cannot show, as assumed
+    bundle: str | None = None
+    world: BundleWorld | None = None  # the bundle's facts (a ticket replays them)
+    rewrite: Rewrite | None = None
+    secrets: tuple[str, ...] = ()  # --secret NAME=DIR
 
     def ranked(self) -> list[Finding]:
-        """Findings whose cause the symptom names come first, in the symptom table's order."""
+        """Findings whose cause the symptom names come first, in the symptom table's order; then the most
+        blocking (causes.BLOCKING: the order a callback meets them), errors before warnings."""
         order = {c: i for i, c in enumerate(self.symptom_causes)}
+        blocking = {c: i for i, c in enumerate(BLOCKING)}
         return sorted(
-            self.findings, key=lambda f: (order.get(f.cause.id, len(order)), f.cause.severity != "error")
+            self.findings,
+            key=lambda f: (
+                order.get(f.cause.id, len(order)),
+                f.cause.severity != "error",
+                blocking.get(f.cause.id, len(blocking)),
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +117,8 @@ class Diagnosis:
             "notes": [f.to_json() for f in self.notes],
             "assumptions": [a.to_json() for a in self.assumptions],
             "notModelled": self.not_modelled,
+            "assumed": self.assumed,
+            "bundle": self.bundle,
             "seconds": round(self.seconds, 2),
         }
 
@@ -157,42 +175,51 @@ def parse_label(label: str) -> Profile:
     return parse_workers(label)[0]
 
 
-def customer_values(files: Sequence[Path], sets: Sequence[str]) -> Layered:
-    return layer([defaults_layer(), *(file_layer(f) for f in files), *(parse_set(s) for s in sets)])
+def customer_values(files: Sequence[Path], sets: Sequence[str], world: BundleWorld | None = None) -> Layered:
+    """Defaults < the bundle's environment.yaml < each -f file < --set, as Helm layers them."""
+    bundled = [world.values] if world is not None and world.values is not None else []
+    return layer([defaults_layer(), *bundled, *(file_layer(f) for f in files), *(parse_set(s) for s in sets)])
 
 
 def customer_only(layered: Layered) -> dict[str, Any]:
-    """The keys the customer's files and --set gave, with their merged values (for a ticket)."""
+    """The keys the customer's files and --set gave, with their merged values (for a ticket). Walked as key
+    parts, never split on dots: `service.annotations."service.beta.kubernetes.io/aws-load-balancer-internal"`
+    is one key under annotations, as the customer wrote it."""
+    return _given(layered.values, (), layered)
+
+
+def _given(values: dict[str, Any], parts: tuple[str, ...], layered: Layered) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    given = [path for path, origin in layered.origins.items() if origin.kind != DEFAULT]
-    for path, origin in layered.origins.items():
-        # a mapping's own origin would bring the chart defaults under it along: only its given leaves
-        if origin.kind != DEFAULT and not any(other.startswith(f"{path}.") for other in given):
-            parts = tuple(path.split("."))
-            node = out
-            for part in parts[:-1]:
-                node = node.setdefault(part, {})
-            node[parts[-1]] = lookup(layered.values, parts)
+    for key, value in values.items():
+        here = (*parts, str(key))
+        origin = layered.origins.get(key_path(here))
+        if isinstance(value, dict) and value:
+            below = _given(value, here, layered)
+            if below:
+                out[key] = below
+            elif origin is not None and origin.kind != DEFAULT and not _defaults_under(here, layered):
+                out[key] = value  # a mapping set whole, its keys the customer's own
+        elif origin is not None and origin.kind != DEFAULT:
+            out[key] = value
     return out
 
 
-def write_ticket(d: Diagnosis, path: Path) -> list[Path]:
-    """The top finding as a scenario that reproduces it and ends with its fix, and the values beside it."""
-    if not d.findings:
-        raise ConfigError("no finding to write a ticket for")
-    top = d.ranked()[0]
-    probe = parse_label(d.probe_of.get(top.cause.id, f"{CURRENT}:system"))
-    scenario = ticket(top, d.values, probe.worker_group(2), d.refusal)
-    return write(path, scenario, d.values)
+def _defaults_under(parts: tuple[str, ...], layered: Layered) -> bool:
+    prefix = key_path(parts)
+    return any(p.startswith(prefix) and o.kind == DEFAULT for p, o in layered.origins.items() if p != prefix)
 
 
-def world_of(values: dict[str, Any], dns: Rewrite | None = None) -> World:
+def world_of(values: dict[str, Any], dns: Rewrite | None = None, facts: Sequence[Finding] = ()) -> World:
     settings = proxy_settings(values)
-    other_domain = bool(dns and dns.domain and dns.domain != settings.worker_domain)
+    other_domain = bool(dns and dns.domain and dns.domain != settings.worker_domain) or any(
+        f.cause.id == "rewrite-wrong-domain" for f in facts
+    )
+    said = {f.cause.id for f in facts}
     return World(
         proxy_enabled=settings.enabled,
         rewrite_other_domain=other_domain,
-        rewrite_to_name=dns is not None and dns.to_name,
+        lb_pending="proxy-lb-pending" in said,
+        rewrite_to_name=(dns is not None and dns.to_name) or "rewrite-target-unresolved" in said,
         service_type=str(lookup(values, ("workerCallbackProxy", "service", "type"), "LoadBalancer")),
         frontend="stack" if settings.frontend_issuer == "stack" else "brought",
         pem_set=settings.worker_ca_pem_set,
@@ -223,19 +250,37 @@ def diagnose(
     root: Path | None = None,
     rewrite: str | None = None,
     secrets: Sequence[str] = (),
+    bundle: Path | None = None,
+    now: datetime | None = None,
 ) -> Diagnosis:
-    started = time.monotonic()
-    layered = customer_values(files, sets)
+    started, now = time.monotonic(), now or datetime.now(UTC)
+    bundled = read_world(read_bundle(bundle)) if bundle is not None else None
+    layered = customer_values(files, sets, bundled)
     warnings = [str(u) for u in layered.unknown]
     issues = [
         RenderIssue(i.path, i.message, f"{i.file}:{i.line}" if i.file else "")
         for i in validate(layered.values, layered.locations())
     ]
     dns = parse_rewrite(rewrite) if rewrite else None
-    world = world_of(layered.values, dns) if not issues else World(proxy_enabled=False)
-    profiles = parse_workers(workers) if workers else default_profiles(world)
-    observations = [] if issues else observe(layered.values, profiles, root, dns, secrets)
-    findings = judge(issues, observations, world)
+    certificates = {**(bundled.certificates if bundled else {}), **brought_certificates(secrets)}
+    customer = Customer(layered.values, layered.locations(), now, certificates, bundled, symptom)
+    facts, assumed = judge_facts(customer) if not issues else ([], [])
+    world = world_of(layered.values, dns, facts) if not issues else World(proxy_enabled=False)
+    with tempfile.TemporaryDirectory(prefix="ncpsim-diagnose-") as scratch:  # stand-in Secrets, probe stacks
+        if issues:
+            probes, profiles = [], []
+        elif bundled is not None:
+            labels = [p.label for p in parse_workers(workers)] if workers else []
+            args = (customer_only(layered), layered.values, Path(scratch), now, labels)
+            probes, said = bundle_probes(bundled, *args)
+            assumed += said
+            profiles = [parse_label(p.label) for p in probes]
+        else:
+            profiles = parse_workers(workers) if workers else default_profiles(world)
+            compute = {"dnsRewrite": dns.to_topology()} if dns else {}
+            probes = [Probe(p.label, layered.values, compute, brought=tuple(secrets)) for p in profiles]
+        observations = observe(probes, root, Path(scratch))
+    findings = merge(facts, judge(issues, observations, world))
     # A what-if probe asks "what if some workers are old, or predate the PEM?": what only such probes hit
     # is a note, unless the symptom points at it (with --workers, the user said such workers run).
     named = {c.id for c in rank(symptom)} if symptom else set()
@@ -264,48 +309,48 @@ def diagnose(
     result.not_modelled = [str(a) for a in layered.accepted]
     if not issues:
         result.assumptions = probe_assumptions(layered.values, [p.worker_utils for p in profiles], secrets)
+    result.assumed, result.bundle, result.world = assumed, str(bundle) if bundle else None, bundled
+    result.rewrite, result.secrets = dns, tuple(secrets)
     result.seconds = time.monotonic() - started
     return result
 
 
-def observe(
-    values: dict[str, Any],
-    profiles: list[Profile],
-    root: Path | None,
-    dns: Rewrite | None = None,
-    secrets: Sequence[str] = (),
-) -> list[Observation]:
-    """Every profile's stack, PARALLEL_PROBES at a time (each is isolated: own ports, own state folder),
+def merge(facts: list[Finding], observed: list[Finding]) -> list[Finding]:
+    """One finding per cause: what the files show, then what the probes saw."""
+    evidence: dict[str, list[str]] = {}
+    causes = {}
+    for finding in (*facts, *observed):
+        causes[finding.cause.id] = finding.cause
+        evidence.setdefault(finding.cause.id, []).extend(
+            e for e in finding.evidence if e not in evidence.get(finding.cause.id, [])
+        )
+    return [Finding(causes[c], tuple(ev)) for c, ev in evidence.items()]
+
+
+def observe(probes: list[Probe], root: Path | None, scratch: Path) -> list[Observation]:
+    """Every probe's stack, PARALLEL_PROBES at a time (each is isolated: own ports, own state folder),
     so a diagnosis with its what-if probes costs about what two stacks cost one after the other."""
-    with tempfile.TemporaryDirectory(prefix="ncpsim-diagnose-") as scratch:
-        backend = LocalBackend(root or Path(scratch) / "state")
-        names = [f"diagnose-{n}" for n in range(len(profiles))]
-        with ThreadPoolExecutor(max_workers=PARALLEL_PROBES, thread_name_prefix="probe") as pool:
-            futures = [
-                pool.submit(_probe, backend, Path(scratch), name, values, profile, dns, secrets)
-                for name, profile in zip(names, profiles, strict=True)
-            ]
-            try:
-                return [obs for future in futures for obs in future.result()]
-            except BaseException:  # Ctrl-C: start nothing more, and stop every probe stack already started
-                pool.shutdown(wait=False, cancel_futures=True)
-                for name in names:
-                    backend.attach(name).down(purge=True)
-                raise
+    backend = LocalBackend(root or scratch / "state")
+    names = [f"diagnose-{n}" for n in range(len(probes))]
+    with ThreadPoolExecutor(max_workers=PARALLEL_PROBES, thread_name_prefix="probe") as pool:
+        futures = [
+            pool.submit(_probe, backend, scratch, name, probe)
+            for name, probe in zip(names, probes, strict=True)
+        ]
+        try:
+            return [obs for future in futures for obs in future.result()]
+        except BaseException:  # Ctrl-C: start nothing more, and stop every probe stack already started
+            pool.shutdown(wait=False, cancel_futures=True)
+            for name in names:
+                backend.attach(name).down(purge=True)
+            raise
 
 
-def _probe(
-    backend: LocalBackend,
-    scratch: Path,
-    name: str,
-    values: dict[str, Any],
-    profile: Profile,
-    dns: Rewrite | None,
-    secrets: Sequence[str],
-) -> list[Observation]:
+def _probe(backend: LocalBackend, scratch: Path, name: str, probe: Probe) -> list[Observation]:
+    profile = parse_label(probe.label)
     path = scratch / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(probe_scenario(values, profile, dns), sort_keys=False))
-    scenario = with_brought_secrets(load_scenario(str(path)), list(secrets))  # the customer's own certs
+    path.write_text(yaml.safe_dump(probe_scenario(probe, profile), sort_keys=False))
+    scenario = with_brought_secrets(load_scenario(str(path)), list(probe.brought))  # the customer's own certs
     stack = backend.attach(name)
     try:
         result = run_scenario(scenario, backend, name, keep=False)
@@ -333,7 +378,8 @@ def callout_refusals(log: str | None) -> list[str]:
     return [line[line.index(FAILED) :].strip() for line in lines if FAILED in line]
 
 
-def probe_scenario(values: dict[str, Any], profile: Profile, dns: Rewrite | None = None) -> dict[str, Any]:
+def probe_scenario(probe: Probe, profile: Profile) -> dict[str, Any]:
+    values = probe.values
     grpc = lookup(
         values, ("workerCallbackProxy", "enabled"), False
     )  # gRPC callbacks need the proxy's H3 front
@@ -361,12 +407,8 @@ def probe_scenario(values: dict[str, Any], profile: Profile, dns: Rewrite | None
         "topology": {
             "invocationReplicas": 2,
             "grpcProxyReplicas": 1 if grpc else 0,
-            "computeClusters": [
-                {
-                    "workers": [profile.worker_group(1)],
-                    **({"dnsRewrite": dns.to_topology()} if dns else {}),
-                }
-            ],
+            "computeClusters": [{"workers": [profile.worker_group(1)], **probe.cluster}],
+            **({"secrets": probe.secrets} if probe.secrets else {}),
         },
         "steps": steps,
     }
@@ -421,6 +463,8 @@ def text(d: Diagnosis) -> str:
             f"(probe workers: {', '.join(d.probes)})"
         )
     ]
+    if d.bundle:
+        lines.append(f"bundle: {d.bundle} (evidence cites its files and lines)")
     lines += [f"warning: {w}" for w in d.warnings]
     lines += d.not_modelled + [str(a) for a in d.assumptions]
     if d.symptom:
@@ -436,6 +480,7 @@ def text(d: Diagnosis) -> str:
             f"note: {f.cause.title} ({f.cause.id}): {'; '.join(f.evidence)}; if such workers run: "
             f"{f.cause.fix}"
         )
+    lines += [f"note: {a}" for a in d.assumed]
     if not d.findings:
         lines.append("no findings: the current workers' callbacks arrived")
         if unseen_certificate(d.assumptions):

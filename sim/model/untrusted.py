@@ -112,8 +112,9 @@ def _read_at_most(fd: int, count: int) -> bytes:
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader whose composer counts nodes and nesting as it goes (it recurses once per level)."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, max_nodes: int = MAX_NODES):
         self._depth = self._nodes = 0
+        self._max_nodes = max_nodes
         self.constructing: yaml.Node | None = None  # the node being built, for the line of a failure
         super().__init__(text)
 
@@ -130,11 +131,11 @@ class _BoundedLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
         self._nodes += 1
-        if self._depth > MAX_DEPTH or self._nodes > MAX_NODES:
+        if self._depth > MAX_DEPTH or self._nodes > self._max_nodes:
             mark = self.peek_event().start_mark
             if self._depth > MAX_DEPTH:
                 _refuse(mark.line + 1, f"nested more than {MAX_DEPTH} levels deep; flatten it")
-            _refuse(mark.line + 1, f"more than {MAX_NODES:,} values; is it the right file?")
+            _refuse(mark.line + 1, f"more than {self._max_nodes:,} values; is it the right file?")
         try:
             return super().compose_node(parent, index)
         finally:
@@ -153,15 +154,16 @@ def _as_written(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
 _BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _as_written)
 
 
-def parse(text: str) -> tuple[yaml.Node | None, Any]:
+def parse(text: str, max_nodes: int = MAX_NODES) -> tuple[yaml.Node | None, Any]:
     """(node graph, data) of one YAML document, checked before anything walks it. Raises Refused for a
-    broken bound or a value that cannot be built, yaml.YAMLError for bad syntax (with its marks)."""
-    loader = _BoundedLoader(text)  # the reader checks the characters here: inside the caller's try
+    broken bound or a value that cannot be built, yaml.YAMLError for bad syntax (with its marks).
+    `max_nodes` widens the node bound for a file known to be long (a support bundle's list of pods)."""
+    loader = _BoundedLoader(text, max_nodes)  # the reader checks the characters here: inside the caller's try
     try:
         node = loader.get_single_node()
         if node is None:
             return None, None
-        measure(node)
+        measure(node, max_nodes)
         try:
             return node, loader.construct_document(node)
         except (ValueError, TypeError, ArithmeticError, RecursionError) as exc:
@@ -174,14 +176,14 @@ def parse(text: str) -> tuple[yaml.Node | None, Any]:
         loader.dispose()
 
 
-def measure(node: yaml.Node) -> int:
+def measure(node: yaml.Node, max_nodes: int = MAX_NODES) -> int:
     """How many values the graph names with its aliases expanded; Refused past the limits, or for an
     alias inside itself, or for a key that is not a plain string, or an integer too long to be a number."""
-    return _measure(node, 1, {}, set())[0]
+    return _measure(node, 1, {}, set(), max_nodes)[0]
 
 
 def _measure(
-    node: yaml.Node, depth: int, memo: dict[int, tuple[int, int]], active: set[int]
+    node: yaml.Node, depth: int, memo: dict[int, tuple[int, int]], active: set[int], max_nodes: int
 ) -> tuple[int, int]:
     """(expanded size, height) of `node`, each shared node measured once: linear in the file's size."""
     line = node.start_mark.line + 1
@@ -207,13 +209,13 @@ def _measure(
     active.add(id(node))
     size, height = 1, 0
     for child in _children(node):
-        child_size, child_height = _measure(child, depth + 1, memo, active)
+        child_size, child_height = _measure(child, depth + 1, memo, active, max_nodes)
         size += child_size
         height = max(height, child_height + 1)
-        if size > MAX_NODES:
+        if size > max_nodes:
             _refuse(
                 line,
-                f"its aliases expand to more than {MAX_NODES:,} values (an alias bomb?); "
+                f"its aliases expand to more than {max_nodes:,} values (an alias bomb?); "
                 f"write the values out",
             )
     active.discard(id(node))

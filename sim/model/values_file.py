@@ -11,7 +11,7 @@ import yaml
 
 from sim.errors import ConfigError
 from sim.model.layering import FILE, Layer
-from sim.model.untrusted import Refused, parse, read_text
+from sim.model.untrusted import MAX_NODES, Refused, parse, read_text
 from sim.model.values import KeyPath, _kind, key_path
 
 
@@ -57,10 +57,16 @@ def load_values_file(path: Path, what: str = "values file") -> tuple[dict, dict[
     The file is untrusted (a customer's): read and composed within bounds (sim.model.untrusted) before
     anything walks it, so a FIFO, /dev/zero, an alias bomb or 5,000 nested lists is one line, not a hang.
     """
-    name = str(path)
-    text = read_text(path, what)
+    return values_from_text(read_text(path, what), str(path), what)
+
+
+def values_from_text(
+    text: str, name: str, what: str = "values file", max_nodes: int = MAX_NODES
+) -> tuple[dict, dict[str, tuple[str, int]]]:
+    """`load_values_file` for text already read within its bounds (a support bundle's member), named
+    `name` in every message and origin."""
     try:
-        node, data = parse(text)
+        node, data = parse(text, max_nodes)
     except Refused as exc:
         where = f"{name}:{exc.line}" if exc.line else name
         raise ConfigError(f"{where}: {exc.message}") from None

@@ -43,6 +43,15 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOGGER = "ncpsim.nats.callout"  # CalloutService's default logger
 
 
+def served_at(url: str) -> str:
+    """Where the NVCF API's stand-in serves: at the values' webhook URL when it names an in-cluster Service
+    on the webhook's path (the seed: "If the API runs elsewhere, set the URL"; ncpsim cannot see where
+    the customer's API runs, so it takes the values at their word), else at its default Service."""
+    parts, default = urlsplit(url), urlsplit(DEFAULT_WEBHOOK_URL)
+    in_cluster = (parts.hostname or "").endswith(".svc.cluster.local") and parts.scheme == default.scheme
+    return url if in_cluster and parts.path == default.path else DEFAULT_WEBHOOK_URL
+
+
 def api_webhook(keys: StackKeys, url: str, served_url: str = DEFAULT_WEBHOOK_URL) -> Webhook:
     """The webhook the callout calls at ``url``; only ``served_url``'s host:port answers."""
 
@@ -128,7 +137,8 @@ async def run(ctx: Context, ready: Ready) -> None:
     _log_to_stdout(logging.getLogger(LOGGER))
     keys = StackKeys.derive(ctx.topology.seed)
     values = NatsValues.from_values(ctx.values)
-    settings, webhook = callout_settings(keys, values), api_webhook(keys, values.webhook_url)
+    served = served_at(values.webhook_url)
+    settings, webhook = callout_settings(keys, values), api_webhook(keys, values.webhook_url, served)
 
     def service_for(url: str) -> CalloutService:
         return CalloutService(url, keys.callout_user, keys.issuer, settings, webhook)
@@ -137,7 +147,7 @@ async def run(ctx: Context, ready: Ready) -> None:
     # The NVCF API makes each function version's stream when the function is deployed; its stand-in
     # lives here, and this component is ready before any worker binds to a consumer.
     await asyncio.wait_for(_create_streams(service.url, keys, ctx, values), SERVER_WAIT)
-    ctx.events.emit("nats.callout.ready", mode=values.worker_auth, webhook=values.webhook_url)
+    ctx.events.emit("nats.callout.ready", mode=values.worker_auth, webhook=values.webhook_url, api=served)
     ready({})
     try:
         await asyncio.Event().wait()

@@ -1,0 +1,327 @@
+"""`diagnose --bundle`: what a support bundle shows, judged before any probe (scenarios/diagnose/facts.py,
+pure, from bundles the collector wrote against stand-in clusters), and the whole command on the local
+backend: each of three broken installs named first with its fix and the bundle file it read, a healthy
+one exit 0 within its time. Value-level facts for a values file alone: two problems, two findings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from bundle_support import DOMAIN, Frontend, Install, collect, healthy, rewrite_override, template_server
+
+from scenarios.bundle.archive import read_bundle
+from scenarios.bundle.world import read_world
+from scenarios.diagnose.assemble import write_ticket
+from scenarios.diagnose.causes import BLOCKING, CAUSES
+from scenarios.diagnose.facts import Customer, judge_facts, names_in_symptom
+from scenarios.diagnose.probe import Diagnosis, customer_values, diagnose
+from scenarios.model import load_scenario
+from scenarios.replay import replay_one
+from scenarios.report import render_text
+from sim.model.values import DEFAULT_WEBHOOK_URL
+from sim.pods.nats.callout_component import served_at
+
+REPO = Path(__file__).resolve().parents[1]
+DIAGNOSE_TIMEOUT = 60.0
+HEALTHY_BUDGET = 15.0  # seconds: issue 27's bound for a healthy bundle
+NOW = datetime.now(UTC)  # the fake clusters mint their certificates against the real clock
+
+
+def install(kind: str) -> Install:
+    """A customer's install, healthy but for `kind`."""
+    frontend = Frontend(names=("*.example.com",)) if kind == "names" else Frontend(expired=kind == "expired")
+    found = Install(healthy(frontend), frontend=frontend, pod_pem=frontend.ca_pem)
+    if kind == "wrong-domain":
+        found.custom_dns = template_server("callback.example.com")  # one letter off
+    elif kind == "pending":
+        found.lb_address = None
+    elif kind == "no-pem-on-pods":
+        found.pod_pem = None
+    elif kind == "legacy":
+        found.worker_utils = "1.2.9"
+    elif kind == "old-callout":
+        found.callout_log = (
+            "[pod/nats-auth-callout-service-0/callout] 2025-05-31T10:00:00Z INFO Authentication failed "
+            '{"account": "Worker", "error": "plugin webhook not found for account Worker"}\n'
+        )
+    return found
+
+
+def facts(tmp_path: Path, kind: str) -> tuple[list[str], list, list[str]]:
+    archive, _ = collect(tmp_path, install(kind))
+    world = read_world(read_bundle(archive))
+    layered = customer_values([], [], world)
+    customer = Customer(layered.values, layered.locations(), NOW, world.certificates, world)
+    found, notes = judge_facts(customer)
+    ranked = Diagnosis(found).ranked()
+    return [f.cause.id for f in ranked], ranked, notes
+
+
+FACT_ROWS = [
+    ("healthy", [], None),
+    ("wrong-domain", ["rewrite-wrong-domain"], "coredns.yaml:39: template"),
+    ("pending", ["proxy-lb-pending"], "control-plane/services.yaml:19"),
+    ("names", ["frontend-certificate-names"], "control-plane/secrets.yaml:6"),
+    ("expired", ["frontend-expired"], "control-plane/secrets.yaml:6"),
+    ("no-pem-on-pods", ["pem-not-redeployed"], "pods.yaml:9"),
+    ("legacy", ["legacy-worker-connect-off"], "pods.yaml:9"),
+    ("old-callout", ["nats-account-not-read"], "nats-auth-callout-service.log:1"),
+]
+
+
+@pytest.mark.parametrize(("kind", "causes", "cited"), FACT_ROWS, ids=[r[0] for r in FACT_ROWS])
+def test_the_bundle_shows_each_cause_citing_its_file(
+    tmp_path: Path, kind: str, causes: list, cited: str
+) -> None:
+    ids, ranked, _ = facts(tmp_path, kind)
+    assert ids == causes
+    if cited:
+        assert any(cited in e for e in ranked[0].evidence), ranked[0].evidence
+
+
+def test_a_rewrite_to_a_service_the_compute_cluster_lacks(tmp_path: Path) -> None:
+    broken = install("healthy")
+    broken.custom_dns = rewrite_override()  # the make target's default, before #3257
+    archive, _ = collect(tmp_path, broken)
+    world = read_world(read_bundle(archive))
+    layered = customer_values([], [], world)
+    found, _ = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
+    assert [f.cause.id for f in found] == ["rewrite-target-unresolved"]
+    assert "worker-callback-proxy.nvcf.svc.cluster.local" in found[0].evidence[0]
+
+
+def test_a_forwarded_domain_is_a_note_not_a_guess(tmp_path: Path) -> None:
+    forwarded = install("healthy")
+    forwarded.custom_dns = {"f.server": f"{DOMAIN}:53 {{\n  forward . 10.0.0.53\n}}\n"}
+    archive, _ = collect(tmp_path, forwarded)
+    world = read_world(read_bundle(archive))
+    layered = customer_values([], [], world)
+    found, notes = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
+    assert found == []
+    assert any(
+        "forwards invocation.callbacks.example.com to 10.0.0.53" in n and "assumes" in n for n in notes
+    )
+
+
+# -- values alone: facts whether or not a probe reaches their layer ---------------------------------------
+PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": {"type": "LoadBalancer"}}
+
+
+def value_facts(values: dict, symptom: str | None = None) -> list[str]:
+    customer = Customer(values, {}, NOW, symptom=symptom)
+    return [f.cause.id for f in Diagnosis(judge_facts(customer)[0]).ranked()]
+
+
+def test_two_problems_in_a_values_file_are_two_findings_most_blocking_first() -> None:
+    both = {"workerCallbackProxy": {**PROXY, "service": {"type": "ClusterIP"}}}
+    assert value_facts(both) == ["proxy-unreachable", "worker-ca-missing"]
+    pem = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
+    assert value_facts({"workerCallbackProxy": PROXY, **pem}) == []  # the control: both fixed
+
+
+@pytest.mark.parametrize(
+    ("symptom", "causes"),
+    [
+        (
+            (
+                "tls: failed to verify certificate: x509: certificate is valid for *.example.com, example.com, "
+                "not invocation.grpc-worker.example.com"
+            ),
+            ["frontend-certificate-names"],
+        ),
+        ("x509: certificate is valid for *.grpc-worker.example.com, not callbacks.other.example", []),
+    ],
+    ids=["one-label-too-high", "names-cover-the-domain"],
+)
+def test_a_symptoms_names_are_judged_against_the_worker_domain(symptom: str, causes: list) -> None:
+    pem = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
+    assert value_facts({"workerCallbackProxy": PROXY, **pem}, symptom) == causes
+    assert names_in_symptom(symptom) is not None
+
+
+def test_every_cause_has_a_blocking_rank() -> None:
+    assert set(BLOCKING) == set(CAUSES) and len(BLOCKING) == len(CAUSES)
+
+
+@pytest.mark.parametrize(
+    ("url", "served"),
+    [
+        ("http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth", "values"),
+        (DEFAULT_WEBHOOK_URL, "values"),
+        ("http://api.example.com:8080/v2/nvcf/webhook/nats-auth", "default"),  # not an in-cluster Service
+        ("http://api.nvcf-api.svc.cluster.local:8080/v2/other", "default"),  # not the webhook's path
+    ],
+)
+def test_the_api_stand_in_serves_where_the_values_say_it_runs(url: str, served: str) -> None:
+    assert served_at(url) == (url if served == "values" else DEFAULT_WEBHOOK_URL)
+
+
+# -- the command, on the local backend ---------------------------------------------------------------------
+def ncpsim(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=REPO,
+        env={"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=DIAGNOSE_TIMEOUT,
+        check=False,
+    )
+
+
+def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = ncpsim(tmp_path, "diagnose", *args)
+    return done, time.monotonic() - started
+
+
+BUNDLE_CAUSES = [
+    ("wrong-domain", "rewrite-wrong-domain", "coredns.yaml:39"),
+    ("pending", "proxy-lb-pending", "services.yaml:19"),
+    ("names", "frontend-certificate-names", "secrets.yaml:6"),
+    ("service-name", "rewrite-target-unresolved", "coredns.yaml:"),
+]
+
+
+AS_FOUND = {
+    "wrong-domain": {"domain": "callback.example.com", "target": "proxy"},
+    "pending": {"target": "203.0.113.10"},  # an address the load balancer does not have
+    "names": {"target": "proxy"},
+    "service-name": {"target": "none"},  # a name the compute cluster does not resolve
+}
+
+
+@pytest.fixture(scope="module")
+def diagnosed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Diagnosis, Path]]:
+    """One in-process `diagnose --bundle` per broken install, shared by the tests that read it."""
+    done: dict[str, tuple[Diagnosis, Path]] = {}
+
+    def run(kind: str) -> tuple[Diagnosis, Path]:
+        if kind not in done:
+            folder = tmp_path_factory.mktemp(kind)
+            broken = install(kind)
+            if kind == "service-name":
+                broken.custom_dns = rewrite_override()
+            archive, _ = collect(folder, broken)
+            done[kind] = (diagnose([], bundle=archive, root=folder / "state"), folder)
+        return done[kind]
+
+    return run
+
+
+@pytest.mark.parametrize(("kind", "cause", "cited"), BUNDLE_CAUSES, ids=[r[0] for r in BUNDLE_CAUSES])
+def test_diagnose_bundle_names_the_cause_first(diagnosed, kind: str, cause: str, cited: str) -> None:
+    found, _ = diagnosed(kind)
+    first = found.ranked()[0]
+    assert first.cause.id == cause, [f.cause.id for f in found.ranked()]
+    assert any(cited in e for e in first.evidence), first.evidence
+    assert len(found.findings) == 1  # one problem, one finding: what it brings about is said under it
+
+
+@pytest.mark.parametrize(("kind", "cause", "cited"), BUNDLE_CAUSES, ids=[r[0] for r in BUNDLE_CAUSES])
+def test_a_bundles_ticket_replays_as_seen_then_fixed(diagnosed, kind: str, cause: str, cited: str) -> None:
+    found, folder = diagnosed(kind)
+    path = folder / "tickets" / "sup-42.yaml"
+    path.parent.mkdir()
+    write_ticket(found, path, "SUP-42")
+    result = replay_one(load_scenario(str(path)), root=folder / "replay")
+    assert result.ok, render_text(result)
+    assert not any(t.outcome == "success" for t in result.steps[0].traces)
+    assert "--bundle" in path.read_text().splitlines()[0]
+    dns = yaml.safe_load(path.read_text())["topology"]["computeClusters"][0]["dnsRewrite"]
+    assert dns == AS_FOUND[kind]  # the compute cluster's DNS as its Corefile answers
+
+
+def test_a_healthy_bundle_exits_0_within_its_budget(tmp_path: Path) -> None:
+    """The negative control of the three above: the same install with nothing broken."""
+    archive, _ = collect(tmp_path, install("healthy"))
+    done, seconds = run_cli(tmp_path, "--bundle", str(archive))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no findings" in done.stdout
+    assert seconds <= HEALTHY_BUDGET, seconds
+
+
+def test_a_healthy_token_mode_file_whose_api_runs_elsewhere_gives_no_finding(tmp_path: Path) -> None:
+    values = {
+        "workerCallbackProxy": PROXY,
+        "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
+        "nats": {
+            "workerAuth": "token",
+            "authCallout": {
+                "workerTokenAuth": {
+                    "webhookUrl": "http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
+                }
+            },
+        },
+    }
+    path = tmp_path / "customer.yaml"
+    path.write_text(yaml.safe_dump(values))
+    done, _ = run_cli(tmp_path, "-f", str(path), "--workers", "1.4.0:system", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads(done.stdout)
+    assert found["findings"] == [] and any("assumed the NVCF API serves at" in a for a in found["assumed"])
+
+
+# -- up --bundle, replay --bundle, replay --secret -------------------------------------------------------
+def test_replay_bundle_replays_the_customers_world(tmp_path: Path) -> None:
+    """The install with its frontend one label too high fails as the customer's does (a healthy bundle's
+    world passing is test_up_bundle_brings_the_customers_world_up's)."""
+    bad, _ = collect(tmp_path, install("names"), name="bad")
+    done = ncpsim(tmp_path, "replay", "--bundle", str(bad))
+    assert done.returncode == 1 and "0/1 scenarios passed" in done.stdout, done.stdout + done.stderr
+    assert "stand-in" in done.stderr  # said, not silent: the certificate served is not theirs
+
+
+def test_up_bundle_brings_the_customers_world_up(tmp_path: Path) -> None:
+    """A healthy bundle's world comes up and its callbacks arrive (exit 0)."""
+    archive, _ = collect(tmp_path, install("healthy"))
+    try:
+        done = ncpsim(tmp_path, "up", "--bundle", str(archive), "--stack", "bundled")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"invocation.{DOMAIN}" in done.stdout  # the customer's workerDomain, as their values say
+    finally:
+        assert ncpsim(tmp_path, "down", "--stack", "bundled", "--purge").returncode == 0
+
+
+def test_replay_takes_a_secret_folder(tmp_path: Path) -> None:
+    """A scenario naming an existingSecret it does not declare: with --secret the customer's corporate
+    certificate is served and workers reject it; without, a stand-in from the public-style CA (control)."""
+    from test_diagnose import corporate_secret
+
+    scenario = tmp_path / "brought.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "name": "brought",
+                "summary": "the customer's own frontend certificate",
+                "values": {
+                    "workerCallbackProxy": {
+                        **PROXY,
+                        "tls": {"frontend": {"existingSecret": "worker-public-tls"}},
+                    }
+                },
+                "topology": {
+                    "grpcProxyReplicas": 0,
+                    "computeClusters": [{"workers": [{"count": 1, "trust": "system"}]}],
+                },
+                "steps": [
+                    {
+                        "invoke": {"function": "http-echo"},
+                        "expect": {"outcome": "failure", "error": "certificate verify failed"},
+                    }
+                ],
+            }
+        )
+    )
+    secret, _ = corporate_secret(tmp_path)
+    done = ncpsim(tmp_path, "replay", f"scenario={scenario}", "--secret", secret)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ncpsim(tmp_path, "replay", f"scenario={scenario}").returncode == 1
