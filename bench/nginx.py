@@ -5,7 +5,10 @@ absolute-form request line, routes by the target host (a `map` from pod name to 
 TLS to the pod's 8443 verifying the pod certificate against the stack CA and the pod name
 (`proxy_ssl_verify on`, `proxy_ssl_trusted_certificate`, `proxy_ssl_name`). Any other path is 404.
 Upstream connections are kept alive and shared, as Envoy's connection pool does; `upstream_keepalive`
-False makes nginx open a new upstream connection per request instead.
+False makes nginx open a new upstream connection per request instead. A worker's own TLS connection is
+kept alive as long as the worker keeps it: Envoy's listener sets no limit of requests per connection and
+an idle timeout of an hour, so nginx gets a request limit no benchmark reaches and a long idle timeout,
+downstream and upstream (nginx's defaults close after 1,000 requests, and after 75 s / 60 s idle).
 One worker process, so it has one core as ncpsim's single-process proxy has.
 """
 
@@ -24,6 +27,8 @@ from pathlib import Path
 from bench.procs import free_port, group_members, spawn, stop
 
 READY_TIMEOUT = 10.0
+KEEPALIVE_REQUESTS = 1_000_000  # per connection: more than any run sends, as Envoy has no limit
+KEEPALIVE_IDLE = "300s"  # longer than any pause in a run (Envoy's idle timeout is an hour)
 TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 
 
@@ -38,8 +43,13 @@ class NginxSite:
 
 def render(site: NginxSite, port: int, folder: Path) -> str:
     """The whole nginx.conf for `site`, listening on 127.0.0.1:`port`, everything else under `folder`."""
+    pool = (
+        f" keepalive 64; keepalive_requests {KEEPALIVE_REQUESTS}; keepalive_timeout {KEEPALIVE_IDLE};"
+        if site.upstream_keepalive
+        else ""
+    )
     upstreams = "\n".join(
-        f"  upstream pod_{i} {{ server {host}:{real};{' keepalive 64;' if site.upstream_keepalive else ''} }}"
+        f"  upstream pod_{i} {{ server {host}:{real};{pool} }}"
         for i, (host, real) in enumerate(site.pods.values())
     )
     routes = "\n".join(f"    {name} pod_{i};" for i, name in enumerate(site.pods))
@@ -52,6 +62,8 @@ error_log {folder / "error.log"} warn;
 events {{ worker_connections 4096; }}
 http {{
   access_log {folder / "access.log"};
+  keepalive_requests {KEEPALIVE_REQUESTS};
+  keepalive_timeout {KEEPALIVE_IDLE};
 {temps}
   map $host $pod_upstream {{
     default "";

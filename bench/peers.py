@@ -26,7 +26,9 @@ class Peer:
 
 
 PEERS = (
-    Peer("nginx", "relay: new-TLS-connection callbacks, proxy vs nginx", "nginx-light", "nginx"),
+    Peer(
+        "nginx", "relay: keep-alive and new-TLS-connection callbacks, proxy vs nginx", "nginx-light", "nginx"
+    ),
     Peer("dnsmasq", "dns: queries/s, resolver vs dnsmasq", "dnsmasq-base", "dnsmasq"),
 )
 Which = Callable[[str], str | None]

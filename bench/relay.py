@@ -1,6 +1,8 @@
-"""HTTP callbacks per second: through ncpsim's proxy vs straight to the pod, and vs nginx.
+"""HTTP callbacks per second: through ncpsim's proxy vs nginx doing the same relay, and vs straight to the pod.
 
-One stack: one invocation-service pod, the proxy, one compute cluster with no workers (the benchmark is
+Keep-alive: each route on one kept-alive TLS connection (proxy, nginx, the pod itself); the figure is
+proxy / nginx, and proxy / direct is kept beside it. New connections: a new TLS connection per callback,
+proxy / nginx (with its upstream pool, and without). One stack: one invocation-service pod, the proxy, one compute cluster with no workers (the benchmark is
 the only worker, see bench.callbacks). The same client, the same minted work and the same pod serve
 every route, so the differences are the relays'. The routes take turns in ROUNDS rounds (the order
 flips each round), so a change in the machine's load during the run hits every route alike; a route's
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.callbacks import Minter, Route, direct_route, drive, proxy_route, worker_tls
-from bench.nginx import NginxSite, nginx
+from bench.nginx import NginxSite, RunningNginx, nginx
 from bench.procs import CpuMeter
 from bench.stacks import BenchStack
 from certs.profiles import FRONTEND_SECRET
@@ -104,20 +106,27 @@ def _ratio(out: dict[str, dict[str, Any]], a: str, b: str) -> dict[str, Any]:
     }
 
 
-async def keepalive(bench: BenchStack, calls: int) -> dict[str, Any]:
-    """One keep-alive TLS connection to the proxy vs one straight to the pod's 8443, same callbacks."""
+async def keepalive(bench: BenchStack, calls: int, peer: RunningNginx | None = None) -> dict[str, Any]:
+    """One kept-alive TLS connection to the proxy, to nginx (`peer`, when there is one) and straight to the
+    pod's 8443, the same callbacks on each: proxy / nginx, and proxy / direct (`vs_direct`)."""
     pod = bench.topology.pods_of("invocation")[0]
     async with Minter(bench, pod) as minter:
         sample = (await minter.mint(1))[0]
         tallies = [
             Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
+            *(
+                [Tally(proxy_route(bench, sample, ("127.0.0.1", peer.port), "nginx"), peer.pids())]
+                if peer
+                else []
+            ),
             Tally(direct_route(bench, pod), []),
         ]
         out: dict[str, Any] = await _rounds(minter, bench, pod, tallies, calls, 1, True)
-    return out | _ratio(out, "proxy", "direct")
+    out["vs_direct"] = _ratio(out, "proxy", "direct")
+    return out | (_ratio(out, "proxy", "nginx") if peer else {})
 
 
-def _site(bench: BenchStack, pod: Pod, keepalive_upstream: bool) -> NginxSite:
+def nginx_site(bench: BenchStack, pod: Pod, keepalive_upstream: bool) -> NginxSite:
     frontend = bench.secret(FRONTEND_SECRET)
     return NginxSite(
         frontend / "tls.crt",
@@ -128,23 +137,22 @@ def _site(bench: BenchStack, pod: Pod, keepalive_upstream: bool) -> NginxSite:
     )
 
 
-async def new_connections(bench: BenchStack, calls: int, folder: Path) -> dict[str, Any]:
+async def new_connections(
+    bench: BenchStack, calls: int, pooled: RunningNginx, unpooled: RunningNginx
+) -> dict[str, Any]:
     """A new TLS connection per callback: ncpsim's proxy vs nginx (shared upstream pool, and without)."""
     pod = bench.topology.pods_of("invocation")[0]
-    with contextlib.ExitStack() as servers:
-        pooled = servers.enter_context(nginx(_site(bench, pod, True), folder / "pooled"))
-        unpooled = servers.enter_context(nginx(_site(bench, pod, False), folder / "unpooled"))
-        async with Minter(bench, pod) as minter:
-            sample = (await minter.mint(1))[0]
-            tallies = [
-                Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
-                Tally(proxy_route(bench, sample, ("127.0.0.1", pooled.port), "nginx"), pooled.pids()),
-                Tally(
-                    proxy_route(bench, sample, ("127.0.0.1", unpooled.port), "nginx_no_upstream_keepalive"),
-                    unpooled.pids(),
-                ),
-            ]
-            out: dict[str, Any] = await _rounds(minter, bench, pod, tallies, calls, NEW_CONN_LANES, False)
+    async with Minter(bench, pod) as minter:
+        sample = (await minter.mint(1))[0]
+        tallies = [
+            Tally(proxy_route(bench, sample), [bench.component_pid("worker-callback-proxy")]),
+            Tally(proxy_route(bench, sample, ("127.0.0.1", pooled.port), "nginx"), pooled.pids()),
+            Tally(
+                proxy_route(bench, sample, ("127.0.0.1", unpooled.port), "nginx_no_upstream_keepalive"),
+                unpooled.pids(),
+            ),
+        ]
+        out: dict[str, Any] = await _rounds(minter, bench, pod, tallies, calls, NEW_CONN_LANES, False)
     out["vs_no_upstream_keepalive"] = _ratio(out, "proxy", "nginx_no_upstream_keepalive")
     return out | _ratio(out, "proxy", "nginx")
 
@@ -152,8 +160,12 @@ async def new_connections(bench: BenchStack, calls: int, folder: Path) -> dict[s
 async def measure(
     bench: BenchStack, keepalive_calls: int, newconn_calls: int, nginx_folder: Path
 ) -> dict[str, Any]:
-    """Both comparisons on `bench` (one invocation-service pod, no workers)."""
-    return {
-        "keepalive": await keepalive(bench, keepalive_calls),
-        "new_connection": await new_connections(bench, newconn_calls, nginx_folder),
-    }
+    """Both comparisons on `bench` (one invocation-service pod, no workers), against the same nginx."""
+    pod = bench.topology.pods_of("invocation")[0]
+    with contextlib.ExitStack() as servers:
+        pooled = servers.enter_context(nginx(nginx_site(bench, pod, True), nginx_folder / "pooled"))
+        unpooled = servers.enter_context(nginx(nginx_site(bench, pod, False), nginx_folder / "unpooled"))
+        return {
+            "keepalive": await keepalive(bench, keepalive_calls, pooled),
+            "new_connection": await new_connections(bench, newconn_calls, pooled, unpooled),
+        }

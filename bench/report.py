@@ -1,4 +1,6 @@
-"""docs/benchmarks.json (every figure) and docs/benchmarks.md (the table, the method, the machine)."""
+"""docs/benchmarks.json (every figure) and docs/benchmarks.md (the table, the calibration, the method, the
+machine). The rounds' history (what was profiled, changed and measured, round by round) is bench/findings.md;
+benchmarks.md only links to it."""
 
 from __future__ import annotations
 
@@ -6,9 +8,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.calibration import (
+    LOOP,
+    LOOP_RUNS,
+    START_RUNS,
+    absolute_times,
+    amount,
+    describe,
+    seconds_text,
+    yardstick,
+)
 from bench.targets import Row, judge
 
-FINDINGS = Path(__file__).with_name("findings.md")
+FINDINGS = (
+    "## Findings\n\nWhat each round profiled, changed and measured, and what bounds each figure: "
+    "[bench/findings.md](../bench/findings.md)."
+)
 
 METHOD = """\
 ## Method
@@ -24,18 +39,26 @@ and memory from `/proc/<pid>/statm`.
   certificates are minted) and then {runs} warm runs on the same stack name (certificates kept, as a
   user's default stack keeps them); median and min-max of the warm runs.
 - **Catalogue**: wall time of `invoke replay --all` (each scenario on a fresh stack).
+- **Calibration**: `{loop}` in a fresh interpreter (timed inside it, best of {loop_runs}) and
+  `python -c pass` (spawn to exit, best of {start_runs}), with the Python that runs the benchmark, at the
+  start and at the end of the run; the best of each is the unit ("loops", "starts"), and every absolute
+  time is also given in those units, so that two machines compare.
 - **Keep-alive callbacks**: one invocation-service pod, no workers; the benchmark mints work (client
   `POST pexec` with `NVCF-POLL-SECONDS: 0`, work messages taken from the work bus) and then does each
   callback as worker-utils does: `GET` request-attach with the request token, echo, `POST` with the
   response token, while a status poll waits for the client's answer on a plain keep-alive connection to
-  the pod. Serially on one keep-alive TLS connection to the proxy (SNI `invocation.<workerDomain>`,
-  absolute-form target), then on one straight to the pod's 8443 (SNI = the pod name, as the proxy
-  uses), with the same client and the same pod. `relay_cpu_ms_per_call` is the proxy process's CPU.
+  the pod. Serially on one kept-alive TLS connection to ncpsim's proxy (SNI `invocation.<workerDomain>`,
+  absolute-form target), on one to nginx relaying the same way (below), and on one straight to the pod's
+  8443 (SNI = the pod name, as the proxy uses), with the same client and the same pod; the routes take
+  turns, round by round. `relay_cpu_ms_per_call` is the relay's CPU (the proxy's process, nginx's worker).
+- **nginx**: Debian's nginx, one worker process, with the proxy's frontend certificate and upstream TLS
+  re-encryption with verification (`proxy_ssl_verify on`, `proxy_ssl_trusted_certificate` = stack CA,
+  `proxy_ssl_name` = the pod name, routing by a `map` of the target host), an upstream keep-alive pool
+  (as Envoy pools), and the worker's connection kept alive as long as the worker keeps it (no request
+  limit a run reaches, 300 s idle).
 - **New-TLS-connection callbacks**: the same callbacks, {lanes} concurrent lanes, a new TLS connection
-  per callback, through ncpsim's proxy and through Debian's nginx (one worker process) with the same
-  frontend certificate and upstream TLS re-encryption with verification (`proxy_ssl_verify on`,
-  `proxy_ssl_trusted_certificate` = stack CA, `proxy_ssl_name` = the pod name, routing by a `map` of
-  the target host), upstream keep-alive pool on (as Envoy pools); also shown without the pool.
+  per callback, through ncpsim's proxy and through the same nginx; also through nginx without the
+  upstream pool.
 - **QUIC path**: `bench.grpc_path` on a proxied stack and on the same stack with the proxy disabled
   (workers in the control-plane cluster): gRPC unary calls/s through the whole path, and callback
   exchanges (new QUIC session + `POST /v1/proxy`) via the proxy vs straight to the pod.
@@ -64,6 +87,30 @@ def _machine(m: dict[str, Any]) -> str:
         f"- load average at start {m['load_average_start']}, at end {m.get('load_average_end')}"
         + (f"\n- note: {m['note']}" if m.get("note") else "")
     )
+
+
+def _calibration(results: dict[str, Any]) -> str:
+    stick = yardstick(results)
+    failed = "".join(
+        f" At the {when} it failed: {end['failed']}."
+        for when, end in (results.get("calibration") or {}).items()
+        if isinstance(end, dict) and end.get("failed")
+    )
+    if stick is None:
+        return f"## Calibration\n\nNot measured in this run: the absolute times above do not travel.{failed}"
+    lines = [
+        "## Calibration",
+        "",
+        describe(stick) + "." + failed,
+        "",
+        "| figure | measured | loops | starts |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {label} | {seconds_text(t)} | {amount(stick.loops(t))} | {amount(stick.starts(t))} |"
+        for label, t in absolute_times(results)
+    ]
+    return "\n".join(lines)
 
 
 def _details(results: dict[str, Any]) -> str:
@@ -100,11 +147,19 @@ def _relay_lines(results: dict[str, Any]) -> list[str]:
                 lines.append(
                     f"- {kind} {name}: {r.get('ok')}/{r.get('calls')} ok, {r['per_second']}/s{cpu}{rounds}"
                 )
-    for kind in ("keepalive", "new_connection"):
+    ratios = (
+        ("keepalive", None, "proxy / nginx"),
+        ("keepalive", "vs_direct", "proxy / direct"),
+        ("new_connection", None, "proxy / nginx"),
+        ("new_connection", "vs_no_upstream_keepalive", "proxy / nginx without its upstream pool"),
+    )
+    for kind, key, label in ratios:
         r = relay.get(kind) or {}
+        if key:
+            r = r.get(key) or {}
         if r.get("round_ratio_median") is not None:
             lines.append(
-                f"- {kind} ratio per round: median {r['round_ratio_median']}, range {r['round_ratio_range']}"
+                f"- {kind} {label} per round: median {r['round_ratio_median']}, range {r['round_ratio_range']}"
             )
     return lines
 
@@ -133,7 +188,6 @@ def _quic_lines(results: dict[str, Any]) -> list[str]:
 
 def markdown(results: dict[str, Any], command: str) -> str:
     params = results.get("parameters", {})
-    findings = FINDINGS.read_text() if FINDINGS.exists() else ""
     return (
         "\n\n".join(
             [
@@ -144,14 +198,18 @@ def markdown(results: dict[str, Any], command: str) -> str:
                 ),
                 _machine(results["machine"]),
                 _table(judge(results)),
+                _calibration(results),
                 METHOD.format(
                     runs=params.get("startup_runs"),
                     lanes=params.get("newconn_lanes"),
                     window=params.get("dns_window"),
                     mix=params.get("dns_mix"),
+                    loop=LOOP,
+                    loop_runs=LOOP_RUNS,
+                    start_runs=START_RUNS,
                 ).rstrip(),
                 _details(results),
-                findings.rstrip(),
+                FINDINGS,
             ]
         )
         + "\n"

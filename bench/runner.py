@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import dnsload, machine, peers, quic, redelivery, relay, report, scale, startup
+from bench import calibration, dnsload, machine, peers, quic, redelivery, relay, report, scale, startup
 from bench.stacks import running, topology, unique_name
 from bench.targets import judge
 from clusters.local import LocalStack
@@ -134,10 +135,21 @@ def _stop_everything(root: Path) -> None:
         LocalStack(state.parent.name, root=state.parent.parent).down()
 
 
+def _calibrate(results: dict[str, Any], when: str) -> None:
+    """The yardstick (bench.calibration), at the start or the end of the run; a failure costs only it."""
+    print(f"bench: calibration at the {when} ...", file=sys.stderr, flush=True)
+    into = results.setdefault("calibration", {})
+    try:
+        into[when] = calibration.measure()
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        into[when] = {"failed": f"{type(exc).__name__}: {exc}"}
+
+
 def measure_all(plan: Plan, root: Path, absent: frozenset[str] = frozenset()) -> dict[str, Any]:
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": machine.describe()}
+    _calibrate(results, "start")
     results["startup"] = _section("startup", logs, lambda: _startup(plan, root, logs))
     results["catalogue"] = (
         _section("catalogue", logs, lambda: startup.catalogue(root, logs, plan.catalogue_timeout))
@@ -161,6 +173,7 @@ def measure_all(plan: Plan, root: Path, absent: frozenset[str] = frozenset()) ->
     results["redelivery"] = _section(
         "redelivery", logs, lambda: redelivery.run(plan.redelivery_invocations, root=root / "redelivery")
     )
+    _calibrate(results, "end")
     results["machine"]["load_average_end"] = machine.load_average()
     results["machine"]["cpu_busy_end"] = machine.cpu_busy()
     return results

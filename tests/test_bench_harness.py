@@ -6,23 +6,33 @@ Fast on purpose: one small stack for the callback generator, everything else wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
+import h11
 import pytest
+import trustme
 
-from bench import dnsload, procs, report, startup
-from bench.nginx import NginxSite, render
-from bench.relay import keepalive
+from bench import calibration, dnsload, peers, procs, report, startup
+from bench import nginx as bench_nginx
+from bench.calibration import Yardstick, absolute_times, describe, yardstick
+from bench.callbacks import open_stream
+from bench.nginx import NginxSite, nginx, render
+from bench.relay import keepalive, nginx_site
 from bench.stacks import running, topology, unique_name
 from bench.targets import judge
 from dns.rule import View, wildcard
 from dns.server import handle_packet
+from sim.protocols.http1 import H11Stream, exchange, read_body, respond
+from sim.protocols.tls import client_context
 
 SAMPLE = {
     "machine": {
@@ -41,13 +51,19 @@ SAMPLE = {
         "grpc": {"median": 0.9, "min": 0.8, "max": 1.0, "cold_seconds": 1.9, "failed_runs": 0},
     },
     "catalogue": {"seconds": 30.0, "exit": 0, "passed": 16, "total": 16},
+    "calibration": {
+        "start": {"loop_runs": [0.6, 0.5, 0.55], "start_runs": [0.03, 0.025, 0.04, 0.03, 0.03]},
+        "end": {"loop_runs": [0.52, 0.7, 0.6], "start_runs": [0.02, 0.03, 0.03, 0.03, 0.03]},
+    },
     "relay": {
         "keepalive": {
             "ratio": 0.7,
-            "round_ratio_median": 0.85,
-            "round_ratio_range": [0.6, 0.9],
-            "proxy": {"per_second": 40.0},
+            "round_ratio_median": 1.05,
+            "round_ratio_range": [0.6, 1.1],
+            "proxy": {"per_second": 40.0, "relay_cpu_ms_per_call": 1.5},
+            "nginx": {"per_second": 57.0, "relay_cpu_ms_per_call": 0.5},
             "direct": {"per_second": 100.0},
+            "vs_direct": {"ratio": 0.4, "round_ratio_median": 0.45, "round_ratio_range": [0.3, 0.5]},
         },
         "new_connection": {"ratio": 0.2, "proxy": {"per_second": 20.0}, "nginx": {"per_second": 100.0}},
     },
@@ -79,7 +95,8 @@ def test_judge_marks_each_target() -> None:
     assert verdicts["`invoke up` to first HTTP callback"] is True
     assert verdicts["`invoke up` to first gRPC callback"] is False  # 0.9 s against 0.8 s
     assert verdicts["new-TLS-connection callbacks/s, proxy / nginx"] is False
-    assert verdicts["keep-alive callbacks/s, proxy / direct to pod"] is True  # the rounds' median, 0.85
+    assert verdicts["keep-alive callbacks/s, proxy / nginx"] is True  # the rounds' median, 1.05
+    assert verdicts["keep-alive callbacks/s, proxy / direct to pod"] is None  # shown, judged against nothing
     assert verdicts["catalogue replay"] is False  # 30 s against 15 s
     assert verdicts["scale: lost, wall time"] is True
     assert verdicts["redelivery: invocations while 10 workers are SIGKILLed mid-callback"] is False  # twice
@@ -93,6 +110,56 @@ def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
     text = (tmp_path / "benchmarks.md").read_text()
     assert "| figure | target | measured | verdict |" in text and "2 CPUs (cpu)" in text
     assert "**dns failed**" in text
+    # Each absolute time also in the run's units: the first HTTP callback (0.55 s) is 1.1 loops of 0.5 s.
+    assert "0.55 s (0.50-0.60) = 1.1 loops, 27.5 starts" in text
+    assert "| catalogue replay | 30 s | 60 | 1500 |" in text
+    # The current figures and the method only: the rounds' history is linked, not copied.
+    assert "[bench/findings.md](../bench/findings.md)" in text and "Round five" not in text
+
+
+@pytest.mark.parametrize(
+    ("calibration", "loop", "start", "drift"),
+    [
+        (SAMPLE["calibration"], 0.5, 0.02, 0.04),  # the best of both ends; the end's best loop 4 % slower
+        ({"start": {"loop_runs": [0.4], "start_runs": [0.02]}}, 0.4, 0.02, None),  # one end: no drift
+        (
+            {"start": {"loop_runs": [0.4], "start_runs": [0.02]}, "end": {"failed": "OSError: x"}},
+            0.4,
+            0.02,
+            None,
+        ),
+    ],
+)
+def test_yardstick_is_the_best_of_both_ends(
+    calibration: dict, loop: float, start: float, drift: float | None
+) -> None:
+    stick = yardstick({"calibration": calibration})
+    assert stick is not None and (stick.loop, stick.start) == (loop, start)
+    assert stick.drift == pytest.approx(drift) if drift is not None else stick.drift is None
+    assert yardstick({}) is None and yardstick({"calibration": {"start": {"failed": "x"}}}) is None
+
+
+def test_a_machine_that_changed_speed_mid_run_is_said() -> None:
+    steady = describe(Yardstick(0.5, 0.02, 0.1))
+    moved = describe(Yardstick(0.5, 0.02, -0.3))
+    assert "moved" not in steady and "-30%" in moved and "rougher" in moved
+
+
+def test_absolute_times_are_found_and_rates_inverted() -> None:
+    times = dict(absolute_times(SAMPLE))
+    assert times["`ncpsim up` to first HTTP callback, median of warm runs"] == 0.55
+    assert times["`ncpsim up` to first gRPC callback, cold"] == 1.9
+    assert times["keep-alive callback via nginx (1/rate)"] == pytest.approx(1 / 57)
+    assert times["keep-alive relay CPU per callback, proxy"] == pytest.approx(0.0015)
+    assert times["scale: wall time (up + callbacks)"] == 5.0
+    assert not any("DNS" in label for label in times)  # the section failed: nothing to convert
+
+
+def test_calibration_runs_the_interpreter() -> None:
+    """The plumbing, with a loop that reports a fixed time: the loop's own figure, and a real `python -c pass`."""
+    got = calibration.measure(timed_loop="print(0.25)", loop_runs=2, start_runs=1)
+    assert got["loop_runs"] == [0.25, 0.25]
+    assert len(got["start_runs"]) == 1 and 0 < got["start_runs"][0] < 10
 
 
 def test_first_ok_callback_reads_event_timestamps(tmp_path: Path) -> None:
@@ -162,7 +229,8 @@ def test_nginx_config_verifies_the_pod(tmp_path: Path) -> None:
         f"proxy_ssl_trusted_certificate {tmp_path / 'ca.crt'};",
         "proxy_ssl_name $host;",
         "listen 127.0.0.1:8443 ssl;",
-        "server 127.0.0.1:4443; keepalive",
+        "server 127.0.0.1:4443; keepalive 64; keepalive_requests 1000000; keepalive_timeout 300s;",
+        "  keepalive_requests 1000000;\n  keepalive_timeout 300s;",  # the worker's connection, kept alive
     ):
         assert directive in conf
     if shutil.which("nginx") is None:
@@ -178,13 +246,118 @@ def test_nginx_config_verifies_the_pod(tmp_path: Path) -> None:
     assert "tls.crt" in done.stderr or "successful" in done.stderr
 
 
+POD_NAME = "10-42-0-11.invocation.nvcf.svc.cluster.local"
+ATTACH_URL = f"http://{POD_NAME}:8443/v2/nvcf/worker/request-attach"  # absolute form, as a worker sends it
+SNI = "invocation.grpc-worker.example.com"  # the worker's name for the proxy
+SHORT = 5.0  # a loopback exchange takes milliseconds; this only bounds a broken relay
+
+
+class StubPod:
+    """A pod's 8443 on loopback: TLS with a certificate for `name`, 200 to every request, connections counted."""
+
+    def __init__(self, ca: trustme.CA, name: str):
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.issue_cert(name).configure_cert(self.tls)
+        self.connections = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        stream = H11Stream(h11.SERVER, reader, writer)
+        try:
+            while isinstance(await stream.next_event(SHORT), h11.Request):
+                await read_body(stream, SHORT)
+                await respond(stream, 200, b"from the pod")
+                if not stream.reusable():
+                    return
+                stream.next_cycle()
+        finally:
+            writer.close()
+
+
+async def _three_callbacks_through_nginx(folder: Path, site: NginxSite, pod: StubPod) -> list[int | str]:
+    """Three requests on one kept-alive TLS connection to nginx: each one's status, or "closed"."""
+    server = await asyncio.start_server(pod.serve, "127.0.0.1", 0, ssl=pod.tls)
+    site = replace(site, pods={POD_NAME: ("127.0.0.1", server.sockets[0].getsockname()[1])})
+    statuses: list[int | str] = []
+    try:
+        with nginx(site, folder / "nginx") as peer:
+            stream = await open_stream(("127.0.0.1", peer.port), client_context([site.upstream_ca]), SNI)
+            for _ in range(3):
+                try:
+                    got = await exchange(
+                        stream, "GET", ATTACH_URL, [("host", f"{POD_NAME}:8443")], timeout=SHORT
+                    )
+                    statuses.append(got.status)
+                except (ConnectionError, h11.ProtocolError):
+                    statuses.append("closed")
+            await stream.aclose()
+    finally:
+        server.close()
+        await server.wait_closed()
+    return statuses
+
+
+@pytest.mark.skipif(
+    peers.located("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)"
+)
+@pytest.mark.parametrize(
+    ("case", "pool", "pod_cert", "requests", "statuses", "upstream_connections"),
+    [
+        ("keep-alive both sides", True, POD_NAME, None, [200, 200, 200], 1),
+        ("no upstream pool: the control", False, POD_NAME, None, [200, 200, 200], 3),
+        ("a worker connection closed after 2: the control", True, POD_NAME, 2, [200, 200, "closed"], 1),
+        (
+            "another pod's certificate: verified",
+            True,
+            "10-42-0-12.invocation.nvcf.svc.cluster.local",
+            None,
+            [502] * 3,
+            None,
+        ),
+    ],
+)
+def test_nginx_relays_kept_alive_callbacks(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    pool: bool,
+    pod_cert: str,
+    requests: int | None,
+    statuses: list[int | str],
+    upstream_connections: int | None,
+) -> None:
+    """The keep-alive peer: one worker connection carries every callback, and nginx's upstream pool one
+    connection to the pod for all of them, still verifying the pod's certificate against the CA and name."""
+    if requests is not None:
+        monkeypatch.setattr(bench_nginx, "KEEPALIVE_REQUESTS", requests)
+    ca = trustme.CA()
+    frontend = ca.issue_cert("*.grpc-worker.example.com")
+    frontend.cert_chain_pems[0].write_to_path(tmp_path / "tls.crt")
+    frontend.private_key_pem.write_to_path(tmp_path / "tls.key")
+    ca.cert_pem.write_to_path(tmp_path / "ca.crt")
+    site = NginxSite(tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt", {}, pool)
+    pod = StubPod(ca, pod_cert)
+    assert asyncio.run(_three_callbacks_through_nginx(tmp_path, site, pod)) == statuses, case
+    if upstream_connections is not None:
+        assert pod.connections == upstream_connections, case
+
+
 @pytest.mark.timeout(60)
-def test_minted_callbacks_through_proxy_and_direct(tmp_path: Path) -> None:
+def test_minted_callbacks_through_proxy_nginx_and_direct(tmp_path: Path) -> None:
+    """The keep-alive comparison on a real stack: the same minted callbacks through ncpsim's proxy, through
+    nginx to the same pod (when installed), and straight to the pod."""
+    installed = peers.located("nginx") is not None
     with running(tmp_path, topology(unique_name("smoke"), invocation=1, clusters=1)) as bench:
-        result = asyncio.run(keepalive(bench, 5))
+        pod = bench.topology.pods_of("invocation")[0]
+        with contextlib.ExitStack() as started:
+            site = nginx_site(bench, pod, True)
+            peer = started.enter_context(nginx(site, tmp_path / "nginx")) if installed else None
+            result = asyncio.run(keepalive(bench, 5, peer))
         pids = bench.pids()
     assert result["proxy"]["ok"] == 5 and result["direct"]["ok"] == 5
-    assert result["ratio"] > 0
+    assert result["vs_direct"]["ratio"] > 0
+    if installed:
+        assert result["nginx"]["ok"] == 5 and result["ratio"] > 0
     assert procs.rss_bytes(pids) == 0  # every process of the stack is gone
 
 

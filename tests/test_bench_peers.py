@@ -73,7 +73,7 @@ def test_skipped_comparisons_are_neither_errors_nor_misses() -> None:
         "catalogue": {"skipped": True},
     }
     assert runner.skipped_comparisons(results) == [
-        "nginx is not installed (relay: new-TLS-connection callbacks, proxy vs nginx)",
+        "nginx is not installed (relay: keep-alive and new-TLS-connection callbacks, proxy vs nginx)",
         "dnsmasq is not installed (dns: queries/s, resolver vs dnsmasq)",
     ]
     assert not [k for k, v in results.items() if isinstance(v, dict) and v.get("error")]
