@@ -1,4 +1,4 @@
-"""The programs `invoke bench` compares ncpsim with (nginx, dnsmasq): checked before anything starts.
+"""The programs `ncpsim bench` compares ncpsim with (nginx, dnsmasq): checked before anything starts.
 
 A missing peer costs only its comparison: the run says so first, with the command that installs it (or
 runs that command with `--install-peers`), and reports that comparison as skipped, not failed.
@@ -68,7 +68,7 @@ def advice(peers: list[Peer], which: Which = shutil.which) -> str:
     lines = [f"bench: {p.binary} is not installed: skipping {p.compares}" for p in peers]
     command = install_command(peers, which)
     how = " ".join(command) if command else f"your package manager ({', '.join(p.binary for p in peers)})"
-    lines.append(f"bench: install with `{how}`, or run `invoke bench --install-peers`")
+    lines.append(f"bench: install with `{how}`, or run `ncpsim bench --install-peers`")
     return "\n".join(lines)
 
 

@@ -33,12 +33,12 @@ from which the benchmark reads the real ports. Every stack runs under a temporar
 unique name and is stopped at the end, as are nginx and dnsmasq. CPU times come from `/proc/<pid>/stat`
 and memory from `/proc/<pid>/statm`.
 
-- **`invoke up` to first callback**: the clock starts when the `invoke up scenario=http-callback`
+- **`ncpsim up` to first callback**: the clock starts when the `ncpsim up scenario=http-callback`
   (or `grpc-callback`) process is spawned and stops at the `ts` of the first `worker.callback.result`
   event with `ok: true` in `<state>/events/*.jsonl`. One cold run (fresh state folder: CAs and
   certificates are minted) and then {runs} warm runs on the same stack name (certificates kept, as a
   user's default stack keeps them); median and min-max of the warm runs.
-- **Catalogue**: wall time of `invoke replay --all` (each scenario on a fresh stack).
+- **Catalogue**: wall time of `ncpsim replay --all` (each scenario on a fresh stack).
 - **Calibration**: `{loop}` in a fresh interpreter (timed inside it, best of {loop_runs}) and
   `python -c pass` (spawn to exit, best of {start_runs}), with the Python that runs the benchmark, at the
   start and at the end of the run; the best of each is the unit ("loops", "starts"), and every absolute
@@ -129,7 +129,7 @@ def _startup_lines(results: dict[str, Any]) -> list[str]:
     for kind, r in (results.get("startup") or {}).items():
         if isinstance(r, dict) and r.get("phases"):
             steps = ", ".join(f"{k.replace('_', ' ')} {v} s" for k, v in r["phases"].items())
-            lines.append(f"- `invoke up` {kind}, median seconds after spawn: {steps}")
+            lines.append(f"- `ncpsim up` {kind}, median seconds after spawn: {steps}")
     return lines
 
 

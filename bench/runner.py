@@ -1,4 +1,4 @@
-"""`invoke bench [--quick]`: every measurement in turn, then docs/benchmarks.json and docs/benchmarks.md.
+"""`ncpsim bench [--quick]`: every measurement in turn, then docs/benchmarks.json and docs/benchmarks.md.
 
 Each section runs on its own and records an error instead of ending the run. Everything the benchmark
 starts lives under one temporary NCPSIM_HOME; at the end (also on an error, Ctrl-C or SIGTERM) every
@@ -221,7 +221,7 @@ def run(
     out_dir = DOCS if update_docs else out_dir or state_root() / "bench"
     plan = QUICK if quick else FULL
     absent = peers.check(install_peers)
-    # The warm runs measure what a user's second `invoke up` does: modules already byte-compiled, which
+    # The warm runs measure what a user's second `ncpsim up` does: modules already byte-compiled, which
     # Python does on first import unless PYTHONDONTWRITEBYTECODE is set (as on some CI images).
     for package in ("sim", "scenarios", "clusters", "dns", "certs"):
         compileall.compile_dir(REPO / package, quiet=1)

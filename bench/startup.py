@@ -1,6 +1,6 @@
-"""How long a user waits: `invoke up` to the first callback, and the whole catalogue's `invoke replay --all`.
+"""How long a user waits: `ncpsim up` to the first callback, and the whole catalogue's `ncpsim replay --all`.
 
-The clock starts when the `invoke up` process is spawned (interpreter start-up and imports count, as
+The clock starts when the `ncpsim up` process is spawned (interpreter start-up and imports count, as
 they do for a user) and stops at the `ts` of the first `worker.callback.result` event with ok=true in
 <state>/events/*.jsonl. Each scenario gets one cold run (a new state folder: CAs and certificates are
 minted) and then `runs` warm runs on the same stack name, which keeps its certificates between `up`s
@@ -75,7 +75,7 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def up_once(scenario: str, stack: str, root: Path, logs: Path) -> dict[str, Any]:
-    """One `invoke up`; seconds from spawn to the first successful callback (None if there was none)."""
+    """One `ncpsim up`; seconds from spawn to the first successful callback (None if there was none)."""
     cmd = [INVOKE, "up", f"scenario={scenario}", "--stack", stack]
     spawned = time.time()
     proc = spawn(cmd, logs / f"up-{stack}.log", env=_env(root), cwd=REPO)
@@ -160,7 +160,7 @@ def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, 
 
 
 def catalogue(root: Path, logs: Path, timeout: float) -> dict[str, Any]:
-    """`invoke replay --all -j auto` as a user runs it (stacks in parallel, one per core, each isolated);
+    """`ncpsim replay --all -j auto` as a user runs it (stacks in parallel, one per core, each isolated);
     if it replays nothing, the library's replay_many too."""
     result = _replay(
         [INVOKE, "replay", "--all", "-j", "auto", "--junit", str(logs / "replay-all.xml")],

@@ -52,14 +52,14 @@ def _first(results: dict[str, Any], key: str, label: str, limit: float) -> Row:
         measured += f"; cold {r['cold_seconds']:.2f} s"
     met = None if median is None else median <= limit and not r.get("failed_runs")
     return Row(
-        f"`invoke up` to first {label} callback (median of warm runs, min-max)",
+        f"`ncpsim up` to first {label} callback (median of warm runs, min-max)",
         f"<= {limit} s",
         measured,
         met,
     )
 
 
-CATALOGUE = "catalogue replay (`invoke replay --all -j auto`), every scenario on a fresh stack"
+CATALOGUE = "catalogue replay (`ncpsim replay --all -j auto`), every scenario on a fresh stack"
 CATALOGUE_LIMIT = 15.0
 
 

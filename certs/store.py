@@ -43,7 +43,7 @@ _CN_MAX = 64  # X.520 upper bound; longer names stay in the SAN only
 
 @dataclass(frozen=True)
 class CaInfo:
-    """One CA certificate as ``invoke certs`` shows it."""
+    """One CA certificate as ``ncpsim certs`` shows it."""
 
     name: str
     path: Path
@@ -184,7 +184,7 @@ class CertStore:
         return inspect.issuer_name(pem)
 
     def describe(self) -> list[CaInfo]:
-        """Current CAs (and any previous one kept by a rotation), for ``invoke certs``."""
+        """Current CAs (and any previous one kept by a rotation), for ``ncpsim certs``."""
         infos: list[CaInfo] = []
         for issuer in ISSUERS:
             directory = self.ca_dir(issuer)

@@ -1,7 +1,7 @@
 """The certificates a stack holds before its pods start, whatever backend runs it.
 
 The CAs (stack, public-style, private), the stack's own Secrets, and the frontend Secret the values name:
-an `existingSecret` is what the user brought (`invoke up --secret NAME=DIR`, used as it is), what the
+an `existingSecret` is what the user brought (`ncpsim up --secret NAME=DIR`, used as it is), what the
 scenario declares (`topology.secrets.NAME`), or, undeclared, a stand-in certificate from the public-style
 CA (the seed's reason to bring one), which sim.model.assumptions names as an assumption wherever the
 stack is shown. The values are then applied: a workerCallbackCaPem marker becomes PEM text.

@@ -1,4 +1,4 @@
-"""The Stack: what every backend's ``up(topology)`` returns, and the one `invoke status` contract.
+"""The Stack: what every backend's ``up(topology)`` returns, and the one `ncpsim status` contract.
 
 scenarios/ and tasks/ drive a Stack without knowing its backend: the replay engine reads the state
 folder (events, access log, network map), redeploys through the Stack, and asks it for process
@@ -99,7 +99,7 @@ def nats_endpoint(topology: Topology, bindings: dict[str, int], host: str) -> En
 
 
 def build_status(backend: str, topology: Topology, state: Path, scenario: str, endpoints: Endpoints) -> Json:
-    """The `invoke status --json` contract of DESIGN.md section 5, for every backend."""
+    """The `ncpsim status --json` contract of DESIGN.md section 5, for every backend."""
     wd = topology.worker_domain
     settings = proxy_settings(topology.values)
     # The pod targets workers are handed, as the pods hand them out: the worker TLS port unless upstreamTls

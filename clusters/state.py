@@ -155,7 +155,7 @@ def create_stack_dir(stack_dir: Path) -> None:
 
 def adopt(stack_dir: Path) -> bool:
     """True when `stack_dir` is a stack folder: marked, or holding nothing but what ncpsim writes there (a
-    folder from before the marker, or one `invoke certs` made), which then gets its marker. A folder with
+    folder from before the marker, or one `ncpsim certs` made), which then gets its marker. A folder with
     anything else in it -- a clone's `sim/` package -- is never ours."""
     if is_stack_dir(stack_dir):
         return True

@@ -52,7 +52,7 @@ def runbook_step(step: Step, state_dir: Any, layered: Layered | None = None) -> 
     """Rehearse the step's runbook on the values as the step sees them (`Scenario.layered_at`), and the
     install it names (fresh or existing; the runbook's own when unnamed)."""
     # Imported when a runbook step runs: the rehearsals (NATS client, OpenBao and ESS models) are a fifth
-    # of what `invoke up` imports before it can start a single component, and most scenarios have none.
+    # of what `ncpsim up` imports before it can start a single component, and most scenarios have none.
     from sim.runbooks import Given
     from sim.runbooks import run as run_runbook
 

@@ -63,7 +63,7 @@ async def http_call(
 async def grpc_call(
     client: Context, tail: StackTail, step: Step, index: int, pod: Pod, spec: dict[str, Any]
 ) -> CallTrace:
-    # Imported here, not at the top: grpcio costs ~70 ms of every `invoke up`, and most replays make no gRPC call.
+    # Imported here, not at the top: grpcio costs ~70 ms of every `ncpsim up`, and most replays make no gRPC call.
     from scenarios.grpc_calls import grpc_call as call
 
     return await call(client, tail, step, index, pod, spec)

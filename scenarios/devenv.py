@@ -1,4 +1,4 @@
-"""A dev environment on a running stack: `invoke call`, `fault`, `rotate`, `set` and `step`.
+"""A dev environment on a running stack: `ncpsim call`, `fault`, `rotate`, `set` and `step`.
 
 Each command is one scenario step, checked by the same schema and rules as a catalogue file and run by
 the replay engine (`Replay.run_step`) on the stack as it is now. Nothing here knows a step kind the
@@ -39,7 +39,7 @@ from sim.model.untrusted import MAX_BYTES
 from sim.model.values import deep_merge, key_path
 from sim.model.values_file import load_values_file
 
-IDLE_SCENARIO = Path(__file__).parent / "idle.yaml"  # what `invoke up` brings up when no scenario is named
+IDLE_SCENARIO = Path(__file__).parent / "idle.yaml"  # what `ncpsim up` brings up when no scenario is named
 DEFAULT_STACK = "default"
 REDEPLOY = ("workers", "proxy", "pods", "all")
 FUNCTIONS = ("http-echo", "grpc-echo")
@@ -66,7 +66,7 @@ def step_ok(result: StepResult) -> bool:
 
 
 def idle_scenario(values_files: Path | Sequence[Path] | None = None, sets: Sequence[str] = ()) -> Scenario:
-    """The default topology with no steps, for `invoke up` without a scenario; values layer as for any other.
+    """The default topology with no steps, for `ncpsim up` without a scenario; values layer as for any other.
 
     The schema asks every scenario file for steps (a catalogue entry without any is a mistake), so the
     check runs with one that changes nothing, and the scenario keeps none.
@@ -90,7 +90,7 @@ def stack_flag(stack: str) -> str:
 def require_running(stack: Stack) -> None:
     if stack.status() is None:
         raise ScenarioError(
-            f"stack {stack.name!r} is not up; start it with `invoke up{stack_flag(stack.name)}`"
+            f"stack {stack.name!r} is not up; start it with `ncpsim up{stack_flag(stack.name)}`"
         )
 
 
@@ -153,7 +153,7 @@ def fault_step(
     timeout_ms: int = 1000,
     protocol: str = "any",
 ) -> dict[str, Any]:
-    """`invoke fault ACTION [TARGET]` as the fault step a scenario would hold (checked as a scenario's is)."""
+    """`ncpsim fault ACTION [TARGET]` as the fault step a scenario would hold (checked as a scenario's is)."""
     usage = {
         "kill": "COMPONENT",
         "restart": "COMPONENT",
@@ -169,7 +169,7 @@ def fault_step(
     if action == "clear-links":
         return {"name": "clear links", "fault": {"clear-links": True}}
     if not target:
-        raise ConfigError(f"fault {action} needs {usage[action]}: invoke fault {action} {usage[action]}")
+        raise ConfigError(f"fault {action} needs {usage[action]}: ncpsim fault {action} {usage[action]}")
     if action == "scale":
         role, _, replicas = target.partition("=")
         if not replicas.isdigit():
@@ -218,7 +218,7 @@ def set_step(assignments: list[str], redeploy: str | None, unset: Sequence[str] 
     for assignment in assignments:
         try:
             change = parse_set(assignment).values
-        except ConfigError as exc:  # worded for `invoke up --set`; here the command is `invoke set`
+        except ConfigError as exc:  # worded for `ncpsim up --set`; here the command is `ncpsim set`
             raise ConfigError(str(exc).replace("--set ", "set ")) from None
         if _clashes(overrides, change):
             raise ConfigError(
@@ -283,10 +283,10 @@ def unknown_key_warnings(step: dict[str, Any]) -> list[str]:
 def steps_from_file(
     ref: str, state_dir: Path
 ) -> tuple[list[dict[str, Any]], Path, dict[str, tuple[str, int]]]:
-    """`invoke step FILE|-`: one step (a mapping), or `steps: [...]`; `-` reads standard input."""
+    """`ncpsim step FILE|-`: one step (a mapping), or `steps: [...]`; `-` reads standard input."""
     if ref == "-":
         path = state_dir / "step-stdin.yaml"  # kept, so a mistake's FILE:LINE points at real text
-        raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # bounded: `invoke step - < /dev/zero` ends
+        raw = sys.stdin.buffer.read(MAX_BYTES + 1)  # bounded: `ncpsim step - < /dev/zero` ends
         if len(raw) > MAX_BYTES:
             raise ConfigError(
                 f"standard input: more than {MAX_BYTES:,} bytes is too large for a step; "

@@ -177,7 +177,7 @@ class Replay:
         return f"redeployed {what}"
 
     def rewrite_dns(self, rewrite: dict[str, Any]) -> str:
-        """Every compute cluster's CoreDNS rewrite replaced, as `invoke dns-rewrite` replaces it on a real
+        """Every compute cluster's CoreDNS rewrite replaced, as `ncpsim dns-rewrite` replaces it on a real
         cluster: the views are built as at `up` (a `proxy` target is the Service's address now) and the
         resolver restarts with them, as CoreDNS reloads its Corefile."""
         spec = dict(self.scenario.topology)
@@ -270,7 +270,7 @@ class Replay:
 
 
 def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bool = True) -> ScenarioResult:
-    """Bring a stack up on `backend`, replay, and leave it running when `keep` (invoke up)."""
+    """Bring a stack up on `backend`, replay, and leave it running when `keep` (ncpsim up)."""
     if scenario.expect_error is not None:
         return judge_refusal(scenario)
     if scenario.stackless:
@@ -314,7 +314,7 @@ def run_stackless(scenario: Scenario, state: Path) -> ScenarioResult:
     """Runbook scenarios rehearse control-plane operations on their own models: no cluster to bring up."""
     result = ScenarioResult(scenario)
     started = time.monotonic()
-    create_stack_dir(state)  # with its marker, so `invoke down --purge` and the next replay may remove it
+    create_stack_dir(state)  # with its marker, so `ncpsim down --purge` and the next replay may remove it
     (state / "events").mkdir(parents=True, exist_ok=True)
     try:
         for step in scenario.steps:

@@ -79,12 +79,12 @@ def unknown_scenario(ref: str, names: list[str]) -> str:
     close = difflib.get_close_matches(ref, names, n=4, cutoff=0.5)
     close += [n for n in names if ref and ref in n and n not in close][: 4 - len(close)]
     if not close:
-        return f"unknown scenario {ref!r}; `invoke scenarios` lists the {len(names)} in the catalogue"
+        return f"unknown scenario {ref!r}; `ncpsim scenarios` lists the {len(names)} in the catalogue"
     return "\n".join(
         [
             f"unknown scenario {ref!r}; did you mean:",
             *(f"  {name}" for name in close),
-            "(`invoke scenarios` lists them all)",
+            "(`ncpsim scenarios` lists them all)",
         ]
     )
 
@@ -266,7 +266,7 @@ def load_scenario(
 
     Precedence is Helm's (sim.model.layering): defaults < scenario values < each file in order < --set.
     `customer` gives those layers already read (a replay reads the files once for every scenario).
-    An error scenario (`expectError`) whose values are refused raises that ConfigError, as `invoke up`
+    An error scenario (`expectError`) whose values are refused raises that ConfigError, as `ncpsim up`
     should; with `allow_expected_error` (replay) it comes back as `Scenario.config_error` instead.
     """
     path = resolve_ref(ref)
@@ -346,7 +346,7 @@ def _check_faults(
 
 
 def _with_unknown_keys(error: ConfigError, layered: Layered) -> ConfigError:
-    """A refused render stops `invoke up` before its warnings print, yet a misspelt key is often why it
+    """A refused render stops `ncpsim up` before its warnings print, yet a misspelt key is often why it
     was refused (`workerDomian` leaves workerDomain empty): name them on the same one line."""
     if not layered.unknown:
         return error

@@ -1,4 +1,4 @@
-"""The ready-to-paste commands `invoke up` and `invoke status` print: each fits the stack and works as pasted.
+"""The ready-to-paste commands `ncpsim up` and `ncpsim status` print: each fits the stack and works as pasted.
 
 They name the stack when it is not the default one, trust the CA that actually signs the proxy's
 frontend (the public-style CA for a public frontend), leave out what the stack does not have (no curl to
@@ -152,5 +152,5 @@ def invoke_commands(status: dict[str, Any]) -> list[str]:
 
 
 def try_commands(status: dict[str, Any]) -> list[str]:
-    """Every command, in an order that works when all are pasted at once (`invoke down` last)."""
+    """Every command, in an order that works when all are pasted at once (`ncpsim down` last)."""
     return [*proxy_commands(status), *dns_command(status), *nats_command(status), *invoke_commands(status)]

@@ -11,7 +11,7 @@ Enable with ``-p scenarios.pytest_plugin`` (or the ``pytest11`` entry point once
     def test_my_values(ncpsim_stack):
         stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True, "service": {"type": "LoadBalancer"}}},
                              topology={"computeClusters": [{"workers": [{"count": 1, "trust": "stack"}]}]})
-        print(stack.status["proxy"]["http"])                # the `invoke status --json` contract
+        print(stack.status["proxy"]["http"])                # the `ncpsim status --json` contract
 
     def test_catalogue_entry(ncpsim_replay):
         assert ncpsim_replay("wrong-path").ok               # a failure prints the scenario's failures

@@ -1,4 +1,4 @@
-"""`invoke replay`: each scenario on a fresh stack of its own, with text, JSON and JUnit reports."""
+"""`ncpsim replay`: each scenario on a fresh stack of its own, with text, JSON and JUnit reports."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def replay_many(
     secrets: Sequence[str] = (),
     loaded: Sequence[Scenario] = (),
 ) -> bool:
-    """`invoke replay`: every named scenario (the whole catalogue when None), then those `loaded` already
+    """`ncpsim replay`: every named scenario (the whole catalogue when None), then those `loaded` already
     (a support bundle's world); True when all pass.
 
     The customer's files and `--set`s sit above each scenario's values, and each `--secret NAME=DIR` is
@@ -206,7 +206,7 @@ def _print_result(
             soft_wrap=True,
         )
     if not result.ok and keep and result.status:
-        console.print(f"  stack kept for inspection: invoke status --stack {result.status['stack']}")
+        console.print(f"  stack kept for inspection: ncpsim status --stack {result.status['stack']}")
 
 
 def jobs_arg(value: str | int | None) -> int:

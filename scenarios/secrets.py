@@ -1,4 +1,4 @@
-"""`invoke up --secret NAME=DIR`: a Secret the user brings, placed in the stack as it is.
+"""`ncpsim up --secret NAME=DIR`: a Secret the user brings, placed in the stack as it is.
 
 The folder holds what `kubectl create secret tls` takes (tls.crt, tls.key, optional ca.crt). It joins the
 scenario's `topology.secrets` under NAME, replacing a declaration of the same name: the customer's own

@@ -17,7 +17,7 @@ from typing import Any
 
 from invoke import Exit, Task, task
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository (invoke test runs there)
+ROOT = Path(__file__).resolve().parents[1]  # the repository (ncpsim test runs there)
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 # One meaning per short flag, on every task that has the option (invoke would otherwise take each option's
@@ -66,7 +66,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return result
         except NcpsimError as exc:
             raise Exit(f"ncpsim: {exc}", code=EXIT_USAGE) from None
-        except BrokenPipeError:  # `invoke scenarios | head`: the reader has all it wanted
+        except BrokenPipeError:  # `ncpsim scenarios | head`: the reader has all it wanted
             _quiet_stdout()
             raise Exit(code=0) from None
         except KeyboardInterrupt:
@@ -83,7 +83,7 @@ def _quiet_stdout() -> None:
 
 
 def _closed_pipe_is_quiet(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-    """invoke's own output (`invoke --list | head`, `invoke replay --help | head`) meets a closed pipe too."""
+    """invoke's own output (`invoke --list | head`, `ncpsim replay --help | head`) meets a closed pipe too."""
     if issubclass(kind, BrokenPipeError):
         _quiet_stdout()
         return
@@ -93,14 +93,14 @@ def _closed_pipe_is_quiet(kind: type[BaseException], exc: BaseException, tb: Any
 _default_excepthook, sys.excepthook = sys.excepthook, _closed_pipe_is_quiet
 
 
-def scenario_arg(scenario: str | None, usage: str = "invoke up scenario=grpc-callback") -> str:
+def scenario_arg(scenario: str | None, usage: str = "ncpsim up scenario=grpc-callback") -> str:
     """Accept `scenario=NAME` (a positional word), `NAME`, and `--scenario NAME` alike."""
     value = (scenario or "").strip()
     value = value.removeprefix("scenario=")
     if not value:
         from sim.errors import ScenarioError
 
-        raise ScenarioError(f"name a scenario: {usage} (see `invoke scenarios`)")
+        raise ScenarioError(f"name a scenario: {usage} (see `ncpsim scenarios`)")
     return value
 
 
@@ -221,9 +221,9 @@ def _bare_words(fn: Callable[..., Any], name: str) -> int:
 def optional_positional(*names: str, more: str | None = None, **task_options: Any) -> Callable[..., Task]:
     """@task whose positional arguments may be left out, which invoke itself does not allow.
 
-    Each name is positional only when the command line holds a bare word for it, so `invoke up`,
-    `invoke up NAME` and `invoke up --help` all parse. With `more`, the last name takes every further
-    word too (`invoke set a=1 b=2`): invoke reads a task's signature, so they become parameters.
+    Each name is positional only when the command line holds a bare word for it, so `ncpsim up`,
+    `ncpsim up NAME` and `ncpsim up --help` all parse. With `more`, the last name takes every further
+    word too (`ncpsim set a=1 b=2`): invoke reads a task's signature, so they become parameters.
     """
 
     def decorate(fn: Callable[..., Any]) -> Task:

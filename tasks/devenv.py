@@ -45,7 +45,7 @@ def call(c, function, count=1, json_=False, stack="default", backend="local"):
     """Invoke a function on the running stack; a trace line per callback; exit 1 if any call failed."""
     from scenarios.devenv import call_step
 
-    _run_steps(stack, backend, [call_step(function, int(count))], "invoke call", json_)
+    _run_steps(stack, backend, [call_step(function, int(count))], "ncpsim call", json_)
 
 
 @optional_positional(
@@ -54,7 +54,7 @@ def call(c, function, count=1, json_=False, stack="default", backend="local"):
     help={
         "action": "kill, restart, stop, start (a component), scale (ROLE=N), link (FROM_CLUSTER), "
         "clear-links, expire (frontend|public-frontend|invocation|grpc-proxy)",
-        "target": "what the action acts on (see `invoke status` for component names)",
+        "target": "what the action acts on (see `ncpsim status` for component names)",
         "to": "link: the address or CIDR the cluster's dials go to (default: the proxy's load balancer)",
         "latency_ms": "link: added latency",
         "drop": "link: share lost (0..1): TCP connections and requests on kept-alive ones, UDP datagrams",
@@ -78,7 +78,7 @@ def fault(
 ):
     """Inject a fault into the running stack.
 
-    invoke fault kill|restart|stop|start COMPONENT, fault scale ROLE=N (e.g. invocation=1),
+    ncpsim fault kill|restart|stop|start COMPONENT, fault scale ROLE=N (e.g. invocation=1),
     fault link CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N] [--protocol tcp|udp|any],
     fault clear-links,
     fault expire frontend|public-frontend|invocation|grpc-proxy
@@ -87,11 +87,11 @@ def fault(
     from sim.errors import ConfigError
 
     if not action:
-        raise ConfigError("fault: name an action, e.g. invoke fault kill invocation-service-0 (see --help)")
+        raise ConfigError("fault: name an action, e.g. ncpsim fault kill invocation-service-0 (see --help)")
     if action == "link":
         to = link_target(stack_named(stack, backend), to)
     step = fault_step(action, target, to, int(latency_ms), float(drop), int(timeout_ms), protocol)
-    _run_steps(stack, backend, [step], "invoke fault")
+    _run_steps(stack, backend, [step], "ncpsim fault")
 
 
 @ncpsim_task(positional=["kind"], help={"kind": "frontend, pod-certs, stack-ca or public-ca", **_ON_STACK})
@@ -100,7 +100,7 @@ def rotate(c, kind, stack="default", backend="local"):
     """Rotate certificates on the running stack, as the runbook does; calls keep working throughout."""
     from scenarios.devenv import rotate_step
 
-    _run_steps(stack, backend, [rotate_step(kind)], "invoke rotate")
+    _run_steps(stack, backend, [rotate_step(kind)], "ncpsim rotate")
 
 
 @optional_positional(
@@ -137,7 +137,7 @@ def set_(c, assignment=None, unset=None, secret=None, redeploy=None, stack="defa
         print(f"warning: {warning}", file=sys.stderr)
     for line in bring_secrets(stack_named(stack, backend), secret or []):
         print(line)
-    _run_steps(stack, backend, [step], "invoke set")
+    _run_steps(stack, backend, [step], "ncpsim set")
 
 
 @ncpsim_task(
@@ -174,7 +174,7 @@ def watch(c, json_=False, grep="", failed=False, stack="default", backend="local
     def still_up() -> bool:
         try:
             return running.status() is not None
-        except (OSError, ValueError):  # caught while `invoke down` removes its files: look again next time
+        except (OSError, ValueError):  # caught while `ncpsim down` removes its files: look again next time
             return True
 
     show(running.state_dir, sys.stdout, still_up, choice=Choice(grep, failed), as_json=json_)

@@ -56,9 +56,9 @@ def up(
     """Bring the stack up, replay the scenario once, print the report and endpoints; leave it running.
 
     Ctrl-C or SIGTERM before the report is out stops everything started so far; once it is out, the
-    stack is up and stays up (`invoke down` stops it).
+    stack is up and stays up (`ncpsim down` stops it).
 
-    invoke up [NAME | scenario=NAME | --scenario NAME] [-f FILE ...] [--set key.path=value ...] [--stack S];
+    ncpsim up [NAME | scenario=NAME | --scenario NAME] [-f FILE ...] [--set key.path=value ...] [--stack S];
     with no scenario, the default topology comes up idle.
     """
     if backend != "local":
@@ -227,7 +227,7 @@ def status(c, json_=False, stack="default", backend="local"):
             print(json.dumps({"stack": stack, "running": []}))
         else:
             flag = "" if stack == "default" else f" --stack {stack}"
-            print(f"stack {stack!r} is not up (bring it up with `invoke up{flag}`)")
+            print(f"stack {stack!r} is not up (bring it up with `ncpsim up{flag}`)")
         raise Exit(code=EXIT_FAILED)
     down, complete = current.get("down") or [], current.get("complete", True)
     target = existing_stack(stack, backend)
@@ -242,7 +242,7 @@ def status(c, json_=False, stack="default", backend="local"):
             for assumed in current.get("assumptions", []):  # what ncpsim filled in (no silent green)
                 print(f"  assumed: {assumed['what']}; {assumed['bring']}")
         else:
-            print(f"stack {stack!r} is partly up: its start did not finish (`invoke down` stops what runs)")
+            print(f"stack {stack!r} is partly up: its start did not finish (`ncpsim down` stops what runs)")
         if "running" in current:
             print(f"  running: {', '.join(current['running']) or 'nothing'}")
         if down:

@@ -93,7 +93,7 @@ def diagnose(
 
     if not file and not set and not bundle:
         raise ConfigError(
-            "give the customer's values or bundle: invoke diagnose -f values.yaml | --bundle B [--symptom TEXT]"
+            "give the customer's values or bundle: ncpsim diagnose -f values.yaml | --bundle B [--symptom TEXT]"
         )
     if write_ticket:  # checked first: no diagnosis runs only to find its ticket cannot be written
         check_new(out_file("--write-ticket", write_ticket))
@@ -110,7 +110,7 @@ def diagnose(
     if write_ticket and found.findings:
         written = write(found, Path(write_ticket), ticket_id)
         print(
-            f"ticket: {written[0]} (values: {written[1]}); replay it: invoke replay scenario={written[0]}",
+            f"ticket: {written[0]} (values: {written[1]}); replay it: ncpsim replay scenario={written[0]}",
             file=sys.stderr if json_ else sys.stdout,
         )
     if found.findings:

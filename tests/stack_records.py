@@ -71,7 +71,7 @@ class Records:
 
 
 def stack_processes(state: Path) -> list[int]:
-    """Live processes whose command line names this stack's state folder (what `invoke down` must stop)."""
+    """Live processes whose command line names this stack's state folder (what `ncpsim down` must stop)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():

@@ -92,8 +92,8 @@ SAMPLE = {
 
 def test_judge_marks_each_target() -> None:
     verdicts = {row.figure.split(" (")[0]: row.met for row in judge(SAMPLE)}
-    assert verdicts["`invoke up` to first HTTP callback"] is True
-    assert verdicts["`invoke up` to first gRPC callback"] is False  # 0.9 s against 0.8 s
+    assert verdicts["`ncpsim up` to first HTTP callback"] is True
+    assert verdicts["`ncpsim up` to first gRPC callback"] is False  # 0.9 s against 0.8 s
     assert verdicts["new-TLS-connection callbacks/s, proxy / nginx"] is False
     assert verdicts["keep-alive callbacks/s, proxy / nginx"] is True  # the rounds' median, 1.05
     assert verdicts["keep-alive callbacks/s, proxy / direct to pod"] is None  # shown, judged against nothing
@@ -104,7 +104,7 @@ def test_judge_marks_each_target() -> None:
 
 
 def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
-    report.write(dict(SAMPLE), tmp_path, "invoke bench --quick")
+    report.write(dict(SAMPLE), tmp_path, "ncpsim bench --quick")
     written = json.loads((tmp_path / "benchmarks.json").read_text())
     assert [t["verdict"] for t in written["targets"]].count("MISSED") == 4
     text = (tmp_path / "benchmarks.md").read_text()

@@ -1,4 +1,4 @@
-"""`invoke bench` checks its peers (nginx, dnsmasq) before it starts (issue 15): a missing one is named with
+"""`ncpsim bench` checks its peers (nginx, dnsmasq) before it starts (issue 15): a missing one is named with
 the command that installs it, and its comparison is reported as skipped, not failed."""
 
 from __future__ import annotations

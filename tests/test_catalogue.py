@@ -1,4 +1,4 @@
-"""The whole catalogue, replayed as `invoke replay --all` does: every scenario passes, within the budget.
+"""The whole catalogue, replayed as `ncpsim replay --all` does: every scenario passes, within the budget.
 
 One run for the module (each scenario on a fresh stack of its own, stopped afterwards); the tests then
 read its results, its JUnit file and the folders it leaves.
@@ -22,7 +22,7 @@ from scenarios.result import ScenarioResult
 REPO = Path(__file__).resolve().parents[1]
 NAMES = [name for name, _ in catalogue()]
 # A hang guard, not the performance figure: the catalogue's time on an idle 2-core machine (60 s is the
-# target) is measured by `invoke bench`; here the suite may share the machine with other work.
+# target) is measured by `ncpsim bench`; here the suite may share the machine with other work.
 BUDGET_SECONDS = 300.0
 pytestmark = pytest.mark.timeout(BUDGET_SECONDS + 120)  # the module fixture replays the whole catalogue
 

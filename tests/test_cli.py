@@ -1,4 +1,4 @@
-"""The command line as a user runs it: `invoke up scenario=...`, status, logs, certs, down."""
+"""The command line as a user runs it: `ncpsim up scenario=...`, status, logs, certs, down."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from scenarios.secrets import with_brought_secrets
 
 WD = "grpc-worker.example.com"
 REPO = Path(__file__).resolve().parents[1]
-CLI_TIMEOUT = 60.0  # one `invoke up` of a one-step scenario takes a few seconds
+CLI_TIMEOUT = 60.0  # one `ncpsim up` of a one-step scenario takes a few seconds
 Data = dict[str, Any]
 
 
@@ -257,7 +257,7 @@ def test_brought_secret_is_served_as_it_is_and_trusted_through_pasted_pem(tmp_pa
 
 
 def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env: dict[str, str]) -> None:
-    """`invoke up --secret NAME=DIR` as a user types it: the brought certificate is what the proxy serves."""
+    """`ncpsim up --secret NAME=DIR` as a user types it: the brought certificate is what the proxy serves."""
     folder, _ = brought_folder(tmp_path)
     data = base(
         "brought-cli",

@@ -1,4 +1,4 @@
-"""A dev environment to poke (issue 15): idle `invoke up`, then tasks on the running stack, as a user runs them.
+"""A dev environment to poke (issue 15): idle `ncpsim up`, then tasks on the running stack, as a user runs them.
 
 The acceptance test runs each step as a real `invoke` process with NCPSIM_HOME in a temporary folder;
 its teardown stops the stack whatever happened and fails if one of its processes is left. The table
@@ -45,7 +45,7 @@ def user_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     home = Path(env["NCPSIM_HOME"])
     for state in sorted(home.iterdir()) if home.exists() else []:
         run_invoke("down", "--stack", state.name, env=env)
-        assert not stack_processes(state), f"processes of {state.name} left after invoke down"
+        assert not stack_processes(state), f"processes of {state.name} left after ncpsim down"
 
 
 def calls(done: subprocess.CompletedProcess) -> list[dict]:
@@ -90,7 +90,7 @@ def test_idle_stack_poked_as_a_user_would(user_env: dict[str, str]) -> None:
     state = Path(user_env["NCPSIM_HOME"]) / "default"
     topology = json.loads((state / "topology.json").read_text())
     assert topology["values"]["workerCallbackProxy"]["invocation"]["connect"]["enabled"] is True
-    # The new proxy listens on new ports: what `invoke status` prints follows it.
+    # The new proxy listens on new ports: what `ncpsim status` prints follows it.
     bound = json.loads((state / "netmap.json").read_text())["bindings"]
     status = json.loads(run_invoke("status", "--json", env=user_env).stdout)
     assert status["proxy"]["http"]["port"] == bound[f"{topology['proxy_lb_ip']}:10084/tcp"]
@@ -127,7 +127,7 @@ def test_step_from_stdin_checks_its_expectations(user_env: dict[str, str]) -> No
 
 
 def test_probe_steps_repeat_on_a_running_stack(user_env: dict[str, str], tmp_path: Path) -> None:
-    """Hand-made forward-proxy requests through `invoke step`, twice on the same stack, expectations checked."""
+    """Hand-made forward-proxy requests through `ncpsim step`, twice on the same stack, expectations checked."""
     assert run_invoke("up", "--stack", "probes", env=user_env).returncode == 0
     steps = tmp_path / "probes.yaml"
     steps.write_text(
@@ -146,7 +146,7 @@ def test_tasks_on_a_stack_that_is_not_up(user_env: dict[str, str]) -> None:
     done = run_invoke("call", "http-echo", "--stack", "nothing", env=user_env)
     assert done.returncode == 2
     assert (
-        done.stderr.strip() == "ncpsim: stack 'nothing' is not up; start it with `invoke up --stack nothing`"
+        done.stderr.strip() == "ncpsim: stack 'nothing' is not up; start it with `ncpsim up --stack nothing`"
     )
     missing = run_invoke("step", "no-such-step.yaml", "--stack", "nothing", env=user_env)
     assert missing.returncode == 2 and missing.stderr.startswith(
@@ -222,7 +222,7 @@ def test_fault_link_and_mistakes() -> None:
     assert udp["protocol"] == "udp"  # `ncpsim fault link CLUSTER --protocol udp`
     with pytest.raises(ConfigError, match="choose one of kill"):
         fault_step("explode", "x")
-    with pytest.raises(ConfigError, match="invoke fault kill COMPONENT"):
+    with pytest.raises(ConfigError, match="ncpsim fault kill COMPONENT"):
         fault_step("kill", None)
     with pytest.raises(ConfigError, match="ROLE=REPLICAS"):
         fault_step("scale", "invocation")
@@ -313,7 +313,7 @@ def test_replay_stack_names_are_shortened_out_loud() -> None:
 
 
 def test_a_closed_pipe_ends_output_quietly(user_env: dict[str, str]) -> None:
-    """`invoke scenarios | head`: the reader left before the writer was done."""
+    """`ncpsim scenarios | head`: the reader left before the writer was done."""
     for args in (["scenarios"], ["--list"], ["replay", "--help"]):
         proc = subprocess.Popen(
             [INVOKE, *args], cwd=REPO, env=user_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -354,4 +354,4 @@ def test_status_of_a_stack_that_is_not_up_says_how_to_start_it(user_env: dict[st
     assert run_invoke("down", "--stack", "later", env=user_env).returncode == 0
     done = run_invoke("status", "--stack", "later", env=user_env)
     assert done.returncode == 1
-    assert done.stdout.strip() == "stack 'later' is not up (bring it up with `invoke up --stack later`)"
+    assert done.stdout.strip() == "stack 'later' is not up (bring it up with `ncpsim up --stack later`)"

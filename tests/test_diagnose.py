@@ -1,4 +1,4 @@
-"""`invoke diagnose`: the symptom table row by row, the judge from a table of observations, render-time
+"""`ncpsim diagnose`: the symptom table row by row, the judge from a table of observations, render-time
 refusals from customer files, and live probes of a customer's world on the local backend."""
 
 from __future__ import annotations

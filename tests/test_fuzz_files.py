@@ -1,4 +1,4 @@
-"""Fuzzing what `invoke up` and `invoke replay` read (issue 16, acceptance: the fuzz run).
+"""Fuzzing what `ncpsim up` and `ncpsim replay` read (issue 16, acceptance: the fuzz run).
 
 Mutated values files (a customer's, and the values blocks of the catalogue) and mutated scenario files (the
 catalogue's own) go through the same loading `up` and `replay` call: `customer_layers` (each `-f`), then
@@ -392,7 +392,7 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 
 def load_as_values(path: Path, scenario: str) -> None:
-    """What `invoke up -f FILE scenario=...`, `invoke up -f FILE` and `invoke replay -f FILE` reach for."""
+    """What `ncpsim up -f FILE scenario=...`, `ncpsim up -f FILE` and `ncpsim replay -f FILE` reach for."""
     customer = customer_layers([path])
     loaded = load_scenario(scenario, allow_expected_error=True, customer=customer)
     values_warnings([loaded])
@@ -404,7 +404,7 @@ def load_as_values(path: Path, scenario: str) -> None:
 
 
 def load_as_scenario(path: Path, scenario: str) -> None:
-    """What `invoke up PATH` and `invoke replay PATH` reach for."""
+    """What `ncpsim up PATH` and `ncpsim replay PATH` reach for."""
     loaded = load_scenario(str(path), allow_expected_error=True)
     values_warnings([loaded])
     if loaded.config_error is None:

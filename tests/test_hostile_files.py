@@ -145,7 +145,7 @@ def test_replay_and_diagnose_refuse_a_hostile_values_file(
 def test_step_refuses_a_hostile_step_file(tmp_path: Path, case: str) -> None:
     make, words = HOSTILE[case]
     path = make(tmp_path)
-    # `invoke step` refuses what is not a regular file in its own words ("no such step file").
+    # `ncpsim step` refuses what is not a regular file in its own words ("no such step file").
     words = words if path.is_file() else ()
     refused(invoke("step", str(path), "--stack", "hostile", env=home(tmp_path)), str(path), *words)
 
@@ -285,7 +285,7 @@ def test_an_output_file_where_a_folder_is_is_refused_before_any_work(
 def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(
     tmp_path: Path, command: tuple[str, ...], where: str
 ) -> None:
-    """`invoke certs` and `invoke render` keep certificates in the state folder without bringing a stack up."""
+    """`ncpsim certs` and `ncpsim render` keep certificates in the state folder without bringing a stack up."""
     if where.startswith("/proc") and not Path("/proc/self").is_dir():
         pytest.skip("no /proc on this system")
     file = write(tmp_path / "a-file", "not a folder\n")
@@ -310,7 +310,7 @@ for n in range(2000):
 
 
 def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path) -> None:
-    """Two `invoke fault link` at once (no stack lock around them) wrote the same temporary file; one then
+    """Two `ncpsim fault link` at once (no stack lock around them) wrote the same temporary file; one then
     found it renamed away (FileNotFoundError). The per-stack lock covers `up`, `down`, redeploys and restarts
     (the network map, tests/test_state_folder.py); this is the write outside it."""
     state = tmp_path / "state"
@@ -335,7 +335,7 @@ def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path
     assert sorted(p.name for p in state.iterdir()) == ["faults.json"]
 
 
-# `invoke step -`: standard input is untrusted too ----------------------------------------------------------------
+# `ncpsim step -`: standard input is untrusted too ----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("stdin", "words"),
     [
@@ -399,7 +399,7 @@ else:
 
 @pytest.mark.parametrize("plant", ["sparse 10 GB", "FIFO key"])
 def test_a_brought_secret_folder_is_read_with_bounds(tmp_path: Path, plant: str) -> None:
-    """What `invoke up --secret NAME=DIR` reads from DIR: a 10 GB tls.crt (sparse: no disk used) was read whole
+    """What `ncpsim up --secret NAME=DIR` reads from DIR: a 10 GB tls.crt (sparse: no disk used) was read whole
     into memory. A FIFO named tls.key is not a file (`is_file`), so it is refused as missing before any read."""
     folder = tmp_path / "customer-tls"
     folder.mkdir()

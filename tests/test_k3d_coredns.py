@@ -1,4 +1,4 @@
-"""The clusters' DNS records in the k3d backend, and `invoke dns-rewrite`.
+"""The clusters' DNS records in the k3d backend, and `ncpsim dns-rewrite`.
 
 Same names in, same answers out: each name is asked of the local resolver's view of a cluster (dns.rule)
 and of the k3d cluster as rendered: the coredns-custom ConfigMap read back by dns.coredns.view_of, with
@@ -123,7 +123,7 @@ def test_a_compute_cluster_holds_no_proxy_service_of_its_own() -> None:
     assert CONTROL_CLUSTER in rendered
 
 
-# -- invoke dns-rewrite ---------------------------------------------------------------------------
+# -- ncpsim dns-rewrite ---------------------------------------------------------------------------
 @pytest.fixture
 def tools(tmp_path: Path):
     harness = fake.Harness(tmp_path)
@@ -215,7 +215,7 @@ def test_missing_service_takes_ncpsims_own_proxy_address(tools) -> None:
 
 
 def test_plan_sends_the_names_where_the_backend_does() -> None:
-    """`invoke dns-rewrite` writes the make target's form (a rewrite to the proxy Service it creates); the
+    """`ncpsim dns-rewrite` writes the make target's form (a rewrite to the proxy Service it creates); the
     backend writes the seed's wildcard record for the load balancer. The same names reach the same address."""
     topology = load_scenario("http-callback").build_topology("default")
     cluster = topology.compute_clusters[0].name

@@ -1,4 +1,4 @@
-"""What `invoke render --backend k3d` writes: every k3d config validates against k3d's published JSON
+"""What `ncpsim render --backend k3d` writes: every k3d config validates against k3d's published JSON
 schema, every manifest validates with kubernetes-validate in strict mode, and the objects say what
 DESIGN.md sections 1 and 4 ask (clusters, CIDRs, ports, Secrets, proxy, compute-side Services)."""
 

@@ -86,7 +86,7 @@ def test_status_names_the_real_server(nkey_stack: LocalStack) -> None:
     conn.request("GET", "/healthz")
     assert conn.getresponse().status == 200
     conn.close()
-    # nats-server runs in the supervisor's process group, so `invoke down` and SIGKILL reach it.
+    # nats-server runs in the supervisor's process group, so `ncpsim down` and SIGKILL reach it.
     supervisor = nkey_stack.launcher.running()[NATS_SERVER]
     children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == supervisor]
     server = [p for p in children if b"nats-server" in _cmdline(p)]

@@ -1,7 +1,7 @@
 """Helm's precedence and each key's origin: defaults < scenario values < each -f FILE < --set < step setValues.
 
-Pure tables first (sim.model.layering), then the command line end to end: `invoke up -f ... --set ...`
-on a real local stack, `invoke status --json`, the JSON report, and `invoke down --purge`.
+Pure tables first (sim.model.layering), then the command line end to end: `ncpsim up -f ... --set ...`
+on a real local stack, `ncpsim status --json`, the JSON report, and `ncpsim down --purge`.
 """
 
 from __future__ import annotations

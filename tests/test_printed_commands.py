@@ -59,7 +59,7 @@ def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     home = Path(env["NCPSIM_HOME"])
     for state in sorted(home.iterdir()) if home.exists() else []:
         run_invoke("down", "--stack", state.name, env=env)
-        assert not stack_processes(state), f"processes of {state.name} left after invoke down"
+        assert not stack_processes(state), f"processes of {state.name} left after ncpsim down"
 
 
 def paste(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""`invoke replay --jobs N`: stacks side by side, each isolated, reports in catalogue order, none left."""
+"""`ncpsim replay --jobs N`: stacks side by side, each isolated, reports in catalogue order, none left."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A deliberately failing scenario through `invoke replay --keep --junit`: the reports name the step and the
+"""A deliberately failing scenario through `ncpsim replay --keep --junit`: the reports name the step and the
 expectation, the failed stack is kept for inspection, and its sequence page renders in headless Chromium."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Malformed scenario and values files, as a support engineer would write them from a ticket.
 
-Each goes through the real command line (`invoke up scenario=PATH` or `invoke replay scenario=PATH`) and
+Each goes through the real command line (`ncpsim up scenario=PATH` or `ncpsim replay scenario=PATH`) and
 must end with exactly one line on stderr naming the file, the line or key path, and what was expected;
 exit code 2; no traceback. No stack starts, so none of these needs a teardown.
 """

@@ -1,6 +1,6 @@
 """The state folder attacked as a user on the same machine, or a mistake, would (issue 16, items 3, 5, 7, 8):
 an unusable NCPSIM_HOME, `down --purge` aimed at a folder ncpsim did not make, symbolic links planted where
-ncpsim writes, two `invoke up` at once, an `invoke up` SIGKILLed mid-start, a component killed under a
+ncpsim writes, two `ncpsim up` at once, an `ncpsim up` SIGKILLed mid-start, a component killed under a
 running stack. Every case runs the real command line; a refusal is one line on stderr and exit code 2.
 """
 
@@ -22,8 +22,8 @@ from sim.model.events import read_events
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = 60.0  # a refusal, a status or a down: well under a few seconds even on a busy machine
-UP = 180.0  # a whole `invoke up` with its scenario replay
-START = 30.0  # until the components of an `invoke up` have reported ready (READY_TIMEOUT is 15 s a phase)
+UP = 180.0  # a whole `ncpsim up` with its scenario replay
+START = 30.0  # until the components of an `ncpsim up` have reported ready (READY_TIMEOUT is 15 s a phase)
 POLL = 0.005  # between looks at the pid folder: a worker must be caught long before it could be ready
 SCENARIO = "http-callback"
 STACK = "st"
@@ -78,7 +78,7 @@ def living(pids: dict[str, int]) -> set[str]:
 
 @pytest.fixture
 def teardown(tmp_path: Path) -> Iterator[list[dict[str, int]]]:
-    """Every component a test saw is gone when it ends, whatever happened (`invoke down`, then SIGKILL)."""
+    """Every component a test saw is gone when it ends, whatever happened (`ncpsim down`, then SIGKILL)."""
     seen: list[dict[str, int]] = []
     yield seen
     invoke("down", "--stack", STACK, env=home(tmp_path))
@@ -218,7 +218,7 @@ def test_up_refuses_a_planted_link(tmp_path: Path, name: str, teardown: list[dic
     assert not component_pids(stack), "components started although the state folder was refused"
 
 
-# Two `invoke up` at once, and a component killed under a running stack (item 8) ------------------------------
+# Two `ncpsim up` at once, and a component killed under a running stack (item 8) ------------------------------
 def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(
     tmp_path: Path, teardown: list[dict[str, int]]
 ) -> None:
@@ -264,7 +264,7 @@ def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(
     ]
 
 
-# `invoke up` SIGKILLed mid-start (item 8) -----------------------------------------------------------------------
+# `ncpsim up` SIGKILLed mid-start (item 8) -----------------------------------------------------------------------
 def wait_for(what: str, check, timeout: float) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not check():
@@ -290,7 +290,7 @@ def phase_one_read(stack: Path, names: set[str]) -> bool:
 
 def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[dict[str, int]]) -> None:
     """The control plane is ready, the worker hosts are held (SIGSTOP) so the start cannot finish, and then
-    `invoke up` is SIGKILLed: its components keep running without status.json, and status must say so."""
+    `ncpsim up` is SIGKILLed: its components keep running without status.json, and status must say so."""
     env, stack = home(tmp_path), tmp_path / "state" / STACK
     up = subprocess.Popen(
         [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", SCENARIO, "--stack", STACK],

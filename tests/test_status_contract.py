@@ -1,4 +1,4 @@
-"""`invoke status --json` on every backend (DESIGN.md section 5; issue 11 item 3): the proxy block is null when
+"""`ncpsim status --json` on every backend (DESIGN.md section 5; issue 11 item 3): the proxy block is null when
 the proxy is off, never a block with null ports; `proxy.http.url` follows invocationProxyURL; `proxy.h3` names
 one real pod name; pod targets are what the pods hand workers. Both backends share clusters.stack.build_status:
 the k3d builder is checked from a table, the local one on a running stack.

@@ -1,8 +1,8 @@
-"""Teardown: an interrupted `invoke up`, a crashed component and two stacks side by side leave nothing behind.
+"""Teardown: an interrupted `ncpsim up`, a crashed component and two stacks side by side leave nothing behind.
 
 "Nothing" is checked from outside, the way a user would find a leak: no process whose command line names
 the stack's state folder (scanned in /proc), no socket still listening on a port from its network map, no
-temporary file outside the state folder (TMPDIR points into the test's own folder), and `invoke down`
+temporary file outside the state folder (TMPDIR points into the test's own folder), and `ncpsim down`
 succeeding afterwards.
 """
 
@@ -33,10 +33,10 @@ from sim.pods.nats.stack import StackKeys, server_config
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20261129
-MOMENTS = 20  # the issue's number: interrupt `invoke up` at 20 seeded random moments
+MOMENTS = 20  # the issue's number: interrupt `ncpsim up` at 20 seeded random moments
 WAVE = 4  # interrupted runs side by side, so 20 of them fit in a quarter of a minute on 2 cores
 EXIT_TIMEOUT = (
-    60.0  # an interrupted `invoke up` stops its components (3 s grace each, worst case), on a busy machine
+    60.0  # an interrupted `ncpsim up` stops its components (3 s grace each, worst case), on a busy machine
 )
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="scans /proc for leftovers"),
@@ -152,7 +152,7 @@ def invoke_down(root: Path, name: str) -> subprocess.CompletedProcess:
 
 
 def invoke_downs(root: Path, names: list[str]) -> dict[str, tuple[int, str]]:
-    """`invoke down` for several stacks at once (each is an interpreter start: run them side by side)."""
+    """`ncpsim down` for several stacks at once (each is an interpreter start: run them side by side)."""
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-m", "invoke", "down", "--stack", name],
@@ -187,7 +187,7 @@ def root(tmp_path: Path) -> Iterator[Path]:
 @dataclass(frozen=True)
 class Moment:
     index: int
-    at: float  # a fraction of how long an uninterrupted `invoke up` takes on this machine, now
+    at: float  # a fraction of how long an uninterrupted `ncpsim up` takes on this machine, now
     sig: signal.Signals
 
     @property
@@ -207,11 +207,11 @@ def moments(seed: int = SEED, count: int = MOMENTS) -> list[Moment]:
 class Interrupted:
     code: int | None
     output: str
-    phase: str | None  # where `invoke up` was when signalled; None if it had already ended
+    phase: str | None  # where `ncpsim up` was when signalled; None if it had already ended
 
 
 def phase_of(state: Path) -> str:
-    """How far `invoke up` had got, from what it had written (for the report of each moment)."""
+    """How far `ncpsim up` had got, from what it had written (for the report of each moment)."""
     if (state / "status.json").exists():
         return "replay"
     pids = list((state / "pids").glob("*.pid")) if (state / "pids").exists() else []
@@ -220,7 +220,7 @@ def phase_of(state: Path) -> str:
     return "prepare" if state.exists() else "start"
 
 
-EXEC_TIMEOUT = 10.0  # fork to exec of `invoke up` (slow only on a loaded machine)
+EXEC_TIMEOUT = 10.0  # fork to exec of `ncpsim up` (slow only on a loaded machine)
 
 
 def executing(proc: subprocess.Popen) -> float:
@@ -234,11 +234,11 @@ def executing(proc: subprocess.Popen) -> float:
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return time.monotonic()  # already gone: the caller sees it ended
         time.sleep(0.001)
-    raise AssertionError(f"`invoke up` (pid {proc.pid}) did not start within {EXEC_TIMEOUT}s")
+    raise AssertionError(f"`ncpsim up` (pid {proc.pid}) did not start within {EXEC_TIMEOUT}s")
 
 
 def window(root: Path) -> float:
-    """Three quarters of how long a wave of uninterrupted `invoke up`s takes here, now: the moments are
+    """Three quarters of how long a wave of uninterrupted `ncpsim up`s takes here, now: the moments are
     fractions of it, so they fall across the whole command on a fast machine and on a loaded one. Three
     quarters, because in an interrupted wave the runs signalled early free the machine for the rest,
     which then end sooner than the uninterrupted wave did."""
@@ -256,7 +256,7 @@ def window(root: Path) -> float:
 
 
 def interrupt(root: Path, wave: list[Moment], length: float) -> dict[str, Interrupted]:
-    """Start one `invoke up` per moment and signal each at its moment of `length` after it began executing."""
+    """Start one `ncpsim up` per moment and signal each at its moment of `length` after it began executing."""
     procs = {m.stack: (m, invoke_up(root, m.stack)) for m in wave}
     started = {name: (m, proc, executing(proc)) for name, (m, proc) in procs.items()}
     phases: dict[str, str | None] = {}
@@ -277,7 +277,7 @@ def interrupt(root: Path, wave: list[Moment], length: float) -> dict[str, Interr
 
 
 def up_and_complete(root: Path, name: str) -> list[str]:
-    """What is wrong with stack `name` if it should be up: an `invoke up` that exited 0 says it is."""
+    """What is wrong with stack `name` if it should be up: an `ncpsim up` that exited 0 says it is."""
     status = LocalStack(name, root=root).status()
     if status is None or not status["complete"] or status["down"]:
         return [f"exit 0 but the stack is not up and complete: {status}"]
@@ -293,7 +293,7 @@ def test_the_moments_are_seeded_and_spread_over_the_window() -> None:
 
 
 def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) -> None:
-    """The rule a user relies on: an `invoke up` ended by the signal leaves nothing of its stack; one
+    """The rule a user relies on: an `ncpsim up` ended by the signal leaves nothing of its stack; one
     signalled after its report is out has settled, exits 0 (the scenario passes) and leaves its stack
     up and complete."""
     plan, length = moments(), window(root)
@@ -308,14 +308,14 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
             phase = "ended" if got.phase is None else "settled" if got.code == 0 else got.phase
             phases[phase] = phases.get(phase, 0) + 1
             if got.code is None:
-                problems.append(f"{where}: `invoke up` did not end:\n{got.output}")
+                problems.append(f"{where}: `ncpsim up` did not end:\n{got.output}")
             elif got.code == 0:
                 problems += [f"{where}: {line}" for line in up_and_complete(root, m.stack)]
             else:  # 130 from the guard, -SIG before it is installed, 1 from invoke's own parsing
                 problems += [f"{where}: {line}" for line in leftovers(root, m.stack)]
         for name, (code, out) in invoke_downs(root, [m.stack for m in wave]).items():
             if code != 0:
-                problems.append(f"{name}: `invoke down` failed ({code}): {out}")
+                problems.append(f"{name}: `ncpsim down` failed ({code}): {out}")
             problems += [f"{name} after down: {line}" for line in leftovers(root, name)]
         force_clean(root)  # keep one wave's leak from muddying the next wave's timings
     # Where the moments fell depends on the machine; the launch phase is also interrupted
@@ -327,7 +327,7 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
 
 
 def test_a_signal_ignored_from_the_start_stays_ignored() -> None:
-    """`invoke up &` in a script starts with SIGINT ignored: the guard leaves it so (and still turns
+    """`ncpsim up &` in a script starts with SIGINT ignored: the guard leaves it so (and still turns
     SIGTERM into cleanup), then puts every handler back."""
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -343,7 +343,7 @@ def test_a_signal_ignored_from_the_start_stays_ignored() -> None:
 
 
 def test_a_settled_command_ignores_signals_to_its_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After `invoke up` has printed its report: a signal is ignored inside the guards and stays ignored
+    """After `ncpsim up` has printed its report: a signal is ignored inside the guards and stays ignored
     as each comes off, so the exit code (0) and the stack (up) agree."""
     monkeypatch.setattr(interrupts, "_settled", False)
     before = {sig: signal.getsignal(sig) for sig in InterruptGuard.SIGNALS}
@@ -362,7 +362,7 @@ def test_a_settled_command_ignores_signals_to_its_exit(monkeypatch: pytest.Monke
 def test_ctrl_c_while_the_early_zygote_starts_ends_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The moment the seeded ones hit only by chance (CI once, SIGINT at 0.737 s): Ctrl-C while `invoke up`
+    """The moment the seeded ones hit only by chance (CI once, SIGINT at 0.737 s): Ctrl-C while `ncpsim up`
     starts its zygote waits until the zygote is recorded, is raised as the start ends, and the zygote
     is ended with it rather than left importing."""
     monkeypatch.setenv("NCPSIM_HOME", str(tmp_path))
@@ -384,7 +384,7 @@ def test_ctrl_c_while_the_early_zygote_starts_ends_it(
     assert not processes_naming(str(tmp_path / "early"))
 
 
-# A crashed component, then `invoke down` ---------------------------------------------------------------
+# A crashed component, then `ncpsim down` ---------------------------------------------------------------
 def test_down_after_a_crashed_component(root: Path) -> None:
     backend = LocalBackend(root)
     stack = backend.attach("crash")
@@ -407,7 +407,7 @@ def test_down_after_a_crashed_component(root: Path) -> None:
 
 def test_down_stops_a_nats_server_no_record_names(root: Path) -> None:
     """A nats-server left by a supervisor that was stopped as it spawned the server (the supervisor's pid
-    file went with it): `invoke down` finds it by its config inside the state folder."""
+    file went with it): `ncpsim down` finds it by its config inside the state folder."""
     backend = LocalBackend(root)
     stack = backend.attach("orphan")
     stack.state_dir.mkdir(parents=True)  # nothing but what ncpsim writes: down adopts it
@@ -494,7 +494,7 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_stop_on_interrupt_covers_the_replay(root: Path, sig: signal.Signals) -> None:
-    """The local backend's interruptible() around run_scenario (what `invoke up` should do): a signal after
+    """The local backend's interruptible() around run_scenario (what `ncpsim up` should do): a signal after
     every component is ready, mid-replay, still stops them all."""
     proc = subprocess.Popen(
         [sys.executable, "-c", REPLAY_SCRIPT, str(root), "replay-int"],
@@ -527,7 +527,7 @@ def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(
         deadline = time.monotonic() + 30
         # status.json is written the moment launch ends and the replay begins; poll for that condition.
         while not (root / "replay-cli" / "status.json").exists() and proc.poll() is None:
-            assert time.monotonic() < deadline, "`invoke up` never finished launching"
+            assert time.monotonic() < deadline, "`ncpsim up` never finished launching"
             time.sleep(0.005)
         assert proc.poll() is None, "the replay ended before the signal"
         proc.send_signal(sig)

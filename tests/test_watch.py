@@ -1,4 +1,4 @@
-"""`invoke watch` (issue 15): rows appear for calls made meanwhile; a live table on a terminal, plain lines
+"""`ncpsim watch` (issue 15): rows appear for calls made meanwhile; a live table on a terminal, plain lines
 otherwise; Ctrl-C stops it, and so does the stack going down.
 
 The terminal is a real pseudo-terminal (pty) that is the watch's controlling terminal, so Ctrl-C is the
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).parent / "invoke")
 STACK = "watched"
 pytestmark = pytest.mark.usefixtures("sigint_as_on_a_terminal")  # Ctrl-C typed must reach the watch
-COMMAND_TIMEOUT = 90.0  # invoke up or a batch of calls, on a loaded CI machine
+COMMAND_TIMEOUT = 90.0  # ncpsim up or a batch of calls, on a loaded CI machine
 ROW_TIMEOUT = 20.0  # a finished callback's row is drawn within a poll interval plus its settle time
 EXIT_TIMEOUT = 10.0  # the watch ends within a poll interval of Ctrl-C or the stack going down; slack for load
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
@@ -119,7 +119,7 @@ class Output:
 
 
 def watch_on_a_terminal(env: dict[str, str], rows: int = 40, columns: int = 200) -> tuple[int, Output]:
-    """`invoke watch` in a session of its own whose controlling terminal is a new pty (pty.fork), so Ctrl-C
+    """`ncpsim watch` in a session of its own whose controlling terminal is a new pty (pty.fork), so Ctrl-C
     typed into the pty interrupts it as it would a person's watch."""
     pid, master = pty.fork()
     if pid == 0:  # the child: size its terminal before the watch can read it, then exec at once

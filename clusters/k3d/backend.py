@@ -1,4 +1,4 @@
-"""The k3d backend's steps: `invoke up --backend k3d` and `invoke down --backend k3d`.
+"""The k3d backend's steps: `ncpsim up --backend k3d` and `ncpsim down --backend k3d`.
 
 up = preflight -> shared Docker network -> k3d clusters -> stand-in image (docker SDK build, `k3d image
 import`) -> control-plane manifests -> rollouts -> the proxy's and nats-server's load-balancer addresses

@@ -1,4 +1,4 @@
-"""`invoke dns-rewrite`: the compute cluster's ``*.<workerDomain>`` CoreDNS rewrite, applied to any
+"""`ncpsim dns-rewrite`: the compute cluster's ``*.<workerDomain>`` CoreDNS rewrite, applied to any
 existing cluster (an ncpsim compute cluster, or e.g. ``ncp-local-compute-1`` of the stack's own local
 tooling), rendered by the same function as the k3d backend's.
 
@@ -139,7 +139,7 @@ def dns_rewrite(
     """0 when applied (or printed with dry_run), 1 when the user declined the context switch."""
     runner = runner or CommandRunner()
     if runner.which("kubectl") is None:
-        raise BackendError("kubectl not found on PATH; `invoke doctor` shows the install step")
+        raise BackendError("kubectl not found on PATH; `ncpsim doctor` shows the install step")
     target = parse_target(proxy_service_name)
     objects = plan(domain, target, address_to_create(runner, context, target, proxy_address))
     if dry_run:

@@ -1,4 +1,4 @@
-"""`invoke doctor`: what this laptop has and lacks for each backend, with the fix for each gap.
+"""`ncpsim doctor`: what this laptop has and lacks for each backend, with the fix for each gap.
 
 The local backend needs Python 3.11+, its packages and loopback sockets (port 0, so no fixed port can
 clash). The k3d backend needs docker, k3d, kubectl, a reachable engine, and the host ports its load

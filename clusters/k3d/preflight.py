@@ -110,5 +110,5 @@ def preflight(
     failed = [c for c in checks if not c.ok]
     if failed:
         parts = "; ".join(f"{c.name} {c.detail} ({c.fix})" for c in failed)
-        raise BackendError(f"the k3d backend cannot start: {parts}. `invoke doctor` shows the full picture")
+        raise BackendError(f"the k3d backend cannot start: {parts}. `ncpsim doctor` shows the full picture")
     return {c.name: c.detail for c in checks}

@@ -74,7 +74,7 @@ class CommandRunner:
             )
         except FileNotFoundError:
             raise BackendError(
-                f"{argv[0]}: not found on PATH; run `invoke doctor` for the install step"
+                f"{argv[0]}: not found on PATH; run `ncpsim doctor` for the install step"
             ) from None
         except subprocess.TimeoutExpired:
             raise BackendError(f"`{shlex.join(argv)}` did not finish in {timeout:.0f}s") from None

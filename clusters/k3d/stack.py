@@ -185,7 +185,7 @@ def endpoints(topology: Topology) -> Endpoints:
 
 
 def status(topology: Topology, state: Path, scenario: str) -> Json:
-    """`invoke status --json` for the k3d backend (the shared contract, the load balancer's ports)."""
+    """`ncpsim status --json` for the k3d backend (the shared contract, the load balancer's ports)."""
     return build_status(K3dStack.backend, topology, state, scenario, endpoints(topology))
 
 

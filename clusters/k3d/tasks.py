@@ -1,5 +1,5 @@
 """Entry points the command line (tasks/) calls for the k3d backend's extra tasks:
-`invoke render --backend k3d --out DIR`, `invoke dns-rewrite ...` and `invoke doctor`."""
+`ncpsim render --backend k3d --out DIR`, `ncpsim dns-rewrite ...` and `ncpsim doctor`."""
 
 from __future__ import annotations
 

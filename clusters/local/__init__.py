@@ -1,7 +1,7 @@
 """The local backend: the Topology as processes on 127.0.0.1, each in its own process group.
 
 The names are loaded on first use (PEP 562), so `clusters.local.zygote` can be imported on its own, light,
-first thing in `invoke up`.
+first thing in `ncpsim up`.
 """
 
 from __future__ import annotations

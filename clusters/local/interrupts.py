@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM as cleanup for a process that owns components (invoke up), light enough for its first line."""
+"""Ctrl-C and SIGTERM as cleanup for a process that owns components (ncpsim up), light enough for its first line."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _settled = False  # the process's signal dispositions are process state: see set
 
 
 def settle() -> None:
-    """This command's work is done (`invoke up` has printed its report): from here to exit, SIGINT and
+    """This command's work is done (`ncpsim up` has printed its report): from here to exit, SIGINT and
     SIGTERM are ignored, and every guard still installed leaves them ignored as it comes off.
 
     A signal in the last moments before exit has nothing left to stop. Honouring it would end the
@@ -29,10 +29,10 @@ def settle() -> None:
 
 class InterruptGuard:
     """Ctrl-C and SIGTERM while this process owns components: both become KeyboardInterrupt, so cleanup
-    runs (SIGTERM's default action would end `invoke up` at once and orphan every component started so
+    runs (SIGTERM's default action would end `ncpsim up` at once and orphan every component started so
     far), and inside `held()` they wait, so no signal lands between starting a child and recording it.
 
-    A signal this process was started ignoring stays ignored: a shell runs `invoke up &` from a script
+    A signal this process was started ignoring stays ignored: a shell runs `ncpsim up &` from a script
     with SIGINT ignored, and catching it only once the guard is in place would honour a Ctrl-C that
     lands late and drop one that lands early."""
 

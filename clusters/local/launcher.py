@@ -86,7 +86,7 @@ def phase_two(topology: Topology) -> list[ProcessSpec]:
 
 @contextlib.contextmanager
 def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
-    """Wrap a whole `invoke up` (start and replay): Ctrl-C or SIGTERM at any moment stops every process the
+    """Wrap a whole `ncpsim up` (start and replay): Ctrl-C or SIGTERM at any moment stops every process the
     launcher started, then re-raises KeyboardInterrupt for the command line to report."""
     guard = InterruptGuard()
     with guard.installed():
@@ -362,7 +362,7 @@ def _runs(module: str, args: list[str], state_dir: Path) -> bool:
 
 def _stop_strays(state_dir: Path) -> list[str]:
     """Stop this stack's processes that no pid file names, known by their command lines: a component
-    whose pid file went with a crashed `invoke up`, or a nats-server whose supervisor was stopped
+    whose pid file went with a crashed `ncpsim up`, or a nats-server whose supervisor was stopped
     while it started it. SIGTERM, then SIGKILL what outlives the grace period; says what it stopped."""
     strays = []
     for proc in psutil.process_iter(["cmdline", "status"]):

@@ -1,7 +1,7 @@
 """Watching a component that is not the launcher's child: until it has exited, and no longer.
 
 A component the zygote forked has the zygote for parent, then init once the zygote is gone; so has
-every component when `invoke down` runs in another process than `invoke up`. Such a process cannot be
+every component when `ncpsim down` runs in another process than `ncpsim up`. Such a process cannot be
 waited on with waitpid. "Exited" must still mean what waitpid means: every thread gone, so every
 socket closed. A zombie does not: the main thread of a process killed with threads running becomes a
 zombie before the others have closed the process's files (a pod SIGKILLed that way still refused no

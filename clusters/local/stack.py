@@ -45,12 +45,12 @@ class LocalStack:
 
     def up(self, topology: Topology, scenario: str) -> LocalStack:
         create_stack_dir(self.state_dir)
-        # Under the lock, so two `invoke up` runs cannot both pass the check; a loser stops nothing.
+        # Under the lock, so two `ncpsim up` runs cannot both pass the check; a loser stops nothing.
         with self.lock.held():
             if self.launcher.running():
                 raise ConfigError(
                     f"stack {self.name!r} is already running ({self.state_dir}); "
-                    f"run `invoke down` first or pick another --stack name"
+                    f"run `ncpsim down` first or pick another --stack name"
                 )
             check_links(self.state_dir)
             (self.state_dir / "status.json").unlink(missing_ok=True)  # until this start completes
@@ -72,7 +72,7 @@ class LocalStack:
         return topology
 
     def _refresh_status(self) -> None:
-        """A replaced proxy or resolver binds new ports: keep status.json (what `invoke status` prints) current."""
+        """A replaced proxy or resolver binds new ports: keep status.json (what `ncpsim status` prints) current."""
         path = self.state_dir / "status.json"
         if path.exists():
             netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
@@ -94,7 +94,7 @@ class LocalStack:
     def status(self) -> Json | None:
         """The status contract, with `running` and `down` read from the pid files (checked for liveness).
 
-        status.json is written only once a start completes; a start cut short (a SIGKILLed `invoke up`)
+        status.json is written only once a start completes; a start cut short (a SIGKILLed `ncpsim up`)
         leaves components running without it, and the status says so (`complete: false`) rather than
         "not up"."""
         if not is_stack_dir(self.state_dir):

@@ -46,12 +46,12 @@ def _spawn(state_dir: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
     return process, ours
 
 
-# A zygote started before its launch (`invoke up`, first thing), waiting to be adopted by that launch.
+# A zygote started before its launch (`ncpsim up`, first thing), waiting to be adopted by that launch.
 _EARLY: dict[Path, tuple[subprocess.Popen[bytes], socket.socket]] = {}
 
 
 def start_early(state_dir: Path) -> None:
-    """Start the zygote of a launch of `state_dir` now, so its imports overlap the caller's own (invoke up
+    """Start the zygote of a launch of `state_dir` now, so its imports overlap the caller's own (ncpsim up
     has a third of a second of them, and the scenario's checks, before it launches). The launch adopts it;
     `discard_early` ends one that no launch took. It ends by itself, too, when this process does and its
     end of the socket pair closes, but only once the import it is in is done: so `early_for` ends it."""

@@ -1,5 +1,5 @@
 """Every file the k3d backend applies, as text: k3d configs, one manifest stream per cluster, and the
-Envoy config on its own for reading. `invoke render --backend k3d` writes exactly this."""
+Envoy config on its own for reading. `ncpsim render --backend k3d` writes exactly this."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ plane's load-balanced NATS, and the cluster's DNS records (``*.<workerDomain>`` 
 
 The compute cluster holds no Service for the proxy: workers reach it at the address its records answer,
 as the seed's step 2 has it, and a rewrite to ``worker-callback-proxy.nvcf.svc.cluster.local`` finds no
-such name there unless a record makes it (as on the local backend). `invoke dns-rewrite` creates one."""
+such name there unless a record makes it (as on the local backend). `ncpsim dns-rewrite` creates one."""
 
 from __future__ import annotations
 

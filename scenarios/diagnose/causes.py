@@ -113,7 +113,7 @@ CAUSES: dict[str, Cause] = {
             "*.<workerDomain> does not resolve from the compute cluster",
             "error",
             f'{WCP}, "Enable the proxy" step 2',
-            "add the wildcard DNS record (or the CoreDNS rewrite: invoke dns-rewrite --domain <workerDomain>) "
+            "add the wildcard DNS record (or the CoreDNS rewrite: ncpsim dns-rewrite --domain <workerDomain>) "
             "for *.<workerDomain> to the proxy's load-balancer address",
         ),
         Cause(
@@ -122,7 +122,7 @@ CAUSES: dict[str, Cause] = {
             "error",
             f'{WCP}, "Enable the proxy" step 2',
             "rewrite *.<workerDomain> (workerCallbackProxy.workerDomain, exactly) to the proxy's load-balancer "
-            "address: invoke dns-rewrite --domain <workerDomain>",
+            "address: ncpsim dns-rewrite --domain <workerDomain>",
         ),
         Cause(
             "rewrite-target-unresolved",

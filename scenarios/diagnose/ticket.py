@@ -1,9 +1,9 @@
 """A ticket: a self-contained scenario folder that replays a diagnosis as the customer saw it, then fixes it.
 
-`invoke diagnose --write-ticket FILE [--ticket-id ID]` writes FILE (the scenario), `<stem>.values.yaml`
+`ncpsim diagnose --write-ticket FILE [--ticket-id ID]` writes FILE (the scenario), `<stem>.values.yaml`
 (the customer's values as they set them) and `<stem>.secrets/` (each frontend Secret as ncpsim replays
 it: a stand-in key and certificate minted for the customer's names and dates, their own public
-certificate beside it; never their key). `invoke replay scenario=FILE` shows the failure as the customer
+certificate beside it; never their key). `ncpsim replay scenario=FILE` shows the failure as the customer
 saw it, then a last step that applies the fix of every finding the diagnosis names and passes. Render
 refusals become an `expectError` scenario: in the field nothing deploys, so there is nothing to fix on a
 running stack. Nothing is overwritten and no link is followed: every file and folder is created anew.
@@ -154,7 +154,7 @@ def scenario(ticket: Ticket) -> dict[str, Any]:
     fix, left = combined_fix(ticket)
     head: dict[str, Any] = {
         "name": scenario_name(ticket),
-        "summary": f"{top.title} (written by invoke diagnose)",
+        "summary": f"{top.title} (written by ncpsim diagnose)",
         "ticket": "; ".join(
             [
                 *([ticket.ticket_id] if ticket.ticket_id else []),

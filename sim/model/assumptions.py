@@ -2,8 +2,8 @@
 
 No silent green (DESIGN.md section 4): a passing run must mean the field would pass, so whatever ncpsim
 fills in is said, with how to bring the real thing. `assumptions()` is the one place that computes the
-list from a Topology and the backend that runs it; `invoke status` (clusters.stack.build_status), the
-report (scenarios.report) and `invoke diagnose` read it, and clusters.certificates mints a stand-in
+list from a Topology and the backend that runs it; `ncpsim status` (clusters.stack.build_status), the
+report (scenarios.report) and `ncpsim diagnose` read it, and clusters.certificates mints a stand-in
 certificate for exactly the Secret `frontend_stand_in` names.
 """
 

@@ -1,6 +1,6 @@
 """Reading a file a user hands ncpsim (a customer's values file, a scenario, a step) with bounds.
 
-A customer's file is untrusted input: the README's own workflow runs `invoke up -f` on whatever a ticket
+A customer's file is untrusted input: the README's own workflow runs `ncpsim up -f` on whatever a ticket
 attached. Everything here is bounded before it is used, so a hostile file costs at most a fraction of a
 second and a few megabytes, and every refusal is one line naming the file (a ConfigError):
 - only a regular file is read (a FIFO would block forever, /dev/zero never ends, a folder is no file),

@@ -44,7 +44,7 @@ def run(name: str, variant: str, state_dir: Path | None = None, given: Given = N
     unused = given.unused_line(reads.keys, reads.why, reads.install)
     report = report.noting(unused) if unused else report
     if state_dir is not None:
-        # One event per rehearsal, so `invoke logs` and the engine's event readers see it like any other.
+        # One event per rehearsal, so `ncpsim logs` and the engine's event readers see it like any other.
         log = EventLog(Path(state_dir), "runbooks")
         try:
             log.emit("runbook", **report.as_dict())

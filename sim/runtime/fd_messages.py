@@ -1,6 +1,6 @@
 """JSON lines with file descriptors on an AF_UNIX stream socket: how the launcher and its zygote talk.
 
-Light on purpose (the standard library only): `invoke up` starts a zygote before its own imports.
+Light on purpose (the standard library only): `ncpsim up` starts a zygote before its own imports.
 A stream may hand over two lines in one read (the launcher sends the launch's kinds without waiting
 for their answer), so lines are buffered; the descriptors that came with them queue in order, and
 a message says how many of them are its own (``"fds"``, added by `Channel.send`).

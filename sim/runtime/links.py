@@ -76,7 +76,7 @@ def load_links(state_dir: Path, cache: dict[str, Any]) -> LinkState:
 
 
 def save_links(state_dir: Path, links: list[LinkFault]) -> None:
-    # A name of its own per writer (O_EXCL, no link followed): two `invoke fault link` at once no longer
+    # A name of its own per writer (O_EXCL, no link followed): two `ncpsim fault link` at once no longer
     # replace each other's temporary file away (FileNotFoundError, a traceback).
     fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=f".{FAULTS_FILE}.", suffix=".tmp")
     with os.fdopen(fd, "w") as handle:

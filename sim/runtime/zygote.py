@@ -1,19 +1,19 @@
 """A preloaded parent that forks a stack's components, so a launch pays the interpreter and imports once.
 
 Why: a component is a short program on 0.1-0.25 s of CPU for the interpreter and its imports, about
-1.2 s per stack; started together on two cores, that was most of `invoke up`'s first second and most
-of what a replay of the catalogue costs. The launcher starts one zygote as a launch begins (`invoke up`
+1.2 s per stack; started together on two cores, that was most of `ncpsim up`'s first second and most
+of what a replay of the catalogue costs. The launcher starts one zygote as a launch begins (`ncpsim up`
 before its own imports), then asks it for one child per component; the zygote imports the runners in
 the order a launch needs them, forking each component as soon as its runner is in, so the first
 components start while later ones' imports are still loading. A child is
 what `python -m sim.runtime.run KIND ...` would have been: a session of its own (setsid, done before
 its pid is reported, so the launcher's killpg always finds the group), its log as stdout and stderr,
 the ready pipe as ``--ready-fd``, default signal handlers, the state folder as its working directory,
-and that command line as its process title, for ps and for `invoke down`.
+and that command line as its process title, for ps and for `ncpsim down`.
 
 Fork-safety: the zygote has one thread and no event loop (checked before every fork), so a child
 inherits no lock another thread held. It ends when the launcher closes its end of the socket;
-components outlive it, as they outlive `invoke up`. It ignores SIGCHLD, so the kernel reaps children
+components outlive it, as they outlive `ncpsim up`. It ignores SIGCHLD, so the kernel reaps children
 that end before it does; a child sets SIGCHLD back (nats-server's supervisor waits on its own child).
 
 Protocol, on an AF_UNIX stream socket pair (sim.runtime.fd_messages), answers in the order of the

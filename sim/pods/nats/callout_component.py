@@ -76,7 +76,7 @@ def api_webhook(keys: StackKeys, url: str, served_url: str = DEFAULT_WEBHOOK_URL
 
 def _server_url(ctx: Context) -> str | None:
     """Where nats-server listens. Locally: the supervisor's file, if its server is alive (the file of
-    an earlier `invoke up` may still be there while this one's supervisor starts), since the network
+    an earlier `ncpsim up` may still be there while this one's supervisor starts), since the network
     map has no binding before every control-plane component is ready. Elsewhere (a k3d pod), or
     after a restart: the address the component's network gives."""
     try:

@@ -3,14 +3,14 @@
 Why a supervisor rather than nats-server started by the launcher: the launcher's contract is a
 `sim.runtime.run` process that reports its bindings on the ready pipe. The supervisor renders the
 config from the values into ``<state>/nats/``, starts nats-server in the supervisor's own process
-group (so `invoke down` and the kill fault stop both with one killpg), waits for ``/healthz``, then
+group (so `ncpsim down` and the kill fault stop both with one killpg), waits for ``/healthz``, then
 reports the load
 balancer's address (4222, and the monitor on 8222) bound to the server's real ports. The streams are
 made by the callout component (the NVCF API's stand-in), so this process never loads nats-py. If
 nats-server dies, the supervisor exits too, so the component is seen dead.
 
 A restart (fault, redeploy) comes back on the ports of the network map, so clients reconnect to the
-address they had; a fresh `invoke up` (no binding yet) starts with an empty JetStream store.
+address they had; a fresh `ncpsim up` (no binding yet) starts with an empty JetStream store.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _pinned_ports(ctx: Context) -> tuple[int, int] | None:
 def _start(ctx: Context, keys: StackKeys) -> NatsServer:
     folder = nats_folder(ctx.state_dir)
     pinned = _pinned_ports(ctx)
-    if pinned is None:  # a fresh stack: no work left over from an earlier `invoke up`
+    if pinned is None:  # a fresh stack: no work left over from an earlier `ncpsim up`
         shutil.rmtree(folder / "js", ignore_errors=True)
     endpoints_path(ctx.state_dir).unlink(missing_ok=True)
     log_path = ctx.state_dir / "logs" / f"{ctx.name}.log"
@@ -69,7 +69,7 @@ def _start(ctx: Context, keys: StackKeys) -> NatsServer:
 
 
 async def _started(ctx: Context, keys: StackKeys) -> NatsServer:
-    """Start the server in a thread. Cancelled meanwhile (SIGTERM while `invoke up` starts the stack),
+    """Start the server in a thread. Cancelled meanwhile (SIGTERM while `ncpsim up` starts the stack),
     wait for that thread and stop what it started: the thread goes on after the cancellation, and a
     server it spawned after the group's SIGTERM would outlive this supervisor."""
     starting = asyncio.ensure_future(asyncio.to_thread(_start, ctx, keys))
@@ -97,7 +97,7 @@ async def run(ctx: Context, ready: Ready) -> None:
         ready({f"{lb}:{NATS_PORT}/tcp": ends.port, f"{lb}:{NATS_MONITOR_PORT}/tcp": ends.monitor_port})
         code = await asyncio.to_thread(server.wait)
         ctx.events.emit("nats.exited", code=code)
-        if code != 0:  # 0: it was told to stop (SIGTERM reaches the whole group at `invoke down`)
+        if code != 0:  # 0: it was told to stop (SIGTERM reaches the whole group at `ncpsim down`)
             raise SystemExit(f"nats-server exited with {code}: {server.log_tail(5)}")
     finally:
         await asyncio.to_thread(server.stop)

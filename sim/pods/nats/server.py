@@ -1,7 +1,7 @@
 """nats-server as a component: its own process group, ready when /healthz says so.
 
 Why this shape: the stack starts, kills and restarts components as process groups
-(faults, ``invoke down``), so nats-server runs with ``start_new_session=True`` and
+(faults, ``ncpsim down``), so nats-server runs with ``start_new_session=True`` and
 is always stopped by its group and reaped. Readiness is the monitor's ``/healthz``
 (200 only once JetStream is up), polled with a short backoff under a deadline; no
 fixed sleeps. With port 0 the server picks free ports and writes them to its
