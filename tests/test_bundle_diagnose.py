@@ -315,7 +315,10 @@ def test_replay_takes_a_secret_folder(tmp_path: Path) -> None:
                 "steps": [
                     {
                         "invoke": {"function": "http-echo"},
-                        "expect": {"outcome": "failure", "error": "x509: certificate signed by unknown authority"},
+                        "expect": {
+                            "outcome": "failure",
+                            "error": "x509: certificate signed by unknown authority",
+                        },
                     }
                 ],
             }

@@ -297,7 +297,7 @@ def test_replay_takes_help_and_stack(user_env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert (Path(user_env["NCPSIM_HOME"]) / "mine" / "reports" / "report.json").is_file()
     nothing = run_invoke("replay", env=user_env)
-    assert nothing.returncode == 2 and "ncpsim replay NAME..., or --all" in nothing.stderr
+    assert nothing.returncode == 2 and "ncpsim replay NAME..., --all, or --bundle B" in nothing.stderr
 
 
 def test_replay_stack_names_are_shortened_out_loud() -> None:
