@@ -17,11 +17,15 @@ from typing import Any
 
 from dns.rule import View, WildcardRule, dashed_ip
 from sim.errors import ConfigError
+from sim.model.values import nats_replicas
 from sim.protocols.wire import (
     GRPC_SUFFIX,
     INVOCATION_HTTP_PORT,
     INVOCATION_SUFFIX,
     INVOCATION_TLS_PORT,
+    NATS_MONITOR_PORT,
+    NATS_PORT,
+    NATS_ROUTE_PORT,
     PROXY_H3_PORT,
     PROXY_HTTP_PORT,
     PROXY_SERVICE_FQDN,
@@ -99,6 +103,46 @@ class Pod:
 
 
 @dataclass(frozen=True)
+class NatsServer:
+    """One pod of the nats StatefulSet (namespace nats-system): nats-0, nats-1, ..., behind the control
+    plane's NATS load balancer; its peers dial its route port by its stable name."""
+
+    name: str
+    ordinal: int
+    ip: str
+
+    @property
+    def fqdn(self) -> str:
+        return f"{self.name}.nats-headless.nats-system.svc.cluster.local"
+
+    def address(self, port: int) -> str:
+        """The network-map key of one of its ports (client 4222, monitor 8222, route 6222)."""
+        return f"{self.ip}:{port}/tcp"
+
+
+@dataclass(frozen=True)
+class ApiService:
+    """The NVCF API's Service, where the values say the API runs (the auth callout's webhook goes there)."""
+
+    name: str
+    namespace: str
+    port: int
+    ip: str = "10.43.0.40"  # its ClusterIP, in the control plane's service range
+
+    @property
+    def fqdn(self) -> str:
+        return f"{self.name}.{self.namespace}.svc.cluster.local"
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}/tcp"
+
+
+NATS_ROLE = "nats"  # the StatefulSet, as `fault scale` and `fault rollout` name it
+NATS_POD_RANGE = "10.42.2."  # nats-0 at 10.42.2.10: clear of the invocation and grpc-proxy pods' 10.42.0.x
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     name: str  # e.g. "worker-1-0"
     cluster: str
@@ -140,6 +184,35 @@ class Topology:
 
     def pod_by_ip(self, ip: str) -> Pod | None:
         return next((p for p in self.pods if p.ip == ip), None)
+
+    @property
+    def nats_servers(self) -> tuple[NatsServer, ...]:
+        """The nats StatefulSet's pods, as many as nats.config.cluster says (one without clustering)."""
+        return tuple(
+            NatsServer(f"nats-{i}", i, f"{NATS_POD_RANGE}{10 + i}") for i in range(nats_replicas(self.values))
+        )
+
+    @property
+    def api_service(self) -> ApiService:
+        api = self.values.get("api") or {}
+        service = api.get("service") or {}
+        return ApiService(
+            str(service.get("name") or "api"),
+            str(api.get("namespace") or "nvcf"),
+            int(service.get("port") or 8080),
+        )
+
+    def nats_server(self, name: str) -> NatsServer:
+        for server in self.nats_servers:
+            if server.name == name:
+                return server
+        raise KeyError(name)
+
+    def members(self, role: str) -> list[str]:
+        """The pod names of a role, in ordinal order: invocation, grpc-proxy, or the nats StatefulSet."""
+        if role == NATS_ROLE:
+            return [s.name for s in self.nats_servers]
+        return [p.name for p in self.pods_of(role)]
 
     def workers_in(self, cluster: str) -> list[WorkerSpec]:
         return [w for w in self.workers if w.cluster == cluster]
@@ -192,18 +265,34 @@ class Topology:
                     self.proxy_lb_ip if self.proxy_service_type == "LoadBalancer" else PROXY_CLUSTER_IP
                 )
                 hosts += ((PROXY_SERVICE_FQDN, service_ip), (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
+                hosts += ((self.api_service.fqdn, self.api_service.ip),)  # the NVCF API, where it runs
             views[c.name] = View(cluster=c.name, hosts=hosts, wildcard=rule)
         return views
 
     def service_endpoints(self) -> dict[str, list[str]]:
-        """Service address -> pod endpoints (network-map keys); connections to it spread over the pods."""
-        pods = self.pods_of("invocation")
-        if not pods:
-            return {}
-        return {
-            f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
-            for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)
+        """Service address -> pod endpoints (network-map keys); connections to it spread over the pods. The
+        NATS load balancer fronts every server of the StatefulSet (client and monitor ports)."""
+        services = {
+            f"{self.bus_lb_ip}:{port}/tcp": [s.address(port) for s in self.nats_servers]
+            for port in (NATS_PORT, NATS_MONITOR_PORT)
         }
+        pods = self.pods_of("invocation")
+        services.update(
+            {
+                f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
+                for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)
+                if pods
+            }
+        )
+        return services
+
+    def reserved_addresses(self) -> list[str]:
+        """Addresses peers dial before their owner runs, so their real ports are chosen before any component
+        starts: each NATS server's route port (every server's config lists all of them, as the chart's
+        routes list every pod of the StatefulSet)."""
+        if len(self.nats_servers) < 2:
+            return []
+        return [s.address(NATS_ROUTE_PORT) for s in self.nats_servers]
 
     def with_ca_pem(self, pem_of: Callable[[str], str]) -> Topology:
         """The values as applied: a workerCallbackCaPem marker replaced by that CA's PEM text now, once.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
+from sim.model.topology import NATS_ROLE
 
 if TYPE_CHECKING:
     from certs.store import CertStore
@@ -157,7 +158,18 @@ class FaultInjector:
     def __init__(self, stack: FaultTarget, rng: random.Random):
         self.stack, self.rng = stack, rng
 
-    ACTIONS = ("kill", "restart", "scale", "stop", "start", "link", "clear-links", "expire", "pod-cert")
+    ACTIONS = (
+        "kill",
+        "restart",
+        "scale",
+        "stop",
+        "start",
+        "link",
+        "clear-links",
+        "expire",
+        "pod-cert",
+        "rollout",
+    )
 
     def apply(self, spec: dict[str, Any]) -> str:
         ((action, arg),) = spec.items()
@@ -182,7 +194,36 @@ class FaultInjector:
 
     def _restart(self, name: str) -> str:
         self.processes.restart(name)
+        if name in self.stack.topology.members(NATS_ROLE):
+            return f"restarted {name}; {self._nats_catch_up(name)}"
         return f"restarted {name}"
+
+    def _nats_catch_up(self, name: str) -> str:
+        """A restarted NATS server, waited for until its JetStream is current (sim.pods.nats.cluster)."""
+        from sim.model.netmap import LOOPBACK, NetMap
+        from sim.pods.nats.cluster import catch_up
+        from sim.protocols.wire import NATS_MONITOR_PORT
+
+        topology = self.stack.topology
+        bindings = NetMap(**json.loads((self.stack.state_dir / "netmap.json").read_text())).bindings
+        running = self.processes.running()
+        monitors = {
+            server.name: (LOOPBACK, bindings[server.address(NATS_MONITOR_PORT)])
+            for server in topology.nats_servers
+            if server.name in running and server.address(NATS_MONITOR_PORT) in bindings
+        }
+        return catch_up(name, monitors, len(topology.nats_servers)).describe()
+
+    def _rollout(self, role: str) -> str:
+        """`kubectl rollout restart statefulset/nats`: one pod at a time, in reverse ordinal order, each
+        ready (and caught up) before the next, so a majority keeps running throughout."""
+        if role != NATS_ROLE:
+            raise ScenarioError(
+                f"rollout: {role!r}; only the nats StatefulSet rolls here (restart a Deployment's pods "
+                "one by one with restart)"
+            )
+        said = [self._restart(name) for name in reversed(self.stack.topology.members(role))]
+        return f"rolled out {role} in reverse ordinal order: " + "; ".join(said)
 
     def _stop(self, name: str) -> str:
         self.processes.stop(name)
@@ -195,7 +236,7 @@ class FaultInjector:
 
     def _scale(self, arg: dict[str, Any]) -> str:
         role, replicas = arg["role"], int(arg["replicas"])
-        pods = [p.name for p in self.stack.topology.pods if p.role == role]
+        pods = self.stack.topology.members(role)  # a StatefulSet scales down from its highest ordinal
         for name in pods[replicas:]:
             self.processes.stop(name)
         for name in pods[:replicas]:
