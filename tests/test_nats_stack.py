@@ -1,7 +1,7 @@
 """The stack's real nats-server on the local backend: status, worker sign-in from the values, faults.
 
-Each module-scoped stack is a real `up` of http-callback (nkey mode by default, token mode by
-``--set nats.workerAuth=token``); clients here are plain nats-py clients with the credentials a
+Each module-scoped stack is a real `up` of http-callback (nkey mode on the chart's three NATS servers, token
+mode by ``--set nats.workerAuth=token`` on the scenario's one); clients here are plain nats-py clients with the credentials a
 worker is handed, so the refusals are nats-server's own. The teardown fails if a process survives.
 """
 
@@ -47,7 +47,8 @@ def _down(stack: LocalStack) -> None:
 
 @pytest.fixture(scope="module")
 def nkey_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    stack = _up(tmp_path_factory.mktemp("nats-nkey"), "nats-nkey")
+    # The chart's three servers (the catalogue's http-callback runs one).
+    stack = _up(tmp_path_factory.mktemp("nats-nkey"), "nats-nkey", ("nats.config.cluster.enabled=true",))
     try:
         yield stack
     finally:

@@ -23,6 +23,8 @@ import asyncio
 import contextlib
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sim.model.topology import NatsServer as NatsPod
@@ -77,7 +79,7 @@ def _start(ctx: Context, keys: StackKeys) -> NatsServer:
         config = server_config(keys, str(folder / "js"), client, monitor, _cluster(ctx, route), ctx.name)
         server = NatsServer(config, folder, log_path, own_group=False)
         try:
-            server.start()
+            server.start(before_spawn=_together(ctx, pod))
             return server
         except ServerError as exc:
             if (client, monitor, route) == (0, 0, 0):
@@ -100,23 +102,24 @@ async def _started(ctx: Context, keys: StackKeys) -> NatsServer:
         raise
 
 
-async def _together(ctx: Context, pod: NatsPod) -> None:
-    """At a launch, start the servers in the same instant, as the StatefulSet's Parallel pod management
-    does: each JetStream campaigns for the first meta leader 0.1-0.8 s after its own start, and one that
-    campaigns before its peers are up spends its vote and waits out a 4-9 s election timeout. Each
-    supervisor says it is about to start (a file with its pid) and starts once every one has."""
+def _together(ctx: Context, pod: NatsPod) -> Callable[[], None] | None:
+    """At a launch, the servers start in the same instant, as the StatefulSet's Parallel pod management
+    starts them: a JetStream campaigns for the first meta leader as soon as it has a route, and one that
+    campaigns while a peer is still starting can split the vote and wait out a 4-9 s election. Each
+    supervisor, its config written, says it is about to spawn (a file with its pid) and spawns once every
+    one has (None: a restart, or a single server, has no one to wait for)."""
     if _ports(ctx, pod)[0] or len(ctx.topology.nats_servers) < 2:
-        return  # a restart (the cluster formed long ago), or a single server
-    folder = nats_folder(ctx.state_dir, ctx.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / LAUNCH_MARK).write_text(str(os.getpid()))
+        return None
+    mine = nats_folder(ctx.state_dir, ctx.name) / LAUNCH_MARK
     peers = [nats_folder(ctx.state_dir, s.name) / LAUNCH_MARK for s in ctx.topology.nats_servers]
-    deadline, delay = asyncio.get_running_loop().time() + TOGETHER_WAIT, 0.001
-    while not all(_alive(path) for path in peers):
-        if asyncio.get_running_loop().time() >= deadline:
-            return  # a peer does not start: JetStream elects its leader once it does
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.005)
+
+    def wait_for_peers() -> None:  # in the start thread
+        mine.write_text(str(os.getpid()))
+        deadline = time.monotonic() + TOGETHER_WAIT
+        while not all(_alive(path) for path in peers) and time.monotonic() < deadline:
+            time.sleep(0.001)  # a peer that never comes: start anyway, JetStream elects once it does
+
+    return wait_for_peers
 
 
 def _alive(mark: Path) -> bool:
@@ -131,7 +134,6 @@ def _alive(mark: Path) -> bool:
 async def run(ctx: Context, ready: Ready) -> None:
     keys = StackKeys.derive(ctx.topology.seed)
     pod = ctx.topology.nats_server(ctx.name)
-    await _together(ctx, pod)
     server = await _started(ctx, keys)
     try:
         assert server.endpoints is not None

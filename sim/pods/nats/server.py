@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sysconfig
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Self
@@ -118,13 +119,18 @@ class NatsServer:
     def config_path(self) -> Path:
         return self.folder / CONFIG_NAME
 
-    def start(self, timeout: float = READY_TIMEOUT) -> Endpoints:
-        """Spawn the server and return its endpoints once /healthz answers 200."""
+    def start(
+        self, timeout: float = READY_TIMEOUT, before_spawn: Callable[[], None] | None = None
+    ) -> Endpoints:
+        """Spawn the server and return its endpoints once /healthz answers 200; ``before_spawn`` runs just
+        before (a cluster's servers start in the same instant)."""
         if self.running:
             raise ServerError("nats-server is already running")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(render(self.config))
+        if before_spawn is not None:
+            before_spawn()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - held for the process's life, closed on stop
         # -l makes the server own its log file (SIGUSR1 reopens it for rotation);
         # stdout/stderr catch what it prints before logging is set up.
