@@ -217,3 +217,17 @@ def test_new_logins_need_the_callout_running_ones_do_not(nkey_stack: LocalStack)
 async def _login(url: str, kwargs: dict) -> None:
     nc, _ = await asyncio.wait_for(connect(url, **kwargs), CALL_TIMEOUT)
     await nc.close()
+
+
+def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: LocalStack) -> None:
+    """The seed: scaling the NATS StatefulSet to zero is a full outage; scaling it back ends it."""
+    from test_faults import call
+
+    faults = FaultInjector(nkey_stack, random.Random(1))
+    said = faults.apply({"scale": {"role": "nats", "replicas": 0}})
+    assert said == "scaled nats to 0 of 3 replicas"
+    assert not {"nats-0", "nats-1", "nats-2"} & set(nkey_stack.launcher.running())
+    assert call(nkey_stack).status == 503  # the invocation could not be queued: no server to take it
+    said = faults.apply({"scale": {"role": "nats", "replicas": 3}})
+    assert "JetStream current on the 3 running servers" in said  # the last one back waited for a majority
+    _call_ok(nkey_stack)

@@ -239,10 +239,13 @@ class FaultInjector:
         pods = self.stack.topology.members(role)  # a StatefulSet scales down from its highest ordinal
         for name in pods[replicas:]:
             self.processes.stop(name)
-        for name in pods[:replicas]:
-            if name not in self.processes.running():
-                self._restart(name)
-        return f"scaled {role} to {replicas} of {len(pods)} replicas"
+        started = [name for name in pods[:replicas] if name not in self.processes.running()]
+        for name in started:
+            self.processes.restart(name)
+        said = f"scaled {role} to {replicas} of {len(pods)} replicas"
+        if role == NATS_ROLE and started:
+            said += f"; {self._nats_catch_up(started[-1])}"
+        return said
 
     def _link(self, arg: dict[str, Any]) -> str:
         fault = LinkFault(

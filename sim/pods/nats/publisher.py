@@ -20,6 +20,7 @@ from sim.runtime.component import Context
 
 _MODULES = ("nats.aio.client", "nats.js", "sim.pods.nats.work", "sim.pods.nats.stack")
 PUBLISH_ATTEMPTS = 3
+REPUBLISH_AFTER = (0.2, 0.8)  # seconds before the second and the third attempt
 ATTEMPT_TIMEOUT = 2.0  # seconds for JetStream's answer to one attempt (a lost answer is sent again)
 
 
@@ -91,6 +92,8 @@ class WorkPublisher:
                     raise
                 error = f"{type(exc).__name__}: {exc}"
                 self.ctx.events.emit("work.republished", requestId=request_id, attempt=attempt, error=error)
+                # A server just back may not know of the stream's interest yet ("no responders"): a moment
+                await asyncio.sleep(REPUBLISH_AFTER[attempt - 1])
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
