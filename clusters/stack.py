@@ -88,14 +88,30 @@ class Endpoints:
     proxy_h3: Endpoint
     dns: dict[str, Endpoint]
     logs: dict[str, str]
-    nats: Endpoint = Endpoint(None, None)  # nats-server's client port; extra "monitorPort"
+    nats: Endpoint = Endpoint(
+        None, None
+    )  # the first NATS server's client port; extra "monitorPort", "servers"
 
 
 def nats_endpoint(topology: Topology, bindings: dict[str, int], host: str) -> Endpoint:
-    """nats-server's real client and monitor ports, from the bindings of its load-balancer address."""
-    lb = topology.bus_lb_ip
-    monitor = bindings.get(f"{lb}:{NATS_MONITOR_PORT}/tcp")
-    return Endpoint(host, bindings.get(f"{lb}:{NATS_PORT}/tcp"), {"monitorPort": monitor} if monitor else {})
+    """The NATS servers' real client and monitor ports, from the bindings of each pod of the StatefulSet;
+    the contract's own host and port are the first server's."""
+    servers = [
+        {
+            "name": s.name,
+            "ip": s.ip,
+            "host": host,
+            "port": bindings.get(s.address(NATS_PORT)),
+            "monitor": f"http://{host}:{bindings[s.address(NATS_MONITOR_PORT)]}"
+            if s.address(NATS_MONITOR_PORT) in bindings
+            else None,
+        }
+        for s in topology.nats_servers
+    ]
+    first = servers[0] if servers else {}
+    monitor = bindings.get(topology.nats_servers[0].address(NATS_MONITOR_PORT)) if servers else None
+    extra: Json = {"servers": servers, **({"monitorPort": monitor} if monitor else {})}
+    return Endpoint(host, first.get("port"), extra)
 
 
 def build_status(backend: str, topology: Topology, state: Path, scenario: str, endpoints: Endpoints) -> Json:
@@ -167,13 +183,16 @@ def _proxy_status(topology: Topology, endpoints: Endpoints) -> Json:
 
 
 def _nats_status(topology: Topology, nats: Endpoint) -> Json:
-    """``url`` as workers see it (the load balancer's 4222); host/port/monitor real, None when unpublished."""
+    """``url`` as workers see it (the load balancer's 4222, in front of every server); host/port/monitor
+    real (the first server's), None when unpublished; ``servers``: each pod of the StatefulSet, with its
+    real client port and monitor (a backend that publishes none lists none)."""
     monitor_port = nats.extra.get("monitorPort")
     return {
         "host": nats.host,
         "port": nats.port,
         "url": f"nats://{topology.bus_lb_ip}:{NATS_PORT}",
         "monitor": f"http://{nats.host}:{monitor_port}" if nats.host and monitor_port else None,
+        "servers": list(nats.extra.get("servers", [])),
     }
 
 

@@ -24,7 +24,8 @@ async def rotate_step(state_dir: Any, kind: str, worker_domain: str) -> str:
 async def fault_later(faults: FaultInjector, spec: dict[str, Any], after_ms: int, notes: list[str]) -> None:
     """Fire a fault while the step's calls are in flight (e.g. SIGKILL a pod mid-callback)."""
     await asyncio.sleep(after_ms / 1000)  # the scenario's chosen moment, not a readiness wait
-    notes.append(faults.apply(spec) + f" ({after_ms} ms into the calls)")
+    # In a thread: a fault that takes a while (a rolling restart) must not hold up the calls it runs under.
+    notes.append(await asyncio.to_thread(faults.apply, spec) + f" ({after_ms} ms into the calls)")
 
 
 def judge_runbook(step: Step, report: RunbookReport) -> list[str]:

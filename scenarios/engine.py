@@ -147,17 +147,19 @@ class Replay:
     def unset_values(self, paths: tuple[str, ...]) -> str:
         """Keys back to the chart's defaults (`ncpsim set --unset`); running pods keep theirs."""
         parsed = [parse_key(path) for path in paths]
-        values = self.topology.values
+        before = values = self.topology.values
         for parts in parsed:
             values = origins.unset(values, parts)
         self.apply_values(values)
         origins.forget(self.stack.state_dir, parsed)
-        return f"{', '.join(paths)} back to the chart's defaults"
+        return f"{', '.join(paths)} back to the chart's defaults" + self.restart_callout(before)
 
     def set_values(self, overrides: dict[str, Any], label: str = "a step") -> str:
+        before = self.topology.values
         self.apply_values(deep_merge(self.topology.values, overrides))
         origins.record(self.stack.state_dir, overrides, label)
-        return "values changed (running pods keep what they started with until redeployed)"
+        said = "values changed (running pods keep what they started with until redeployed)"
+        return said + self.restart_callout(before)
 
     def apply_values(self, values: dict[str, Any]) -> None:
         check(values)
@@ -167,6 +169,20 @@ class Replay:
             lambda issuer: store.ca_path(issuer).read_text()
         )
         write_file(self.stack.state_dir / "topology.json", self.topology.to_json())
+
+    def restart_callout(self, before: dict[str, Any]) -> str:
+        """The chart restarts the auth callout when its mode, webhook URL or logging changes (it reads them
+        only at start-up); the rest of the control plane keeps running."""
+        from clusters.local.launcher import NATS_CALLOUT
+        from sim.runbooks.nats_auth import callout_config, callout_restart_reasons
+
+        reasons = callout_restart_reasons(callout_config(before), callout_config(self.topology.values))
+        if not reasons:
+            return ""
+        if self.stack.components is None:
+            return f"; {'; '.join(reasons)}: restart the auth callout yourself (no restarts on this backend)"
+        self.stack.components.restart(NATS_CALLOUT)
+        return f"; {NATS_CALLOUT} restarted ({'; '.join(reasons)})"
 
     def redeploy(self, what: str) -> str:
         if what in ("workers", "all"):  # new function pods: none of them predates the values any more
@@ -205,13 +221,14 @@ class Replay:
         if not pods:
             raise ScenarioError(f"{step.label}: {function} needs at least one {role} pod in the topology")
         call = calls.http_call if role == "invocation" else calls.grpc_call
+        interval = spec.get("intervalMs", 0) / 1000
+
+        async def nth(i: int) -> CallTrace:
+            await asyncio.sleep((i - 1) * interval)  # the scenario's pacing, not a readiness wait
+            return await call(self.client, self.tail, step, i, pods[(i - 1) % len(pods)], spec)
+
         # Calls spread over the replicas in turn, as the client-facing load balancer would spread them.
-        traces = await asyncio.gather(
-            *[
-                call(self.client, self.tail, step, i, pods[(i - 1) % len(pods)], spec)
-                for i in range(1, count + 1)
-            ]
-        )
+        traces = await asyncio.gather(*[nth(i) for i in range(1, count + 1)])
         return await self.settle(list(traces))
 
     async def probe(self, step: Step, since: float) -> list[CallTrace]:

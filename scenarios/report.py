@@ -160,9 +160,11 @@ def endpoints_text(status: dict[str, Any]) -> str:
             else f"  DNS view {cluster:<18} inside the cluster only (kubectl context {addr.get('context')})"
         )
     nats = status.get("nats") or {}
-    if nats.get("port"):
-        lines.append(
-            f"  nats-server       {nats['url']}  ->  {nats['host']}:{nats['port']}  (monitor {nats['monitor']})"
+    servers = [s for s in nats.get("servers") or [] if s.get("port")]
+    for server in servers or ([{"name": "nats-server", **nats}] if nats.get("port") else []):
+        lines.append(  # each pod of the nats StatefulSet behind the load balancer workers dial
+            f"  {server['name']:<17} {nats['url']}  ->  {server['host']}:{server['port']}  "
+            f"(monitor {server['monitor']})"
         )
     lines.append(f"  stack CA {ca}\n  public-style CA {status['ca']['public']}")
     lines += ["", "Try it:", *(f"  {command}" for command in try_commands(status))]

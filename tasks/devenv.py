@@ -78,7 +78,8 @@ def fault(
 ):
     """Inject a fault into the running stack.
 
-    ncpsim fault kill|restart|stop|start COMPONENT, fault scale ROLE=N (e.g. invocation=1),
+    ncpsim fault kill|restart|stop|start COMPONENT, fault scale ROLE=N (e.g. invocation=1, nats=2),
+    fault rollout nats (a rolling restart of the NATS servers, reverse ordinal order),
     fault link CLUSTER [--to CIDR] [--latency-ms N] [--drop P] [--timeout-ms N] [--protocol tcp|udp|any],
     fault clear-links,
     fault expire frontend|public-frontend|invocation|grpc-proxy

@@ -180,33 +180,48 @@ class WebhookStandIn:
 
 @contextlib.asynccontextmanager
 async def nats_components(state: Path, topology: Topology) -> AsyncIterator[dict[str, int]]:
-    """The stack's nats-server (its supervisor) and auth callout as tasks of this loop, each awaited
-    ready in turn; yields nats-server's bindings for the network map. Both are stopped on the way out
-    (the supervisor stops its nats-server, which it started)."""
+    """The stack's NATS servers (their supervisors) and auth callout as tasks of this loop, as the launcher
+    starts them: route ports chosen first, every server at once, its bindings in the network map when it
+    is ready, then the callout; yields the NATS bindings for the network map. All are stopped on the way
+    out (each supervisor stops the nats-server it started)."""
+    from clusters.local.launcher import reserve_ports
+    from sim.model.netmap import NetMap
     from sim.model.topology import CONTROL_CLUSTER
     from sim.pods.nats import callout_component, component
     from sim.runtime.component import Context
 
     (state / "logs").mkdir(parents=True, exist_ok=True)
-    contexts = [
-        Context(state, topology, "nats-server", CONTROL_CLUSTER),
-        Context(state, topology, "nats-auth-callout", CONTROL_CLUSTER),
-    ]
+    reach = {c.name: topology.reachable_ranges(c.name) for c in topology.clusters}
+    bindings = reserve_ports(topology.reserved_addresses())
+
+    def publish() -> None:
+        NetMap(dict(bindings), reach, topology.service_endpoints(), seed=topology.seed).save(
+            state / "netmap.json"
+        )
+
+    publish()
+    servers = [Context(state, topology, s.name, CONTROL_CLUSTER) for s in topology.nats_servers]
+    callout = Context(state, topology, "nats-auth-callout", CONTROL_CLUSTER)
     tasks: list[asyncio.Task[None]] = []
-    bindings: dict[str, int] = {}
+
+    async def started(ctx: Context, runner: Any) -> dict[str, int]:
+        ready: asyncio.Future[dict[str, int]] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(runner(ctx, ready.set_result), name=ctx.name)
+        tasks.append(task)
+        await asyncio.wait({ready, task}, timeout=LONG, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # raises what stopped it
+        return ready.result()
+
     try:
-        for ctx, runner in zip(contexts, (component.run, callout_component.run), strict=True):
-            ready: asyncio.Future[dict[str, int]] = asyncio.get_running_loop().create_future()
-            task = asyncio.create_task(runner(ctx, ready.set_result), name=ctx.name)
-            tasks.append(task)
-            await asyncio.wait({ready, task}, timeout=LONG, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                task.result()  # raises what stopped it
-            bindings.update(ready.result())
+        for found in await asyncio.gather(*(started(ctx, component.run) for ctx in servers)):
+            bindings.update(found)
+        publish()
+        bindings.update(await started(callout, callout_component.run))
         yield bindings
     finally:
         for task in reversed(tasks):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        for ctx in contexts:
+        for ctx in [*servers, callout]:
             ctx.events.close()

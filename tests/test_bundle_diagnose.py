@@ -27,7 +27,6 @@ from scenarios.model import load_scenario
 from scenarios.replay import replay_one
 from scenarios.report import render_text
 from sim.model.values import DEFAULT_WEBHOOK_URL
-from sim.pods.nats.callout_component import served_at
 
 REPO = Path(__file__).resolve().parents[1]
 DIAGNOSE_TIMEOUT = 60.0
@@ -152,16 +151,37 @@ def test_every_cause_has_a_blocking_rank() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "served"),
+    ("url", "api", "where"),
     [
-        ("http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth", "values"),
-        (DEFAULT_WEBHOOK_URL, "values"),
-        ("http://api.example.com:8080/v2/nvcf/webhook/nats-auth", "default"),  # not an in-cluster Service
-        ("http://api.nvcf-api.svc.cluster.local:8080/v2/other", "default"),  # not the webhook's path
+        ("http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth", {}, "api.nvcf-api:8080"),
+        (DEFAULT_WEBHOOK_URL, {}, "api.nvcf:8080"),
+        ("http://api.example.com:8080/v2/nvcf/webhook/nats-auth", {}, "api.nvcf:8080"),  # not in the cluster
+        (
+            "http://api.nvcf-api.svc.cluster.local:8080/v2/other",
+            {},
+            "api.nvcf:8080",
+        ),  # not the webhook's path
+        # the values say where the API runs: a URL with another port does not move it (connection refused)
+        (
+            "http://api.nvcf-api.svc.cluster.local:9999/v2/nvcf/webhook/nats-auth",
+            {"namespace": "nvcf-api"},
+            "api.nvcf-api:8080",
+        ),
     ],
 )
-def test_the_api_stand_in_serves_where_the_values_say_it_runs(url: str, served: str) -> None:
-    assert served_at(url) == (url if served == "values" else DEFAULT_WEBHOOK_URL)
+def test_the_api_runs_where_the_values_say(url: str, api: dict[str, str], where: str) -> None:
+    from dataclasses import replace
+
+    from scenarios.model import load_scenario
+
+    topology = load_scenario("http-callback").build_topology("t")
+    values = {
+        **topology.values,
+        "api": api,
+        "nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": url}}},
+    }
+    service = replace(topology, values=values).api_service
+    assert f"{service.name}.{service.namespace}:{service.port}" == where
 
 
 # -- the command, on the local backend ---------------------------------------------------------------------

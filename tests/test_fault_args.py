@@ -21,6 +21,7 @@ from sim.runtime.fault_args import (
     FaultArgumentError,
     PodCert,
     ProcessFault,
+    Rollout,
     Scale,
     component_names,
     parse_fault,
@@ -43,7 +44,9 @@ LINK = {"from": "ncpsim-compute-1", "to": "10.100.0.10"}
 ACCEPTED: list[tuple[dict[str, Any], Any]] = [
     ({"kill": "invocation-service-1"}, ProcessFault("kill", "invocation-service-1")),
     ({"stop": "resolver"}, ProcessFault("stop", "resolver")),
-    ({"restart": "nats-server"}, ProcessFault("restart", "nats-server")),
+    ({"restart": "nats-1"}, ProcessFault("restart", "nats-1")),  # a server of the nats StatefulSet
+    ({"scale": {"role": "nats", "replicas": 1}}, Scale("nats", 1, ("nats-0", "nats-1", "nats-2"))),
+    ({"rollout": "nats"}, Rollout("nats", ("nats-0", "nats-1", "nats-2"))),
     ({"start": "ncpsim-compute-1"}, ProcessFault("start", "ncpsim-compute-1")),
     (
         {"scale": {"role": "invocation", "replicas": 1}},
@@ -79,12 +82,13 @@ def test_accepted_faults_become_values(raw: dict[str, Any], expected: Any) -> No
 REFUSED: list[tuple[str, dict[str, Any], dict[str, Any], tuple[str, ...], tuple[str, ...]]] = [
     # (id, topology, the fault, its key path under `fault`, what the one line must say)
     (
-        "scale-nats",
+        "scale-nats-past-count",
         {},
-        {"scale": {"role": "nats", "replicas": 0}},
-        ("scale", "role"),
-        ("NATS is not modelled",),
+        {"scale": {"role": "nats", "replicas": 4}},
+        ("scale", "replicas"),
+        ("more than the 3 nats pods", "nats.config.cluster.replicas"),
     ),
+    ("rollout-a-deployment", {}, {"rollout": "invocation"}, ("rollout",), ("only the nats StatefulSet",)),
     (
         "scale-past-count",
         {},
@@ -111,7 +115,7 @@ REFUSED: list[tuple[str, dict[str, Any], dict[str, Any], tuple[str, ...], tuple[
         {},
         {"scale": {"role": "workers", "replicas": 1}},
         ("scale", "role"),
-        ("ncpsim scales invocation and grpc-proxy pods",),
+        ("ncpsim scales invocation, grpc-proxy, nats, not 'workers'",),
     ),
     (
         "kill-unknown",
@@ -120,7 +124,13 @@ REFUSED: list[tuple[str, dict[str, Any], dict[str, Any], tuple[str, ...], tuple[
         ("kill",),
         ("no component 'invocation-service-2'", "did you mean invocation-service-1?"),
     ),
-    ("kill-nats", {}, {"kill": "nats"}, ("kill",), ("did you mean nats-server?",)),
+    (
+        "kill-nats",
+        {},
+        {"kill": "nats"},
+        ("kill",),
+        ("did you mean nats-", "it runs resolver, nats-auth-callout, nats-0"),
+    ),
     (
         "proxy-disabled",
         {"proxy": False},
@@ -221,7 +231,7 @@ MISTYPED = [
         "unknown key",
     ),
     ("fault: {kil: invocation-service-0}", "steps[0].fault.kil", "did you mean kill?"),
-    ("fault: {scale: {role: nats, replicas: 0}}", "steps[0].fault.scale.role", "not modelled"),
+    ("fault: {scale: {role: nats, replicas: 5}}", "steps[0].fault.scale.replicas", "more than the 3 nats"),
     (
         "fault: {scale: {role: invocation, replicas: 5}}",
         "steps[0].fault.scale.replicas",

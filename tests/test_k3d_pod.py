@@ -16,6 +16,7 @@ import pytest
 
 from clusters.k3d import pod as entry
 from clusters.k3d.relay import parse_binding, publish
+from clusters.render.nats import one_server
 from scenarios.model import load_scenario
 from sim.pods.nats.client import connect_once
 from sim.pods.nats.publisher import WorkPublisher
@@ -23,7 +24,7 @@ from sim.pods.nats.server import NatsServer
 from sim.pods.nats.stack import REGION, StackKeys, server_config
 from sim.pods.nats.workqueue import WorkPuller
 
-TOPOLOGY = load_scenario("http-callback").build_topology("default")
+TOPOLOGY, _ = one_server(load_scenario("http-callback").build_topology("default"))  # k3d runs one nats-server
 SHORT = 5.0
 READY_TIMEOUT = 5.0  # seconds for the pod entry point to report component.ready
 POLL_INTERVAL = 0.01  # how often the test re-reads the captured stdout while it waits

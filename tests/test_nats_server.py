@@ -91,7 +91,11 @@ def test_a_supervisor_stopped_while_it_starts_stops_the_server_it_started(
 ) -> None:
     """SIGTERM reaches the supervisor's group while its thread is still about to spawn nats-server: the
     thread goes on, and the server it spawns must not outlive the supervisor (a CI run's leftover)."""
-    topology = build("t", {"workerCallbackProxy": {"enabled": True, "workerDomain": "w.example.com"}}, seed=3)
+    values = {
+        "workerCallbackProxy": {"enabled": True, "workerDomain": "w.example.com"},
+        "nats": {"config": {"cluster": {"enabled": False}}},  # one server: no routes to choose first
+    }
+    topology = build("t", values, seed=3)
     (tmp_path / "topology.json").write_text(topology.to_json())
     (tmp_path / "logs").mkdir()
     entered, go = threading.Event(), threading.Event()
@@ -107,7 +111,7 @@ def test_a_supervisor_stopped_while_it_starts_stops_the_server_it_started(
     monkeypatch.setattr(component, "_start", held_start)
 
     async def cancel_while_starting() -> None:
-        ctx = Context(tmp_path, topology, "nats-server", CONTROL_CLUSTER)
+        ctx = Context(tmp_path, topology, "nats-0", CONTROL_CLUSTER)
         try:
             task = asyncio.create_task(component.run(ctx, lambda _bindings: None))
             assert await asyncio.to_thread(entered.wait, 30)

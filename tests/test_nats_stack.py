@@ -1,7 +1,7 @@
 """The stack's real nats-server on the local backend: status, worker sign-in from the values, faults.
 
-Each module-scoped stack is a real `up` of http-callback (nkey mode by default, token mode by
-``--set nats.workerAuth=token``); clients here are plain nats-py clients with the credentials a
+Each module-scoped stack is a real `up` of http-callback (nkey mode on the chart's three NATS servers, token
+mode by ``--set nats.workerAuth=token`` on the scenario's one); clients here are plain nats-py clients with the credentials a
 worker is handed, so the refusals are nats-server's own. The teardown fails if a process survives.
 """
 
@@ -20,7 +20,7 @@ from nats_support import SHORT, connect, refused, run
 from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
-from clusters.local.launcher import NATS_CALLOUT, NATS_SERVER
+from clusters.local.launcher import NATS_CALLOUT
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from sim.pods.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
@@ -47,7 +47,8 @@ def _down(stack: LocalStack) -> None:
 
 @pytest.fixture(scope="module")
 def nkey_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    stack = _up(tmp_path_factory.mktemp("nats-nkey"), "nats-nkey")
+    # The chart's three servers (the catalogue's http-callback runs one).
+    stack = _up(tmp_path_factory.mktemp("nats-nkey"), "nats-nkey", ("nats.config.cluster.enabled=true",))
     try:
         yield stack
     finally:
@@ -78,19 +79,37 @@ def callout_log(stack: LocalStack) -> str:
     return (stack.state_dir / "logs" / f"{NATS_CALLOUT}.log").read_text(errors="replace")
 
 
-def test_status_names_the_real_server(nkey_stack: LocalStack) -> None:
+def _healthz(monitor: str, path: str = "/healthz") -> int:
+    host, port = monitor.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=SHORT)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_status_names_every_real_server(nkey_stack: LocalStack) -> None:
     nats = nats_status(nkey_stack)
     assert nats["url"] == f"nats://{nkey_stack.topology.bus_lb_ip}:4222"  # as workers see it
-    host, port = nats["monitor"].removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=SHORT)
-    conn.request("GET", "/healthz")
-    assert conn.getresponse().status == 200
-    conn.close()
-    # nats-server runs in the supervisor's process group, so `ncpsim down` and SIGKILL reach it.
-    supervisor = nkey_stack.launcher.running()[NATS_SERVER]
-    children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == supervisor]
-    server = [p for p in children if b"nats-server" in _cmdline(p)]
-    assert len(server) == 1 and os.getpgid(server[0]) == supervisor
+    servers = nats["servers"]
+    assert [s["name"] for s in servers] == ["nats-0", "nats-1", "nats-2"]  # the StatefulSet's three pods
+    assert (nats["port"], nats["monitor"]) == (servers[0]["port"], servers[0]["monitor"])  # the contract's
+    assert len({s["port"] for s in servers}) == 3
+    for server in servers:  # JetStream is current on each: the three formed one cluster
+        assert _healthz(server["monitor"]) == 200, server
+    in_ps = [
+        p
+        for p in os.listdir("/proc")
+        if p.isdigit() and str(nkey_stack.state_dir) in _cmdline(int(p)).decode()
+    ]
+    assert sum(b"nats-server\x00-c" in _cmdline(int(p)) for p in in_ps) == 3  # three nats-server processes
+    # Each nats-server runs in its supervisor's process group, so `ncpsim down` and SIGKILL reach it.
+    for server in servers:
+        supervisor = nkey_stack.launcher.running()[server["name"]]
+        children = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == supervisor]
+        found = [p for p in children if b"nats-server" in _cmdline(p)]
+        assert len(found) == 1 and os.getpgid(found[0]) == supervisor
 
 
 def _ppid(pid: int) -> int | None:
@@ -164,15 +183,18 @@ def _call_ok(stack: LocalStack) -> None:
     assert result.status == 200, result
 
 
-def test_workers_reconnect_after_nats_server_is_killed_and_restarted(nkey_stack: LocalStack) -> None:
+def test_workers_reconnect_after_every_nats_server_is_killed_and_restarted(nkey_stack: LocalStack) -> None:
     faults = FaultInjector(nkey_stack, random.Random(1))
     workers = [w.name for w in nkey_stack.topology.workers]
+    servers = nkey_stack.topology.members("nats")
     records = Records(nkey_stack.state_dir)
-    assert f"SIGKILL {NATS_SERVER}" in faults.apply({"kill": NATS_SERVER})
-    assert NATS_SERVER not in nkey_stack.launcher.running()
+    for server in servers:
+        assert f"SIGKILL {server}" in faults.apply({"kill": server})
+    assert not set(servers) & set(nkey_stack.launcher.running())
     for worker in workers:
         records.event("worker.nats.disconnected", worker=worker)
-    faults.apply({"restart": NATS_SERVER})
+    for server in servers:
+        faults.apply({"restart": server})
     for worker in workers:  # its pulls start again, whether nats-py reconnected or the worker signed in anew
         records.event("worker.work.pulling", worker=worker, function="http-echo", timeout=RECONNECT_TIMEOUT)
     _call_ok(nkey_stack)
@@ -195,3 +217,17 @@ def test_new_logins_need_the_callout_running_ones_do_not(nkey_stack: LocalStack)
 async def _login(url: str, kwargs: dict) -> None:
     nc, _ = await asyncio.wait_for(connect(url, **kwargs), CALL_TIMEOUT)
     await nc.close()
+
+
+def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: LocalStack) -> None:
+    """The seed: scaling the NATS StatefulSet to zero is a full outage; scaling it back ends it."""
+    from test_faults import call
+
+    faults = FaultInjector(nkey_stack, random.Random(1))
+    said = faults.apply({"scale": {"role": "nats", "replicas": 0}})
+    assert said == "scaled nats to 0 of 3 replicas"
+    assert not {"nats-0", "nats-1", "nats-2"} & set(nkey_stack.launcher.running())
+    assert call(nkey_stack).status == 503  # the invocation could not be queued: no server to take it
+    said = faults.apply({"scale": {"role": "nats", "replicas": 3}})
+    assert "JetStream current on the 3 running servers" in said  # the last one back waited for a majority
+    _call_ok(nkey_stack)

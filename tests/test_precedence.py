@@ -222,7 +222,8 @@ def test_validation_errors_name_the_winning_layer(tmp_path: Path) -> None:
         ("global.workerEndpoint", "global.workerEndpoints"),
         ("nats.workerAuh", "nats.workerAuth"),
         ("cassandra", None),
-        ("workerCallbackProxy.replicas", None),
+        ("workerCallbackProxy.replicaCount", None),
+        ("nats.replicas", "nats.config.cluster.replicas"),  # the StatefulSet's replicas, at the wrong level
     ],
 )
 def test_suggestion(path: str, suggestion: str | None) -> None:

@@ -1,5 +1,5 @@
-"""Worker NATS authentication runbook: NKeys (the real library), the values, sampling, and the rehearsals on a
-real nats-server and auth callout."""
+"""Worker NATS authentication runbook: NKeys (the real library), the values, and the rehearsals on a real
+nats-server and auth callout."""
 
 from __future__ import annotations
 
@@ -13,14 +13,12 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.model.values import DEFAULT_WEBHOOK_URL
+from sim.pods.nats.zaplog import LogSettings
 from sim.runbooks import nkeys
 from sim.runbooks.nats_auth import (
     APP,
     CalloutConfig,
     Grant,
-    LogRecord,
-    LogSampler,
-    LogSettings,
     Refused,
     callout_config,
     callout_restart_reasons,
@@ -148,32 +146,7 @@ def test_scope_nkey_everything_forever_token_own_subjects_until_expiry() -> None
     assert not may_access(token, "SYS", "nvcf.fn.fn.v1.req", 50.0)
 
 
-# -- sampling ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("settings", "burst", "kept"),
-    [
-        (LogSettings(), 100, 100),
-        (LogSettings(), 300, 102),
-        (LogSettings(), 1000, 109),
-        (LogSettings(initial=0), 300, 300),
-        (LogSettings(initial=10, thereafter=1), 50, 50),
-    ],
-)
-def test_sampler_first_100_a_second_then_1_in_100(settings: LogSettings, burst: int, kept: int) -> None:
-    sampler = LogSampler(settings)
-    record = LogRecord("info", "Authentication successful")
-    assert sum(sampler.allow(record, 5.5) for _ in range(burst)) == kept
-
-
-def test_sampler_counts_per_second_and_per_message() -> None:
-    sampler = LogSampler(LogSettings(initial=1, thereafter=100))
-    a, b = LogRecord("info", "a"), LogRecord("info", "b")
-    assert [sampler.allow(a, 0.1), sampler.allow(a, 0.9), sampler.allow(b, 0.9), sampler.allow(a, 1.0)] == [
-        True,
-        False,
-        True,
-        True,
-    ]
+# Sampling: tests/test_nats_callout_logging.py (the live callout's and the rehearsals' one sampler).
 
 
 # -- the switch ----------------------------------------------------------------------------------------
@@ -228,7 +201,7 @@ def test_log_sampling_runs() -> None:
     wrong, right = RUNS["nats-log-sampling"]("wrong", None), RUNS["nats-log-sampling"]("right", None)
     assert wrong.extra["logged"] == 102 and "198 of 300" in (wrong.mistake or "")
     assert right.ok and right.extra["logged"] == 300
-    assert sum('"webhook request"' in line for line in right.log_lines) == 300
+    assert sum('"Sending webhook request"' in line for line in right.log_lines) == 300
 
 
 def test_values_run() -> None:

@@ -112,6 +112,12 @@ class KubeContext(Context):
     def nats_url(self) -> str:
         return f"nats://{self.bus_address}"
 
+    def nats_servers(self, every: bool = False) -> list[str]:
+        return [self.nats_url()]  # the cluster's Service, as in the field
+
+    def nats_sign_in_up(self) -> bool:
+        return True  # a pod signs in when it starts; the cluster's readiness probes order the rest
+
 
 def localize(
     topology: Topology, kind: str, name: str, pod_ip: str, cluster: str, proxy_ca_pem: str | None

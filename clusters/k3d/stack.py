@@ -8,6 +8,7 @@ live clusters on the machine it was written on; see clusters.k3d.live.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -39,6 +40,7 @@ from clusters.render.layout import (
     WORKER_COMPONENT,
     kube_context,
 )
+from clusters.render.nats import one_server
 from clusters.render.text import dump_all
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files
 from clusters.state import StackLock, write_file
@@ -218,6 +220,9 @@ class K3dBackend:
         topology = topology.with_ca_pem(
             lambda issuer: (k3d.state / "certs" / "ca" / issuer / "ca.crt").read_text()
         )
+        topology, notice = one_server(topology)
+        if notice:
+            print(notice, file=sys.stderr)
         bring_up(k3d, topology, material)
         return K3dStack(k3d, topology).attach(scenario)
 

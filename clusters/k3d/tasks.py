@@ -9,6 +9,7 @@ from clusters.k3d.dnsrewrite import dns_rewrite as _dns_rewrite
 from clusters.k3d.doctor import doctor as _doctor
 from clusters.k3d.state import cert_material, stack_state, write_files
 from clusters.render.bundle import render_bundle
+from clusters.render.nats import one_server
 from sim.model.topology import Topology
 from sim.protocols.wire import PROXY_SERVICE_FQDN
 
@@ -20,6 +21,7 @@ def render(out_dir: str | Path, topology: Topology, scenario: str) -> int:
     applies the same Secrets. Manifest files hold private keys and are written owner-only.
     """
     material = cert_material(stack_state(topology.stack) / "certs", topology)
+    topology, notice = one_server(topology)
     written = write_files(Path(out_dir), render_bundle(topology, material))
     for path in written:
         print(path)
@@ -28,6 +30,8 @@ def render(out_dir: str | Path, topology: Topology, scenario: str) -> int:
         "compute clusters point at the Topology's virtual load-balancer addresses "
         "until `up` fills in the live ones"
     )
+    if notice:
+        print(notice)
     return 0
 
 

@@ -1,9 +1,10 @@
 """The local backend's launcher: the Topology as processes on 127.0.0.1, each in its own process group.
 
 Everything starts at once, forked by one preloaded zygote per launch (clusters/local/zygote.py), so
-the imports are paid once: phase 1 (resolver, nats-server, callout, pods, proxy) binds port 0 and
+the imports are paid once: phase 1 (resolver, the NATS servers, callout, pods, proxy) binds port 0 and
 reports its bindings on a ready pipe; the launcher writes them into the network map, where the phase 2
-worker hosts find nats-server before they report ready themselves. Nothing here sleeps to wait for a
+worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
+before their owner runs (the NATS servers' route ports) get their real ports before anything starts. Nothing here sleeps to wait for a
 component: readiness is the line on its pipe, or EOF if it died first. A restart after the launch (a
 fault, a redeploy) starts its component afresh.
 """
@@ -13,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,7 +33,7 @@ from clusters.certificates import prepare_certificates
 from clusters.state import purge as purge_state
 from clusters.state import write_file
 from sim.errors import BackendError
-from sim.model.netmap import NetMap
+from sim.model.netmap import LOOPBACK, NetMap
 from sim.model.topology import CONTROL_CLUSTER, Topology
 
 from .interrupts import InterruptGuard
@@ -40,8 +43,8 @@ from .zygote import LAUNCH_ORDER, Zygote
 READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
 SIGN_IN_ALLOWANCE = 0.02  # more seconds per worker of the largest worker host: each signs in to NATS first
 STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
-NATS_SERVER = "nats-server"  # the supervisor and nats-server, one process group
 NATS_CALLOUT = "nats-auth-callout"  # the auth callout service
+NATS_SERVER_NAME = re.compile(r"nats-\d+")  # a pod of the nats StatefulSet: its supervisor and nats-server
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,9 @@ class ProcessSpec:
 
 
 def phase_one(topology: Topology) -> list[ProcessSpec]:
-    specs = [
-        ProcessSpec("resolver", "resolver", CONTROL_CLUSTER),
-        ProcessSpec("nats", NATS_SERVER, CONTROL_CLUSTER),
-        ProcessSpec("nats-callout", NATS_CALLOUT, CONTROL_CLUSTER),
-    ]
+    specs = [ProcessSpec("resolver", "resolver", CONTROL_CLUSTER)]
+    specs += [ProcessSpec("nats", server.name, CONTROL_CLUSTER) for server in topology.nats_servers]
+    specs.append(ProcessSpec("nats-callout", NATS_CALLOUT, CONTROL_CLUSTER))
     specs += [
         ProcessSpec("invocation" if p.role == "invocation" else "grpc-proxy", p.name, p.cluster)
         for p in topology.pods
@@ -120,6 +121,7 @@ class Launcher:
         applied = prepare_certificates(CertStore(self.state_dir / "certs"), topology)
         (self.state_dir / "topology.json").write_text(applied.to_json())
         netmap = NetMap(
+            bindings=reserve_ports(topology.reserved_addresses()),
             reach={c.name: topology.reachable_ranges(c.name) for c in topology.clusters},
             services=topology.service_endpoints(),
             seed=topology.seed,
@@ -321,11 +323,29 @@ class Launcher:
         purge_state(self.state_dir)  # only a real folder carrying ncpsim's marker
 
 
+def reserve_ports(addresses: list[str]) -> dict[str, int]:
+    """A free loopback port for each address, chosen now and let go at once: its owner binds it when it
+    starts (a StatefulSet pod's stable address, which its peers are configured with before it runs). One
+    taken meanwhile by another process makes its owner choose another (sim.pods.nats.component)."""
+    held = []
+    try:
+        for _ in addresses:
+            sock = socket.socket()
+            held.append(sock)
+            sock.bind((LOOPBACK, 0))
+        return {address: sock.getsockname()[1] for address, sock in zip(addresses, held, strict=True)}
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def _stop_order(name: str) -> int:
-    """Workers first (they call the others), then the proxy and pods, nats-server and DNS last."""
+    """Workers first (they call the others), then the proxy and pods, the NATS servers and DNS last."""
     if name.startswith("ncpsim-compute") or name == "ncpsim-cp":
         return 0
-    return {"worker-callback-proxy": 1, NATS_SERVER: 3, "resolver": 4}.get(name, 2)
+    if NATS_SERVER_NAME.fullmatch(name):
+        return 3
+    return {"worker-callback-proxy": 1, "resolver": 4}.get(name, 2)
 
 
 def _is_ours(pid: int, state_dir: Path) -> bool:

@@ -9,6 +9,7 @@ work survives a nats-server container restart, not a pod replacement (the chart'
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from clusters.render import kube
@@ -28,6 +29,23 @@ STORE_DIR = "/data/jetstream"
 # A nats-server with JetStream and auth callout (2.10+); `nats.image.*` in the values overrides it.
 DEFAULT_IMAGE = {"registry": "docker.io", "repository": "library/nats", "tag": "2.10.22-alpine"}
 PORTS = [kube.port("client", NATS_PORT), kube.port("monitor", NATS_MONITOR_PORT)]
+
+
+def one_server(topology: Topology) -> tuple[Topology, str | None]:
+    """The topology the k3d backend runs: one nats-server (a Deployment), whatever nats.config.cluster says,
+    and the line that says so (None when the values ask for one server anyway)."""
+    servers = len(topology.nats_servers)
+    if servers < 2:
+        return topology, None
+    nats = dict(topology.values.get("nats") or {})
+    config = dict(nats.get("config") or {})
+    config["cluster"] = {**(config.get("cluster") or {}), "enabled": False}
+    values = {**topology.values, "nats": {**nats, "config": config}}
+    notice = (
+        f"k3d backend: one nats-server, not the {servers} of nats.config.cluster (the NATS cluster, its "
+        "routes and R3 streams run on the local backend only)"
+    )
+    return replace(topology, values=values), notice
 
 
 def nats_image(topology: Topology) -> str:

@@ -66,6 +66,18 @@ class NetMap:
             raise Refused(f"connection refused: {ip}:{port}/{proto}")
         return LOOPBACK, real
 
+    def lookup_all(self, cluster: str, ip: str, port: int, proto: str = "tcp") -> list[tuple[str, int]]:
+        """Every real (host, port) behind a virtual address as seen from `cluster`: a Service's bound
+        endpoints in their order, or the one binding; for a client that keeps a list of servers."""
+        if not self.routable(cluster, ip):
+            raise Unreachable(f"no route to host {ip} from cluster {cluster}")
+        virtual = key(ip, port, proto)
+        endpoints = self.services.get(virtual, [virtual])
+        real = [self.bindings[e] for e in endpoints if e in self.bindings]
+        if not real:
+            raise Refused(f"connection refused: {ip}:{port}/{proto}")
+        return [(LOOPBACK, p) for p in real]
+
     def endpoint(self, cluster: str, service: str) -> str | None:
         """A bound endpoint of a Service, from a seeded generator per caller's cluster (replays repeat)."""
         live = [e for e in self.services[service] if e in self.bindings]

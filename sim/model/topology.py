@@ -14,14 +14,19 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dns.rule import PROXY, DnsRecord, View, dashed_ip, wildcard
 from sim.errors import ConfigError
+from sim.model.values import DEFAULT_WEBHOOK_URL, nats_replicas
 from sim.protocols.wire import (
     GRPC_SUFFIX,
     INVOCATION_HTTP_PORT,
     INVOCATION_SUFFIX,
     INVOCATION_TLS_PORT,
+    NATS_MONITOR_PORT,
+    NATS_PORT,
+    NATS_ROUTE_PORT,
     PROXY_H3_PORT,
     PROXY_HTTP_PORT,
     PROXY_SERVICE_FQDN,
@@ -100,6 +105,64 @@ class Pod:
 
 
 @dataclass(frozen=True)
+class NatsServer:
+    """One pod of the nats StatefulSet (namespace nats-system): nats-0, nats-1, ..., behind the control
+    plane's NATS load balancer; its peers dial its route port by its stable name."""
+
+    name: str
+    ordinal: int
+    ip: str
+
+    @property
+    def fqdn(self) -> str:
+        return f"{self.name}.nats-headless.nats-system.svc.cluster.local"
+
+    def address(self, port: int) -> str:
+        """The network-map key of one of its ports (client 4222, monitor 8222, route 6222)."""
+        return f"{self.ip}:{port}/tcp"
+
+
+@dataclass(frozen=True)
+class ApiService:
+    """The NVCF API's Service, where the values say the API runs (the auth callout's webhook goes there)."""
+
+    name: str
+    namespace: str
+    port: int
+    ip: str = "10.43.0.40"  # its ClusterIP, in the control plane's service range
+
+    @property
+    def fqdn(self) -> str:
+        return f"{self.name}.{self.namespace}.svc.cluster.local"
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}/tcp"
+
+
+def _api_from_webhook(values: dict[str, Any]) -> ApiService | None:
+    """The API's Service as the token webhook URL names it (`http://NAME.NS.svc.cluster.local:PORT/v2/nvcf/
+    webhook/nats-auth`); None for the default URL, another path, or a name outside the cluster."""
+    url = str(
+        ((values.get("nats") or {}).get("authCallout") or {}).get("workerTokenAuth", {}).get("webhookUrl")
+        or ""
+    )
+    parts, default = urlsplit(url), urlsplit(DEFAULT_WEBHOOK_URL)
+    labels = (parts.hostname or "").split(".")
+    if url == DEFAULT_WEBHOOK_URL or parts.path != default.path or labels[2:] != ["svc", "cluster", "local"]:
+        return None
+    try:
+        port = parts.port or 80
+    except ValueError:
+        return None
+    return ApiService(labels[0], labels[1], port) if len(labels) == 5 else None
+
+
+NATS_ROLE = "nats"  # the StatefulSet, as `fault scale` and `fault rollout` name it
+NATS_POD_RANGE = "10.42.2."  # nats-0 at 10.42.2.10: clear of the invocation and grpc-proxy pods' 10.42.0.x
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     name: str  # e.g. "worker-1-0"
     cluster: str
@@ -141,6 +204,41 @@ class Topology:
 
     def pod_by_ip(self, ip: str) -> Pod | None:
         return next((p for p in self.pods if p.ip == ip), None)
+
+    @property
+    def nats_servers(self) -> tuple[NatsServer, ...]:
+        """The nats StatefulSet's pods, as many as nats.config.cluster says (one without clustering)."""
+        return tuple(
+            NatsServer(f"nats-{i}", i, f"{NATS_POD_RANGE}{10 + i}") for i in range(nats_replicas(self.values))
+        )
+
+    @property
+    def api_service(self) -> ApiService:
+        """Where the NVCF API runs: `api.namespace` and `api.service.{name, port}` when the values set them;
+        else where the token webhook URL points, if that is another in-cluster Service on the webhook's path
+        (the seed: "if the API runs elsewhere, set the URL to it"; the bundle cannot show where it runs, so
+        ncpsim takes the URL at its word and diagnose says so); else the chart's api.nvcf:8080."""
+        api = self.values.get("api") or {}
+        service = api.get("service") or {}
+        chart = ApiService("api", "nvcf", 8080)
+        said = ApiService(
+            str(service.get("name") or chart.name),
+            str(api.get("namespace") or chart.namespace),
+            int(service.get("port") or chart.port),
+        )
+        return (_api_from_webhook(self.values) or chart) if said == chart else said
+
+    def nats_server(self, name: str) -> NatsServer:
+        for server in self.nats_servers:
+            if server.name == name:
+                return server
+        raise KeyError(name)
+
+    def members(self, role: str) -> list[str]:
+        """The pod names of a role, in ordinal order: invocation, grpc-proxy, or the nats StatefulSet."""
+        if role == NATS_ROLE:
+            return [s.name for s in self.nats_servers]
+        return [p.name for p in self.pods_of(role)]
 
     def workers_in(self, cluster: str) -> list[WorkerSpec]:
         return [w for w in self.workers if w.cluster == cluster]
@@ -192,18 +290,34 @@ class Topology:
                     self.proxy_lb_ip if self.proxy_service_type == "LoadBalancer" else PROXY_CLUSTER_IP
                 )
                 hosts += ((PROXY_SERVICE_FQDN, service_ip), (INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP))
+                hosts += ((self.api_service.fqdn, self.api_service.ip),)  # the NVCF API, where it runs
             views[c.name] = View(cluster=c.name, hosts=hosts, records=c.dns_records)
         return views
 
     def service_endpoints(self) -> dict[str, list[str]]:
-        """Service address -> pod endpoints (network-map keys); connections to it spread over the pods."""
-        pods = self.pods_of("invocation")
-        if not pods:
-            return {}
-        return {
-            f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
-            for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)
+        """Service address -> pod endpoints (network-map keys); connections to it spread over the pods. The
+        NATS load balancer fronts every server of the StatefulSet (client and monitor ports)."""
+        services = {
+            f"{self.bus_lb_ip}:{port}/tcp": [s.address(port) for s in self.nats_servers]
+            for port in (NATS_PORT, NATS_MONITOR_PORT)
         }
+        pods = self.pods_of("invocation")
+        services.update(
+            {
+                f"{INVOCATION_SERVICE_IP}:{port}/tcp": [f"{p.ip}:{port}/tcp" for p in pods]
+                for port in (INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT)
+                if pods
+            }
+        )
+        return services
+
+    def reserved_addresses(self) -> list[str]:
+        """Addresses peers dial before their owner runs, so their real ports are chosen before any component
+        starts: each NATS server's route port (every server's config lists all of them, as the chart's
+        routes list every pod of the StatefulSet)."""
+        if len(self.nats_servers) < 2:
+            return []
+        return [s.address(NATS_ROUTE_PORT) for s in self.nats_servers]
 
     def with_ca_pem(self, pem_of: Callable[[str], str]) -> Topology:
         """The values as applied: a workerCallbackCaPem marker replaced by that CA's PEM text now, once.

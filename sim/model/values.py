@@ -56,10 +56,17 @@ DEFAULTS: dict[str, Any] = {
     # workerTls.enabled: the pod's 8443 worker TLS listener. Unset (null), the stack decides it from the
     # proxy's upstream TLS; a customer's explicit value wins, and can leave the proxy dialing a closed port.
     "invocation": _annotated(env={"WORKER_STREAM_PROPERTIES__SELF_ADDRESS": ""}, workerTls={"enabled": None}),
+    # nats.config.cluster: the nats chart's StatefulSet (upstream nats-io chart keys; NVCF's nats chart turns
+    # clustering on, and the upstream default is three replicas, "2 or higher when jetstream is enabled").
     "nats": _annotated(
-        workerAuth="nkey", authCallout={"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}
+        workerAuth="nkey",
+        authCallout={"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}},
+        config={"cluster": {"enabled": True, "replicas": 3}},
     ),
-    "api": _annotated(),
+    # Where the NVCF API runs (its release's namespace and its Service): ncpsim's keys for the customer's
+    # world, as the public templates fix both (api.nvcf.svc.cluster.local, HTTP on 8080); the auth callout's
+    # webhook URL must name it (nats.authCallout.workerTokenAuth.webhookUrl).
+    "api": _annotated(namespace="nvcf", service={"name": "api", "port": 8080}),
     "nvctApi": _annotated(),
     "apikeys": _annotated(),
     "ess": _annotated(),
@@ -78,6 +85,9 @@ PROXY_URL: KeyPath = ("global", "workerEndpoints", "invocationProxyURL")
 CA_PEM: KeyPath = ("global", "nvcaOperator", "agent", "workerCallbackCaPem")
 WORKER_AUTH: KeyPath = ("nats", "workerAuth")
 WEBHOOK_URL: KeyPath = ("nats", "authCallout", "workerTokenAuth", "webhookUrl")
+NATS_CLUSTER: KeyPath = ("nats", "config", "cluster", "enabled")
+NATS_REPLICAS: KeyPath = ("nats", "config", "cluster", "replicas")
+NATS_MAX_REPLICAS = 5  # what ncpsim runs on a laptop; the field's clusters are 3 (or 5)
 UPSTREAM_TLS: KeyPath = (WCP, "invocation", "upstreamTls", "enabled")
 POD_WORKER_TLS: KeyPath = ("invocation", "workerTls", "enabled")
 SPLIT_PLANE_URLS: tuple[KeyPath, ...] = (
@@ -92,6 +102,7 @@ BOOLEANS: tuple[KeyPath, ...] = (
     (WCP, "invocation", "connect", "enabled"),
     ("adminIssuerProxy", "enabled"),
     ("adminIssuerProxy", "gateway", "enabled"),
+    NATS_CLUSTER,
 )
 ANNOTATION_MAPS: tuple[KeyPath, ...] = (
     *(
@@ -337,6 +348,39 @@ def _rule_nats(values: Mapping[str, Any], add: Add) -> None:
             )
 
 
+def _rule_nats_cluster(values: Mapping[str, Any], add: Add) -> None:
+    replicas = lookup(values, NATS_REPLICAS)
+    if lookup(values, NATS_CLUSTER) is not True:
+        return
+    if not isinstance(replicas, int) or isinstance(replicas, bool):
+        add(NATS_REPLICAS, f"must be a whole number, found {_kind(replicas)}")
+    elif replicas < 2:
+        # nats-server would start, and JetStream would wait for ever for a meta leader.
+        add(
+            NATS_REPLICAS,
+            "must be 2 or higher when jetstream is enabled (one clustered server never elects a JetStream "
+            "meta leader); set 3, or nats.config.cluster.enabled: false for a single server",
+        )
+    elif replicas > NATS_MAX_REPLICAS:
+        add(NATS_REPLICAS, f"ncpsim runs at most {NATS_MAX_REPLICAS} NATS servers, found {replicas}")
+
+
+def _rule_api_service(values: Mapping[str, Any], add: Add) -> None:
+    for parts in (("api", "namespace"), ("api", "service", "name")):
+        name = lookup(values, parts)
+        if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.fullmatch(name):
+            add(parts, f'must be a DNS label (a-z, 0-9 and "-"), found {_kind(name)}')
+    port = lookup(values, ("api", "service", "port"))
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        add(("api", "service", "port"), f"must be a port number, found {_kind(port)}")
+
+
+def nats_replicas(values: Mapping[str, Any]) -> int:
+    """How many nats-servers the StatefulSet runs: one without clustering (expects valid values)."""
+    merged = deep_merge(DEFAULTS, values)
+    return int(lookup(merged, NATS_REPLICAS)) if lookup(merged, NATS_CLUSTER) is True else 1
+
+
 def _annotation_key_problem(key: str) -> str | None:
     if key.startswith(RESERVED_ANNOTATION_PREFIX):
         return "is reserved for the auth callout's restart on a worker auth change; remove it"
@@ -365,6 +409,8 @@ RULES: tuple[Callable[[Mapping[str, Any], Add], None], ...] = (
     _rule_service_type,
     _rule_worker_ca_pem,
     _rule_nats,
+    _rule_nats_cluster,
+    _rule_api_service,
     _rule_annotations,
 )
 

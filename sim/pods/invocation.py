@@ -147,7 +147,15 @@ class InvocationPod:
         pending = Pending(request_id, function, request_h1("POST", "/", inner, body), body)
         self.pending[request_id] = pending
         self.ctx.events.emit("invoke.accepted", requestId=request_id, pod=self.pod.name, function=function)
-        await self.publish(pending)
+        try:
+            await self.publish(pending)
+        except Exception as exc:  # noqa: BLE001 - NATS away or without quorum: the client hears it at once
+            # ncpsim's answer (the public source does not say what the service answers): 503, with why.
+            self.pending.pop(request_id, None)
+            error = f"{type(exc).__name__}: {exc}"
+            self.ctx.events.emit("invoke.unqueued", requestId=request_id, pod=self.pod.name, error=error)
+            await _problem(stream, 503, f"the request could not be queued for a worker ({error})")
+            return
         await self.answer_client(stream, pending, dict(headers))
 
     async def poll(self, stream: H11Stream, request_id: str, headers: dict[str, str]) -> None:

@@ -24,6 +24,7 @@ PROXY_HTTP_PORT = 10084  # the worker callback proxy, TLS on TCP
 PROXY_H3_PORT = 443  # the worker callback proxy, QUIC on UDP
 NATS_PORT = 4222  # NATS client port
 NATS_MONITOR_PORT = 8222  # nats-server's monitoring port, as the chart exposes it
+NATS_ROUTE_PORT = 6222  # nats-server's cluster (route) port, between the StatefulSet's pods
 DNS_PORT = 53
 
 # Paths.

@@ -8,8 +8,8 @@ the grant covers only that worker's function-version subjects in APP.
 
 The decisions themselves are made by a real nats-server and auth callout (sim.pods.nats, driven by
 sim.runbooks.nats_live); this module keeps the pure parts around them: the callout's configuration from
-the values (and the render errors), when a change restarts it, and its log sampling (zap's: per
-message, the first ``initial`` lines a second, then 1 in ``thereafter``), with time passed in.
+the values (and the render errors) and when a change restarts it; its log sampling is the live callout's
+(sim.pods.nats.zaplog: zap's, per message the first ``initial`` lines a second, then 1 in ``thereafter``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from sim.errors import ConfigError
 from sim.model.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup, validate
+from sim.pods.nats.zaplog import LogSettings
 
 APP = "APP"
 OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for
@@ -29,20 +30,6 @@ LOGGING_KEY = ("natsAuthCalloutService", "serviceConfig", "logging")
 
 
 # -- settings from values ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LogSettings:
-    """The callout's zap-style logging: level, and per message the first ``initial`` lines per second,
-    then 1 in ``thereafter``. The seed turns sampling off with ``initial: 0``."""
-
-    level: str = "info"
-    initial: int = 100
-    thereafter: int = 100
-
-    @property
-    def sampling(self) -> bool:
-        return self.initial > 0
-
-
 @dataclass(frozen=True)
 class CalloutConfig:
     mode: str
@@ -65,17 +52,10 @@ def callout_config(values: Mapping[str, Any]) -> CalloutConfig:
     merged = deep_merge(
         {"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": DEFAULT_WEBHOOK_URL}}}}, values
     )
-    # Only serviceConfig.logging reaches the callout; the stack ignores other serviceConfig keys.
-    logging = lookup(merged, LOGGING_KEY, {}) or {}
-    sampling = logging.get("sampling") or {}
     return CalloutConfig(
         mode=lookup(merged, ("nats", "workerAuth"), "nkey"),
         webhook_url=lookup(merged, ("nats", "authCallout", "workerTokenAuth", "webhookUrl")),
-        logging=LogSettings(
-            level=str(logging.get("level", "info")),
-            initial=int(sampling.get("initial", 100)),
-            thereafter=int(sampling.get("thereafter", 100)),
-        ),
+        logging=LogSettings.from_values(merged),  # only serviceConfig.logging reaches the callout
     )
 
 
@@ -134,26 +114,3 @@ def may_access(grant: Grant, account: str, subject: str, now: float) -> bool:
     if grant.account != account or (grant.expires is not None and now >= grant.expires):
         return False
     return any(subject_matches(pattern, subject) for pattern in grant.subjects)
-
-
-# -- log sampling ------------------------------------------------------------------------------------
-class LogSampler:
-    """Per message text: the first ``initial`` lines in each one-second tick, then every ``thereafter``-th.
-
-    Time is passed in, so a burst of logins replays identically."""
-
-    def __init__(self, settings: LogSettings) -> None:
-        self.settings = settings
-        self._counts: dict[tuple[str, int], int] = {}
-
-    def allow(self, record: LogRecord, now: float) -> bool:
-        if record.level == "debug" and self.settings.level != "debug":
-            return False
-        if not self.settings.sampling:
-            return True
-        key = (record.msg, int(now))
-        count = self._counts.get(key, 0) + 1
-        self._counts[key] = count
-        if count <= self.settings.initial:
-            return True
-        return (count - self.settings.initial) % max(self.settings.thereafter, 1) == 0

@@ -32,7 +32,8 @@ from sim.pods.nats.client import connect_once
 from sim.pods.nats.config import APP_ACCOUNT, CalloutBlock, ServerConfig
 from sim.pods.nats.server import NatsServer
 from sim.pods.nats.webhook import WebhookAnswer, WebhookRequest, answer_body
-from sim.runbooks.nats_auth import LogRecord, LogSampler, LogSettings
+from sim.pods.nats.zaplog import LogSettings, Sampler
+from sim.runbooks.nats_auth import LogRecord
 
 LOGIN_TIMEOUT = 5.0  # seconds for one worker's sign-in, callout and webhook included
 SERVER_LOG_TIMEOUT = 2.0  # nats-server writes its line about a refused sign-in soon after the callout's
@@ -86,7 +87,7 @@ class CalloutLog(logging.Handler):
 
     def __init__(self, settings: LogSettings, clock: Callable[[], float]) -> None:
         super().__init__(logging.DEBUG)
-        self.sampler, self.clock = LogSampler(settings), clock
+        self.sampler, self.clock = Sampler(settings), clock
         self.lines: list[str] = []
         self.records: list[LogRecord] = []  # everything, sampled or not: what each login came to
 
@@ -96,7 +97,7 @@ class CalloutLog(logging.Handler):
         level = {"WARNING": "warn"}.get(record.levelname, record.levelname.lower())
         entry = LogRecord(level, message, parsed)
         self.records.append(entry)
-        if self.sampler.allow(entry, self.clock()):
+        if self.sampler.allow(level, message, self.clock()):
             self.lines.append(entry.line(self.clock()))
 
 

@@ -14,7 +14,7 @@ from aioquic.quic.configuration import QuicConfiguration
 
 from dns.client import NameNotResolved, resolve_a
 from sim.model.events import EventLog
-from sim.model.netmap import LiveNetMap
+from sim.model.netmap import LiveNetMap, Refused
 from sim.model.topology import Topology
 from sim.protocols.h3 import H3Endpoint, connect
 from sim.protocols.http1 import open_within
@@ -133,6 +133,28 @@ class Context:
         """nats-server as this cluster reaches it: the control plane's load-balancer address, port 4222."""
         host, port = self.netmap.lookup(self.cluster, self.topology.bus_lb_ip, NATS_PORT, "tcp")
         return f"nats://{host}:{port}"
+
+    def nats_servers(self, every: bool = False) -> list[str]:
+        """The NATS servers as this cluster reaches them: each server behind the control plane's NATS load
+        balancer (port 4222), in ordinal order, as a client's server list; a client fails over among them
+        as it would among the load balancer's endpoints. Refused while none is bound (``every``: while one
+        of the StatefulSet's servers has never been bound, at the stack's start)."""
+        netmap = self.netmap.current()
+        found = netmap.lookup_all(self.cluster, self.topology.bus_lb_ip, NATS_PORT, "tcp")
+        if every and len(found) < len(self.topology.nats_servers):
+            raise Refused(
+                f"connection refused: {len(found)} of {len(self.topology.nats_servers)} NATS servers up"
+            )
+        return [f"nats://{host}:{port}" for host, port in found]
+
+    def nats_sign_in_up(self) -> bool:
+        """At a stack's start: every NATS server bound, and the auth callout up to sign clients in (it is up
+        with the NVCF API's stand-in, at the API's Service, as the API that deploys workers is)."""
+        try:
+            self.nats_servers(every=True)
+        except OSError:
+            return False
+        return self.topology.api_service.address in self.netmap.current().bindings
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -17,17 +17,21 @@ from typing import Any
 
 from certs.profiles import STACK, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
-from sim.model.topology import Topology
+from sim.model.topology import NATS_ROLE, Topology
 from sim.model.values import key_path
 from sim.runtime.links import ANY, LinkFault
 
 PROCESS_ACTIONS = ("kill", "restart", "stop", "start")
-# Roles a scale fault acts on, with the topology key that sets how many pods each has.
-SCALABLE = {"invocation": "invocationReplicas", "grpc-proxy": "grpcProxyReplicas"}
-NATS_ROLES = ("nats", "nats-server")
-# The control plane's processes besides the pods and the proxy, as clusters.local.launcher names them
-# (tests/test_fault_args.py holds the two lists together).
-CONTROL_COMPONENTS = ("resolver", "nats-server", "nats-auth-callout")
+# Roles a scale fault acts on, with the key that sets how many pods each has.
+SCALABLE = {
+    "invocation": "topology.invocationReplicas in the scenario",
+    "grpc-proxy": "topology.grpcProxyReplicas in the scenario",
+    NATS_ROLE: "nats.config.cluster.replicas in the values",
+}
+NATS_ROLES = (NATS_ROLE, "nats-server")
+# The control plane's processes besides the pods, the NATS servers and the proxy, as clusters.local.launcher
+# names them (tests/test_fault_args.py holds the two lists together).
+CONTROL_COMPONENTS = ("resolver", "nats-auth-callout")
 PROXY_COMPONENT = "worker-callback-proxy"
 POD_CERTIFICATES = {"invocation": invocation_profile, "grpc-proxy": grpc_profile}
 KeyPath = tuple[str, ...]
@@ -71,7 +75,13 @@ class PodCert:
     issuer: str
 
 
-Fault = ProcessFault | Scale | LinkFault | ClearLinks | Expire | PodCert
+@dataclass(frozen=True)
+class Rollout:
+    role: str  # the nats StatefulSet
+    pods: tuple[str, ...]  # in ordinal order; a rollout restarts them from the last
+
+
+Fault = ProcessFault | Scale | LinkFault | ClearLinks | Expire | PodCert | Rollout
 
 
 def parse_fault(raw: Mapping[str, Any], topology: Topology) -> Fault:
@@ -90,7 +100,7 @@ def parse_fault(raw: Mapping[str, Any], topology: Topology) -> Fault:
 
 def component_names(topology: Topology) -> list[str]:
     """The processes a stack of this topology runs, by the names `ncpsim status` shows."""
-    names = [*CONTROL_COMPONENTS, *(p.name for p in topology.pods)]
+    names = [*CONTROL_COMPONENTS, *topology.members(NATS_ROLE), *(p.name for p in topology.pods)]
     if topology.proxy_enabled:
         names.append(PROXY_COMPONENT)
     return names + [c.name for c in topology.clusters if topology.workers_in(c.name)]
@@ -108,21 +118,14 @@ def _component(action: str, name: str, topology: Topology) -> str:
 
 def _scale(arg: Mapping[str, Any], topology: Topology) -> Scale:
     role, replicas = str(arg["role"]), int(arg["replicas"])
-    if role in NATS_ROLES:
-        raise FaultArgumentError(
-            ("scale", "role"),
-            "scaling NATS is not modelled: ncpsim runs one nats-server; kill, stop or start nats-server instead",
-        )
+    role = NATS_ROLE if role in NATS_ROLES else role
     if role not in SCALABLE:
         raise FaultArgumentError(
             ("scale", "role"),
-            f"ncpsim scales invocation and grpc-proxy pods, not {role!r}{_hint(role, SCALABLE)}",
+            f"ncpsim scales {', '.join(SCALABLE)}, not {role!r}{_hint(role, SCALABLE)}",
         )
-    pods = tuple(p.name for p in topology.pods_of(role))
-    more = (
-        f"raise topology.{SCALABLE[role]} in the scenario (a running stack: bring it up with a scenario "
-        "that has more)"
-    )
+    pods = tuple(topology.members(role))  # a StatefulSet scales down from its highest ordinal
+    more = f"raise {SCALABLE[role]} (a running stack: bring it up again with more)"
     if not pods:
         raise FaultArgumentError(
             ("scale", "role"), f"the topology runs no {role} pods, so there is nothing to scale; {more}"
@@ -133,6 +136,16 @@ def _scale(arg: Mapping[str, Any], topology: Topology) -> Scale:
             f"{replicas} is more than the {len(pods)} {role} pods the topology runs; to scale further, {more}",
         )
     return Scale(role, replicas, pods)
+
+
+def _rollout(arg: Any, topology: Topology) -> Rollout:
+    role = str(arg)
+    if role not in NATS_ROLES:
+        raise FaultArgumentError(
+            ("rollout",),
+            f"{role!r}: only the nats StatefulSet rolls here (restart a Deployment's pods one by one with restart)",
+        )
+    return Rollout(NATS_ROLE, tuple(topology.members(NATS_ROLE)))
 
 
 def _link(arg: Mapping[str, Any], topology: Topology) -> LinkFault:
@@ -202,4 +215,5 @@ _PARSERS: dict[str, Callable[[Any, Topology], Fault]] = {
     "clear-links": lambda _arg, _topology: ClearLinks(),
     "expire": lambda arg, _topology: Expire(str(arg)),
     "pod-cert": _pod_cert,
+    "rollout": _rollout,
 }

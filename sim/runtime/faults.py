@@ -11,6 +11,7 @@ done that was not.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from collections.abc import Mapping
@@ -20,12 +21,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
+from sim.model.topology import NATS_ROLE
 from sim.runtime.fault_args import (
     POD_CERTIFICATES,
     ClearLinks,
     Expire,
     PodCert,
     ProcessFault,
+    Rollout,
     Scale,
     parse_fault,
 )
@@ -115,6 +118,8 @@ class FaultInjector:
         if isinstance(fault, ClearLinks):
             save_links(self.stack.state_dir, [])
             return "links healed"
+        if isinstance(fault, Rollout):
+            return self._rollout(fault)
         if isinstance(fault, Expire):
             return expire_certificate(self._certs(), fault.which, self.stack.topology.worker_domain)
         return misissue_pod_certificate(self._certs(), fault)
@@ -136,7 +141,31 @@ class FaultInjector:
 
     def _restart(self, name: str) -> str:
         self.processes.restart(name)
+        if name in self.stack.topology.members(NATS_ROLE):
+            return f"restarted {name}; {self._nats_catch_up(name)}"
         return f"restarted {name}"
+
+    def _nats_catch_up(self, name: str) -> str:
+        """A restarted NATS server, waited for until its JetStream is current (sim.pods.nats.cluster)."""
+        from sim.model.netmap import LOOPBACK, NetMap
+        from sim.pods.nats.cluster import catch_up
+        from sim.protocols.wire import NATS_MONITOR_PORT
+
+        topology = self.stack.topology
+        bindings = NetMap(**json.loads((self.stack.state_dir / "netmap.json").read_text())).bindings
+        running = self.processes.running()
+        monitors = {
+            server.name: (LOOPBACK, bindings[server.address(NATS_MONITOR_PORT)])
+            for server in topology.nats_servers
+            if server.name in running and server.address(NATS_MONITOR_PORT) in bindings
+        }
+        return catch_up(name, monitors, len(topology.nats_servers)).describe()
+
+    def _rollout(self, fault: Rollout) -> str:
+        """`kubectl rollout restart statefulset/nats`: one pod at a time, in reverse ordinal order, each
+        ready (and caught up) before the next, so a majority keeps running throughout."""
+        said = [self._restart(name) for name in reversed(fault.pods)]
+        return f"rolled out {fault.role} in reverse ordinal order: " + "; ".join(said)
 
     def _stop(self, name: str) -> str:
         self.processes.stop(name)
@@ -150,10 +179,13 @@ class FaultInjector:
     def _scale(self, fault: Scale) -> str:
         for name in fault.pods[fault.replicas :]:
             self.processes.stop(name)
-        for name in fault.pods[: fault.replicas]:
-            if name not in self.processes.running():
-                self._restart(name)
-        return f"scaled {fault.role} to {fault.replicas} of {len(fault.pods)} replicas"
+        started = [name for name in fault.pods[: fault.replicas] if name not in self.processes.running()]
+        for name in started:
+            self.processes.restart(name)
+        said = f"scaled {fault.role} to {fault.replicas} of {len(fault.pods)} replicas"
+        if fault.role == NATS_ROLE and started:
+            said += f"; {self._nats_catch_up(started[-1])}"
+        return said
 
     def _link(self, fault: LinkFault) -> str:
         current = load_links(self.stack.state_dir, {}).links

@@ -26,7 +26,7 @@ import binascii
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,8 +208,9 @@ def response_jwt(
 
 
 def log_line(logger: logging.Logger, level: int, message: str, **fields: Any) -> None:
-    """``<message> {json fields}``: greppable like the real callout's structured lines."""
-    logger.log(level, "%s %s", message, json.dumps(fields, sort_keys=True))
+    """``<message> {json fields}``: greppable like the real callout's structured lines; ``event`` is the
+    message alone, which zap's sampler counts by (sim.pods.nats.zaplog)."""
+    logger.log(level, "%s %s", message, json.dumps(fields, sort_keys=True), extra={"event": message})
 
 
 class CalloutService:
@@ -217,7 +218,7 @@ class CalloutService:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         user_seed: str,
         issuer_seed: str,
         settings: CalloutSettings,
@@ -225,9 +226,13 @@ class CalloutService:
         logger: logging.Logger | None = None,
         clock: Callable[[], float] = time.time,
         webhook_url: str = "",
+        record: Callable[..., None] | None = None,
     ) -> None:
-        self.url, self.settings, self.webhook, self.clock = url, settings, webhook, clock
+        self.servers = [url] if isinstance(url, str) else list(url)  # every server of the cluster
+        self.settings, self.webhook, self.clock = settings, webhook, clock
         self.webhook_url = webhook_url  # only for the debug line of each webhook request
+        # Each decision, whatever the log's level and sampling keep of it (a stack's events).
+        self.record = record or (lambda **_fields: None)
         self._user_seed = user_seed
         self._issuer = nkeys.from_seed(bytearray(issuer_seed.encode()))
         self.log = logger or logging.getLogger("ncpsim.nats.callout")
@@ -239,7 +244,7 @@ class CalloutService:
         from .client import connect_once  # nats-py only here: decide() stays importable without it
 
         self._nc = await connect_once(
-            self.url,
+            self.servers,
             nkeys_seed_str=self._user_seed,
             name="nats-auth-callout",
             connect_timeout=connect_timeout,
@@ -247,7 +252,14 @@ class CalloutService:
         )
         await self._nc.subscribe(AUTH_SUBJECT, queue=QUEUE_GROUP, cb=self._on_request)
         await self._nc.flush()
-        log_line(self.log, logging.INFO, "Connected to NATS server", url=self.url)
+        log_line(
+            self.log, logging.INFO, "Connected to NATS server", url=f"nats://{self._nc.connected_url.netloc}"
+        )
+
+    @property
+    def url(self) -> str:
+        """The server it signed in to first."""
+        return self.servers[0]
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -291,7 +303,16 @@ class CalloutService:
                 account=wr.account,
                 plugin_name=wr.plugin_name,
             )
-            log_line(self.log, logging.DEBUG, "webhook request", account=wr.account, url=self.webhook_url)
+            log_line(  # the worker's token (payload) stays out of the log
+                self.log,
+                logging.DEBUG,
+                "Sending webhook request",
+                method="POST",
+                url=self.webhook_url,
+                account=wr.account,
+                plugin_name=wr.plugin_name,
+                client_name=request.client_name,
+            )
             try:
                 if self.webhook is None:
                     raise RuntimeError("no webhook configured")
@@ -302,6 +323,13 @@ class CalloutService:
                 log_line(self.log, logging.WARNING, "Authentication denied", status_code=answer.status)
             decision = decide(request, self.settings, answer)
         assert not isinstance(decision, CallWebhook)
+        self.record(
+            outcome="failed" if isinstance(decision, Deny) else "successful",
+            account=decision.account,
+            plugin=decision.plugin,
+            client_name=request.client_name,
+            error=decision.reason if isinstance(decision, Deny) else "",
+        )
         if isinstance(decision, Deny):
             log_line(
                 self.log,

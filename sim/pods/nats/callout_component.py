@@ -1,155 +1,148 @@
-"""The nats-auth-callout-service component, with the NVCF API's worker-token webhook as its stand-in.
+"""The nats-auth-callout-service component, with the NVCF API's stand-in beside it (sim.pods.nats.api).
 
-The callout reads its plugin configuration (``nats.workerAuth``, the webhook URL) only at start-up,
-as the real one does, so a change needs a restart of this component. Its log (stdout, so the
-component's log file) has the real callout's lines: ``Authentication successful``, ``Authentication
-failed``, ``Authentication denied``.
+The callout reads its configuration (``nats.workerAuth``, the webhook URL, and its logging,
+``natsAuthCalloutService.serviceConfig.logging``) only at start-up, as the real one does, so a change
+needs a restart of this component. Its log (stdout, so the component's log file) has the real callout's
+lines, ``Authentication successful``, ``Authentication failed``, ``Authentication denied``, through zap's
+level and sampler (sim.pods.nats.zaplog): a burst of logins keeps about 100 of each line a second.
 
-The NVCF API is not a component of ncpsim; its webhook answers in-process here, behind the same
-interface the HTTP webhook has: a URL whose host is not where the API serves fails as a lookup would
-(``webhook request failed``), a valid worker token gets the user ``worker-<fvid>`` scoped to that
-function version, anything else 403.
+The webhook URL is a URL like any other: its host is resolved in the control plane's DNS view and dialed
+through the network map, and a failure is the callout's Go words (``webhook request failed: Post "URL":
+dial tcp: lookup HOST on 10.43.0.10:53: no such host``, ``... connect: connection refused``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import ipaddress
 import logging
-import os
+import ssl
 import sys
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
+from dns.client import NameNotResolved
+from sim.model.netmap import Refused, Unreachable
 from sim.runtime.component import Context, Ready
 
+from .api import ApiStandin, create_streams
 from .callout import CalloutService
-from .client import connect_once
-from .component import endpoints_path
-from .stack import (
-    DEFAULT_WEBHOOK_URL,
-    REGION,
-    NatsValues,
-    StackKeys,
-    callout_settings,
-    check_worker_token,
-)
-from .webhook import Webhook, WebhookAnswer, WebhookRequest, token_checker
-from .workqueue import QueueSettings, ensure_stream
+from .stack import NatsValues, StackKeys, callout_settings
+from .webhook import Dial, http_webhook
+from .zaplog import LogSettings, Sampler
 
-SERVER_WAIT = 15.0  # seconds to find nats-server (it starts beside this component)
+SERVER_WAIT = 15.0  # seconds to find the NATS servers (they start beside this component)
 CONNECT_TIMEOUT = 2.0  # one attempt
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 LOGGER = "ncpsim.nats.callout"  # CalloutService's default logger
+ZAP_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
 
-def served_at(url: str) -> str:
-    """Where the NVCF API's stand-in serves: at the values' webhook URL when it names an in-cluster Service
-    on the webhook's path (the seed: "If the API runs elsewhere, set the URL"; ncpsim cannot see where
-    the customer's API runs, so it takes the values at their word), else at its default Service."""
-    parts, default = urlsplit(url), urlsplit(DEFAULT_WEBHOOK_URL)
-    in_cluster = (parts.hostname or "").endswith(".svc.cluster.local") and parts.scheme == default.scheme
-    return url if in_cluster and parts.path == default.path else DEFAULT_WEBHOOK_URL
+class ZapSampling(logging.Filter):
+    """The callout's zap sampler on a Python logger: per level and message (``log_line``'s ``event``)."""
+
+    def __init__(self, settings: LogSettings) -> None:
+        super().__init__()
+        self.sampler = Sampler(settings)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        level = {"WARNING": "warn", "CRITICAL": "error"}.get(record.levelname, record.levelname.lower())
+        message = str(getattr(record, "event", record.getMessage()))
+        return self.sampler.allow(level, message, record.created)
 
 
-def api_webhook(keys: StackKeys, url: str, served_url: str = DEFAULT_WEBHOOK_URL) -> Webhook:
-    """The webhook the callout calls at ``url``; only ``served_url``'s host:port answers."""
-
-    async def check(token: str) -> str | None:
-        return check_worker_token(keys, token)
-
-    checker = token_checker(check, (REGION,))
-    parts, served = urlsplit(url), urlsplit(served_url)
-
-    async def webhook(request: WebhookRequest) -> WebhookAnswer:
-        if (parts.hostname, parts.port) != (served.hostname, served.port) or parts.path != served.path:
-            reason = (
-                f"dial tcp: lookup {parts.hostname}: no such host"
-                if parts.hostname != served.hostname
-                else "404 Not Found"
-            )
-            return WebhookAnswer(0, error=f'Post "{url}": {reason}')
-        return await checker(request)
-
-    return webhook
+def _log_to_stdout(logger: logging.Logger, settings: LogSettings) -> None:
+    """The component's log file is its stdout; only this logger is touched (tests run this in-process)."""
+    for handler in [h for h in logger.handlers if getattr(h, "ncpsim_callout", False)]:
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(ZapSampling(settings))
+    handler.ncpsim_callout = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(ZAP_LEVELS[settings.level])
 
 
-def _server_url(ctx: Context) -> str | None:
-    """Where nats-server listens. Locally: the supervisor's file, if its server is alive (the file of
-    an earlier `ncpsim up` may still be there while this one's supervisor starts), since the network
-    map has no binding before every control-plane component is ready. Elsewhere (a k3d pod), or
-    after a restart: the address the component's network gives."""
-    try:
-        found = json.loads(endpoints_path(ctx.state_dir).read_text())
-        os.kill(int(found["pid"]), 0)
-        return str(found["url"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    try:
-        return ctx.nats_url()
-    except OSError:
-        return None
+def cluster_dial(ctx: Context) -> Dial:
+    """How the callout (a Go program) dials a URL's host from the control plane: the cluster's DNS view,
+    then the network map; failures in Go's words."""
+    dns_ip = ctx.topology.cluster(ctx.cluster).dns_ip
+
+    async def dial(
+        host: str, port: int, tls: ssl.SSLContext | None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            ip = str(ipaddress.ip_address(host))
+        except ValueError:
+            try:
+                ip = (await ctx.resolve(host))[0]
+            except NameNotResolved as exc:
+                why = "no such host" if exc.rcode in ("NXDOMAIN", "NODATA") else "server misbehaving"
+                raise OSError(f"dial tcp: lookup {host} on {dns_ip}:53: {why}") from None
+        try:
+            return await ctx.open_tcp(ip, port, tls=tls, server_hostname=host if tls else None)
+        except Refused:
+            raise OSError(f"dial tcp {ip}:{port}: connect: connection refused") from None
+        except Unreachable:
+            raise OSError(f"dial tcp {ip}:{port}: connect: no route to host") from None
+        except TimeoutError:
+            raise OSError(f"dial tcp {ip}:{port}: i/o timeout") from None
+
+    return dial
 
 
-async def _start(service_for: Callable[[str], CalloutService], ctx: Context) -> CalloutService:
-    """Connect once nats-server is up; the supervisor starts it beside this component."""
+async def _start(service_for: Callable[[list[str]], CalloutService], ctx: Context) -> CalloutService:
+    """Connect once every NATS server is mapped (their supervisors start beside this component), with
+    all of them in the list: the callout fails over to another when its server restarts."""
     delay = 0.002
     while True:
-        url = _server_url(ctx)
-        if url is not None:
-            service = service_for(url)
+        try:
+            servers = ctx.nats_servers(every=True)
+        except OSError:
+            servers = []
+        if servers:
+            service = service_for(servers)
             try:
                 await service.start(connect_timeout=CONNECT_TIMEOUT)
                 return service
-            except Exception:  # noqa: BLE001 - a stale file or a server still starting: look again
+            except Exception:  # noqa: BLE001 - a server still starting: look again
                 await service.stop()
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.05)
 
 
-def _log_to_stdout(logger: logging.Logger) -> None:
-    """The component's log file is its stdout; only this logger is touched (tests run this in-process)."""
-    if not any(getattr(h, "ncpsim_callout", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        handler.ncpsim_callout = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-
-
-async def _create_streams(url: str, keys: StackKeys, ctx: Context, values: NatsValues) -> None:
-    nc = await connect_once(
-        url,
-        reconnect=False,
-        nkeys_seed_str=keys.internal["nvcf-api"],
-        name="nvcf-api",
-        connect_timeout=CONNECT_TIMEOUT,
-    )
-    try:
-        js = nc.jetstream()
-        for function in ctx.topology.functions:
-            await ensure_stream(js, REGION, function, QueueSettings(ack_wait=values.ack_wait))
-    finally:
-        await nc.close()
-
-
 async def run(ctx: Context, ready: Ready) -> None:
-    _log_to_stdout(logging.getLogger(LOGGER))
+    log_settings = LogSettings.from_values(ctx.values)
+    logger = logging.getLogger(LOGGER)
+    _log_to_stdout(logger, log_settings)
     keys = StackKeys.derive(ctx.topology.seed)
     values = NatsValues.from_values(ctx.values)
-    served = served_at(values.webhook_url)
-    settings, webhook = callout_settings(keys, values), api_webhook(keys, values.webhook_url, served)
+    settings = callout_settings(keys, values)
+    webhook = http_webhook(values.webhook_url, dial=cluster_dial(ctx))
+    api = ApiStandin(ctx, keys)
+    bindings = await api.start()
 
-    def service_for(url: str) -> CalloutService:
-        return CalloutService(url, keys.callout_user, keys.issuer, settings, webhook)
+    def service_for(servers: list[str]) -> CalloutService:
+        return CalloutService(
+            servers,
+            keys.callout_user,
+            keys.issuer,
+            settings,
+            webhook,
+            logger,
+            webhook_url=values.webhook_url,
+            record=lambda **fields: ctx.events.emit("nats.callout.login", **fields),
+        )
 
-    service = await asyncio.wait_for(_start(service_for, ctx), SERVER_WAIT)
-    # The NVCF API makes each function version's stream when the function is deployed; its stand-in
-    # lives here, and this component is ready before any worker binds to a consumer.
-    await asyncio.wait_for(_create_streams(service.url, keys, ctx, values), SERVER_WAIT)
-    ctx.events.emit("nats.callout.ready", mode=values.worker_auth, webhook=values.webhook_url, api=served)
-    ready({})
     try:
-        await asyncio.Event().wait()
+        service = await asyncio.wait_for(_start(service_for, ctx), SERVER_WAIT)
+        try:
+            # The NVCF API makes each function version's stream when the function is deployed, before any
+            # worker of it exists: the API's Service is up (and workers sign in) once they are made.
+            await asyncio.wait_for(create_streams(service.servers, keys, ctx, values), SERVER_WAIT)
+            ctx.events.emit("nats.callout.ready", mode=values.worker_auth, webhook=values.webhook_url)
+            ready(bindings)
+            await asyncio.Event().wait()
+        finally:
+            await service.stop()
     finally:
-        await service.stop()
+        await api.close()

@@ -1,70 +1,90 @@
-"""The nats-server component: a small supervisor that runs the real nats-server in its own process group.
+"""One nats-server of the nats StatefulSet as a component: a small supervisor that runs the real
+nats-server in its own process group.
 
 Why a supervisor rather than nats-server started by the launcher: the launcher's contract is a
-`sim.runtime.run` process that reports its bindings on the ready pipe. The supervisor renders the
-config from the values into ``<state>/nats/``, starts nats-server in the supervisor's own process
-group (so `ncpsim down` and the kill fault stop both with one killpg), waits for ``/healthz``, then
-reports the load
-balancer's address (4222, and the monitor on 8222) bound to the server's real ports. The streams are
-made by the callout component (the NVCF API's stand-in), so this process never loads nats-py. If
-nats-server dies, the supervisor exits too, so the component is seen dead.
+`sim.runtime.run` process that reports its bindings on the ready pipe. The supervisor of ``nats-N``
+renders that server's config from the values into ``<state>/nats/nats-N/``, starts nats-server in the
+supervisor's own process group (so `ncpsim down` and the kill fault stop both with one killpg), waits
+for the chart's readiness probe, then reports the pod's addresses (4222, the monitor on 8222, the route
+port 6222) bound to the server's real ports; the control plane's NATS load balancer fronts every server.
+The streams are made by the callout component (the NVCF API's stand-in), so this process never loads
+nats-py. If nats-server dies, the supervisor exits too, so the component is seen dead.
 
-A restart (fault, redeploy) comes back on the ports of the network map, so clients reconnect to the
-address they had; a fresh `ncpsim up` (no binding yet) starts with an empty JetStream store.
+Clustered (``nats.config.cluster``, three servers unless the values say otherwise), each server routes
+to every server's route port, which the launcher chose before any server started (JetStream sizes its
+meta group by the routes it starts with). A restart (fault, rollout) comes back on the ports of the
+network map, so clients and peers reconnect to the address they had; a fresh `ncpsim up` (no binding
+yet) starts with an empty JetStream store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from sim.protocols.wire import NATS_MONITOR_PORT, NATS_PORT
+from sim.model.topology import NatsServer as NatsPod
+from sim.protocols.wire import NATS_MONITOR_PORT, NATS_PORT, NATS_ROUTE_PORT
 from sim.runtime.component import Context, Ready
 
+from .config import ClusterBlock
 from .server import NatsServer, ServerError
 from .stack import StackKeys, server_config
 
-ENDPOINTS_FILE = "server.json"
+Ports = tuple[int, int, int]  # client, monitor, route (0: the server chooses)
+TOGETHER_WAIT = 5.0  # seconds a server waits for its peers at a launch before it starts regardless
+LAUNCH_MARK = "launching"
 
 
-def nats_folder(state_dir: Path) -> Path:
-    return state_dir / "nats"
+def nats_folder(state_dir: Path, name: str) -> Path:
+    return state_dir / "nats" / name
 
 
-def endpoints_path(state_dir: Path) -> Path:
-    """Where the supervisor says where the server listens, for the callout (which starts beside it,
-    before the launcher writes the network map)."""
-    return nats_folder(state_dir) / ENDPOINTS_FILE
-
-
-def _pinned_ports(ctx: Context) -> tuple[int, int] | None:
+def _ports(ctx: Context, pod: NatsPod) -> Ports:
+    """This server's ports in the network map: pinned since its first start, the route port since the
+    launch (0 where there is none yet)."""
     bindings = ctx.netmap.current().bindings
-    lb = ctx.topology.bus_lb_ip
-    client, monitor = bindings.get(f"{lb}:{NATS_PORT}/tcp"), bindings.get(f"{lb}:{NATS_MONITOR_PORT}/tcp")
-    return (client, monitor) if client and monitor else None
+    client, monitor, route = (
+        bindings.get(pod.address(p), 0) for p in (NATS_PORT, NATS_MONITOR_PORT, NATS_ROUTE_PORT)
+    )
+    return client, monitor, route
+
+
+def _cluster(ctx: Context, route_port: int) -> ClusterBlock | None:
+    """Routes to every server of the StatefulSet (none for a single server)."""
+    servers = ctx.topology.nats_servers
+    if len(servers) < 2:
+        return None
+    bindings = ctx.netmap.current().bindings
+    routes = tuple(bindings.get(s.address(NATS_ROUTE_PORT), 0) for s in servers)
+    if not all(routes):
+        raise SystemExit("nats: the launcher chose no route port for some servers; start the stack anew")
+    return ClusterBlock(routes, port=route_port)
 
 
 def _start(ctx: Context, keys: StackKeys) -> NatsServer:
-    folder = nats_folder(ctx.state_dir)
-    pinned = _pinned_ports(ctx)
-    if pinned is None:  # a fresh stack: no work left over from an earlier `ncpsim up`
+    pod = ctx.topology.nats_server(ctx.name)
+    folder = nats_folder(ctx.state_dir, ctx.name)
+    pinned = _ports(ctx, pod)
+    if not pinned[0]:  # a fresh stack: no work left over from an earlier `ncpsim up`
         shutil.rmtree(folder / "js", ignore_errors=True)
-    endpoints_path(ctx.state_dir).unlink(missing_ok=True)
     log_path = ctx.state_dir / "logs" / f"{ctx.name}.log"
-    for port, monitor in ([pinned] if pinned else []) + [(0, 0)]:
-        config = server_config(keys, str(folder / "js"), port, monitor)
+    # A pinned port taken meanwhile by another process: the server takes free ones (its peers' routes to
+    # the old one fail, and its own routes to them make the mesh whole again).
+    for client, monitor, route in [pinned, (0, 0, 0)] if any(pinned) else [pinned]:
+        config = server_config(keys, str(folder / "js"), client, monitor, _cluster(ctx, route), ctx.name)
         server = NatsServer(config, folder, log_path, own_group=False)
         try:
-            server.start()
+            server.start(before_spawn=_together(ctx, pod))
             return server
         except ServerError as exc:
-            if (port, monitor) == (0, 0):
+            if (client, monitor, route) == (0, 0, 0):
                 raise
-            ctx.events.emit("nats.port_taken", port=port, error=str(exc)[:200])
+            ctx.events.emit("nats.port_taken", ports=[client, monitor, route], error=str(exc)[:200])
     raise AssertionError("unreachable")
 
 
@@ -82,22 +102,51 @@ async def _started(ctx: Context, keys: StackKeys) -> NatsServer:
         raise
 
 
+def _together(ctx: Context, pod: NatsPod) -> Callable[[], None] | None:
+    """At a launch, the servers start in the same instant, as the StatefulSet's Parallel pod management
+    starts them: a JetStream campaigns for the first meta leader as soon as it has a route, and one that
+    campaigns while a peer is still starting can split the vote and wait out a 4-9 s election. Each
+    supervisor, its config written, says it is about to spawn (a file with its pid) and spawns once every
+    one has (None: a restart, or a single server, has no one to wait for)."""
+    if _ports(ctx, pod)[0] or len(ctx.topology.nats_servers) < 2:
+        return None
+    mine = nats_folder(ctx.state_dir, ctx.name) / LAUNCH_MARK
+    peers = [nats_folder(ctx.state_dir, s.name) / LAUNCH_MARK for s in ctx.topology.nats_servers]
+
+    def wait_for_peers() -> None:  # in the start thread
+        mine.write_text(str(os.getpid()))
+        deadline = time.monotonic() + TOGETHER_WAIT
+        while not all(_alive(path) for path in peers) and time.monotonic() < deadline:
+            time.sleep(0.001)  # a peer that never comes: start anyway, JetStream elects once it does
+
+    return wait_for_peers
+
+
+def _alive(mark: Path) -> bool:
+    """A launch mark of a running supervisor (one of an earlier launch names a pid gone since)."""
+    try:
+        os.kill(int(mark.read_text()), 0)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
 async def run(ctx: Context, ready: Ready) -> None:
     keys = StackKeys.derive(ctx.topology.seed)
+    pod = ctx.topology.nats_server(ctx.name)
     server = await _started(ctx, keys)
     try:
         assert server.endpoints is not None
         ends = server.endpoints
-        path = endpoints_path(ctx.state_dir)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"url": ends.url, "monitor": ends.monitor, "pid": server.pid}))
-        os.replace(tmp, path)
-        ctx.events.emit("nats.ready", url=ends.url, monitor=ends.monitor, pid=server.pid)
-        lb = ctx.topology.bus_lb_ip
-        ready({f"{lb}:{NATS_PORT}/tcp": ends.port, f"{lb}:{NATS_MONITOR_PORT}/tcp": ends.monitor_port})
+        ctx.events.emit("nats.ready", server=ctx.name, url=ends.url, monitor=ends.monitor, pid=server.pid)
+        bindings = {pod.address(NATS_PORT): ends.port, pod.address(NATS_MONITOR_PORT): ends.monitor_port}
+        if ends.cluster_port:
+            bindings[pod.address(NATS_ROUTE_PORT)] = ends.cluster_port
+        ready(bindings)
         code = await asyncio.to_thread(server.wait)
-        ctx.events.emit("nats.exited", code=code)
+        ctx.events.emit("nats.exited", server=ctx.name, code=code)
         if code != 0:  # 0: it was told to stop (SIGTERM reaches the whole group at `ncpsim down`)
             raise SystemExit(f"nats-server exited with {code}: {server.log_tail(5)}")
     finally:
         await asyncio.to_thread(server.stop)
+        ctx.events.emit("nats.stopped", server=ctx.name)  # down from here until its next nats.ready

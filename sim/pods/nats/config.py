@@ -14,6 +14,10 @@ Why it looks like this (public NVCF chart ``deploy/helm/nats``, nats-server docs
   itself; no callout process is needed, and refusals are the server's own.
 - Port 0 means "let the server choose" (rendered ``-1``); the chosen ports are
   then read from the ports file written into ``ports_file_dir``.
+- ``cluster`` (the nats chart's ``config.cluster``, upstream nats-io chart): the StatefulSet's servers
+  route to each other; every server lists every route, its own included, as the chart renders them, and
+  ``no_advertise`` keeps the servers from telling clients each other's addresses (clients reach them
+  through the load balancer). JetStream needs the routes at start-up: it sizes its meta group by them.
 """
 
 from __future__ import annotations
@@ -48,6 +52,15 @@ class CalloutBlock:
 
 
 @dataclass(frozen=True)
+class ClusterBlock:
+    """The ``cluster`` values: the cluster's name, this server's route port, every server's route port."""
+
+    routes: tuple[int, ...]
+    port: int = 0  # this server's route listener (0: chosen by the server, read from its ports file)
+    name: str = "nats"  # the StatefulSet's name, as the chart names the cluster
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     store_dir: str
     worker_auth: WorkerAuth = "nkey"
@@ -60,6 +73,7 @@ class ServerConfig:
     server_name: str = "ncpsim-nats"
     auth_timeout: float = 2.0  # seconds a login (callout answer included) may take
     ports_file_dir: str = ""
+    cluster: ClusterBlock | None = None
     max_file_store: int = 1 << 30
     max_memory_store: int = 256 << 20
     # nats-server rotates its own log at this size and keeps this many old ones: a login storm (every
@@ -87,13 +101,24 @@ def validate(config: ServerConfig) -> None:
         _check_key("worker_nkey", config.worker_nkey, "U")
     for user in config.internal_users:
         _check_key(f"internal_users[{user.name}]", user.nkey, "U")
-    for name, port in (("port", config.port), ("monitor_port", config.monitor_port)):
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"{name} {port} is out of range")
-    if (config.port == 0 or config.monitor_port == 0) and not config.ports_file_dir:
-        raise ConfigError("port 0 needs ports_file_dir, where the server says what it chose")
+    _check_ports(config)
     if config.auth_timeout <= 0:
         raise ConfigError("auth_timeout must be positive")
+
+
+def _check_ports(config: ServerConfig) -> None:
+    ports = [("port", config.port), ("monitor_port", config.monitor_port)]
+    if config.cluster is not None:
+        if not config.cluster.routes or not all(0 < route <= 65535 for route in config.cluster.routes):
+            raise ConfigError(
+                "a clustered server needs every server's route port (JetStream sizes its meta group by them)"
+            )
+        ports.append(("cluster.port", config.cluster.port))
+    for name, port in ports:
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{name} {port} is out of range")
+    if any(port == 0 for _, port in ports) and not config.ports_file_dir:
+        raise ConfigError("port 0 needs ports_file_dir, where the server says what it chose")
 
 
 def _check_key(field: str, key: str, prefix: str) -> None:
@@ -124,6 +149,16 @@ def render(config: ServerConfig) -> str:
         f"logfile_size_limit: {config.logfile_size_limit}",
         f"logfile_max_num: {config.logfile_max_num}",
     ]
+    if config.cluster is not None:
+        routes = ", ".join(_q(f"nats://{config.host}:{port}") for port in config.cluster.routes)
+        lines += [
+            "cluster {",
+            f"  name: {_q(config.cluster.name)}",
+            f"  listen: {_q(f'{config.host}:{_port(config.cluster.port)}')}",
+            "  no_advertise: true",
+            f"  routes: [ {routes} ]",
+            "}",
+        ]
     lines += [
         "jetstream {",
         f"  store_dir: {_q(config.store_dir)}",

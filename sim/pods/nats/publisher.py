@@ -19,6 +19,9 @@ from typing import Any
 from sim.runtime.component import Context
 
 _MODULES = ("nats.aio.client", "nats.js", "sim.pods.nats.work", "sim.pods.nats.stack")
+PUBLISH_ATTEMPTS = 3
+REPUBLISH_AFTER = (0.2, 0.8)  # seconds before the second and the third attempt
+ATTEMPT_TIMEOUT = 2.0  # seconds for JetStream's answer to one attempt (a lost answer is sent again)
 
 
 def _load() -> None:
@@ -49,29 +52,49 @@ class WorkPublisher:
                 seed = StackKeys.derive(self.ctx.topology.seed).internal[self.role]
                 nc = await connect(self.ctx, f"{self.role}/{self.ctx.name}", {"nkeys_seed_str": seed})
                 # The streams may not exist yet where no one made them (a k3d pod); idempotent.
-                settings = QueueSettings(ack_wait=NatsValues.from_values(self.ctx.values).ack_wait)
+                values = NatsValues.from_values(self.ctx.values)
+                settings = QueueSettings(ack_wait=values.ack_wait, replicas=values.stream_replicas)
                 js = nc.jetstream()
-                for function in self.ctx.topology.functions:
-                    await ensure_stream(js, REGION, function, settings)
+                try:
+                    for function in self.ctx.topology.functions:
+                        await ensure_stream(js, REGION, function, settings)
+                except BaseException:  # JetStream unavailable (no quorum): the next publish tries anew
+                    with contextlib.suppress(Exception):
+                        await nc.close()
+                    raise
                 self._nc = nc
             return self._nc
 
     async def publish(self, function: str, request_id: str, work: Mapping[str, Any]) -> int:
-        """Queue ``work`` in the function version's stream; returns its stream sequence."""
+        """Queue ``work`` in the function version's stream; returns its stream sequence.
+
+        A publish whose answer went down with the NATS server it passed through (a rolling restart, a
+        crash) is sent again, up to PUBLISH_ATTEMPTS times, under the same Nats-Msg-Id: JetStream's
+        duplicate window keeps one message of however many arrived. ncpsim's assumption: the public source
+        does not say how invocation-service retries; each retry is an event (``work.republished``)."""
+        from nats import errors
+
         from .stack import REGION
         from .workqueue import publish_work
 
-        nc = await self._client()
+        data = json.dumps(work, separators=(",", ":")).encode()
         # The message id adds this process: a pod restarted by a fault replays its seeded request ids,
         # which must not be dropped as duplicates of its previous life's messages (5 s window).
-        return await publish_work(
-            nc.jetstream(),
-            REGION,
-            function,
-            request_id,
-            json.dumps(work, separators=(",", ":")).encode(),
-            msg_id=f"{request_id}.{os.getpid()}",
-        )
+        msg_id = f"{request_id}.{os.getpid()}"
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            try:
+                nc = await self._client()
+                return await publish_work(
+                    nc.jetstream(), REGION, function, request_id, data, timeout=ATTEMPT_TIMEOUT, msg_id=msg_id
+                )
+            except (errors.Error, TimeoutError) as exc:
+                if attempt == PUBLISH_ATTEMPTS:
+                    raise
+                error = f"{type(exc).__name__}: {exc}"
+                self.ctx.events.emit("work.republished", requestId=request_id, attempt=attempt, error=error)
+                # A server just back may not know of the stream's interest yet ("no responders"): a moment
+                await asyncio.sleep(REPUBLISH_AFTER[attempt - 1])
+        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         if self._warm is not None:

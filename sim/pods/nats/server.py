@@ -2,11 +2,13 @@
 
 Why this shape: the stack starts, kills and restarts components as process groups
 (faults, ``ncpsim down``), so nats-server runs with ``start_new_session=True`` and
-is always stopped by its group and reaped. Readiness is the monitor's ``/healthz``
-(200 only once JetStream is up), polled with a short backoff under a deadline; no
-fixed sleeps. With port 0 the server picks free ports and writes them to its
-ports file, which avoids the race of choosing a free port beforehand; after the
-first start the chosen ports are pinned so a restart keeps the same address.
+is always stopped by its group and reaped. Readiness is the monitor's
+``/healthz?js-server-only=true``, the probe NVCF's nats chart gives the StatefulSet
+(the server is up with JetStream on; a clustered server's JetStream is current only
+once a majority runs, which a probe must not wait for), polled with a short backoff
+under a deadline; no fixed sleeps. With port 0 the server picks free ports and writes
+them to its ports file, which avoids the race of choosing a free port beforehand;
+after the first start the chosen ports are pinned so a restart keeps the same address.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import subprocess
 import sysconfig
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Self
@@ -31,6 +34,8 @@ STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
 _PROBE_TIMEOUT = 0.5
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.05
 CONFIG_NAME = "nats-server.conf"
+PROBE_PATH = "/healthz?js-server-only=true"  # NVCF's nats chart: startup, readiness and liveness probes
+CURRENT_PATH = "/healthz"  # 200 once JetStream is current: a meta leader, and this server's streams caught up
 
 
 class ServerError(RuntimeError):
@@ -42,6 +47,7 @@ class Endpoints:
     host: str
     port: int
     monitor_port: int
+    cluster_port: int = 0  # the route listener of a clustered server
 
     @property
     def url(self) -> str:
@@ -65,11 +71,11 @@ def find_binary() -> Path:
     return Path(found)
 
 
-def healthz(host: str, port: int, timeout: float = _PROBE_TIMEOUT) -> int:
-    """HTTP status of GET /healthz, or 0 when nothing answers."""
+def healthz(host: str, port: int, timeout: float = _PROBE_TIMEOUT, path: str = PROBE_PATH) -> int:
+    """HTTP status of GET ``path`` (the readiness probe's), or 0 when nothing answers."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", "/healthz")
+        conn.request("GET", path)
         return conn.getresponse().status
     except OSError:
         return 0
@@ -94,7 +100,7 @@ class NatsServer:
         # own_group False: the server joins its caller's process group (a stack component, whose group
         # the launcher stops and faults kill as one); then only the server itself is signalled here.
         self.own_group = own_group
-        if config.port == 0 or config.monitor_port == 0:
+        if 0 in (config.port, config.monitor_port, config.cluster.port if config.cluster else 1):
             config = dataclasses.replace(config, ports_file_dir=str(self.folder))
         self.config = config
         self.endpoints: Endpoints | None = None
@@ -113,13 +119,18 @@ class NatsServer:
     def config_path(self) -> Path:
         return self.folder / CONFIG_NAME
 
-    def start(self, timeout: float = READY_TIMEOUT) -> Endpoints:
-        """Spawn the server and return its endpoints once /healthz answers 200."""
+    def start(
+        self, timeout: float = READY_TIMEOUT, before_spawn: Callable[[], None] | None = None
+    ) -> Endpoints:
+        """Spawn the server and return its endpoints once /healthz answers 200; ``before_spawn`` runs just
+        before (a cluster's servers start in the same instant)."""
         if self.running:
             raise ServerError("nats-server is already running")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(render(self.config))
+        if before_spawn is not None:
+            before_spawn()
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - held for the process's life, closed on stop
         # -l makes the server own its log file (SIGUSR1 reopens it for rotation);
         # stdout/stderr catch what it prints before logging is set up.
@@ -136,8 +147,11 @@ class NatsServer:
             self.stop()
             raise
         # Pin the chosen ports: a restart must come back on the same address.
+        cluster = self.config.cluster
+        if cluster is not None:
+            cluster = dataclasses.replace(cluster, port=self.endpoints.cluster_port)
         self.config = dataclasses.replace(
-            self.config, port=self.endpoints.port, monitor_port=self.endpoints.monitor_port
+            self.config, port=self.endpoints.port, monitor_port=self.endpoints.monitor_port, cluster=cluster
         )
         return self.endpoints
 
@@ -158,17 +172,20 @@ class NatsServer:
 
     def _read_endpoints(self) -> Endpoints | None:
         """Fixed ports from the config, or the ports file once the server wrote it."""
-        host = self.config.host
-        if self.config.port and self.config.monitor_port:
-            return Endpoints(host, self.config.port, self.config.monitor_port)
+        host, cluster = self.config.host, self.config.cluster
+        route = cluster.port if cluster is not None else 0
+        if self.config.port and self.config.monitor_port and (cluster is None or route):
+            return Endpoints(host, self.config.port, self.config.monitor_port, route)
         path = self.folder / f"{self.binary.name}_{self.pid}.ports"
         try:
             ports = json.loads(path.read_text())
-        except (OSError, ValueError):
+            client = int(ports["nats"][0].rsplit(":", 1)[1])
+            monitor = int(ports["monitoring"][0].rsplit(":", 1)[1])
+            if cluster is not None:
+                route = int(ports["cluster"][0].rsplit(":", 1)[1])
+        except (OSError, ValueError, KeyError, IndexError):
             return None  # not written yet, or half written
-        client = int(ports["nats"][0].rsplit(":", 1)[1])
-        monitor = int(ports["monitoring"][0].rsplit(":", 1)[1])
-        return Endpoints(host, client, monitor)
+        return Endpoints(host, client, monitor, route)
 
     def wait(self) -> int | None:
         """Block until the server exits (run it in a thread); its exit code."""

@@ -26,9 +26,11 @@ from typing import Any
 
 import nkeys  # type: ignore[import-untyped]
 
+from sim.model.values import nats_replicas
+
 from . import jwt
 from .callout import WEBHOOK_PLUGIN, CalloutSettings, worker_token
-from .config import APP_ACCOUNT, CalloutBlock, NkeyUser, ServerConfig
+from .config import APP_ACCOUNT, CalloutBlock, ClusterBlock, NkeyUser, ServerConfig
 
 REGION = "ncpsim"  # the stack's one region, in stream and subject names
 DEFAULT_WEBHOOK_URL = "http://api.nvcf.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
@@ -83,11 +85,15 @@ def public_key(seed: str) -> str:
 
 
 # -- values ------------------------------------------------------------------------------------------
+STREAM_REPLICAS = 3  # R3 on a cluster of three or more; every server of a smaller one
+
+
 @dataclass(frozen=True)
 class NatsValues:
     worker_auth: str = "nkey"
     webhook_url: str = DEFAULT_WEBHOOK_URL
     ack_wait: float = 30.0  # the consumer's ack wait (field value); scenarios may shorten it
+    servers: int = 3  # the StatefulSet's replicas (nats.config.cluster)
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> NatsValues:
@@ -97,15 +103,30 @@ class NatsValues:
             worker_auth=str(nats.get("workerAuth") or "nkey"),
             webhook_url=str(url or DEFAULT_WEBHOOK_URL),
             ack_wait=float((nats.get("jetstream") or {}).get("ackWaitSeconds") or 30.0),
+            servers=nats_replicas(values),
         )
+
+    @property
+    def stream_replicas(self) -> int:
+        """Each work stream's replicas: ncpsim's choice (the public source leaves it to the API), R3 where
+        the cluster has three servers, so one server can be down without an outage."""
+        return min(STREAM_REPLICAS, self.servers)
 
 
 AUTH_TIMEOUT = 10.0  # seconds a sign-in may wait for the callout: thousands of workers start at once
 
 
-def server_config(keys: StackKeys, store_dir: str, port: int = 0, monitor_port: int = 0) -> ServerConfig:
+def server_config(
+    keys: StackKeys,
+    store_dir: str,
+    port: int = 0,
+    monitor_port: int = 0,
+    cluster: ClusterBlock | None = None,
+    name: str = "ncpsim-nats",
+) -> ServerConfig:
     """The config the nats chart renders: the callout on in both modes (nkey logins map through it);
-    the server's config is the same in both modes, only the callout's plugins differ."""
+    the server's config is the same in both modes, only the callout's plugins differ. ``name``: the pod's
+    (the chart's server_name is $POD_NAME), unique in a cluster."""
     return ServerConfig(
         store_dir=store_dir,
         auth_timeout=AUTH_TIMEOUT,
@@ -113,6 +134,8 @@ def server_config(keys: StackKeys, store_dir: str, port: int = 0, monitor_port: 
         internal_users=keys.internal_users(),
         port=port,
         monitor_port=monitor_port,
+        server_name=name,
+        cluster=cluster,
     )
 
 

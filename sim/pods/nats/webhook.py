@@ -108,16 +108,33 @@ def token_checker(
     return webhook
 
 
+# How the callout reaches the webhook's host: (host, port, TLS context or None) -> a connection. Raises
+# OSError whose text is the dialer's own (in the stack: Go's, "dial tcp ...: connect: connection refused").
+Dial = Callable[
+    [str, int, ssl.SSLContext | None], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+]
+
+
+async def _open(
+    host: str, port: int, tls: ssl.SSLContext | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(host, port, ssl=tls)
+
+
 def http_webhook(
-    url: str, timeout: float = WEBHOOK_TIMEOUT, ssl_context: ssl.SSLContext | None = None
+    url: str,
+    timeout: float = WEBHOOK_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
+    dial: Dial = _open,
 ) -> Webhook:
-    """A webhook that POSTs JSON to ``url`` (http or https) over HTTP/1.1."""
+    """A webhook that POSTs JSON to ``url`` (http or https) over HTTP/1.1; ``dial`` reaches its host."""
 
     async def webhook(request: WebhookRequest) -> WebhookAnswer:
         try:
-            status, body = await asyncio.wait_for(_post(url, request.to_json(), ssl_context), timeout)
+            status, body = await asyncio.wait_for(_post(url, request.to_json(), ssl_context, dial), timeout)
         except TimeoutError:
-            return WebhookAnswer(0, error=f'Post "{url}": timeout after {timeout:g}s')
+            # Go's net/http, when the client's timeout runs out before an answer
+            return WebhookAnswer(0, error=f'Post "{url}": context deadline exceeded')
         except (OSError, ValueError) as exc:
             return WebhookAnswer(0, error=f'Post "{url}": {exc}')
         return WebhookAnswer(status, body)
@@ -125,14 +142,14 @@ def http_webhook(
     return webhook
 
 
-async def _post(url: str, body: bytes, ssl_context: ssl.SSLContext | None) -> tuple[int, bytes]:
+async def _post(url: str, body: bytes, ssl_context: ssl.SSLContext | None, dial: Dial) -> tuple[int, bytes]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"unsupported webhook URL {url!r}")
     tls = parts.scheme == "https"
     port = parts.port or (443 if tls else 80)
     context = (ssl_context or ssl.create_default_context()) if tls else None
-    reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=context)
+    reader, writer = await dial(parts.hostname, port, context)
     try:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         head = (

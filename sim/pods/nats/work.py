@@ -1,9 +1,10 @@
 """Work over the stack's NATS: pods publish work messages, workers pull them and ack when done.
 
-Everything dials nats-server at the control plane's load-balancer address (4222) through the
-network map, as seen from the caller's cluster. nats-py reconnects by itself when the server comes
-back (a kill/restart fault brings it back on the same address); a pull that fails while it is away
-is retried, a publish that fails is the caller's error to report.
+Everything dials the NATS servers behind the control plane's load-balancer address (4222) through the
+network map, as seen from the caller's cluster, with every server in its list. nats-py reconnects by
+itself to another server, or to the same one when it comes back (a kill/restart fault brings it back on
+the same address); a pull that fails while none answers is retried, a publish that fails is the
+caller's error to report.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ PULL_TIMEOUT = 120.0  # seconds one pull waits for work before asking again (an 
 # after a reconnect the worker re-issues its pulls at once, see sim.pods.nats.workers; a deleted consumer
 # ends it with a 409). Each expiry and each new pull makes nats-server walk every waiting pull of the
 # consumer: at 30 s, 2,000 idle workers' expiries cost it more than the work did.
+PULL_RETRY_FIRST = 0.05  # seconds before a refused pull is asked again, doubling up to RECONNECT_WAIT
 MAX_IN_FLIGHT = 64  # work messages one worker handles at once (its pulls pause beyond this)
 PULL_BATCH = 8  # messages a pull asks for at most (a worker with many functions keeps room for each)
 ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (well under any ack wait)
@@ -40,7 +42,7 @@ async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **opt
     """One login attempt (a refusal raises at once), then a client that reconnects for ever; a refused
     worker backs off as a crash-looping pod would (its caller's loop)."""
     return await connect_once(
-        ctx.nats_url(),
+        ctx.nats_servers(),
         name=name,
         connect_timeout=CONNECT_TIMEOUT,
         reconnect_time_wait=RECONNECT_WAIT,
@@ -106,7 +108,7 @@ async def pull_loop(
     puller = BatchPuller(
         nc, REGION, function, lambda msg, reserved: flight.spawn(msg, handle, on_error, reserved)
     )
-    failing = False
+    failing, wait = False, PULL_RETRY_FIRST
     try:
         await puller.start()
         if started is not None:
@@ -115,12 +117,15 @@ async def pull_loop(
             reserved = await flight.reserve(PULL_BATCH)
             try:
                 await puller.pull(reserved, PULL_TIMEOUT)
-                failing = False
+                failing, wait = False, PULL_RETRY_FIRST
             except Exception as exc:  # noqa: BLE001 - server away or refused: wait for the reconnect
                 if not failing:  # once per outage, not once per retry
                     on_error(f"{type(exc).__name__}: {exc}")
                 failing = True
-                await asyncio.sleep(RECONNECT_WAIT)
+                # Soon at first (a JetStream still electing its leaders answers 503 for a moment), then
+                # as often as nats-py reconnects.
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, RECONNECT_WAIT)
             finally:
                 # What the pull brought went to handlers, which free their own slots (cancelled too).
                 flight.release(reserved - puller.delivered)

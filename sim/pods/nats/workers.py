@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from nats.aio.client import Client
 
-from sim.model.netmap import Refused
 from sim.runtime.component import Context
 
 from .stack import NatsValues, StackKeys, worker_credentials
@@ -25,7 +24,7 @@ from .work import InFlight, connect, pull_loop
 LOGIN_BACKOFF = (0.5, 10.0)  # first and longest delay between refused logins
 SIGN_INS_AT_ONCE = 16
 CANCEL_AGAIN = 0.2  # seconds before a task that survived its cancellation is cancelled again
-BIND_POLL = 0.005  # seconds between looks at the network map while nats-server is not mapped yet
+BIND_POLL = 0.005  # seconds between looks at the network map while the NATS servers are not mapped yet
 
 
 class Worker(Protocol):
@@ -70,13 +69,10 @@ def plan_links(
 
 
 async def wait_for_nats(ctx: Context) -> None:
-    """Until the launcher has mapped nats-server (worker hosts start beside the control plane)."""
-    while True:
-        try:
-            ctx.nats_url()
-            return
-        except Refused:
-            await asyncio.sleep(BIND_POLL)
+    """Until the launcher has mapped every NATS server and the auth callout is up (worker hosts start beside
+    the control plane), so each worker's server list is whole and its sign-in is answered."""
+    while not ctx.nats_sign_in_up():
+        await asyncio.sleep(BIND_POLL)
 
 
 class WorkerLinks:

@@ -39,6 +39,7 @@ class QueueSettings:
     max_msgs: int = 100_000
     duplicate_window: float = 5.0
     max_ack_pending: int = CONSUMER_LIMIT
+    replicas: int = 1  # R3 on a NATS cluster of three: a server can be down, and nothing is lost
 
 
 def stream_config(region: str, fvid: str, settings: QueueSettings) -> api.StreamConfig:
@@ -53,6 +54,7 @@ def stream_config(region: str, fvid: str, settings: QueueSettings) -> api.Stream
         storage=api.StorageType(settings.storage),
         duplicate_window=settings.duplicate_window,
         allow_direct=True,
+        num_replicas=settings.replicas,
     )
 
 

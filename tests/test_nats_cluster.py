@@ -1,0 +1,189 @@
+"""NATS as the chart's StatefulSet: three nats-servers routed to each other, R3 work streams, a rolling restart
+that keeps quorum, and the outage of losing a majority.
+
+The pure parts from tables (values, topology, config, network map, client order, catch-up); then the two
+catalogue scenarios on real stacks, with the servers' own events read back: during the rollout never more
+than one server is down at a time, and the same reading of the quorum-lost scenario (two down at once,
+the invocations refused) is the negative control that shows the reading can tell them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scenarios.result import ScenarioResult
+from sim.errors import ConfigError
+from sim.model.events import read_events
+from sim.model.netmap import NetMap, Refused, Unreachable
+from sim.model.topology import NATS_ROLE, build
+from sim.model.values import check, nats_replicas
+from sim.pods.nats.client import spread
+from sim.pods.nats.cluster import catch_up, quorum
+from sim.pods.nats.config import ClusterBlock, ServerConfig, render
+
+WD = {"workerCallbackProxy": {"workerDomain": "w.example.com"}}
+
+
+def cluster(**values: Any) -> dict[str, Any]:
+    return {"nats": {"config": {"cluster": values}}}
+
+
+@pytest.mark.parametrize(
+    ("values", "servers"),
+    [({}, 3), (cluster(replicas=5), 5), (cluster(enabled=False), 1), (cluster(enabled=False, replicas=1), 1)],
+)
+def test_the_statefulset_has_the_replicas_the_values_give(values: dict[str, Any], servers: int) -> None:
+    assert nats_replicas(values) == servers
+    topology = build("t", {**WD, **values})
+    assert topology.members(NATS_ROLE) == [f"nats-{i}" for i in range(servers)]
+    assert len({s.ip for s in topology.nats_servers}) == servers
+    lb = topology.service_endpoints()[f"{topology.bus_lb_ip}:4222/tcp"]  # the load balancer fronts each
+    assert lb == [s.address(4222) for s in topology.nats_servers]
+    assert topology.reserved_addresses() == (
+        [s.address(6222) for s in topology.nats_servers] if servers > 1 else []
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        (cluster(replicas=1), "nats.config.cluster.replicas: must be 2 or higher when jetstream is enabled"),
+        (cluster(replicas="three"), "nats.config.cluster.replicas: must be a whole number"),
+        (cluster(replicas=9), "ncpsim runs at most 5 NATS servers"),
+        (cluster(enabled="yes"), "nats.config.cluster.enabled: must be true or false"),
+    ],
+)
+def test_values_a_cluster_cannot_run_with_are_refused(values: dict[str, Any], error: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        check(values)
+    assert error in str(err.value)
+
+
+def test_a_clustered_config_routes_to_every_server_and_advertises_none() -> None:
+    config = ServerConfig(
+        store_dir="/js",
+        worker_nkey="U" + "A" * 55,
+        port=4001,
+        monitor_port=8001,
+        server_name="nats-1",
+        cluster=ClusterBlock((6000, 6001, 6002), port=6001),
+    )
+    text = render(config)
+    assert 'server_name: "nats-1"' in text
+    assert 'listen: "127.0.0.1:6001"' in text and "no_advertise: true" in text
+    assert 'routes: [ "nats://127.0.0.1:6000", "nats://127.0.0.1:6001", "nats://127.0.0.1:6002" ]' in text
+    assert "cluster {" not in render(
+        ServerConfig(store_dir="/js", worker_nkey="U" + "A" * 55, ports_file_dir="/d")
+    )
+    with pytest.raises(ValueError, match="every server's route port"):
+        render(
+            ServerConfig(
+                store_dir="/js", worker_nkey="U" + "A" * 55, port=1, monitor_port=2, cluster=ClusterBlock(())
+            )
+        )
+
+
+def test_a_client_gets_every_bound_server_behind_the_load_balancer() -> None:
+    lb, pods = "10.100.0.11:4222/tcp", ["10.42.2.10:4222/tcp", "10.42.2.11:4222/tcp", "10.42.2.12:4222/tcp"]
+    netmap = NetMap({pods[0]: 4000, pods[2]: 4002}, {"compute": ["10.100.0.0/24"]}, {lb: pods})
+    assert netmap.lookup_all("compute", "10.100.0.11", 4222) == [("127.0.0.1", 4000), ("127.0.0.1", 4002)]
+    with pytest.raises(Unreachable):  # a compute cluster reaches the load balancer, never a pod
+        netmap.lookup_all("compute", "10.42.2.10", 4222)
+    with pytest.raises(Refused):
+        NetMap({}, {"compute": ["10.100.0.0/24"]}, {lb: pods}).lookup_all("compute", "10.100.0.11", 4222)
+
+
+@pytest.mark.parametrize(("name", "first"), [("a", "s0"), ("worker-1-0", "s2"), ("nvcf-api", "s1")])
+def test_clients_spread_over_the_servers_the_same_way_each_run(name: str, first: str) -> None:
+    servers = ["s0", "s1", "s2"]
+    order = spread(servers, name)
+    assert sorted(order) == servers and order[0] == first
+    assert order == [*servers[servers.index(first) :], *servers[: servers.index(first)]]
+    assert spread([], name) == []
+
+
+@pytest.mark.parametrize(("servers", "needed"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3)])
+def test_quorum_is_a_majority(servers: int, needed: int) -> None:
+    assert quorum(servers) == needed
+
+
+def test_catch_up_waits_for_every_running_server_and_not_without_quorum() -> None:
+    answers = {("h", 1): [503, 200], ("h", 2): [503, 503, 200]}
+    asked: list[tuple[str, int]] = []
+
+    def probe(host: str, port: int) -> int:
+        asked.append((host, port))
+        queue = answers[(host, port)]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    done = catch_up("nats-2", {"nats-1": ("h", 1), "nats-2": ("h", 2)}, 3, probe=probe)
+    assert (
+        done.current is True
+        and asked.count(("h", 2)) == 3
+        and "current on the 2 running servers" in done.describe()
+    )
+    alone = catch_up("nats-1", {"nats-1": ("h", 1)}, 3, probe=probe)
+    assert alone.current is None and "no quorum" in alone.describe() and "1 of 3" in alone.describe()
+    stuck = catch_up(
+        "nats-2", {"nats-1": ("h", 9), "nats-2": ("h", 9)}, 3, timeout=0.05, probe=lambda h, p: 503
+    )
+    assert stuck.current is False and "not current" in stuck.describe()
+    assert catch_up("nats-0", {"nats-0": ("h", 1)}, 1, probe=probe).current is True
+
+
+# -- on real stacks --------------------------------------------------------------------------------------
+def most_down_at_once(events: list[dict[str, Any]], since: float) -> int:
+    """The most NATS servers down at the same moment after ``since``, from each server's own events: down
+    from ``nats.stopped`` until its next ``nats.ready``."""
+    changes = sorted(
+        (e["ts"], 1 if e["kind"] == "nats.stopped" else -1)
+        for e in events
+        if e["kind"] in ("nats.stopped", "nats.ready") and e["ts"] >= since
+    )
+    down = most = 0
+    for _, change in changes:
+        down = max(down + change, 0)  # a server's first ready (the launch) downs nothing
+        most = max(most, down)
+    return most
+
+
+def replayed(replay: Callable[..., ScenarioResult], name: str) -> tuple[ScenarioResult, list[dict[str, Any]]]:
+    result = replay(name)
+    assert result.ok, "\n".join(result.failures)
+    assert result.status is not None
+    return result, read_events(Path(result.status["stateDir"]))
+
+
+def test_a_rolling_restart_during_20_invocations_keeps_quorum_and_answers_all(
+    ncpsim_replay: Callable[..., ScenarioResult],
+) -> None:
+    result, events = replayed(ncpsim_replay, "nats-rolling-restart")
+    rollout = result.steps[0]
+    assert [t.outcome for t in rollout.traces] == ["success"] * 20  # none lost, all answered
+    assert "rolled out nats in reverse ordinal order" in rollout.note
+    assert rollout.note.index("nats-2") < rollout.note.index("nats-1") < rollout.note.index("nats-0")
+    start, end = (
+        next(e["ts"] for e in events if e["kind"] == "step.start" and e["step"] == n) for n in (1, 2)
+    )
+    during = [e for e in events if start <= e["ts"] < end]
+    assert [e["server"] for e in during if e["kind"] == "nats.stopped"] == ["nats-2", "nats-1", "nats-0"]
+    assert most_down_at_once(during, start) == 1  # never two down, so never all of them
+
+
+def test_losing_a_majority_refuses_invocations_until_one_is_back(
+    ncpsim_replay: Callable[..., ScenarioResult],
+) -> None:
+    result, events = replayed(ncpsim_replay, "nats-quorum-lost")
+    refused = result.steps[3]
+    assert [t.client_status for t in refused.traces] == [503, 503]
+    assert {e["error"] for e in events if e["kind"] == "invoke.unqueued"}  # the pods said why
+    assert "JetStream current on the 2 running servers" in result.steps[4].note
+    assert all(t.outcome == "success" for t in result.steps[5].traces)
+    end = next(e["ts"] for e in events if e["kind"] == "step.start" and e["step"] == 6)
+    assert (
+        most_down_at_once([e for e in events if e["ts"] < end], 0.0) == 2
+    )  # the reading tells the two apart
