@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from clusters.local import LocalStack
-from sim.model.netmap import LOOPBACK
-from sim.model.topology import ComputeSpec, Pod, Topology, WorkerSpec, build
+from sim.model.netmap import NetMap
+from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Pod, Topology, WorkerSpec, build
 from sim.model.values import DEFAULTS, check, deep_merge
 from sim.protocols.wire import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, PROXY_HTTP_PORT
 
@@ -94,8 +94,10 @@ class BenchStack:
         return json.loads((self.state_dir / "netmap.json").read_text())["bindings"]
 
     def real(self, ip: str, port: int, proto: str = "tcp") -> tuple[str, int]:
-        """The loopback address standing for a virtual ip:port (read from the network map)."""
-        return LOOPBACK, self.bindings()[f"{ip}:{port}/{proto}"]
+        """The loopback address standing for a virtual ip:port, as the control plane reaches it (a Service
+        such as the NATS load balancer answers on one of its endpoints)."""
+        netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
+        return netmap.lookup(CONTROL_CLUSTER, ip, port, proto)
 
     def proxy_http(self) -> tuple[str, int]:
         return self.real(self.topology.proxy_lb_ip, PROXY_HTTP_PORT)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -90,7 +91,9 @@ def test_up_call_down_on_a_full_tmpfs(tiny_home: Path) -> None:
             assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
             assert "no space left for the stack" in refused.stderr and "Traceback" not in refused.stderr
         down = ncpsim("down")
-        assert down.returncode == 0 and "stopped 9 processes" in down.stdout, down.stdout + down.stderr
+        assert down.returncode == 0 and re.match(r"stopped \d+ processes", down.stdout), (
+            down.stdout + down.stderr
+        )
         assert not stack_processes(tiny_home / "home" / "default")
         filler.unlink()
         again = ncpsim("up", "--stack", "after")

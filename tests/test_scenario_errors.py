@@ -152,8 +152,8 @@ CASES = [
     ),
     Case(
         "fault-scale-nats",
-        GOOD_HEAD + "steps:\n  - fault: {scale: {role: nats, replicas: 0}}\n",
-        (":12:", "steps[0].fault.scale.role", "not modelled"),
+        GOOD_HEAD + "steps:\n  - fault: {scale: {role: nats, replicas: 7}}\n",
+        (":12:", "steps[0].fault.scale.replicas", "more than the 3 nats pods"),
         command="replay",
     ),
     Case(

@@ -245,6 +245,8 @@ KNOWN, OPEN = _known_paths()
 
 def suggest(parts: KeyPath) -> str | None:
     """The closest known key: a sibling spelt alike, else a key of that name elsewhere (a wrong level)."""
+    if parts in KNOWN:  # a key the chart has (modelled or not) is no misspelling of another
+        return None
     parent, name = parts[:-1], str(parts[-1]).lower()
     siblings = {str(k[-1]).lower(): k for k in KNOWN if k[:-1] == parent}
     close = difflib.get_close_matches(name, list(siblings), n=1, cutoff=SIBLING_CUTOFF)
