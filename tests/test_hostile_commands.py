@@ -75,6 +75,15 @@ ON_STACK = [
         ("set", "--assignment", f"workerCallbackProxy.workerDomain={LONG_LABEL}"),
         "must be 1-63 of a-z",  # not "must be lower case", which it said of 64 lower-case letters
     ),
+    Case(  # accepted, then every worker failed on it: `ncpsim worker error: ValueError` (idna, as SNI)
+        "set-proxy-url-label-too-long",
+        (
+            "set",
+            "--assignment",
+            f"global.workerEndpoints.invocationProxyURL=https://{'a' * 70}.grpc-worker.example.com:10084",
+        ),
+        "invocationProxyURL: host",
+    ),
     Case(
         "set-domain-huge",
         ("set", "--assignment", f"workerCallbackProxy.workerDomain={HUGE}"),

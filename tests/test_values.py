@@ -147,6 +147,7 @@ FAILING: list[tuple[str, dict, str, str]] = [
     # DNS cannot carry raised IDNAError there (issue 31); the chart alone would not look at it.
     ("bad domain, proxy off by default", nested(WDP, "not a domain"), WDP, "not a valid DNS name"),
     ("bad domain with proxy off", deep_merge(OFF, nested(WDP, "not a domain")), WDP, "not a valid DNS name"),
+    ("proxy url host label too long", on(URL, f"https://{'a' * 64}.{WD}:10084"), URL, "1-63"),
     ("long label with proxy off", deep_merge(OFF, nested(WDP, "a" * 64 + ".example.com")), WDP, "1-63"),
     *[(f"split {p}", deep_merge(ON, nested(p, "http://x:1")), p, "must be empty when") for p in SPLIT],
     ("url http", nested(URL, f"http://invocation.{WD}:10084"), URL, "https"),

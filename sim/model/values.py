@@ -285,6 +285,8 @@ def _rule_proxy_url(values: Mapping[str, Any], add: Add) -> None:
         add(PROXY_URL, f"must use https (workers open TLS to the proxy), found {split.scheme or 'no scheme'}")
     elif not host:
         add(PROXY_URL, f"has no host; use https://invocation.<workerDomain>:{INVOCATION_PROXY_PORT}")
+    elif problem := _dns_problem(host):  # workers dial it and send it as the SNI: a longer name cannot be
+        add(PROXY_URL, f"host {_quoted(host)} is not a valid DNS name: {problem}")
     else:
         domain = lookup(values, WORKER_DOMAIN)
         if isinstance(domain, str) and domain and not covers(f"*.{domain}", host):
