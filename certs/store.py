@@ -26,6 +26,7 @@ from pathlib import Path
 import trustme
 
 from certs import inspect
+from certs.names import secret_name_problem
 from certs.profiles import ISSUERS, PRIVATE, PUBLIC, STACK, Profile
 from certs.volume import load_secret, write_secret
 from sim.errors import ConfigError
@@ -85,8 +86,8 @@ class CertStore:
         return self.ca_dir(issuer) / "ca.crt"
 
     def secret_dir(self, secret: str) -> Path:
-        if not secret or "/" in secret or secret.startswith("."):
-            raise ValueError(f"not a Secret name: {secret!r}")
+        if secret_name_problem(secret):  # a folder of ours: callers check first, with the user's key
+            raise ValueError(f"not a Secret name: {secret[:80]!r}")
         return self.root / "secrets" / secret
 
     # -- CAs ---------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ _DOTTED_NUMBERS = re.compile(r"[0-9.]+")
 # group that repeats a repetition can take Python's backtracking matcher exponential time on one name.
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?P=|\\[1-9]")
 _NESTED_REPEAT = re.compile(r"\([^()]*[*+}][^()]*\)[*+{]")
+MAX_LABEL, MAX_NAME = 63, 253  # RFC 1035 section 2.3.4, the name without its trailing dot
 
 
 def normalize_name(qname: str) -> str | None:
@@ -65,9 +66,20 @@ def normalize_name(qname: str) -> str | None:
 
 def _require_hostname(what: str, value: str) -> str:
     name = normalize_name(value)
+    shown = value if len(value) <= 80 else value[:77] + "..."
     if name is None or not _HOSTNAME.fullmatch(name):
-        raise ValueError(f"{what} must be a DNS name such as grpc-worker.example.com, got {value!r}")
+        raise ValueError(f"{what} must be a DNS name such as grpc-worker.example.com, got {shown!r}")
+    _require_length(what, name)
     return name
+
+
+def _require_length(what: str, name: str) -> None:
+    """RFC 1035: what a query can carry; CoreDNS could not answer for a longer name, nor a client ask it."""
+    if len(name) > MAX_NAME or any(len(label) > MAX_LABEL for label in name.split(".")):
+        shown = name if len(name) <= 80 else name[:77] + "..."
+        raise ValueError(
+            f"{what} {shown!r} is longer than DNS allows ({MAX_LABEL} characters a label, {MAX_NAME} in all)"
+        )
 
 
 def _require_ipv4(what: str, value: str) -> None:
@@ -155,8 +167,9 @@ class DnsRecord:
         if name is None or not _HOSTNAME.fullmatch(name) or "." not in name:
             raise ValueError(
                 f"target of record {self.name!r} must be proxy, an IPv4 address such as 10.100.0.10 or a "
-                f"DNS name such as worker-callback-proxy.nvcf.svc.cluster.local, got {self.target!r}"
+                f"DNS name such as worker-callback-proxy.nvcf.svc.cluster.local, got {self.target[:80]!r}"
             )
+        _require_length(f"target of record {self.name[:80]!r}", name)
 
     @property
     def is_rewrite(self) -> bool:

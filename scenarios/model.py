@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
+from certs.names import certificate_name_problem
 from dns.rule import wildcard
 from scenarios.spec import (
     ACTIONS,
@@ -230,6 +231,17 @@ def _dns_problem(path: Path, topology: dict[str, Any], origin: Origin) -> str | 
     return None
 
 
+def _certificate_names_problem(path: Path, topology: dict[str, Any], origin: Origin) -> str | None:
+    """A declared Secret's certificate names as trustme would issue them, named at their line first."""
+    for secret, raw in (topology.get("secrets") or {}).items():
+        for n, name in enumerate(raw.get("names") or ()):
+            if problem := certificate_name_problem(name):
+                shown = name if len(name) <= 80 else name[:77] + "..."
+                where = ("topology", "secrets", secret, "names", n)
+                return _located(path, where, origin, f"{shown!r} {problem}")
+    return None
+
+
 def _values_origin(origin: Origin, prefix: str) -> Origin:
     """Key paths under `prefix` (e.g. "values.") re-rooted, so values errors name the stack's key."""
     return {k[len(prefix) :]: v for k, v in origin.items() if k.startswith(prefix)}
@@ -301,8 +313,9 @@ def scenario_from_data(
     for index, raw in enumerate(raw_steps):
         if problem := _step_problem(path, index, raw, origin):
             raise ScenarioError(problem)
-    if problem := _dns_problem(path, data.get("topology") or {}, origin):
-        raise ScenarioError(problem)
+    for check in (_dns_problem, _certificate_names_problem):
+        if problem := check(path, data.get("topology") or {}, origin):
+            raise ScenarioError(problem)
     customer = customer_layers(values_files, sets) if customer is None else customer
     own = scenario_layer(data["name"], data.get("values") or {}, _values_origin(origin, "values."))
     layered = layer([defaults_layer(), own, *customer])

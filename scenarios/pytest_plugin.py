@@ -126,9 +126,11 @@ class SimStack:
         if redeploy:
             replay.redeploy(redeploy)
 
-    def fault(self, spec: dict[str, Any]) -> StepResult:
-        """A fault step, as a scenario writes it: {"kill": NAME}, {"link": {...}}, {"scale": {...}}, ..."""
-        return asyncio.run(self._running().run_step(self._step("fault", fault=spec)))
+    def fault(self, spec: dict[str, Any], wait: dict[str, Any] | None = None) -> StepResult:
+        """A fault step, as a scenario writes it: {"kill": NAME}, {"link": {...}}, {"scale": {...}}, ...;
+        `wait` (the scenario `wait:` keys) then waits in the same step, counting events from before the fault."""
+        parts = {"fault": spec, **({"wait": wait_from(wait)} if wait else {})}
+        return asyncio.run(self._running().run_step(self._step("fault", **parts)))
 
     def rotate(self, kind: str) -> StepResult:
         """Rotate certificates as the runbook does: frontend, pod-certs, stack-ca or public-ca."""

@@ -246,5 +246,8 @@ def write_junit(results: list[ScenarioResult], path: Path, total: float) -> None
             failure = ET.SubElement(case, "failure", message=first)
             failure.text = "\n".join(result.failures)
         ET.SubElement(case, "system-out").text = render_text(result)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    except OSError as exc:  # checked before the run, but a disk may fill or a folder go meanwhile
+        raise ConfigError(f"--junit {path}: cannot be written ({exc.strerror or exc})") from None

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from certs.names import secret_name_problem
 from scenarios.spec import Scenario
 from sim.errors import ConfigError
-
-SECRET_NAME_HINT = "lower-case letters, digits, '-' and '.'"
 
 
 def parse_secret_arg(arg: str) -> tuple[str, Path]:
@@ -22,8 +21,8 @@ def parse_secret_arg(arg: str) -> tuple[str, Path]:
     name = name.strip()
     if not sep or not name or not folder.strip():
         raise ConfigError(f"--secret {arg!r}: use NAME=DIR, e.g. --secret worker-public-tls=./certs")
-    if not all(ch.islower() or ch.isdigit() or ch in "-." for ch in name):
-        raise ConfigError(f"--secret {arg!r}: a Secret name has only {SECRET_NAME_HINT}")
+    if problem := secret_name_problem(name):  # the name is a folder of the stack's: `..` must not climb
+        raise ConfigError(f"--secret {arg[:80]!r}: {problem}")
     path = Path(folder.strip()).expanduser().resolve()
     if not path.is_dir():
         raise ConfigError(f"--secret {name}={folder}: no such folder")

@@ -179,7 +179,25 @@ def out_file(flag: str, out: str) -> Path:
     if path.is_dir():
         raise ConfigError(f"{flag} {out}: is a folder; name a file to write")
     out_folder(str(path.parent), flag=flag, shown=out)
+    if problem := _unwritable(path):  # /proc, a read-only mount: said now, not after the whole run
+        raise ConfigError(
+            f"{flag} {out}: cannot be written ({problem}); name a file in a folder you can write"
+        )
     return path
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written: tried by making a scratch file in the nearest folder that exists."""
+    import tempfile
+
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "permission denied"
+    place = next(p for p in path.parents if p.exists())
+    try:
+        with tempfile.TemporaryFile(dir=place):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
 
 
 def out_folder(out: str, flag: str = "--out", shown: str | None = None) -> Path:

@@ -88,6 +88,20 @@ def test_connection_fields_the_glue_reads(pki: tuple[Path, bytes]) -> None:
     assert quic._close_event is None
 
 
+def test_stream_credit_fields_the_pool_reads(pki: tuple[Path, bytes]) -> None:
+    """sim.proxy.h3_pool.stream_credit reads the peer's MAX_STREAMS and the next stream id to open."""
+    pair = Pair(*pki)
+    pair.exchange()
+    assert pair.handshake_done()
+    client = pair.client
+    assert client._remote_max_streams_bidi == 128, (
+        "the server's initial_max_streams_bidi, as aioquic reads it"
+    )
+    assert client._local_next_stream_id_bidi == 0
+    client.send_stream_data(client.get_next_available_stream_id(), b"x")
+    assert client._local_next_stream_id_bidi == 4, "QuicConnection._local_next_stream_id_bidi changed meaning"
+
+
 def test_stream_fields_the_glue_reads() -> None:
     stream = QuicStream(stream_id=0, max_stream_data_local=1024, max_stream_data_remote=1024)
     for field in ("stream_id", "max_stream_data_local", "max_stream_data_local_sent", "sender", "receiver"):

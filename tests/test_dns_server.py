@@ -204,6 +204,10 @@ MALFORMED = [
     pytest.param(_header() + b"\xc0\x0c\x00\x01\x00\x01", "FORMERR", id="pointer-to-itself"),
     pytest.param(_header() + b"\x40" + b"a" * 64 + b"\x00\x00\x01\x00\x01", "FORMERR", id="64-byte-label"),
     pytest.param(_header() + b"\x02\xff\xfe\x00\x00\x01\x00\x01", "FORMERR", id="label-not-utf8"),
+    pytest.param(
+        _header() + (b"\x3c" + b"a" * 60) * 5 + b"\x00\x00\x01\x00\x01", "FORMERR", id="305-byte-name"
+    ),
+    pytest.param(_GOOD + b"\x00" * 60_000, "FORMERR", id="oversized-datagram"),
     pytest.param(_header(flags=0x8100) + _GOOD[12:], None, id="a-response-is-never-answered"),
     pytest.param(_header(flags=0x1100) + _GOOD[12:], "NOTIMP", id="opcode-status"),
     pytest.param(_header() + _GOOD[12:-2] + b"\x00\x03", "REFUSED", id="class-chaos"),

@@ -179,7 +179,7 @@ def test_losing_a_majority_refuses_invocations_until_one_is_back(
 ) -> None:
     result, events = replayed(ncpsim_replay, "nats-quorum-lost")
     refused = result.steps[3]
-    assert [t.client_status for t in refused.traces] == [503, 503]
+    assert [t.client_status for t in refused.traces] == [500, 500]
     assert {e["error"] for e in events if e["kind"] == "invoke.unqueued"}  # the pods said why
     assert "JetStream current on the 2 running servers" in result.steps[4].note
     assert all(t.outcome == "success" for t in result.steps[5].traces)

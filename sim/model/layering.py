@@ -196,8 +196,25 @@ def layer(layers: Sequence[Layer]) -> Layered:
     for current in layers:
         values = deep_merge(values, current.values)
         _record(origins, current)
+    for default in (d for d in layers if d.kind == DEFAULT):
+        values = _coalesce(default, values, origins)
     overrides = _overrides(layers, values, origins)
     return Layered(values, origins, overrides, _unknown(layers), _accepted(layers))
+
+
+def _coalesce(default: Layer, values: dict[str, Any], origins: dict[str, KeyOrigin]) -> dict[str, Any]:
+    """Chart defaults under the user's values, as Helm coalesces them after merging the files and sets: a
+    `--set a.b=x` over a file's `a: 5` leaves a mapping `a` that still has the chart's other keys (merged in
+    order alone, the defaults had gone with the 5, and the topology met a key no layer had)."""
+    coalesced = deep_merge(default.values, values)
+    for parts, _ in _nodes(default.values):
+        path = key_path(parts)
+        if path not in origins and lookup(coalesced, parts, _MISSING) is not _MISSING:
+            origins[path] = default.origin(path)
+    return coalesced
+
+
+_MISSING = object()
 
 
 def then(layered: Layered, step: Layer) -> Layered:
@@ -346,7 +363,8 @@ def parse_set(text: str) -> Layer:
     node: Any = value
     for part in reversed(_set_parts(text, key.strip())):
         node = {part: node}
-    return Layer(SET, text, node)
+    # The layer's name is how messages and `values` name it: a pasted 10,000-character value is cut short.
+    return Layer(SET, text if len(text) <= 120 else text[:117] + "...", node)
 
 
 def parse_key(text: str) -> KeyPath:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from certs.inspect import covers
+from certs.names import secret_name_problem
 from certs.profiles import FRONTEND_SECRETS, PUBLIC, STACK
 from sim.errors import ConfigError
 
@@ -170,10 +171,15 @@ def lookup(values: Any, parts: KeyPath, default: Any = None) -> Any:
     return node
 
 
+def _quoted(text: str) -> str:
+    """JSON-quoted and cut short: a block of text (or a 10,000-character name) stays a readable one line."""
+    shown = json.dumps(text, ensure_ascii=False)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
 def _kind(value: Any) -> str:
-    if isinstance(value, str):  # JSON-quoted and cut short: a block of text stays on the message's one line
-        shown = json.dumps(value, ensure_ascii=False)
-        return f"the string {shown if len(shown) <= 80 else shown[:77] + '...'}"
+    if isinstance(value, str):
+        return f"the string {_quoted(value)}"
     names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", list: "a list"}
     return names.get(type(value), f"a {type(value).__name__}")
 
@@ -235,9 +241,9 @@ def _dns_problem(name: str) -> str | None:
         return "is longer than 253 characters"
     for label in labels:
         if len(label) > 63 or not _DNS_LABEL.fullmatch(label):
-            if label and _DNS_LABEL.fullmatch(label.lower()):
+            if label != label.lower() and _DNS_LABEL.fullmatch(label.lower()):
                 return "must be lower case"
-            return f'label "{label}" must be 1-63 of a-z, 0-9 and "-", not starting or ending with "-"'
+            return f'label {_quoted(label)} must be 1-63 of a-z, 0-9 and "-", not starting or ending with "-"'
     return None
 
 
@@ -252,16 +258,18 @@ def _rule_booleans(values: Mapping[str, Any], add: Add) -> None:
 
 
 def _rule_proxy_enabled(values: Mapping[str, Any], add: Add) -> None:
-    if lookup(values, ENABLED) is not True:
-        return
-    domain = lookup(values, WORKER_DOMAIN)
-    if not isinstance(domain, str) or not domain:
+    enabled, domain = lookup(values, ENABLED) is True, lookup(values, WORKER_DOMAIN)
+    if enabled and (not isinstance(domain, str) or not domain):
         add(
             WORKER_DOMAIN,
             "must be set to the DNS name workers reach the proxy under, e.g. grpc-worker.example.com",
         )
-    elif problem := _dns_problem(domain):
-        add(WORKER_DOMAIN, f"{json.dumps(domain, ensure_ascii=False)} is not a valid DNS name: {problem}")
+    # Checked with the proxy off too: the stack still issues its frontend certificate for *.<workerDomain>
+    # (and names it in the compute clusters' DNS), so a name DNS cannot carry failed deep in a later step.
+    elif isinstance(domain, str) and domain and (problem := _dns_problem(domain)):
+        add(WORKER_DOMAIN, f"{_quoted(domain)} is not a valid DNS name: {problem}")
+    if not enabled:
+        return
     for parts in SPLIT_PLANE_URLS:
         if _set(lookup(values, parts)):
             add(
@@ -288,6 +296,8 @@ def _rule_proxy_url(values: Mapping[str, Any], add: Add) -> None:
         add(PROXY_URL, f"must use https (workers open TLS to the proxy), found {split.scheme or 'no scheme'}")
     elif not host:
         add(PROXY_URL, f"has no host; use https://invocation.<workerDomain>:{INVOCATION_PROXY_PORT}")
+    elif problem := _dns_problem(host):  # workers dial it and send it as the SNI: a longer name cannot be
+        add(PROXY_URL, f"host {_quoted(host)} is not a valid DNS name: {problem}")
     else:
         domain = lookup(values, WORKER_DOMAIN)
         if isinstance(domain, str) and domain and not covers(f"*.{domain}", host):
@@ -314,6 +324,8 @@ def _rule_frontend_tls(values: Mapping[str, Any], add: Add) -> None:
                     add((*ISSUER_REF, field), f"must be set, e.g. {field}: {example}")
     if _set(secret) and not isinstance(secret, str):
         add(EXISTING_SECRET, f"must be the name of a kubernetes.io/tls Secret, found {_kind(secret)}")
+    elif _set(secret) and (problem := secret_name_problem(secret)):
+        add(EXISTING_SECRET, f"{_kind(secret)} is not a Secret name: {problem}")
 
 
 def _rule_service_type(values: Mapping[str, Any], add: Add) -> None:

@@ -33,7 +33,7 @@ from sim.protocols.grpc_callback import (
 )
 from sim.protocols.grpc_tunnel import INTERNAL, STREAM, UNARY, UNAVAILABLE, GrpcError, H2Tunnel
 from sim.protocols.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig, Tasks
-from sim.protocols.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT
+from sim.protocols.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, NATS_PUBLISH_TIMEOUT
 from sim.runtime.component import Context, Ready
 
 SERVICE = "ncpsim.Echo"
@@ -214,8 +214,8 @@ class GrpcProxyPod:
     async def _publish(self, request_id: str, work: dict[str, str]) -> None:
         """Into the function version's stream, on rq.<region>.<fvid>.<reqId> (the gRPC work subject)."""
         try:
-            await self.work.publish(QUEUE, request_id, work)
-        except Exception as exc:  # refused, unreachable, no stream: the call is UNAVAILABLE
+            await asyncio.wait_for(self.work.publish(QUEUE, request_id, work), NATS_PUBLISH_TIMEOUT)
+        except Exception as exc:  # refused, unreachable, no stream, timed out: the call is UNAVAILABLE
             raise GrpcError(UNAVAILABLE, f"NATS unreachable: {type(exc).__name__}: {exc}") from exc
 
 

@@ -8,6 +8,7 @@ the request and POSTs the response to this pod (and only this pod knows its toke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import uuid
@@ -21,6 +22,7 @@ from sim.model.topology import Pod
 from sim.model.values import proxy_settings
 from sim.pods.nats.publisher import WorkPublisher
 from sim.protocols.http1 import H11Stream, decode_headers, read_body, respond
+from sim.protocols.pexec import Problem, function_id, poll_seconds, shown
 from sim.protocols.request_attach import (
     H1_TYPE,
     INCOMPLETE,
@@ -36,12 +38,15 @@ from sim.protocols.wire import (
     INVOCATION_HTTP_PORT,
     INVOCATION_SUFFIX,
     INVOCATION_TLS_PORT,
+    NATS_PUBLISH_TIMEOUT,
     PEXEC_PREFIX,
     STATUS_PREFIX,
 )
 from sim.runtime.component import Context, Ready, connection_handler
+from sim.runtime.log import component_log
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
+log = component_log("ncpsim.invocation")
 
 
 @dataclass
@@ -93,7 +98,9 @@ class InvocationPod:
             target=work["targetURI"],
             proxy=work["proxyURI"],
         )
-        seq = await self.work.publish(pending.function, pending.request_id, work)
+        seq = await asyncio.wait_for(
+            self.work.publish(pending.function, pending.request_id, work), NATS_PUBLISH_TIMEOUT
+        )
         self.ctx.events.emit("work.published", requestId=pending.request_id, pod=self.pod.name, seq=seq)
 
     # HTTP ------------------------------------------------------------------------------------
@@ -111,6 +118,10 @@ class InvocationPod:
                 stream.next_cycle()
         except (ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError, TimeoutError):
             pass
+        except Exception as exc:  # noqa: BLE001 - a bug must not kill the pod's listener: one line, 500
+            log.error("%s: answering a client failed: %s: %s", self.pod.name, type(exc).__name__, exc)
+            with contextlib.suppress(Exception):  # the response may have started: then only close
+                await _problem(stream, 500, f"{type(exc).__name__}: {exc}")
         finally:
             writer.close()
 
@@ -135,13 +146,17 @@ class InvocationPod:
         elif path.startswith(PEXEC_PREFIX) and method == "POST":
             await self.invoke(stream, path[len(PEXEC_PREFIX) :], headers, body)
         elif path.startswith(STATUS_PREFIX) and method == "GET":
-            await self.poll(stream, path[len(STATUS_PREFIX) :], dict(headers))
+            await self.poll(stream, path, path[len(STATUS_PREFIX) :], dict(headers))
         else:
             await _problem(stream, 404, "Not Found", head)
 
-    async def invoke(
-        self, stream: H11Stream, function: str, headers: list[tuple[str, str]], body: bytes
-    ) -> None:
+    async def invoke(self, stream: H11Stream, rest: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        # Every check before the work is published: a refused call must leave no work for a worker to run.
+        function, poll = function_id(rest, self.ctx.topology.functions), poll_seconds(dict(headers))
+        if isinstance(function, Problem) or isinstance(poll, Problem):  # the function is checked first
+            refusal = function if isinstance(function, Problem) else poll
+            await self.refuse(stream, f"POST {PEXEC_PREFIX}{shown(rest)}", refusal)
+            return
         request_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
         inner = [(k, v) for k, v in headers if k not in HOP_BY_HOP and not k.startswith("nvcf-")]
         pending = Pending(request_id, function, request_h1("POST", "/", inner, body), body)
@@ -149,12 +164,15 @@ class InvocationPod:
         self.ctx.events.emit("invoke.accepted", requestId=request_id, pod=self.pod.name, function=function)
         try:
             await self.publish(pending)
-        except Exception as exc:  # noqa: BLE001 - NATS away or without quorum: the client hears it at once
-            # ncpsim's answer (the public source does not say what the service answers): 503, with why.
+        except Exception as exc:  # noqa: BLE001 - the bus down, refused, slow: whatever nats-py raises
+            # The API's 500 when its NATS publish fails for good (AppError::map_nats_err: Other); the last
+            # cause is nats-py's words. A publish nats-py still holds for a reconnect may reach the stream
+            # later: its worker then finds the request gone (404), as nobody is left to collect it.
             self.pending.pop(request_id, None)
-            error = f"{type(exc).__name__}: {exc}"
-            self.ctx.events.emit("invoke.unqueued", requestId=request_id, pod=self.pod.name, error=error)
-            await _problem(stream, 503, f"the request could not be queued for a worker ({error})")
+            cause = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = f"failed to send nats request; cause: Error publishing to nats; cause: {cause}"
+            self.ctx.events.emit("invoke.unqueued", requestId=request_id, pod=self.pod.name, error=cause)
+            await self.refuse(stream, f"POST {PEXEC_PREFIX}{function} ({request_id})", Problem(500, detail))
             return
         await self.answer_client(stream, pending, dict(headers))
 
@@ -163,10 +181,30 @@ class InvocationPod:
         if pending is None:
             await _problem(stream, 404, f"Request {request_id} not found")
             return
-        await self.answer_client(stream, pending, headers)
+        await self.answer_client(stream, pending, poll)
 
-    async def answer_client(self, stream: H11Stream, pending: Pending, headers: dict[str, str]) -> None:
-        poll = float(headers.get("nvcf-poll-seconds", "60"))
+    async def poll(self, stream: H11Stream, path: str, request_id: str, headers: dict[str, str]) -> None:
+        poll = poll_seconds(headers)
+        pending = self.pending.get(request_id)
+        if isinstance(poll, Problem):
+            await self.refuse(stream, f"GET {shown(path)}", poll)
+        elif pending is None:
+            await _problem(stream, 404, f"Request {request_id} not found")
+        else:
+            await self.answer_client(stream, pending, poll)
+
+    async def refuse(self, stream: H11Stream, what: str, problem: Problem) -> None:
+        """The API's refusal of a client's call, with one line in the pod's log and an event."""
+        log.warning("%s: %s: %d %s", self.pod.name, what, problem.status, problem.detail)
+        self.ctx.events.emit(
+            "invoke.refused", pod=self.pod.name, request=what, status=problem.status, reason=problem.detail
+        )
+        if problem.plain:  # axum's own rejection of a path it cannot read
+            await respond(stream, problem.status, problem.detail.encode(), [("content-type", "text/plain")])
+        else:
+            await _problem(stream, problem.status, problem.detail)
+
+    async def answer_client(self, stream: H11Stream, pending: Pending, poll: int) -> None:
         try:
             inner = await asyncio.wait_for(asyncio.shield(pending.response), poll)
         except TimeoutError:
@@ -233,8 +271,9 @@ class InvocationPod:
 
 
 async def _problem(stream: H11Stream, status: int, detail: str, head: bool = False) -> None:
-    """A problem+json reply; to HEAD, the same head with its Content-Length and no body."""
-    body = json.dumps({"status": status, "detail": detail}).encode()
+    """A problem+json reply (RFC 9457, as the problem_details crate writes it); to HEAD, the same head with its
+    Content-Length and no body."""
+    body = json.dumps({"status": status, "title": Problem(status, detail).title, "detail": detail}).encode()
     await respond(stream, status, body, [("content-type", "application/problem+json")], head=head)
 
 

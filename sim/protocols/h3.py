@@ -34,6 +34,7 @@ from aioquic.quic.events import (
     HandshakeCompleted,
     ProtocolNegotiated,
     QuicEvent,
+    StopSendingReceived,
     StreamDataReceived,
 )
 from aioquic.quic.events import StreamReset as QuicStreamReset
@@ -133,6 +134,7 @@ class H3Stream:
         self.pending = 0  # received payload the application has not read yet
         self.local_ended = False
         self.remote_ended = False
+        self._stopped = ""  # why the peer stopped our side, if it did
         self._chunks: deque[bytes] = deque()
         self._error: StreamError | None = None
         self._readable = asyncio.Event()
@@ -159,6 +161,16 @@ class H3Stream:
         self.remote_ended = True
         self._readable.set()
         self.endpoint._maybe_forget(self)
+
+    def _on_stopped(self, error_code: int) -> None:
+        """The peer asked us to stop sending (STOP_SENDING): QUIC has reset our side of the stream already, so
+        it is ended here too; a write raises, and end() has nothing left to do (aioquic's HTTP/3 layer has
+        dropped the stream, and a DATA frame sent on it would raise FrameUnexpected)."""
+        if not self.local_ended:
+            self.local_ended = True
+            self._stopped = f"stream {self.stream_id} stopped by peer ({error_code:#x})"
+            self.endpoint._maybe_forget(self)
+        self._readable.set()
 
     def _on_error(self, error: StreamError) -> None:
         if self._error is None and not (self.remote_ended and self.local_ended):
@@ -234,7 +246,7 @@ class H3Stream:
         if self._error is not None:
             raise self._error
         if self.local_ended:
-            raise StreamError(f"stream {self.stream_id} already ended")
+            raise StreamError(self._stopped or f"stream {self.stream_id} already ended")
 
     def _sent(self, end: bool) -> None:
         if end:
@@ -333,6 +345,8 @@ class H3Endpoint(QuicConnectionProtocol):
             self.streams[event.stream_id]._on_error(
                 StreamError(f"stream reset by peer ({event.error_code:#x})")
             )
+        elif isinstance(event, StopSendingReceived) and event.stream_id in self.streams:
+            self.streams[event.stream_id]._on_stopped(event.error_code)
         elif isinstance(event, ConnectionTerminated):
             self._terminated(event.error_code, event.reason_phrase)
         if self.h3 is not None:

@@ -5,7 +5,6 @@ HTTP/1 codec and connection manager do them. Bytes only; what to answer comes fr
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import ssl
 import time
@@ -14,16 +13,10 @@ import h11
 
 from sim.protocols.http1 import MAX_HEAD, H11Stream, read_within, reason_phrase
 from sim.proxy.policy import http_date, with_host_from_url
+from sim.runtime.log import component_log
 
-log = logging.getLogger("ncpsim.proxy.http")
-if not log.handlers:
-    # The proxy process's stderr is its log file: one line per connection that ended badly (INFO), the
-    # library's own detail only with NCPSIM_DEBUG set.
-    _handler = logging.StreamHandler()
-    _handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    log.addHandler(_handler)
-    log.setLevel(logging.DEBUG if os.environ.get("NCPSIM_DEBUG") else logging.INFO)
-    log.propagate = False
+# One line per connection that ended badly (INFO), the library's own detail only with NCPSIM_DEBUG set.
+log = component_log("ncpsim.proxy.http")
 
 # Envoy's connection idle timeout (common_http_protocol_options.idle_timeout, 1 h by default): a
 # connection with no stream open for this long is closed, and so is a CONNECT tunnel with no bytes

@@ -8,12 +8,9 @@ error resets that stream only, a route miss is 404 `NR`, and a forward goes to t
 names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084, verifying the
 chain against the stack CA in Secret `grpc-proxy-worker-tls` and the SAN `*.grpc-headless.nvcf.svc.cluster.local`
 as Envoy's exact matcher does (sim.proxy.san: a certificate for the pod's own name is refused), and
-relays the stream both ways with backpressure (sim.protocols.h3). That session is shared by every
-worker connection's streams to the pod, as Envoy pools upstream connections per host of its cluster,
-not per downstream connection; a pod that restarted (its pod IP leads to another address now) or a
-session that closed gets a new one.
-- A pod name that does not resolve in the control cluster (no such grpc-proxy pod): 503 `DF`.
-- Pod unreachable, silent, or with a certificate the stack CA or the name does not verify: 503 `UF`.
+relays the stream both ways with backpressure (sim.protocols.h3). Sessions to a pod are shared by every
+worker connection's streams and pooled as Envoy pools them (sim.proxy.h3_pool): 100 streams a session,
+another session when those are taken; DF, UF and UO are the pool's answers.
 `x-request-id` is passed through untouched (never generated or replaced): the pod matches it against the
 token it minted.
 """
@@ -29,30 +26,23 @@ from typing import Any
 from aioquic.h3.connection import FrameType, H3Connection, MessageError
 from aioquic.quic.connection import QuicConnection
 
-from certs.profiles import GRPC_SECRET
-from dns.client import NameNotResolved
 from dns.rule import dashed_ip, normalize_name, undash
 from sim.protocols.h3 import (
-    AlertCertificateUnknown,
     AlertUnrecognizedName,
     H3Endpoint,
     H3Server,
     H3Stream,
-    HandshakeFailed,
     ReloadingServerConfig,
     StreamError,
     Tasks,
-    client_configuration,
-    close_client,
     peek_server_name,
-    trust_pem,
 )
-from sim.protocols.wire import DF_BODY, GRPC_CALLBACK_PORT, GRPC_SUFFIX, UC_BODY, UpstreamFailure
+from sim.protocols.wire import GRPC_SUFFIX, UC_BODY, UpstreamFailure
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.h3_policy import H3_EXCESSIVE_LOAD, H3_MESSAGE_ERROR, H3Request, Reset, decide
-from sim.proxy.policy import MAX_HEADERS_BYTES, Forward, Reject, http_date, upstream_reset
-from sim.proxy.san import GRPC_UPSTREAM, x509_dns_sans
-from sim.runtime.component import CONNECT_TIMEOUT, Context
+from sim.proxy.h3_pool import DialFailed, UpstreamPool
+from sim.proxy.policy import MAX_HEADERS_BYTES, Forward, Reject, http_date
+from sim.runtime.component import Context
 
 
 # -- the decision (pure) -------------------------------------------------------------------------
@@ -132,20 +122,6 @@ class StreamScopedH3(H3Connection):
 
 
 # -- I/O -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Upstream:
-    """A QUIC session to one grpc-proxy pod: the pod IP its name resolved to, the loopback address that IP
-    had when the session opened."""
-
-    endpoint: H3Endpoint
-    ip: str
-    addr: tuple[str, int]
-
-    @property
-    def host(self) -> str:  # %UPSTREAM_HOST%
-        return f"{self.ip}:{GRPC_CALLBACK_PORT}"
-
-
 class _Connection:
     """One worker's QUIC connection: its SNI (for the logs) and the streams the codec reset."""
 
@@ -198,7 +174,7 @@ class H3Front:
         self.worker_domain = ctx.topology.worker_domain
         self.tasks = Tasks()
         self.server: H3Server | None = None
-        self.upstreams: dict[str, _Upstream] = {}  # by pod name, shared by all worker connections
+        self.pool = UpstreamPool(ctx, self.tasks)  # every pod's sessions, shared by all worker connections
 
     async def start(self) -> int:
         config = ReloadingServerConfig(self.ctx.secret(frontend_secret(self.ctx.values)), self._tls_error)
@@ -208,10 +184,8 @@ class H3Front:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()  # closes every worker connection
-        for upstream in self.upstreams.values():
-            close_client(upstream.endpoint)
-        self.upstreams.clear()
-        await self.tasks.cancel_all()
+        await self.tasks.cancel_all()  # dials in progress first: none may add a session after this
+        self.pool.close()
 
     def _tls_error(self, message: str) -> None:
         self.ctx.events.emit("proxy.tls.reload_failed", listener="h3", error=message)
@@ -286,7 +260,27 @@ class H3Front:
         route: Forward,
         record: AccessRecord,
     ) -> None:
-        upstream = await self._upstream(conn, route, record)
+        try:
+            session, upstream = await self.pool.acquire(route.host)
+        except DialFailed as failed:
+            record.upstream_host = failed.host
+            raise
+        record.upstream_host = upstream.host
+        try:
+            if conn.gone:  # the worker left while we dialed; the session stays for the next stream
+                raise StreamError("downstream connection closed")
+            await self._relay_upstream(down, upstream.endpoint, headers, route, record)
+        finally:
+            self.pool.release(session)
+
+    async def _relay_upstream(
+        self,
+        down: H3Stream,
+        upstream: H3Endpoint,
+        headers: list[tuple[bytes, bytes]],
+        route: Forward,
+        record: AccessRecord,
+    ) -> None:
         sent = time.monotonic()
         # Envoy sets x-forwarded-proto (never trusts it) and rewrites :authority to the pod it dials.
         forwarded = [
@@ -326,59 +320,6 @@ class H3Front:
             if not up.local_ended:  # e.g. a failed upstream: the worker gets a local reply instead
                 up.reset()
 
-    async def _upstream(self, conn: _Connection, route: Forward, record: AccessRecord) -> H3Endpoint:
-        name = route.host
-        pooled = self.upstreams.get(name)
-        if pooled is not None and self._usable(pooled):
-            record.upstream_host = pooled.host
-            return pooled.endpoint
-        try:
-            ip = (await self.ctx.resolve(name))[0]  # the proxy lives in the control cluster
-        except NameNotResolved as exc:
-            raise UpstreamFailure("DF", DF_BODY, f"{name}: {exc.rcode}") from exc
-        except OSError as exc:  # cluster DNS itself unreachable
-            raise UpstreamFailure("DF", DF_BODY, f"{name}: {exc}") from exc
-        record.upstream_host = f"{ip}:{GRPC_CALLBACK_PORT}"
-        try:
-            addr = self.ctx.udp_address(ip, GRPC_CALLBACK_PORT)
-        except OSError as exc:  # nothing there to answer: quiche hears nothing back
-            raise UpstreamFailure("UF", upstream_reset("quic"), str(exc)) from exc
-        # The CA is read for each new session, so a rotated grpc-proxy-worker-tls applies without restart.
-        trust = trust_pem([self.ctx.secret(GRPC_SECRET) / "ca.crt"])
-        config = client_configuration(name, trust)
-        try:
-            endpoint = await self.ctx.open_quic(
-                ip, GRPC_CALLBACK_PORT, config, timeout=CONNECT_TIMEOUT, check=_grpc_pod_names(name)
-            )
-        except HandshakeFailed as exc:
-            if exc.certificate_rejected:
-                body = upstream_reset("quic-tls")
-                raise UpstreamFailure("UF", body, f"CERTIFICATE_VERIFY_FAILED: {exc.reason}") from exc
-            raise UpstreamFailure(
-                "UF", upstream_reset("quic"), f"QUIC handshake failed: {exc.reason}"
-            ) from exc
-        current = self.upstreams.get(name)
-        if current is not None and current is not pooled and self._usable(current):
-            close_client(endpoint)  # a concurrent stream's session won the race: share that one
-            record.upstream_host = current.host
-            endpoint = current.endpoint
-        else:
-            if current is not None:
-                close_client(current.endpoint)  # closed already, or to a pod that is no longer there
-            self.upstreams[name] = _Upstream(endpoint, ip, addr)
-        if conn.gone:  # the worker left while we dialed; the session stays for the next stream
-            raise StreamError("downstream connection closed")
-        return endpoint
-
-    def _usable(self, upstream: _Upstream) -> bool:
-        """Open, and the pod IP still leads where it did (a restarted pod listens elsewhere)."""
-        if upstream.endpoint.closed:
-            return False
-        try:
-            return self.ctx.udp_address(upstream.ip, GRPC_CALLBACK_PORT) == upstream.addr
-        except OSError:
-            return False
-
     @staticmethod
     def _local_reply(down: H3Stream, record: AccessRecord, status: int, flag: str, body: str) -> None:
         record.status, record.flags = status, flag
@@ -398,21 +339,6 @@ class H3Front:
                 down.write(data, end=True)
         except StreamError:
             pass
-
-
-def _grpc_pod_names(name: str) -> Callable[[Any], None]:
-    """The proxy's name check of a grpc-proxy pod certificate, after its chain: Envoy's exact SAN matcher
-    (sim.proxy.san.GRPC_UPSTREAM), not a hostname check of `name`, so a certificate issued for the pod's
-    own name is refused."""
-
-    def check(certificate: Any) -> None:
-        sans = x509_dns_sans(certificate)
-        if not GRPC_UPSTREAM.accepts(sans, name):
-            raise AlertCertificateUnknown(
-                f"{GRPC_UPSTREAM.refusal}: certificate SANs are [{', '.join(sans)}]"
-            )
-
-    return check
 
 
 async def _pump(src: H3Stream, dst: H3Stream) -> None:

@@ -20,11 +20,14 @@ worker may ask for any pod on any connection. Envoy's order of checks:
 3. The pod. The Lua filter takes the dashed label of ``:authority`` and the dynamic forward proxy dials
    ``<label>.grpc-headless.nvcf.svc.cluster.local:10084``, the ``:authority`` the pod then sees
    (host_rewrite_header). Whether that name resolves, and answers, is decided at dial time (DF, UF).
+4. The session. The connection pool picks the upstream session the stream goes on (``pick_session``):
+   one with room among the pod's sessions, else a new one, else 503 ``UO`` (sim.proxy.h3_pool moves the bytes).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dns.rule import undash
@@ -151,3 +154,62 @@ def decide(request: H3Request, worker_domain: str) -> H3Decision:
     if error is not None:
         return Reset(H3_MESSAGE_ERROR, "DPE", error)
     return route(request, worker_domain)
+
+
+# -- the upstream pool ---------------------------------------------------------------------------------------
+# Envoy's HTTP/3 connection pool to a host, as the rendered cluster leaves it (no limits set, so its defaults):
+# a session carries at most quic_protocol_options.max_concurrent_streams (100) streams, and fewer if the pod's
+# MAX_STREAMS allows fewer; a stream no session has room for opens a new session, up to the cluster's circuit
+# breaker max_connections (1024), counted over every pod.
+MAX_CONCURRENT_STREAMS = 100
+MAX_CONNECTIONS = 1024
+
+
+@dataclass(frozen=True)
+class SessionLoad:
+    """One pooled session as the pool sees it."""
+
+    active: int  # request streams that chose it and have not finished (a dial in progress counts its own)
+    peer_credit: int | None = None  # more streams the pod's MAX_STREAMS lets it open; None while dialing
+
+
+@dataclass(frozen=True)
+class UseSession:
+    index: int
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    pass
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """No session has room and the circuit breaker allows no more: Envoy's 503 UO."""
+
+    reason: str
+
+
+PoolDecision = UseSession | OpenSession | Overflow
+
+
+def room(load: SessionLoad, max_streams: int = MAX_CONCURRENT_STREAMS) -> int:
+    """How many more streams a session takes: Envoy's limit, and the pod's, whichever is lower."""
+    left = max_streams - load.active
+    return left if load.peer_credit is None else min(left, load.peer_credit)
+
+
+def pick_session(
+    sessions: Sequence[SessionLoad],
+    open_in_cluster: int,
+    max_streams: int = MAX_CONCURRENT_STREAMS,
+    max_connections: int = MAX_CONNECTIONS,
+) -> PoolDecision:
+    """The session a new stream to one pod goes on: the oldest with room, else a new one if the breaker lets
+    it. (Envoy would hold the stream as pending while max_pending_requests allows; ncpsim answers UO at once.)"""
+    for index, load in enumerate(sessions):
+        if room(load, max_streams) > 0:
+            return UseSession(index)
+    if open_in_cluster >= max_connections:
+        return Overflow(f"{open_in_cluster} upstream connections open, max_connections is {max_connections}")
+    return OpenSession()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from certs.names import certificate_name_problem
 from certs.profiles import STACK, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
 from sim.model.topology import NATS_ROLE, Topology
@@ -195,6 +196,10 @@ def _network(text: str, topology: Topology) -> str:
 def _pod_cert(arg: Mapping[str, Any], _topology: Topology) -> PodCert:
     right = POD_CERTIFICATES[str(arg["pod"])]()
     names, issuer = tuple(arg.get("names") or right.identities), str(arg.get("issuer", STACK))
+    for name in names:  # as trustme will issue it: one line now, not an IDNAError mid-step
+        if problem := certificate_name_problem(name):
+            shown = name if len(name) <= 80 else name[:77] + "..."
+            raise FaultArgumentError(("pod-cert", "names"), f"{shown!r} {problem}")
     if names == right.identities and issuer == STACK:
         raise FaultArgumentError(
             ("pod-cert",), "give names or an issuer that differ from the right certificate's"

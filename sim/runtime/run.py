@@ -22,6 +22,7 @@ from pathlib import Path
 
 from sim.model.topology import Topology
 from sim.runtime.component import Context, Runner
+from sim.runtime.log import one_line_logs
 
 try:
     import uvloop
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--ready-fd", type=int)
     args = parser.parse_args(argv)
+    one_line_logs()  # this process's stderr is the component's log: one line a record, libraries' too
     new_loop = loop_factory(os.environ.get("NCPSIM_EVENT_LOOP"))
     topology = Topology.load(args.state)
     ctx = Context(args.state, topology, args.name, args.cluster)

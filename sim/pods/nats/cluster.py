@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from .server import CURRENT_PATH, healthz
 
-CURRENT_TIMEOUT = 60.0  # seconds for a restarted server's JetStream to catch up: about 1 s on a laptop, a leader
+CURRENT_TIMEOUT = (
+    60.0  # seconds for a restarted server's JetStream to catch up: about 1 s on a laptop, a leader
+)
 # election that splits waits out nats-server's own 4-9 s timeout, and a loaded machine stretches both
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.01, 0.1
 
