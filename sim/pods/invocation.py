@@ -174,13 +174,6 @@ class InvocationPod:
             self.ctx.events.emit("invoke.unqueued", requestId=request_id, pod=self.pod.name, error=cause)
             await self.refuse(stream, f"POST {PEXEC_PREFIX}{function} ({request_id})", Problem(500, detail))
             return
-        await self.answer_client(stream, pending, dict(headers))
-
-    async def poll(self, stream: H11Stream, request_id: str, headers: dict[str, str]) -> None:
-        pending = self.pending.get(request_id)
-        if pending is None:
-            await _problem(stream, 404, f"Request {request_id} not found")
-            return
         await self.answer_client(stream, pending, poll)
 
     async def poll(self, stream: H11Stream, path: str, request_id: str, headers: dict[str, str]) -> None:
