@@ -190,6 +190,7 @@ def stack(ncpsim_stack_module) -> Iterator[Any]:  # type: ignore[no-untyped-def]
                 "service": {"type": "LoadBalancer"},
             },
             "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
+            "nats": {"config": {"cluster": {"enabled": False}}},  # one server: stopping it is a dead bus
         },
         topology={
             "invocationReplicas": 1,
@@ -245,7 +246,7 @@ def test_a_dead_bus_is_the_apis_error_and_the_next_call_after_it_works(
     NoStreamResponseError), grpc-proxy answers UNAVAILABLE; started again, the next call of each succeeds."""
     state = stack.state_dir
     grpc_port = client_port(state, "10.42.0.41", 10081)
-    stopped = stack.fault({"stop": "nats-server"})
+    stopped = stack.fault({"stop": "nats-0"})
     assert stopped.ok, stopped.failures
     try:
         logged = len(log_lines(state))
@@ -261,7 +262,7 @@ def test_a_dead_bus_is_the_apis_error_and_the_next_call_after_it_works(
     finally:
         # One step: the bus started, then the workers' next pull (their own NATS sign-in comes back on its
         # own schedule, about 10 s here), counted from before the start, so a quick one is not missed.
-        started = stack.fault({"start": "nats-server"}, wait={"event": "worker.work.pulling", "timeout": 40})
+        started = stack.fault({"start": "nats-0"}, wait={"event": "worker.work.pulling", "timeout": 40})
         assert started.ok, started.failures
     good = post(conn, PEXEC + "http-echo")
     assert good.status == 200 and good.body == b"ping", good
