@@ -199,7 +199,9 @@ def _contexts(bundle: Bundle) -> dict[str, str]:
     return contexts
 
 
-def _compute_dns(bundle: Bundle, folder: str, context: str) -> ComputeDns | None:
+def _compute_dns(bundle: Bundle, folder: str, context: str, notes: list[str]) -> ComputeDns | None:
+    """The cluster's CoreDNS configuration; what CoreDNS ignores in it (a coredns-custom key no import
+    reaches) goes to `notes`."""
     path = f"compute/{folder}/coredns.yaml"
     read = _yaml(bundle, path)
     if read is None:
@@ -219,9 +221,10 @@ def _compute_dns(bundle: Bundle, folder: str, context: str) -> ComputeDns | None
         )
     files = {f"/etc/coredns/{k}": v for k, v in maps["coredns"].items() if k != "Corefile"}
     try:
-        blocks, _ = parse_cluster(maps["coredns"]["Corefile"], maps.get("coredns-custom"))
+        blocks, ignored = parse_cluster(maps["coredns"]["Corefile"], maps.get("coredns-custom"))
     except CorefileError as exc:
         raise ConfigError(f"{path}: {exc}; CoreDNS would refuse this configuration too") from None
+    notes += [f"{path}: {note}" for note in ignored]
     return ComputeDns(context, path, tuple(blocks), files, line_of)
 
 
@@ -285,11 +288,11 @@ def _notes(bundle: Bundle) -> list[str]:
 
 def read_world(bundle: Bundle) -> BundleWorld:
     contexts = _contexts(bundle)
-    compute = [d for f, c in contexts.items() if (d := _compute_dns(bundle, f, c)) is not None]
+    notes = _notes(bundle)
+    compute = [d for f, c in contexts.items() if (d := _compute_dns(bundle, f, c, notes)) is not None]
     workers = [w for f, c in contexts.items() for w in _workers(bundle, f, c)]
     values = _yaml(bundle, ENVIRONMENT)
     layer = Layer(FILE, ENVIRONMENT, values[0], values[1]) if values else None
-    notes = _notes(bundle)
     for path in (ENVIRONMENT, SERVICES, SECRETS):
         if path not in bundle.files:
             notes.append(f"{path}: not in the bundle; what it would tell is assumed from the values")

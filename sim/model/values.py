@@ -159,6 +159,14 @@ def lookup(values: Any, parts: KeyPath, default: Any = None) -> Any:
     return node
 
 
+def nested(parts: KeyPath, value: Any) -> dict[str, Any]:
+    """`value` at a key path, as a values tree (for deep_merge): (a, b), 1 -> {a: {b: 1}}."""
+    out: Any = value
+    for part in reversed(parts):
+        out = {part: out}
+    return dict(out)
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, str):  # JSON-quoted and cut short: a block of text stays on the message's one line
         shown = json.dumps(value, ensure_ascii=False)
