@@ -8,14 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from bundle_support import COREFILE, DOMAIN, LB_ADDRESS, PROXY_SERVICE, rewrite_override, template_server
 
 from dns.rule import View, answer
+from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.corefile import CorefileError, parse_cluster, parse_corefile, tokens
 from scenarios.bundle.records import replayed_dns
 from scenarios.bundle.resolve import resolve, rule_domain, rules
-from scenarios.bundle.world import ComputeDns, ProxyService
+from scenarios.bundle.world import ComputeDns, ProxyService, read_world
 from scenarios.model import scenario_from_data
+from sim.errors import ConfigError
 from sim.model.topology import PROXY_LB_IP
 
 HTTP, GRPC = f"invocation.{DOMAIN}", f"10-42-0-41.{DOMAIN}"
@@ -289,3 +292,31 @@ def test_with_no_services_yaml_an_answered_address_is_taken_for_the_proxys() -> 
     replayed = replayed_dns(ComputeDns("gpu-1", "c.yaml", tuple(blocks), {}, {}), DOMAIN, None)
     assert replayed.cluster(DOMAIN) == {"dnsRewrite": {"target": "proxy"}}
     assert any("no services.yaml" in a.what for a in replayed.assumed)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "refused"),
+    [(r"(.+)+x", "repeated group of repeats"), (r"(?=a)b", "not RE2"), (r"(.*)\.a\.example\.com", None)],
+    ids=["nested-repeat", "lookahead", "plain (control)"],
+)
+def test_a_bundle_regex_python_could_not_match_safely_is_refused_in_one_line(
+    tmp_path: Path, pattern: str, refused: str | None
+) -> None:
+    """A hostile bundle's regex would run in Python's backtracking matcher against callback names: a
+    repeated group of repeats (exponential there) or a form RE2 lacks is refused, naming its line."""
+    (tmp_path / "compute" / "gpu-1").mkdir(parents=True)
+    (tmp_path / "environment.yaml").write_text(
+        f"workerCallbackProxy: {{enabled: true, workerDomain: {DOMAIN}}}\n"
+    )
+    custom = {"x.override": f"rewrite name regex {pattern} proxy.example.com\n"}
+    maps = [("coredns", {"Corefile": COREFILE}), ("coredns-custom", custom)]
+    items = [{"metadata": {"name": name}, "data": data} for name, data in maps]
+    (tmp_path / "compute" / "gpu-1" / "coredns.yaml").write_text(
+        yaml.safe_dump({"kind": "List", "items": items})
+    )
+    if refused is None:
+        assert read_world(read_bundle(tmp_path)).compute
+        return
+    with pytest.raises(ConfigError, match=rf"^compute/gpu-1/coredns\.yaml:\d+: .*{refused}") as caught:
+        read_world(read_bundle(tmp_path))
+    assert "\n" not in str(caught.value)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dns.rule import PROXY, REGEX, DnsRecord
 from scenarios.bundle.archive import Bundle
 from scenarios.bundle.certificate import Certificate, decode_pem, pem_sha256, read_certificate
 from scenarios.bundle.corefile import CorefileError, ServerBlock, parse_cluster
@@ -225,7 +226,14 @@ def _compute_dns(bundle: Bundle, folder: str, context: str, notes: list[str]) ->
     except CorefileError as exc:
         raise ConfigError(f"{path}: {exc}; CoreDNS would refuse this configuration too") from None
     notes += [f"{path}: {note}" for note in ignored]
-    return ComputeDns(context, path, tuple(blocks), files, line_of)
+    found = ComputeDns(context, path, tuple(blocks), files, line_of)
+    for rule in rules(list(blocks), files):
+        if rule.match == "regex":  # matched against names here, by Python's backtracking matcher
+            try:
+                DnsRecord(REGEX, rule.name, PROXY)
+            except ValueError as exc:
+                raise ConfigError(f"{found.cite(rule.origin)}: {exc}") from None
+    return found
 
 
 def _workers(bundle: Bundle, folder: str, context: str) -> list[Workers]:
