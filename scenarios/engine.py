@@ -16,7 +16,7 @@ from clusters.state import create_stack_dir, refuse_link, write_file
 from scenarios import calls, origins
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
-from scenarios.expect import Facts, check_log, evaluate, log_matches
+from scenarios.expect import Facts, check_log, check_refused, evaluate, log_matches
 from scenarios.model import Scenario, Step
 from scenarios.probe import probe_call
 from scenarios.result import ScenarioResult, StepResult, to_json
@@ -63,6 +63,10 @@ class Replay:
         self.client.events.emit("step.start", step=step.index, name=step.name)
         since, result = time.time(), StepResult(step)
         logs_at = log_sizes(self.stack.logs()) if any(e.log for e in step.expects) else {}
+        if step.refused is not None:  # a change expected refused: judged, never applied
+            note, problem = check_refused(step, self.topology.values)
+            result.note, result.failures = note, [problem] if problem else []
+            return result
         notes = self.change_values(step)
         if step.rotate is not None:
             notes.append(await rotate_step(self.stack.state_dir, step.rotate, self.topology.worker_domain))
@@ -122,8 +126,8 @@ class Replay:
             notes.append(self.set_values(step.set_values, self.origin_label(step)))
         if step.redeploy is not None:
             notes.append(self.redeploy(step.redeploy))
-        if step.dns_rewrite is not None:
-            notes.append(self.rewrite_dns(step.dns_rewrite))
+        if step.dns_rewrite is not None or step.dns_records is not None:
+            notes.append(self.rewrite_dns(step.dns_rewrite, step.dns_records))
         return notes
 
     def origin_label(self, step: Step) -> str:
@@ -192,26 +196,34 @@ class Replay:
         self.facts = replace(self.facts, pod_ips={p.name: p.ip for p in self.topology.pods})
         return f"redeployed {what}"
 
-    def rewrite_dns(self, rewrite: dict[str, Any]) -> str:
-        """Every compute cluster's CoreDNS rewrite replaced, as `ncpsim dns-rewrite` replaces it on a real
-        cluster: the views are built as at `up` (a `proxy` target is the Service's address now) and the
-        resolver restarts with them, as CoreDNS reloads its Corefile."""
+    def rewrite_dns(self, rewrite: dict[str, Any] | None, records: list[dict[str, Any]] | None = None) -> str:
+        """Every compute cluster's CoreDNS rewrite (and, given, its records) replaced, as `ncpsim dns-rewrite`
+        replaces the rewrite on a real cluster: the views are built as at `up` (a `proxy` target is the
+        Service's address now) and the resolver restarts with them, as CoreDNS reloads its Corefile."""
         spec = dict(self.scenario.topology)
+        changed = {
+            **({"dnsRewrite": rewrite} if rewrite is not None else {}),
+            **({"dnsRecords": records} if records is not None else {}),
+        }
         spec["computeClusters"] = [
-            {**{k: v for k, v in c.items() if k != "wildcardDns"}, "dnsRewrite": rewrite}
+            {**{k: v for k, v in c.items() if k != "wildcardDns"}, **changed}
             for c in spec.get("computeClusters", [])
         ]
-        rebuilt = replace(self.scenario, topology=spec).build_topology(
-            self.topology.stack, self.topology.values
-        )
+        self.scenario = replace(self.scenario, topology=spec)  # a later DNS step starts from this one's
+        rebuilt = self.scenario.build_topology(self.topology.stack, self.topology.values)
         fresh = {c.name: c for c in rebuilt.clusters if c.kind == "compute"}
         self.topology = replace(
             self.topology, clusters=tuple(fresh.get(c.name, c) for c in self.topology.clusters)
         )
         write_file(self.stack.state_dir / "topology.json", self.topology.to_json())
         self.faults.apply({"restart": "resolver"})
-        shown = ", ".join(f"{k}: {v}" for k, v in rewrite.items())
-        return f"compute clusters' DNS rewrite now {{{shown}}}"
+        said = []
+        if rewrite is not None:
+            said.append("rewrite now {" + ", ".join(f"{k}: {v}" for k, v in rewrite.items()) + "}")
+        if records is not None:
+            shown = "; ".join(f"{r['kind']} {r['name']} -> {r['target']}" for r in records) or "none"
+            said.append(f"records now {shown}")
+        return f"compute clusters' DNS {' and '.join(said)}"
 
     async def invoke(self, step: Step) -> list[CallTrace]:
         spec = step.invoke or {}

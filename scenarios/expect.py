@@ -1,4 +1,4 @@
-"""Scenario expectations checked against call traces and log lines (pure).
+"""Scenario expectations checked against call traces, log lines and refused changes (pure).
 
 Each failure names the step, the expectation, and what happened instead.
 """
@@ -6,12 +6,18 @@ Each failure names the step, the expectation, and what happened instead.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from scenarios.origins import unset
 from scenarios.spec import Expect, LogExpect, Step, When
 from scenarios.trace import CallTrace
+from sim.errors import ConfigError
+from sim.model.layering import parse_key
 from sim.model.topology import WorkerSpec
+from sim.model.values import check as check_values
+from sim.model.values import deep_merge
 
 
 @dataclass(frozen=True)
@@ -150,8 +156,8 @@ def matches(when: When | None, t: CallTrace, facts: Facts) -> bool:
 
 
 def _check_one(step: Step, exp: Expect, traces: list[CallTrace], facts: Facts) -> list[str]:
-    if exp.log is not None:
-        return []  # judged on the log's lines (check_log), not on the calls
+    if exp.log is not None or exp.refused is not None:
+        return []  # judged on the log's lines (check_log) or the values change (the engine), not on calls
     chosen = [t for t in traces if matches(exp.when, t, facts)]
     scope = f"for calls with {exp.when.describe()}: " if exp.when else ""
     out = []
@@ -218,3 +224,20 @@ def check_log(
     which = "first match" if found else "last line"
     sample = f"; {which}: {shown[:200]!r}" if shown else ""
     return f"{step.label}: expected {exp.describe()}, but {len(found)} of {len(lines)} line(s) did{sample}"
+
+
+def check_refused(step: Step, values: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(note, failure) for a step whose unsetValues/setValues must be refused with `step.refused`, as helmfile
+    sync refuses a render: judged on `values` as the change would leave them, never applied (a refused sync
+    changes nothing; the running pods keep serving)."""
+    want = step.refused or ""
+    changed = dict(values)
+    for path in step.unset_values or ():
+        changed = unset(changed, parse_key(path))
+    try:
+        check_values(deep_merge(changed, step.set_values or {}))
+    except ConfigError as exc:
+        if want in str(exc):
+            return f"refused, as helmfile sync refuses the render: {exc}; nothing changed", None
+        return "refused", f"{step.label}: expected the change refused with {want!r}, but the error was: {exc}"
+    return "accepted", f"{step.label}: expected the change refused with {want!r}, but it was accepted"

@@ -166,11 +166,37 @@ def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -
         problem = _log_problem(exp)
         if problem:
             return _located(path, (*where, "log"), origin, problem)
+    if any("refused" in exp for _, exp in listed):
+        return _refused_problem(path, here, raw, listed, origin)
     if listed and not actions and not all("log" in exp for _, exp in listed):
         return _located(
             path, (*here, "expect"), origin, "expectations need an invoke, probe or runbook in the same step"
         )
     return _placeholder_problem(path, here, raw, origin)
+
+
+def _refused_problem(
+    path: Path,
+    here: tuple[str | int, ...],
+    raw: dict[str, Any],
+    listed: list[tuple[int | None, Any]],
+    origin: Origin,
+) -> str | None:
+    """A refused change is a step of its own: setValues/unsetValues and the one expectation, nothing else
+    (a refused helmfile sync rolls nothing out, so nothing can follow it in that step)."""
+    if len(listed) > 1:
+        return _located(path, (*here, "expect"), origin, "refused is an expectation of its own step")
+    if not {"setValues", "unsetValues"} & set(raw):
+        return _located(path, (*here, "expect"), origin, "refused needs setValues or unsetValues to refuse")
+    extra = sorted(set(raw) - {"name", "setValues", "unsetValues", "expect"})
+    if extra:
+        return _located(
+            path, (*here, extra[0]), origin, "a refused change changes nothing: put this in a step of its own"
+        )
+    exp = listed[0][1]
+    if len(exp) > 1:
+        return _located(path, (*here, "expect"), origin, "refused is an entry of its own")
+    return None
 
 
 def _log_problem(exp: dict[str, Any]) -> str | None:
@@ -210,12 +236,17 @@ def _placeholder_problem(
     return None
 
 
-def _dns_problem(path: Path, topology: dict[str, Any], origin: Origin) -> str | None:
+def _dns_problem(
+    path: Path, topology: dict[str, Any], origin: Origin, steps: Sequence[dict[str, Any]] = ()
+) -> str | None:
     """A DNS record or rewrite CoreDNS could not take, named at its line before anything is built."""
-    clusters = [(("topology", "controlPlane"), topology.get("controlPlane") or {})]
+    clusters: list[tuple[tuple[str | int, ...], dict[str, Any]]] = [
+        (("topology", "controlPlane"), topology.get("controlPlane") or {})
+    ]
     clusters += [
         (("topology", "computeClusters", n), c) for n, c in enumerate(topology.get("computeClusters", []))
     ]
+    clusters += [(("steps", n), s) for n, s in enumerate(steps) if "dnsRecords" in s or "dnsRewrite" in s]
     for here, cluster in clusters:
         for n, raw in enumerate(cluster.get("dnsRecords", [])):
             try:
@@ -247,10 +278,19 @@ def _values_origin(origin: Origin, prefix: str) -> Origin:
     return {k[len(prefix) :]: v for k, v in origin.items() if k.startswith(prefix)}
 
 
+def _expects_refusal(raw: dict[str, Any]) -> bool:
+    expect = raw.get("expect")
+    return any(
+        isinstance(e, dict) and "refused" in e for e in (expect if isinstance(expect, list) else [expect])
+    )
+
+
 def _check_set_values(layered: Layered, steps: list[dict[str, Any]], origin: Origin) -> None:
     """Each setValues must leave valid values behind, as `helmfile sync` would refuse them at that step."""
     for index, raw in enumerate(steps):
-        if "setValues" in raw:
+        if "setValues" in raw and not _expects_refusal(
+            raw
+        ):  # a refused change leaves the values as they were
             step = Layer(
                 STEP,
                 f"step {index + 1}",
@@ -313,9 +353,10 @@ def scenario_from_data(
     for index, raw in enumerate(raw_steps):
         if problem := _step_problem(path, index, raw, origin):
             raise ScenarioError(problem)
-    for check in (_dns_problem, _certificate_names_problem):
-        if problem := check(path, data.get("topology") or {}, origin):
-            raise ScenarioError(problem)
+    if problem := _dns_problem(path, data.get("topology") or {}, origin, raw_steps):
+        raise ScenarioError(problem)
+    if problem := _certificate_names_problem(path, data.get("topology") or {}, origin):
+        raise ScenarioError(problem)
     customer = customer_layers(values_files, sets) if customer is None else customer
     own = scenario_layer(data["name"], data.get("values") or {}, _values_origin(origin, "values."))
     layered = layer([defaults_layer(), own, *customer])

@@ -171,11 +171,12 @@ def replay_all(
 
 
 class Progress:
-    """`[n/N] name` on one line of a terminal while a replay runs, cleared before its report; none in a pipe."""
+    """`[n/N] name` on one line of a terminal while a replay runs, cleared before its report; none in a pipe.
+    A replay of one scenario shows nothing (its report follows at once); `live_from` says from how many on."""
 
-    def __init__(self, total: int, stream: TextIO):
+    def __init__(self, total: int, stream: TextIO, live_from: int = 2):
         self.total, self.stream = total, stream
-        self.live = total > 1 and stream.isatty()
+        self.live = total >= live_from and stream.isatty()
 
     def show(self, index: int, name: str) -> None:
         if self.live:

@@ -103,6 +103,7 @@ class Expect:
     at_least: int | None = None  # calls that must match `when`
     fix: str | None = None  # runbook steps: the step the report must name as the fix
     log: LogExpect | None = None  # an entry of its own: lines of a component's log (no call checks)
+    refused: str | None = None  # an entry of its own: the step's values change is refused with this text
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,16 @@ class Step:
     rotate: str | None = None  # certs.rotate kind
     runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"[, "install": ...]}
     dns_rewrite: dict[str, Any] | None = None  # every compute cluster's CoreDNS rewrite from this step on
+    dns_records: list[dict[str, Any]] | None = None  # every compute cluster's DNS records from this step on
 
     @property
     def label(self) -> str:
         return f"step {self.index} ({self.name})"
+
+    @property
+    def refused(self) -> str | None:
+        """The text this step's values change must be refused with (helmfile sync's), when it expects that."""
+        return next((e.refused for e in self.expects if e.refused is not None), None)
 
     @property
     def expect(self) -> Expect | None:
@@ -184,7 +191,7 @@ class Scenario:
         and `--set`, then every `setValues` up to and including this step's (Helm's order)."""
         layered = self.layering
         for earlier in self.steps[: step.index]:
-            if layered is not None and earlier.set_values is not None:
+            if layered is not None and earlier.set_values is not None and earlier.refused is None:
                 layered = then(layered, Layer(STEP, f"step {earlier.index}", earlier.set_values))
         return layered
 
@@ -296,6 +303,7 @@ CHANGES = (
     "unsetValues",
     "redeploy",
     "dnsRewrite",
+    "dnsRecords",
     "fault",
     "rotate",
 )  # what a step may do before its action
@@ -312,6 +320,8 @@ def log_from(raw: dict[str, Any]) -> LogExpect:
 def expect_from(raw: dict[str, Any]) -> Expect:
     if "log" in raw:  # about a log, not about the calls: no outcome to check
         return Expect(outcome=None, log=log_from(raw["log"]))
+    if "refused" in raw:  # about the step's values change, not about calls
+        return Expect(outcome=None, refused=raw["refused"])
     fields: dict[str, Any] = {py: raw[key] for key, py in _EXPECT_KEYS.items() if key in raw}
     if "when" in raw:
         when = raw["when"]
@@ -364,4 +374,5 @@ def step_from(index: int, raw: dict[str, Any]) -> Step:
         rotate=raw.get("rotate"),
         runbook=raw.get("runbook"),
         dns_rewrite=raw.get("dnsRewrite"),
+        dns_records=raw.get("dnsRecords"),
     )

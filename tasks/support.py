@@ -84,10 +84,21 @@ def diagnose(
     bundle=None,
     ticket_id=None,
 ):
-    """Bring the customer's values up on the local backend, probe them, and rank the documented causes."""
+    """Bring the customer's values up on the local backend, probe them, and rank the documented causes.
+
+    On a terminal a live line on stderr says which probe runs. Ctrl-C or SIGTERM stops every probe stack
+    started so far (exit 130), as `ncpsim up` does.
+    """
+    from clusters.local.interrupts import InterruptGuard
+
+    with InterruptGuard().installed():  # SIGTERM as Ctrl-C: the probe stacks and the scratch folder go
+        _diagnose(file, set, symptom, workers, json_, write_ticket, rewrite, secret, bundle, ticket_id)
+
+
+def _diagnose(file, set, symptom, workers, json_, write_ticket, rewrite, secret, bundle, ticket_id):
     from scenarios.diagnose.assemble import write_ticket as write
-    from scenarios.diagnose.probe import diagnose as run
-    from scenarios.diagnose.probe import text
+    from scenarios.diagnose.diagnosis import diagnose as run
+    from scenarios.diagnose.report import text
     from scenarios.diagnose.ticket import check_new
     from sim.errors import ConfigError
 
@@ -105,6 +116,7 @@ def diagnose(
         rewrite=rewrite,
         secrets=secret or [],
         bundle=Path(bundle) if bundle else None,
+        progress=sys.stderr,
     )
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:

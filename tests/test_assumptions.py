@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from scenarios.diagnose.assumed import probe_assumptions
-from scenarios.diagnose.probe import Diagnosis, text
+from scenarios.diagnose.diagnosis import Diagnosis
+from scenarios.diagnose.report import text
 from scenarios.model import load_scenario
 from scenarios.report import input_assumptions, render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
@@ -213,15 +213,20 @@ def test_stderr_lines_are_each_once_and_name_only_what_the_input_caused(customer
     assert input_assumptions(brought, "local") == []
 
 
+def probe_assumptions(values: dict, brought: tuple[SecretSpec, ...] = ()) -> list:
+    """What a probe stack of `values` assumes (a diagnosis reads each probe's from its run)."""
+    workers = (WorkerSpec("probe-0", "", "1.4.0"),)
+    return list(assumptions(build("diagnose", values, compute=(ComputeSpec(workers),), secrets=brought)))
+
+
 def test_diagnose_reads_an_unseen_certificate_as_unknown(tmp_path: Path) -> None:
     values = deep_merge(DEFAULTS, frontend(existingSecret="acme-tls"))
-    found = probe_assumptions(values, ["1.4.0", "1.2.9"])
+    found = probe_assumptions(values)
     accepted = "c.yaml:6: workerCallbackProxy.service.annotations: accepted, not modelled (...)"
-    shown = text(Diagnosis([], probes=["1.4.0:system"], assumptions=found, not_modelled=[accepted]))
+    shown = text(Diagnosis([], probes=["1.4.0:system"], assumed=found, not_modelled=[accepted]))
     assert "assumed: Secret acme-tls" in shown and f"\n{accepted}\n" in shown  # a note, not a warning
     assert shown.splitlines()[-1].startswith("but the frontend certificate is unknown")
     # negative control: the customer's own certificate brought, the diagnosis does not call it unknown
-    (tmp_path / "tls.crt").write_text("x")
-    brought = probe_assumptions(values, ["1.4.0"], [f"acme-tls={tmp_path}"])
+    brought = probe_assumptions(values, (SecretSpec("acme-tls", source=str(tmp_path)),))
     assert [a.kind for a in brought] == [STAND_IN, STAND_IN]
-    assert "unknown" not in text(Diagnosis([], probes=["1.4.0:system"], assumptions=brought))
+    assert "unknown" not in text(Diagnosis([], probes=["1.4.0:system"], assumed=brought))

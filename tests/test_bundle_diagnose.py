@@ -15,17 +15,30 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bundle_support import DOMAIN, Frontend, Install, collect, healthy, rewrite_override, template_server
+from bundle_support import (
+    DOMAIN,
+    LB_ADDRESS,
+    PROXY_SERVICE,
+    Frontend,
+    Install,
+    collect,
+    healthy,
+    rewrite_override,
+    template_server,
+)
 
 from scenarios.bundle.archive import read_bundle
+from scenarios.bundle.records import replayed_dns
 from scenarios.bundle.world import read_world
 from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import BLOCKING, CAUSES
+from scenarios.diagnose.customer import customer_values
+from scenarios.diagnose.diagnosis import Diagnosis, diagnose
 from scenarios.diagnose.facts import Customer, judge_facts, names_in_symptom
-from scenarios.diagnose.probe import Diagnosis, customer_values, diagnose
 from scenarios.model import load_scenario
 from scenarios.replay import replay_one
 from scenarios.report import render_text
+from sim.model.assumptions import DNS
 from sim.model.values import DEFAULT_WEBHOOK_URL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +59,10 @@ def install(kind: str) -> Install:
         found.pod_pem = None
     elif kind == "legacy":
         found.worker_utils = "1.2.9"
+    elif kind == "exact-record":  # a hosts entry for invocation.<workerDomain> alone
+        found.custom_dns = {
+            "h.override": f"hosts {{\n  {LB_ADDRESS} invocation.{DOMAIN}\n  fallthrough\n}}\n"
+        }
     elif kind == "old-callout":
         found.callout_log = (
             "[pod/nats-auth-callout-service-0/callout] 2025-05-31T10:00:00Z INFO Authentication failed "
@@ -59,7 +76,7 @@ def facts(tmp_path: Path, kind: str) -> tuple[list[str], list, list[str]]:
     world = read_world(read_bundle(archive))
     layered = customer_values([], [], world)
     customer = Customer(layered.values, layered.locations(), NOW, world.certificates, world)
-    found, notes = judge_facts(customer)
+    found, notes, _ = judge_facts(customer)
     ranked = Diagnosis(found).ranked()
     return [f.cause.id for f in ranked], ranked, notes
 
@@ -92,21 +109,37 @@ def test_a_rewrite_to_a_service_the_compute_cluster_lacks(tmp_path: Path) -> Non
     archive, _ = collect(tmp_path, broken)
     world = read_world(read_bundle(archive))
     layered = customer_values([], [], world)
-    found, _ = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
+    found, _, _ = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
     assert [f.cause.id for f in found] == ["rewrite-target-unresolved"]
     assert "worker-callback-proxy.nvcf.svc.cluster.local" in found[0].evidence[0]
 
 
-def test_a_forwarded_domain_is_a_note_not_a_guess(tmp_path: Path) -> None:
+def test_a_forwarded_domain_is_an_assumption_not_a_guess(tmp_path: Path) -> None:
     forwarded = install("healthy")
     forwarded.custom_dns = {"f.server": f"{DOMAIN}:53 {{\n  forward . 10.0.0.53\n}}\n"}
     archive, _ = collect(tmp_path, forwarded)
     world = read_world(read_bundle(archive))
     layered = customer_values([], [], world)
-    found, notes = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
+    found, _, _ = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
     assert found == []
-    assert any(
-        "forwards invocation.callbacks.example.com to 10.0.0.53" in n and "assumes" in n for n in notes
+    (said,) = replayed_dns(world.compute[0], DOMAIN, world.service).assumed
+    assert said.kind == DNS and f"forwards *.{DOMAIN} to 10.0.0.53" in said.what and "nslookup" in said.bring
+
+
+def test_an_exact_record_alone_is_a_finding_for_grpc(tmp_path: Path) -> None:
+    """The customer's hosts entry for invocation.<workerDomain> only: HTTP resolves, gRPC's names do not."""
+    exact = install("healthy")
+    exact.custom_dns = {"h.override": f"hosts {{\n  {LB_ADDRESS} invocation.{DOMAIN}\n  fallthrough\n}}\n"}
+    archive, _ = collect(tmp_path, exact)
+    world = read_world(read_bundle(archive))
+    layered = customer_values([], [], world)
+    found, _, assumed = judge_facts(
+        Customer(layered.values, layered.locations(), NOW, world.certificates, world)
+    )
+    assert [f.cause.id for f in found] == ["rewrite-missing"] and assumed == []
+    assert (
+        f"only invocation.{DOMAIN} has a rule" in found[0].evidence[0]
+        and "coredns.yaml:" in found[0].evidence[0]
     )
 
 
@@ -208,14 +241,18 @@ BUNDLE_CAUSES = [
     ("pending", "proxy-lb-pending", "services.yaml:19"),
     ("names", "frontend-certificate-names", "secrets.yaml:6"),
     ("service-name", "rewrite-target-unresolved", "coredns.yaml:"),
+    ("exact-record", "rewrite-missing", "coredns.yaml:"),
 ]
 
 
-AS_FOUND = {
-    "wrong-domain": {"domain": "callback.example.com", "target": "proxy"},
-    "pending": {"target": "203.0.113.10"},  # an address the load balancer does not have
-    "names": {"target": "proxy"},
-    "service-name": {"target": "none"},  # a name the compute cluster does not resolve
+AS_FOUND = {  # the compute cluster's DNS in the ticket, exactly as its Corefile answers
+    "wrong-domain": {"dnsRewrite": {"domain": "callback.example.com", "target": "proxy"}},
+    "pending": {"dnsRewrite": {"target": "203.0.113.10"}},  # an address the load balancer does not have
+    "names": {"dnsRewrite": {"target": "proxy"}},
+    "service-name": {  # a Service the compute cluster does not have: NXDOMAIN, as there
+        "dnsRecords": [{"kind": "regex", "name": r"(.*)\.callbacks\.example\.com", "target": PROXY_SERVICE}]
+    },
+    "exact-record": {"dnsRecords": [{"kind": "exact", "name": f"invocation.{DOMAIN}", "target": "proxy"}]},
 }
 
 
@@ -254,10 +291,16 @@ def test_a_bundles_ticket_replays_as_seen_then_fixed(diagnosed, kind: str, cause
     write_ticket(found, path, "SUP-42")
     result = replay_one(load_scenario(str(path)), root=folder / "replay")
     assert result.ok, render_text(result)
-    assert not any(t.outcome == "success" for t in result.steps[0].traces)
+    failing = [s for s in result.steps if s.step.expect and s.step.expect.outcome == "failure"]
+    assert failing and not any(t.outcome == "success" for t in failing[0].traces)
+    assert result.steps[-1].traces and all(t.outcome == "success" for t in result.steps[-1].traces)
     assert "--bundle" in path.read_text().splitlines()[0]
-    dns = yaml.safe_load(path.read_text())["topology"]["computeClusters"][0]["dnsRewrite"]
-    assert dns == AS_FOUND[kind]  # the compute cluster's DNS as its Corefile answers
+    cluster = yaml.safe_load(path.read_text())["topology"]["computeClusters"][0]
+    assert {k: v for k, v in cluster.items() if k != "workers"} == AS_FOUND[kind]
+    if kind == "exact-record":  # HTTP callbacks arrive as the customer's do; gRPC's fail, then the fix
+        assert [s.step.invoke["function"] for s in result.steps] == ["http-echo", "grpc-echo", "grpc-echo"]
+        assert result.steps[0].traces and all(t.outcome == "success" for t in result.steps[0].traces)
+        assert all(t.dns and t.dns.get("rcode") == "NXDOMAIN" for t in result.steps[1].traces)
 
 
 def test_a_healthy_bundle_exits_0_within_its_budget(tmp_path: Path) -> None:
@@ -287,7 +330,8 @@ def test_a_healthy_token_mode_file_whose_api_runs_elsewhere_gives_no_finding(tmp
     done, _ = run_cli(tmp_path, "-f", str(path), "--workers", "1.4.0:system", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(done.stdout)
-    assert found["findings"] == [] and any("assumed the NVCF API serves at" in a for a in found["assumed"])
+    assert found["findings"] == []
+    assert any("the NVCF API serves at" in a["what"] and a["kind"] == "api" for a in found["assumed"])
 
 
 # -- up --bundle, replay --bundle, replay --secret -------------------------------------------------------

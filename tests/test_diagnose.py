@@ -15,14 +15,19 @@ import yaml
 
 from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import CAUSES
-from scenarios.diagnose.judge import Observation, World, cause_of, judge
-from scenarios.diagnose.probe import Diagnosis, default_profiles, diagnose, parse_workers
+from scenarios.diagnose.diagnosis import Diagnosis, diagnose
+from scenarios.diagnose.judge import Finding, Observation, World, cause_of, judge
+from scenarios.diagnose.profiles import default_profiles, parse_workers
+from scenarios.diagnose.refusal import RenderFix, render_fix
 from scenarios.diagnose.symptoms import SYMPTOMS, rank
-from scenarios.diagnose.ticket import STEP_NAME
-from scenarios.model import load_scenario
+from scenarios.diagnose.ticket import NO_FIX, STEP_NAME, Ticket, scenario
+from scenarios.expect import check_refused
+from scenarios.model import load_scenario, scenario_from_data
 from scenarios.replay import replay_one
 from scenarios.report import render_text
-from sim.errors import ConfigError
+from scenarios.spec import step_from
+from sim.errors import ConfigError, ScenarioError
+from sim.model.values import deep_merge, validate
 
 REPO = Path(__file__).resolve().parents[1]
 DIAGNOSE_TIMEOUT = 60.0
@@ -30,6 +35,7 @@ PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": 
 PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
 
 UNKNOWN_CA = "x509: certificate signed by unknown authority"
+OUTSIDE_API = "http://api.example.com:8080/v2/nvcf/webhook/nats-auth"
 
 
 # -- what a worker or client logged -> the documented causes ---------------------------------------------
@@ -365,12 +371,71 @@ def test_render_refusals_come_first_with_their_fix(tmp_path: Path, values: dict,
     path = tmp_path / "customer.yaml"
     path.write_text(yaml.safe_dump(values))
     found = diagnose([path], root=tmp_path / "state")
-    assert found.findings[0].cause.id == cause
-    assert (
-        "render refused: " in found.findings[0].evidence[0]
-        and "customer.yaml" in found.findings[0].evidence[0]
-    )
+    first = found.ranked()[0]
+    assert first.cause.id == cause
+    assert "render refused: " in first.evidence[0] and "customer.yaml" in first.evidence[0]
     assert not (tmp_path / "state").exists()  # nothing was brought up
+
+
+@pytest.mark.parametrize(("values", "cause"), RENDER_ROWS, ids=[r[1] for r in RENDER_ROWS])
+def test_each_render_refusal_has_its_fix_as_values(tmp_path: Path, values: dict, cause: str) -> None:
+    """A ticket for a refused render runs the values as the fix makes them (they deploy) and applies the
+    customer's refused keys on top (refused again, with the render's words: the control)."""
+    path = tmp_path / "customer.yaml"
+    path.write_text(yaml.safe_dump(values))
+    found = diagnose([path], root=tmp_path / "state")
+    fix = render_fix(found.values, found.refused)
+    assert isinstance(fix, RenderFix), fix
+    assert validate(fix.values) == []
+    again = validate(deep_merge(fix.values, fix.refused))
+    assert again and again[0].message == fix.message == found.refusal
+
+
+BASE = {"workerCallbackProxy": PROXY}
+SPLIT = {"global": {"workerEndpoints": {"invocationServiceURL": "http://a:8080"}}}
+REFUSED_ROWS = [
+    ({"setValues": SPLIT, "expect": {"refused": "must be empty"}}, None),
+    ({"setValues": SPLIT, "expect": {"refused": "must be nkey or token"}}, "but the error was"),
+    ({"setValues": {"nats": {"workerAuth": "token"}}, "expect": {"refused": "must be empty"}}, "accepted"),
+    ({"unsetValues": ["workerCallbackProxy.workerDomain"], "expect": {"refused": "x"}}, "accepted"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"), REFUSED_ROWS, ids=["refused", "other-words", "accepted", "unset"]
+)
+def test_a_refused_change_is_judged_never_applied(raw: dict, problem: str | None) -> None:
+    note, failure = check_refused(step_from(1, raw), BASE)
+    assert failure is None if problem is None else problem in (failure or ""), (note, failure)
+
+
+@pytest.mark.parametrize(
+    ("step", "error"),
+    [
+        (
+            {"setValues": SPLIT, "invoke": {"function": "http-echo"}, "expect": {"refused": "x"}},
+            "changes nothing",
+        ),
+        ({"invoke": {"function": "http-echo"}, "expect": {"refused": "x"}}, "needs setValues"),
+        ({"setValues": SPLIT, "expect": {"refused": "x", "outcome": "failure"}}, "entry of its own"),
+    ],
+    ids=["with-an-action", "nothing-to-refuse", "with-more"],
+)
+def test_a_refused_step_stands_alone(tmp_path: Path, step: dict, error: str) -> None:
+    data = {"name": "r", "summary": "s", "values": BASE, "steps": [step]}
+    with pytest.raises(ScenarioError, match=error):
+        scenario_from_data(data, tmp_path / "r.yaml")
+
+
+@pytest.mark.parametrize("cause", sorted(NO_FIX))
+def test_a_cause_whose_fix_is_not_in_the_customers_files_says_so(cause: str) -> None:
+    """The ticket replays the failure as the customer saw it and says in one line why no step fixes it;
+    a cause with a template gets its fix step (the control)."""
+    workers = {"count": 2, "trust": "system", "workerUtils": "1.4.0"}
+    for cause_id, fixed in ((cause, False), ("worker-ca-missing", True)):
+        data = scenario(Ticket([Finding(CAUSES[cause_id], ("probe worker 1.4.0:system",))], {}, workers))
+        assert [s["expect"]["outcome"] for s in data["steps"]] == ["failure", "success"][: 1 + fixed]
+        assert ("no fix step: " in data["ticket"]) != fixed and "\n" not in data["ticket"]
 
 
 def test_bad_worker_spec_is_one_line() -> None:
@@ -431,6 +496,8 @@ def test_healthy_values_give_no_findings_and_exit_0(tmp_path: Path) -> None:
     done = run_cli(tmp_path, "-f", values_file(tmp_path, {"workerCallbackProxy": PROXY, **PEM}), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["findings"] == []
+    # stderr is a pipe here: no progress line (on a terminal there is one: test_diagnose_interrupt.py)
+    assert "\r" not in done.stderr and "probe worker-utils" not in done.stderr, done.stderr
 
 
 def test_missing_pem_is_named_first_and_its_ticket_replays(tmp_path: Path) -> None:
@@ -588,6 +655,15 @@ CAUSE_ROWS = [
         ("EXPIRED",),
     ),
     (
+        "nats-auth-rejected",  # token mode, the webhook URL outside the cluster: the callout reaches nothing
+        {
+            "workerCallbackProxy": PROXY,
+            **PEM,
+            "nats": {"workerAuth": "token", "authCallout": {"workerTokenAuth": {"webhookUrl": OUTSIDE_API}}},
+        },
+        (),
+    ),
+    (
         "split-plane-url",
         {
             "workerCallbackProxy": PROXY,
@@ -642,8 +718,9 @@ def test_each_cause_is_named_first_with_its_fix(
 def test_each_causes_ticket_replays_as_seen_then_fixed(
     diagnosed: Callable[[str], tuple[Diagnosis, Path]], cause: str
 ) -> None:
-    """The written ticket replays on a fresh stack: its first step fails as the customer saw it, its last
-    applies the fix and passes (a render refusal: refused again). Secrets go as stand-ins, PEM as a block."""
+    """The written ticket replays on a fresh stack: its first step fails as the customer saw it (a render
+    refusal: refused, as their helmfile sync was), its last applies the fix and passes. Secrets go as
+    stand-ins, PEM as a block."""
     found, folder = diagnosed(cause)
     path = folder / "ticket" / f"ticket-{cause}.yaml"
     path.parent.mkdir()
@@ -659,8 +736,11 @@ def test_each_causes_ticket_replays_as_seen_then_fixed(
         customer_key = (folder / "worker-public-tls" / "tls.key").read_bytes().strip()
         tickets = [p.read_bytes() for p in path.parent.rglob("*") if p.is_file()]
         assert len(tickets) > 2 and not any(customer_key in t for t in tickets)  # stand-ins, never their key
-    result = replay_one(load_scenario(str(path), allow_expected_error=True), root=folder / "replay")
+    result = replay_one(load_scenario(str(path)), root=folder / "replay")
     assert result.ok, render_text(result)
-    if result.steps:
-        assert not any(t.outcome == "success" for t in result.steps[0].traces)
-        assert all(t.outcome == "success" for t in result.steps[-1].traces) and result.steps[-1].traces
+    first, last = result.steps[0], result.steps[-1]
+    if first.step.refused is not None:
+        assert first.note.startswith("refused") and not first.traces
+    else:
+        assert first.traces and not any(t.outcome == "success" for t in first.traces)
+    assert last.traces and all(t.outcome == "success" for t in last.traces)

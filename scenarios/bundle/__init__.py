@@ -12,8 +12,9 @@ collect-script`) writes it, each file the output of one named command:
     compute/<context>/pods.yaml        the function pods, NVCF_PROXY_CA_PEM as a SHA-256 only
 
 A bundle is untrusted input: archive.py reads a folder or a .tar.gz within bounds, into memory, writing
-nothing; corefile.py parses CoreDNS configuration (pure); world.py turns the files into facts, each with
-the bundle file and line it came from.
+nothing; corefile.py parses CoreDNS configuration and resolve.py answers names as CoreDNS would (pure);
+world.py turns the files into facts, each with the bundle file and line it came from; records.py writes
+each compute cluster's DNS as the DNS model's records, scenario.py the rest of the world a replay needs.
 """
 
 from __future__ import annotations

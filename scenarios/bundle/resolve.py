@@ -181,13 +181,18 @@ def rules(blocks: list[ServerBlock], files: Mapping[str, str] | None = None) -> 
     return [r for b in blocks for r in block_rules(b, files)]
 
 
+def serving_block(blocks: list[ServerBlock], name: str) -> ServerBlock | None:
+    """The server block CoreDNS hands `name` (lower case, no trailing dot) to: the longest zone serving it."""
+    served = [b for b in blocks if b.serves(name) >= 0]
+    return max(served, key=lambda b: b.serves(name)) if served else None
+
+
 def resolve(blocks: list[ServerBlock], name: str, files: Mapping[str, str] | None = None) -> Resolution:
     """How `name` resolves in this configuration."""
     name = name.lower().rstrip(".")
-    served = [b for b in blocks if b.serves(name) >= 0]
-    if not served:
+    block = serving_block(blocks, name)
+    if block is None:
         return Resolution(name, "nxdomain", looked_up=name)
-    block = max(served, key=lambda b: b.serves(name))
     found = block_rules(block, files)
     fqdn, via = name + ".", []
     for rule in (r for r in found if r.kind == "rewrite"):

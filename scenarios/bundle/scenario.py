@@ -1,17 +1,12 @@
 """A bundle's world as the scenario pieces ncpsim replays it with (pure but for minting stand-ins).
 
-Each compute cluster's DNS becomes its `dnsRewrite` as the Corefile answers `invocation.<workerDomain>`:
-the load balancer's address is the proxy's; the Service's ClusterIP and any other address stay what they
-are (unreachable from the compute cluster); a rewrite to a cluster name, which today's DNS model cannot
-hold, replays as no answer (the seed's make target names a Service the compute cluster does not have);
-a question forwarded to a resolver the bundle cannot see replays as the proxy's address, and says so;
-rules for another domain replay under that domain. The function pods become worker profiles; Secrets
-become declarations or stand-in folders (scenarios/bundle/standin.py).
+The function pods become worker profiles; Secrets become declarations or stand-in folders
+(scenarios/bundle/standin.py), each said as assumed: ncpsim never has the customer's key. Each compute
+cluster's DNS is records.py's.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,59 +15,16 @@ from typing import Any
 
 from certs.profiles import FRONTEND_SECRETS
 from scenarios.bundle.certificate import Certificate, pem_sha256
-from scenarios.bundle.resolve import Rule, rule_domain
 from scenarios.bundle.standin import StandInCa, issuer_kind, write_standin
-from scenarios.bundle.world import BundleWorld, ComputeDns, ProxyService
-from sim.model.topology import PROXY_CLUSTER_IP
+from scenarios.bundle.world import BundleWorld
+from sim.model.assumptions import KEYLESS, Assumption
 from sim.model.values import CA_PEM, lookup, proxy_settings
 
-DNS_MODEL_NOTE = (
-    "today's DNS model holds a wildcard rewrite only (exact records and name targets are pending)"
+# ncpsim has no private key of the customer's certificates (tls.key never leaves the cluster)
+KEYLESS_BRING = (
+    "ncpsim never has the key (tls.key never leaves the cluster); replay the Secret itself with "
+    "--secret NAME=DIR (tls.crt, tls.key) where the customer can share it"
 )
-
-
-def _target(address: str, service: ProxyService | None) -> str:
-    if service is not None and address in service.addresses:
-        return "proxy"
-    if service is not None and address == service.cluster_ip:
-        return PROXY_CLUSTER_IP
-    try:
-        ipaddress.IPv4Address(address)
-    except ValueError:
-        return "none"
-    return address
-
-
-def _rule_target(rule: Rule, service: ProxyService | None) -> str:
-    return _target(rule.target, service) if rule.kind in ("template", "hosts") else "proxy"
-
-
-def dns_rewrite(
-    dns: ComputeDns, domain: str, service: ProxyService | None
-) -> tuple[dict[str, str], list[str]]:
-    """(the cluster's `dnsRewrite` for a scenario, notes on what it assumes)."""
-    http, grpc = dns.resolve(f"invocation.{domain}"), dns.resolve(f"10-42-0-41.{domain}")
-    where = f"compute cluster {dns.context}"
-    if http.outcome == "address":
-        notes = []
-        if grpc.outcome != "address":
-            notes.append(
-                f"{where}: only invocation.{domain} resolves; replayed as a wildcard ({DNS_MODEL_NOTE})"
-            )
-        return {"target": _target(http.value, service)}, notes
-    if http.outcome == "cluster-name":
-        return {"target": "none"}, [
-            f"{where}: callbacks are rewritten to {http.looked_up}; replayed as not resolving ({DNS_MODEL_NOTE})"
-        ]
-    if http.outcome == "forwarded":
-        proxy = (*(service.addresses if service else ()), "worker-callback-proxy")
-        other = dns.meant_for_callbacks(domain, proxy)
-        if other and len(http.via) == 1:
-            return {"domain": rule_domain(other[0]), "target": _rule_target(other[0], service)}, []
-        return {"target": "proxy"}, [
-            f"{where}: {http.name} is forwarded to {http.value}; assumed to answer the proxy's address"
-        ]
-    return {"target": "none"}, []
 
 
 @dataclass(frozen=True)
@@ -108,7 +60,7 @@ class Secrets:
     pem: str | None = None  # the values' workerCallbackCaPem as replayed: the stand-in CA's, or @stack-ca
     standin_ca: str | None = None  # the stand-in CA's PEM (a private frontend's), to give workers as a fix
     renewed: dict[str, dict[str, Any]] = field(default_factory=dict)  # NAME-renewed declarations
-    notes: list[str] = field(default_factory=list)
+    assumed: list[Assumption] = field(default_factory=list)
 
 
 def replay_secrets(
@@ -146,9 +98,13 @@ def replay_secrets(
             }
         out.renewed[f"{cert.secret}-renewed"] = {"issuer": kind}
         if cert.secret in out.declared:
-            out.notes.append(
-                f"Secret {cert.secret}: replayed from the replaying stack's {kind} CA, with the customer's names"
-                + (" (expired)" if cert.expired(now) else "")
+            out.assumed.append(
+                Assumption(
+                    KEYLESS,
+                    f"Secret {cert.secret}: a stand-in from the replaying stack's {kind} CA with the "
+                    f"customer's names, issuer kind and dates" + (" (expired)" if cert.expired(now) else ""),
+                    KEYLESS_BRING,
+                )
             )
         return out
     ca = StandInCa(cert)
@@ -160,7 +116,14 @@ def replay_secrets(
     out.standin_ca = ca.ca.cert_pem.bytes().decode()
     if isinstance(pem, str) and cert.signed_by(pem):
         out.pem = out.standin_ca
-    out.notes.append(f"Secret {cert.secret}: a stand-in from a stand-in of the customer's CA ({cert.issuer})")
+    out.assumed.append(
+        Assumption(
+            KEYLESS,
+            f"Secret {cert.secret}: a stand-in with the customer's names and dates, from a stand-in of "
+            f"their CA ({cert.issuer}), which the replay's workerCallbackCaPem names in its place",
+            KEYLESS_BRING,
+        )
+    )
     return out
 
 

@@ -19,11 +19,6 @@ import trustme
 from scenarios.bundle.certificate import Certificate
 from sim.errors import ConfigError
 
-STANDIN_NOTE = (
-    "ncpsim has no private key of the customer's certificates (tls.key never leaves the cluster): it serves "
-    "a stand-in with the same names, issuer kind and dates"
-)
-
 
 @dataclass(frozen=True)
 class StandIn:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dns.rule import PROXY, REGEX, DnsRecord
 from scenarios.bundle.archive import Bundle
 from scenarios.bundle.certificate import Certificate, decode_pem, pem_sha256, read_certificate
 from scenarios.bundle.corefile import CorefileError, ServerBlock, parse_cluster
@@ -199,7 +200,9 @@ def _contexts(bundle: Bundle) -> dict[str, str]:
     return contexts
 
 
-def _compute_dns(bundle: Bundle, folder: str, context: str) -> ComputeDns | None:
+def _compute_dns(bundle: Bundle, folder: str, context: str, notes: list[str]) -> ComputeDns | None:
+    """The cluster's CoreDNS configuration; what CoreDNS ignores in it (a coredns-custom key no import
+    reaches) goes to `notes`."""
     path = f"compute/{folder}/coredns.yaml"
     read = _yaml(bundle, path)
     if read is None:
@@ -219,10 +222,18 @@ def _compute_dns(bundle: Bundle, folder: str, context: str) -> ComputeDns | None
         )
     files = {f"/etc/coredns/{k}": v for k, v in maps["coredns"].items() if k != "Corefile"}
     try:
-        blocks, _ = parse_cluster(maps["coredns"]["Corefile"], maps.get("coredns-custom"))
+        blocks, ignored = parse_cluster(maps["coredns"]["Corefile"], maps.get("coredns-custom"))
     except CorefileError as exc:
         raise ConfigError(f"{path}: {exc}; CoreDNS would refuse this configuration too") from None
-    return ComputeDns(context, path, tuple(blocks), files, line_of)
+    notes += [f"{path}: {note}" for note in ignored]
+    found = ComputeDns(context, path, tuple(blocks), files, line_of)
+    for rule in rules(list(blocks), files):
+        if rule.match == "regex":  # matched against names here, by Python's backtracking matcher
+            try:
+                DnsRecord(REGEX, rule.name, PROXY)
+            except ValueError as exc:
+                raise ConfigError(f"{found.cite(rule.origin)}: {exc}") from None
+    return found
 
 
 def _workers(bundle: Bundle, folder: str, context: str) -> list[Workers]:
@@ -285,11 +296,11 @@ def _notes(bundle: Bundle) -> list[str]:
 
 def read_world(bundle: Bundle) -> BundleWorld:
     contexts = _contexts(bundle)
-    compute = [d for f, c in contexts.items() if (d := _compute_dns(bundle, f, c)) is not None]
+    notes = _notes(bundle)
+    compute = [d for f, c in contexts.items() if (d := _compute_dns(bundle, f, c, notes)) is not None]
     workers = [w for f, c in contexts.items() for w in _workers(bundle, f, c)]
     values = _yaml(bundle, ENVIRONMENT)
     layer = Layer(FILE, ENVIRONMENT, values[0], values[1]) if values else None
-    notes = _notes(bundle)
     for path in (ENVIRONMENT, SERVICES, SECRETS):
         if path not in bundle.files:
             notes.append(f"{path}: not in the bundle; what it would tell is assumed from the values")

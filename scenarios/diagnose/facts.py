@@ -6,7 +6,9 @@ callback before TLS. A support bundle adds the cluster's own facts: the proxy Se
 with no address), each compute cluster's DNS as its CoreDNS configuration answers the callback names,
 the frontend certificate (names, expiry, the CA workers are given), the function pods' worker-utils and
 NVCF_PROXY_CA_PEM, and the proxy's and the callout's log lines. Each finding's evidence names the file
-and line it read. What a bundle cannot know (an upstream resolver's answer) is a note, never a guess.
+and line it read. What the files show beside the findings is a note; what they cannot show and ncpsim takes
+instead (where the NVCF API runs) is an assumption, said (sim.model.assumptions); how a callback name a
+bundle cannot answer replays (an upstream resolver's answer) is scenarios/bundle/records.py's, never a guess.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from typing import Any
 
 from certs.inspect import covers
 from scenarios.bundle.certificate import Certificate, pem_sha256
+from scenarios.bundle.records import GRPC_EXAMPLE, Callback, callbacks, proxy_names
 from scenarios.bundle.resolve import Resolution
 from scenarios.bundle.world import BundleWorld, ComputeDns, ProxyService, Workers
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Finding
+from sim.model.assumptions import API, Assumption
 from sim.model.values import (
     CA_PEM,
     DEFAULT_WEBHOOK_URL,
@@ -33,9 +37,9 @@ from sim.model.values import (
     lookup,
     proxy_settings,
 )
+from sim.pods.nats.callout_component import served_at
 from sim.proxy.access_log import parse_line
 
-GRPC_EXAMPLE = "10-42-0-41"  # a dashed pod IP: gRPC callbacks resolve <dashed-pod-ip>.<workerDomain>
 CONNECT_MIN = (1, 3, 2)  # worker-utils from which callbacks are forward-proxy requests
 _VALID_FOR = re.compile(r"certificate is valid for (?P<names>.+?), not (?P<host>[^\s,;]+)")
 
@@ -61,11 +65,12 @@ class Customer:
 
 
 class _Found:
-    """Findings by cause, evidence in the order found; notes beside them."""
+    """Findings by cause, evidence in the order found; notes and assumptions beside them."""
 
     def __init__(self) -> None:
         self.evidence: dict[str, list[str]] = {}
         self.notes: list[str] = []
+        self.assumed: list[Assumption] = []
 
     def add(self, cause: str, evidence: str) -> None:
         self.evidence.setdefault(cause, [])
@@ -76,8 +81,9 @@ class _Found:
         return [Finding(CAUSES[c], tuple(ev)) for c, ev in self.evidence.items()]
 
 
-def judge_facts(customer: Customer) -> tuple[list[Finding], list[str]]:
-    """Every finding the customer's files show, and the notes on what they cannot show."""
+def judge_facts(customer: Customer) -> tuple[list[Finding], list[str], list[Assumption]]:
+    """Every finding the customer's files show; notes on what else they show; what ncpsim assumes where
+    they are silent."""
     found = _Found()
     settings = proxy_settings(customer.values)
     world = customer.world
@@ -94,7 +100,7 @@ def judge_facts(customer: Customer) -> tuple[list[Finding], list[str]]:
         _certificate(cert, customer, found)
     elif customer.symptom and settings.enabled:
         _symptom_names(customer.symptom, settings.worker_domain, found)
-    return found.findings(), found.notes
+    return found.findings(), found.notes, found.assumed
 
 
 # -- the values ---------------------------------------------------------------------------------------
@@ -117,9 +123,19 @@ def _values(customer: Customer, found: _Found, service: ProxyService | None) -> 
         )
     url = lookup(customer.values, WEBHOOK_URL)
     if lookup(customer.values, WORKER_AUTH) == "token" and url != DEFAULT_WEBHOOK_URL:
-        found.notes.append(
-            f"{customer.cite(WEBHOOK_URL)}: assumed the NVCF API serves at {url}, where the values send worker "
-            "tokens (ncpsim cannot see where it runs; the callout logs `webhook request failed` if it does not)"
+        served = served_at(str(url))
+        where = (
+            f"the NVCF API serves at {url}, where the values send worker tokens"
+            if served == url
+            else f"nothing answers at {url} (not an in-cluster Service on the webhook's path), so the auth "
+            f"callout refuses worker tokens; the NVCF API serves at {served}"
+        )
+        found.assumed.append(
+            Assumption(
+                API,
+                f"{customer.cite(WEBHOOK_URL)}: {where} (ncpsim cannot see where it runs)",
+                "check the auth callout's log: it says `webhook request failed` when nothing answers there",
+            )
         )
     if s.frontend_issuer == "stack" and not s.worker_ca_pem_set:
         found.add(
@@ -163,57 +179,52 @@ def _cited(dns: ComputeDns, r: Resolution) -> str:
 
 def _dns(dns: ComputeDns, customer: Customer, found: _Found) -> None:
     domain = proxy_settings(customer.values).worker_domain
-    http, grpc = dns.resolve(f"invocation.{domain}"), dns.resolve(f"{GRPC_EXAMPLE}.{domain}")
-    where = f"compute cluster {dns.context}"
-    for r, what in ((http, "HTTP"), (grpc, "gRPC")):
-        _resolution(r, what, dns, where, customer, found)
-    if http.outcome == "address" and grpc.outcome != "address":
-        found.add(
-            "rewrite-missing",
-            f"{_cited(dns, http)}: only {http.name} has a record in {where}; gRPC callbacks resolve "
-            f"<dashed-pod-ip>.{domain} ({grpc.name}: {grpc.outcome}), which no wildcard covers",
-        )
-
-
-def _resolution(
-    r: Resolution, what: str, dns: ComputeDns, where: str, customer: Customer, found: _Found
-) -> None:
     service = customer.world.service if customer.world else None
-    if r.outcome == "address":
-        _address(r, what, dns, where, service, found)
-    elif r.outcome == "cluster-name":
-        found.add(
-            "rewrite-target-unresolved",
-            f"{_cited(dns, r)}: {r.name} is looked up as {r.looked_up} in {where}, which resolves it only if "
-            "it has that Service; the bundle does not show it, and the seed's rewrite target is one the "
-            "compute cluster does not have yet (ncpsim replays it as not resolving)",
-        )
-    elif r.outcome == "forwarded":
-        other = _other_domains(dns, proxy_settings(customer.values).worker_domain, service)
-        if other and not r.via[:-1]:
+    where = f"compute cluster {dns.context}"
+    fates = callbacks(dns, domain, service)
+    for c in fates:
+        r = c.resolution
+        if r.outcome == "address":
+            _address(r, c.what, dns, where, service, found)
+        elif r.outcome == "cluster-name":
+            found.add(
+                "rewrite-target-unresolved",
+                f"{_cited(dns, r)}: {r.name} is looked up as {r.looked_up} in {where}, which resolves it only "
+                "if it has that Service; the bundle does not show it, and the seed's rewrite target is one the "
+                "compute cluster does not have yet (ncpsim replays it as missing: NXDOMAIN)",
+            )
+        elif c.fate == "other-domain":
+            other = _other_domains(dns, domain, service)
             found.add(
                 "rewrite-wrong-domain",
                 f"{other[0]}: {where}'s CoreDNS answers callbacks for another domain; {r.name} matches none "
                 f"of its rules and goes to the upstream resolver ({r.value})",
             )
-        else:
-            found.notes.append(
-                f"{_cited(dns, r)}: {where} forwards {r.looked_up} to {r.value}, whose answer a bundle cannot "
-                f"show; ncpsim assumes it is the proxy's load-balancer address (check from a pod: "
-                f"kubectl --context {dns.context} run -it --rm dig --image=busybox -- nslookup {r.name})"
-            )
-    else:
-        found.add("rewrite-missing", f"{dns.source}: {where} has no answer for {r.name} ({what} callbacks)")
+        elif c.fate == "missing":
+            found.add("rewrite-missing", _missing(c, fates, dns, where, domain))
+
+
+def _missing(c: Callback, fates: list[Callback], dns: ComputeDns, where: str, domain: str) -> str:
+    """Why a callback name has no answer: no block serves it, or a rule answers the other name only."""
+    r = c.resolution
+    answered = [o for o in fates if o.fate == "answered" and o is not c]
+    if r.outcome != "forwarded" or not answered:
+        return f"{dns.source}: {where} has no answer for {r.name} ({c.what} callbacks)"
+    other = answered[0].resolution
+    family = "<dashed-pod-ip>" if c.what == "gRPC" else "invocation"
+    return (
+        f"{_cited(dns, other)}: only {other.name} has a rule in {where}; {c.what} callbacks resolve "
+        f"{family}.{domain} ({r.name}: no rule, so the upstream resolver {r.value}, taken to have none "
+        "either), which no wildcard covers"
+    )
 
 
 def _address(
     r: Resolution, what: str, dns: ComputeDns, where: str, service: ProxyService | None, found: _Found
 ) -> None:
     if service is None:
-        found.notes.append(
-            f"{_cited(dns, r)}: {r.name} resolves to {r.value}; no services.yaml to compare with"
-        )
-    elif service.pending:  # no address to point at yet: proxy-lb-pending says so
+        return  # the replay takes it for the proxy's address, and says so (records.py)
+    if service.pending:  # no address to point at yet: proxy-lb-pending says so
         found.notes.append(
             f"{_cited(dns, r)}: {r.name} resolves to {r.value}; the load balancer has none yet"
         )
@@ -233,9 +244,9 @@ def _address(
 
 
 def _other_domains(dns: ComputeDns, domain: str, service: ProxyService | None) -> list[str]:
-    proxy = (*(service.addresses if service else ()), "worker-callback-proxy")
     return [
-        f"{dns.cite(r.origin)}: {r.kind} {r.match} {r.name}" for r in dns.meant_for_callbacks(domain, proxy)
+        f"{dns.cite(r.origin)}: {r.kind} {r.match} {r.name}"
+        for r in dns.meant_for_callbacks(domain, proxy_names(service))
     ]
 
 
@@ -305,11 +316,7 @@ def _workers(groups: Sequence[Workers], customer: Customer, found: _Found) -> No
     pem = lookup(customer.values, CA_PEM)
     for w in groups:
         pods = f"{len(w.pods)} function pod(s) in {w.context} ({', '.join(w.pods[:3])})"
-        if w.worker_utils is None:
-            found.notes.append(
-                f"{w.source}: {pods} show no worker-utils image; probed as a current worker-utils"
-            )
-        elif _version(w.worker_utils) < CONNECT_MIN and not s.connect_enabled:
+        if w.worker_utils is not None and _version(w.worker_utils) < CONNECT_MIN and not s.connect_enabled:
             found.add(
                 "legacy-worker-connect-off",
                 f"{w.source}: {pods} run worker-utils {w.worker_utils}, which sends CONNECT; "

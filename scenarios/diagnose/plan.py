@@ -16,24 +16,26 @@ from typing import Any
 
 from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.certificate import Certificate, read_certificate
-from scenarios.bundle.scenario import WorkerProfile, dns_rewrite, replay_secrets, worker_profiles
-from scenarios.bundle.standin import STANDIN_NOTE
-from scenarios.bundle.world import BundleWorld, read_world
+from scenarios.bundle.records import replayed_dns
+from scenarios.bundle.scenario import WorkerProfile, replay_secrets, worker_profiles
+from scenarios.bundle.world import BundleWorld, Workers, read_world
+from scenarios.diagnose.profiles import CURRENT, parse_label
 from scenarios.model import scenario_from_data
 from scenarios.secrets import parse_secret_arg
 from scenarios.spec import Scenario
+from sim.model.assumptions import DNS, WORKER_UTILS, Assumption
 from sim.model.untrusted import read_text
-from sim.model.values import CA_PEM, deep_merge, proxy_settings
+from sim.model.values import CA_PEM, deep_merge, nested, proxy_settings
 
-CURRENT = "1.4.0"  # a current worker-utils, for pods whose version a bundle does not show
 CALL_TIMEOUT = 3  # seconds a bundle world's call waits: a healthy callback takes milliseconds
+NAME_THE_VERSION = "name what runs there with --workers VERSION:TRUST (or collect the pods again: pods.yaml)"
 
 
 @dataclass(frozen=True)
 class Probe:
     """One probe stack: a worker profile's label, in a compute cluster as the customer has it."""
 
-    label: str  # VERSION:TRUST[:FLAG...] (scenarios.diagnose.probe.parse_label)
+    label: str  # VERSION:TRUST[:FLAG...] (scenarios.diagnose.profiles.parse_label)
     values: dict[str, Any]
     cluster: dict[str, Any] = field(default_factory=dict)  # the compute cluster's entry, without workers
     secrets: dict[str, Any] = field(default_factory=dict)  # topology.secrets
@@ -61,39 +63,51 @@ def bundle_probes(
     scratch: Path,
     now: datetime,
     labels: Sequence[str] = (),
-) -> tuple[list[Probe], list[str]]:
+) -> tuple[list[Probe], list[Assumption]]:
     """A probe per compute cluster and distinct function pod (or per profile in `labels`, `--workers`:
-    what the user says runs there); (probes, notes on what they assume)."""
+    what the user says runs there); (probes, what they assume where the bundle is silent)."""
     settings = proxy_settings(merged)
     secrets = replay_secrets(world.certificates, merged, scratch, now)
-    notes = list(secrets.notes)
-    if secrets.declared:
-        notes.append(STANDIN_NOTE)
+    assumed = list(secrets.assumed)
     if secrets.pem is not None:
-        values = deep_merge(values, _nested(CA_PEM, secrets.pem))
+        values = deep_merge(values, nested(CA_PEM, secrets.pem))
     profiles = worker_profiles(world, merged)
     if not world.compute:
-        notes.append(
-            f"no compute cluster in the bundle; probed from one with worker-utils {CURRENT} and the default DNS"
+        assumed.append(
+            Assumption(
+                DNS,
+                f"no compute cluster in the bundle: probed from one with worker-utils {CURRENT} and the "
+                f"*.{settings.worker_domain} record for the proxy's address",
+                "collect each compute context: collect.sh --compute CONTEXT",
+            )
         )
         return [
             Probe(label, values, {}, secrets.declared) for label in labels or [f"{CURRENT}:system"]
-        ], notes
+        ], assumed
     probes = []
-    for dns in world.compute or ():
-        rewrite, said = dns_rewrite(dns, settings.worker_domain, world.service)
-        notes += said
+    for dns in world.compute:
+        replayed = replayed_dns(dns, settings.worker_domain, world.service)
+        assumed += replayed.assumed
         found = profiles.get(dns.context) or []
-        if not found and not labels:
-            notes.append(
-                f"compute cluster {dns.context}: no function pods in the bundle; probed with worker-utils {CURRENT}"
-            )
-        named = list(labels) or [_label(p) for p in found or [None]]
-        for label in named:
-            probes.append(
-                Probe(label, values, {"dnsRewrite": rewrite}, secrets.declared, context=dns.context)
-            )
-    return probes, notes
+        assumed += [] if labels else _unknown_versions(dns.context, found, world.workers)
+        cluster = replayed.cluster(settings.worker_domain)
+        for label in list(labels) or [_label(p) for p in found or [None]]:
+            probes.append(Probe(label, values, cluster, secrets.declared, context=dns.context))
+    return probes, list(dict.fromkeys(assumed))
+
+
+def _unknown_versions(context: str, found: list[WorkerProfile], pods: Sequence[Workers]) -> list[Assumption]:
+    """Function pods whose worker-utils the bundle does not show, probed as a current one."""
+    if not found:
+        what = f"compute cluster {context}: no function pods in the bundle"
+    elif any(p.worker_utils is None for p in found):
+        shown = [w for w in pods if w.context == context and w.worker_utils is None]
+        what = (
+            f"{shown[0].source}: {len(shown[0].pods)} function pod(s) in {context} show no worker-utils image"
+        )
+    else:
+        return []
+    return [Assumption(WORKER_UTILS, f"{what}; probed with worker-utils {CURRENT}", NAME_THE_VERSION)]
 
 
 def _label(profile: WorkerProfile | None) -> str:
@@ -101,33 +115,18 @@ def _label(profile: WorkerProfile | None) -> str:
     return f"{version}:system" + (":before-pem" if profile and profile.before_pem else "")
 
 
-def _nested(parts: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    out: Any = value
-    for part in reversed(parts):
-        out = {part: out}
-    return dict(out)
-
-
-def bundle_scenario(path: Path, scratch: Path, now: datetime) -> tuple[dict[str, Any], list[str]]:
+def bundle_scenario(path: Path, scratch: Path, now: datetime) -> tuple[dict[str, Any], list[Assumption]]:
     """The customer's world from a bundle as a scenario (`up --bundle`, `replay --bundle`): their values,
     each compute cluster with its DNS and its function pods' worker-utils, their frontend Secret as a
     stand-in, and one HTTP and one gRPC callback expected to arrive; and the notes on what it assumes."""
     world = read_world(read_bundle(path))
     values = world.values.values if world.values else {}
     merged = deep_merge({}, values)
-    probes, notes = bundle_probes(world, dict(values), merged, scratch, now)
+    probes, assumed = bundle_probes(world, dict(values), merged, scratch, now)
     clusters: dict[str, dict[str, Any]] = {}
     for probe in probes:
         entry = clusters.setdefault(probe.context, {**probe.cluster, "workers": []})
-        version, trust, *flags = probe.label.split(":")
-        entry["workers"].append(
-            {
-                "count": 1,
-                "trust": trust,
-                "workerUtils": version,
-                **({"createdBeforePem": True} if flags else {}),
-            }
-        )
+        entry["workers"].append(parse_label(probe.label).worker_group(1))
     call = {"count": 2, "timeout": CALL_TIMEOUT}
     steps = [
         {"name": f"{f} callbacks", "invoke": {"function": f, **call}, "expect": {"outcome": "success"}}
@@ -147,7 +146,7 @@ def bundle_scenario(path: Path, scratch: Path, now: datetime) -> tuple[dict[str,
         },
         "steps": steps,
     }
-    return data, notes
+    return data, assumed
 
 
 def load_bundle_scenario(
@@ -158,6 +157,8 @@ def load_bundle_scenario(
     now: datetime | None = None,
 ) -> tuple[Scenario, list[str]]:
     """`bundle_scenario` loaded as any scenario file is (schema, values checked, -f and --set on top), its
-    stand-in Secrets minted into `scratch`, which must outlive the stack's start."""
-    data, notes = bundle_scenario(path, scratch, now or datetime.now(UTC))
-    return scenario_from_data(data, scratch / "bundle-scenario.yaml", None, list(files), sets=sets), notes
+    stand-in Secrets minted into `scratch`, which must outlive the stack's start; and what it assumes, each
+    a line (the command prints them as notes before anything starts)."""
+    data, assumed = bundle_scenario(path, scratch, now or datetime.now(UTC))
+    loaded = scenario_from_data(data, scratch / "bundle-scenario.yaml", None, list(files), sets=sets)
+    return loaded, [str(a) for a in assumed]

@@ -4,9 +4,11 @@
 (the customer's values as they set them) and `<stem>.secrets/` (each frontend Secret as ncpsim replays
 it: a stand-in key and certificate minted for the customer's names and dates, their own public
 certificate beside it; never their key). `ncpsim replay scenario=FILE` shows the failure as the customer
-saw it, then a last step that applies the fix of every finding the diagnosis names and passes. Render
-refusals become an `expectError` scenario: in the field nothing deploys, so there is nothing to fix on a
-running stack. Nothing is overwritten and no link is followed: every file and folder is created anew.
+saw it (the calls that failed for them: HTTP, or gRPC alone when HTTP works), then a last step that
+applies the fix of every finding the diagnosis names and passes. A render refusal replays as refused,
+then the fixed values' callbacks pass (scenarios/diagnose/refusal.py says why that is one scenario). A
+cause whose fix is not in what the customer sent (the pods' own state and certificates) is said in one
+line. Nothing is overwritten and no link is followed: every file and folder is created anew.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from typing import Any
 import yaml
 
 from scenarios.diagnose.judge import Finding
+from scenarios.diagnose.refusal import RenderFix
 from sim.errors import ConfigError
-from sim.model.values import deep_merge
+from sim.model.values import CA_PEM, deep_merge, nested, proxy_settings
 
-PEM = ("global", "nvcaOperator", "agent", "workerCallbackCaPem")
+PEM = CA_PEM  # global.nvcaOperator.agent.workerCallbackCaPem
 STEP_NAME = 120  # characters: a step name is a line of the report
+GRPC_GIVES_UP = 2.0  # seconds a failing gRPC call waits: the worker cannot call back, the client gives up
 LB = {"workerCallbackProxy": {"service": {"type": "LoadBalancer"}}}
 TO_PROXY = {"target": "proxy"}
 
@@ -43,14 +47,7 @@ class Fix:
     timeout: float | None = None  # seconds the failing calls wait, when no worker ever takes them
 
 
-def _nested(parts: tuple[str, ...], value: Any) -> dict[str, Any]:
-    out: Any = value
-    for part in reversed(parts):
-        out = {part: out}
-    return dict(out)
-
-
-STACK_PEM = _nested(PEM, "@stack-ca")
+STACK_PEM = nested(PEM, "@stack-ca")
 FIXES: dict[str, Fix] = {
     "worker-ca-missing": Fix(STACK_PEM, "workers", error="x509: certificate signed by unknown authority"),
     "worker-ca-stale": Fix(STACK_PEM, "workers", error="x509: certificate signed by unknown authority"),
@@ -80,6 +77,20 @@ FIXES: dict[str, Fix] = {
     "frontend-private-ca": Fix(
         redeploy="workers", error="x509: certificate signed by unknown authority"
     ),  # PEM: the stand-in CA
+    # the shared NKey, which every worker-utils signs in with, until the callout's webhook answers
+    "nats-auth-rejected": Fix({"nats": {"workerAuth": "nkey"}}, "workers", timeout=3.0),
+}
+# Causes whose fix is not in what a customer sends (values, a bundle): the ticket says so, in one line.
+NO_FIX = {
+    "pod-cert-untrusted": "the pod certificates come from the control plane's PKI (the pods' Secrets), which "
+    "neither the values nor a bundle carry, and a replay issues them from its own stack CA",
+    "pod-unreachable": "whether a pod runs, is ready and listens is the cluster's state, not in the values "
+    "or a bundle, and a replay's pods run",
+    "wrong-path": "the path a worker calls is worker-utils' own, and every version ncpsim models calls "
+    "/v2/nvcf/worker/request-attach",
+    "callback-wrong-pod": "callbacks land on another pod through a shared Service address with the proxy "
+    "off, which compute-cluster workers cannot use at all: replay the catalogue's callback-wrong-pod with "
+    "the customer's values (-f)",
 }
 REDEPLOYS = ("workers", "proxy", "pods", "all")
 
@@ -97,8 +108,11 @@ class Ticket:
     frontend_secret: str = ""
     rotate_renews: bool = False  # the frontend Secret is one the stack renews itself (rotate: frontend)
     private_ca_pem: str | None = None  # the stand-in CA workers must be given for a private frontend
-    refusal: str | None = None
+    refusal: str | None = None  # the first render refusal's message
+    render: RenderFix | str | None = None  # a refused render's fix, or why there is none
     ticket_id: str | None = None
+    fails: str = "http-echo"  # the function whose callbacks failed for the customer
+    works: tuple[str, ...] = ()  # the functions whose callbacks arrived (shown first, as they do)
 
 
 def step_name(text: str) -> str:
@@ -119,13 +133,15 @@ def combined_fix(ticket: Ticket) -> tuple[Fix, list[str]]:
     values: dict[str, Any] = {}
     redeploy, dns, renew, left = None, None, False, []
     for finding in ticket.findings:
+        if _render_refused(finding):
+            continue  # fixed as values before anything runs (refusal.py)
         fix = FIXES.get(finding.cause.id)
         if fix is None:
             left.append(finding.cause.id)
             continue
         values = deep_merge(values, fix.values)
         if finding.cause.id == "frontend-private-ca" and ticket.private_ca_pem:
-            values = deep_merge(values, _nested(PEM, ticket.private_ca_pem))
+            values = deep_merge(values, nested(PEM, ticket.private_ca_pem))
         if finding.cause.id == "proxy-disabled" and not _pem_given(ticket.values):
             values = deep_merge(
                 values, STACK_PEM
@@ -152,7 +168,35 @@ def scenario(ticket: Ticket) -> dict[str, Any]:
     """The ticket's scenario: the failure as the customer saw it, then one step with every fix."""
     top = ticket.findings[0].cause
     fix, left = combined_fix(ticket)
-    head: dict[str, Any] = {
+    if _render_refused(ticket.findings[0]):
+        return _refused(ticket, fix, left)
+    if top.id not in FIXES and top.id not in NO_FIX:
+        raise ConfigError(f"no ticket template for {top.id} yet; write the scenario by hand from the finding")
+    head = _head(ticket, [f"not fixed by this ticket: {c}" for c in left])
+    steps = [*_as_found(ticket), _failing(ticket, FIXES.get(top.id, Fix()))]
+    if top.id in NO_FIX:  # the failure as the customer saw it, and no fix step
+        head["ticket"] += f"; no fix step: {NO_FIX[top.id]}"
+    else:
+        steps.append(
+            {
+                "name": step_name(f"the fix: {top.fix}"),
+                **_fix_actions(fix, ticket),
+                "invoke": {"function": ticket.fails, "count": 2},
+                "expect": _arrived(ticket.fails),
+            }
+        )
+    switched = ticket.renewed if fix.renew and not ticket.rotate_renews else {}
+    topology = _topology(ticket, {**ticket.secrets, **switched}, compute=True)
+    return {**head, "topology": topology, "steps": steps}
+
+
+def _render_refused(finding: Finding) -> bool:
+    return bool(finding.evidence) and finding.evidence[0].startswith("render refused: ")
+
+
+def _head(ticket: Ticket, more: Sequence[str] = ()) -> dict[str, Any]:
+    top = ticket.findings[0].cause
+    return {
         "name": scenario_name(ticket),
         "summary": f"{top.title} (written by ncpsim diagnose)",
         "ticket": "; ".join(
@@ -160,44 +204,92 @@ def scenario(ticket: Ticket) -> dict[str, Any]:
                 *([ticket.ticket_id] if ticket.ticket_id else []),
                 f"seed {top.section}",
                 f"fix: {top.fix}",
-                *(f"not fixed by this ticket: {c}" for c in left),
+                *more,
             ]
         ),
         "seed": 1,
         "values": ticket.values,
     }
-    if ticket.findings[0].evidence and ticket.findings[0].evidence[0].startswith("render refused: "):
-        return {**head, "expectError": ticket.refusal or top.title}
-    if top.id not in FIXES:
-        raise ConfigError(f"no ticket template for {top.id} yet; write the scenario by hand from the finding")
-    before = FIXES[top.id]
-    invoke = {"function": "http-echo", "count": 2}
+
+
+def _kind(function: str) -> str:
+    return "HTTP" if function == "http-echo" else "gRPC"
+
+
+def _arrived(function: str) -> dict[str, Any]:
+    """Callbacks that arrive through the proxy; an HTTP one on the pod that holds the request."""
+    return {"outcome": "success", "via": "proxy", **({"samePod": True} if function == "http-echo" else {})}
+
+
+def _as_found(ticket: Ticket) -> list[dict[str, Any]]:
+    """The callbacks that arrived for the customer (gRPC's fail while HTTP's arrive: a record for
+    invocation.<workerDomain> alone)."""
+    return [
+        {
+            "name": f"{_kind(f)} callbacks as the customer has them",
+            "invoke": {"function": f, "count": 2},
+            "expect": _arrived(f),
+        }
+        for f in ticket.works
+    ]
+
+
+def _failing(ticket: Ticket, before: Fix) -> dict[str, Any]:
+    """The calls that failed for the customer, failing as theirs did."""
+    wait = before.timeout or (GRPC_GIVES_UP if ticket.fails == "grpc-echo" else None)
+    return {
+        "name": "as the customer has it"
+        + (f": {_kind(ticket.fails)} callbacks fail" if ticket.works else ""),
+        "invoke": {"function": ticket.fails, "count": 2, **({"timeout": wait} if wait else {})},
+        "expect": {
+            "outcome": "failure",
+            **({"error": before.error} if before.error else {}),
+            **({"dnsRcode": before.rcode} if before.rcode else {}),
+        },
+    }
+
+
+def _topology(ticket: Ticket, secrets: Mapping[str, Any], compute: bool) -> dict[str, Any]:
+    """One compute cluster with the customer's DNS (or, with the proxy off, workers beside the pods)."""
+    grpc = "grpc-echo" in (ticket.fails, *ticket.works)
+    workers = (
+        {"computeClusters": [{"workers": [ticket.workers], **ticket.cluster}]}
+        if compute
+        else {"controlWorkers": [ticket.workers]}
+    )
+    return {
+        "invocationReplicas": 2,
+        "grpcProxyReplicas": 1 if grpc else 0,
+        **workers,
+        **({"secrets": dict(secrets)} if secrets else {}),
+    }
+
+
+def _refused(ticket: Ticket, fix: Fix, left: Sequence[str]) -> dict[str, Any]:
+    """A refused render: refused as the customer's was, then the fixed values (and the fix of every other
+    finding, as its step) deploy and callbacks arrive; or, with no fix as values, the refusal alone
+    (`expectError`), saying why."""
+    render = ticket.render
+    if not isinstance(render, RenderFix):
+        why = render or "no refusal to fix"
+        return {**_head(ticket, [f"no fix step: {why}"]), "expectError": ticket.refusal or why}
+    proxy = proxy_settings(render.values).enabled
+    others = [f.cause.id for f in ticket.findings if not _render_refused(f) and f.cause.id not in left]
+    head = {**_head(ticket, [f"not fixed by this ticket: {c}" for c in left]), "values": render.values}
     steps = [
         {
-            "name": "as the customer has it",
-            "invoke": {**invoke, **({"timeout": before.timeout} if before.timeout else {})},
-            "expect": {
-                "outcome": "failure",
-                **({"error": before.error} if before.error else {}),
-                **({"dnsRcode": before.rcode} if before.rcode else {}),
-            },
+            "name": "as the customer has it: helmfile sync refuses the render",
+            "setValues": render.refused,
+            "expect": {"refused": render.message},
         },
         {
-            "name": step_name(f"the fix: {top.fix}"),
+            "name": step_name(f"the fix: {'; '.join([*render.done, *others])}"),
             **_fix_actions(fix, ticket),
-            "invoke": invoke,
-            "expect": {"outcome": "success", "via": "proxy", "samePod": True},
+            "invoke": {"function": "http-echo", "count": 2},
+            "expect": {**_arrived("http-echo"), "via": "proxy" if proxy else "direct"},
         },
     ]
-    topology = {
-        "invocationReplicas": 2,
-        "grpcProxyReplicas": 0,
-        "computeClusters": [{"workers": [ticket.workers], **ticket.cluster}],
-    }
-    switched = ticket.renewed if fix.renew and not ticket.rotate_renews else {}
-    if ticket.secrets or switched:
-        topology["secrets"] = {**ticket.secrets, **switched}
-    return {**head, "topology": topology, "steps": steps}
+    return {**head, "topology": _topology(ticket, ticket.secrets, compute=proxy), "steps": steps}
 
 
 def _fix_actions(fix: Fix, ticket: Ticket) -> dict[str, Any]:
@@ -222,6 +314,8 @@ def _fix_actions(fix: Fix, ticket: Ticket) -> dict[str, Any]:
         actions["redeploy"] = redeploy
     if fix.dns:
         actions["dnsRewrite"] = fix.dns
+        if "dnsRecords" in ticket.cluster:  # the customer's rules for callbacks give way to the seed's record
+            actions["dnsRecords"] = []
     return actions
 
 

@@ -17,6 +17,10 @@ from sim.model.topology import Topology
 from sim.model.values import EXISTING_SECRET, ISSUER_REF, lookup, proxy_settings
 
 SECRET, ISSUER, WORKER_UTILS, STAND_IN = "secret", "issuer", "worker-utils", "stand-in"
+# What a customer's files leave open (`ncpsim diagnose`, `up/replay --bundle`): a certificate read without
+# its key (served as a stand-in with its names, issuer kind and dates), a DNS answer a bundle cannot show
+# (a name forwarded to another resolver), where the NVCF API runs.
+KEYLESS, DNS, API = "keyless", "dns", "api"
 # The worker-utils ncpsim has a profile for: CONNECT tunnels before 1.3.2 (seed, "Callback path and
 # CONNECT"), forward-proxy requests from 1.3.2; 1.4.x is the newest it knows (the default, 1.4.0).
 MODELLED_WORKER_UTILS = ((1, 0, 0), (1, 5, 0))  # [from, to)

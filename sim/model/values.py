@@ -177,6 +177,14 @@ def _quoted(text: str) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
+def nested(parts: KeyPath, value: Any) -> dict[str, Any]:
+    """`value` at a key path, as a values tree (for deep_merge): (a, b), 1 -> {a: {b: 1}}."""
+    out: Any = value
+    for part in reversed(parts):
+        out = {part: out}
+    return dict(out)
+
+
 def _kind(value: Any) -> str:
     if isinstance(value, str):
         return f"the string {_quoted(value)}"
