@@ -27,6 +27,7 @@ from scenarios.bundle.world import BundleWorld, ComputeDns, ProxyService, Worker
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Finding
 from sim.model.assumptions import API, Assumption
+from sim.model.topology import api_from_webhook
 from sim.model.values import (
     CA_PEM,
     DEFAULT_WEBHOOK_URL,
@@ -37,7 +38,6 @@ from sim.model.values import (
     lookup,
     proxy_settings,
 )
-from sim.pods.nats.callout_component import served_at
 from sim.proxy.access_log import parse_line
 
 CONNECT_MIN = (1, 3, 2)  # worker-utils from which callbacks are forward-proxy requests
@@ -123,12 +123,11 @@ def _values(customer: Customer, found: _Found, service: ProxyService | None) -> 
         )
     url = lookup(customer.values, WEBHOOK_URL)
     if lookup(customer.values, WORKER_AUTH) == "token" and url != DEFAULT_WEBHOOK_URL:
-        served = served_at(str(url))
         where = (
             f"the NVCF API serves at {url}, where the values send worker tokens"
-            if served == url
+            if api_from_webhook(customer.values) is not None
             else f"nothing answers at {url} (not an in-cluster Service on the webhook's path), so the auth "
-            f"callout refuses worker tokens; the NVCF API serves at {served}"
+            f"callout refuses worker tokens; the NVCF API serves at {DEFAULT_WEBHOOK_URL}"
         )
         found.assumed.append(
             Assumption(

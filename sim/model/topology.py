@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -140,7 +140,7 @@ class ApiService:
         return f"{self.ip}:{self.port}/tcp"
 
 
-def _api_from_webhook(values: dict[str, Any]) -> ApiService | None:
+def api_from_webhook(values: Mapping[str, Any]) -> ApiService | None:
     """The API's Service as the token webhook URL names it (`http://NAME.NS.svc.cluster.local:PORT/v2/nvcf/
     webhook/nats-auth`); None for the default URL, another path, or a name outside the cluster."""
     url = str(
@@ -226,7 +226,7 @@ class Topology:
             str(api.get("namespace") or chart.namespace),
             int(service.get("port") or chart.port),
         )
-        return (_api_from_webhook(self.values) or chart) if said == chart else said
+        return (api_from_webhook(self.values) or chart) if said == chart else said
 
     def nats_server(self, name: str) -> NatsServer:
         for server in self.nats_servers:
