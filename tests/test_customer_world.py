@@ -165,7 +165,7 @@ def test_secret_argument_parses_and_joins_the_scenario(tmp_path: Path) -> None:
     ("arg", "message"),
     [
         ("corp-tls", "use NAME=DIR"),
-        ("Corp=/tmp", "a Secret name has only"),
+        ("Corp=/tmp", "a lowercase RFC 1123 subdomain must consist of lower case"),  # kubectl's words
         ("corp-tls=/no/such/folder", "no such folder"),
     ],
 )

@@ -20,11 +20,10 @@ from sim.runtime.component import Context
 
 _MODULES = ("nats.aio.client", "nats.js", "sim.pods.nats.work", "sim.pods.nats.stack")
 PUBLISH_ATTEMPTS = 3
-REPUBLISH_AFTER = (0.1, 0.4)  # seconds before the second and the third attempt
-ATTEMPT_TIMEOUT = (
-    1.5  # seconds for JetStream's answer to one attempt (a lost answer is sent again); the three
-)
-# attempts and their pauses fit in the pods' NATS_PUBLISH_TIMEOUT (5 s), after which the API answers 500
+REPUBLISH_AFTER = (0.2, 0.8)  # seconds before the second and the third attempt
+# seconds for JetStream's answer to one attempt (a lost answer is sent again); the three attempts and their
+# pauses fit in the pods' NATS_PUBLISH_TIMEOUT (sim.protocols.wire), after which the API answers 500
+ATTEMPT_TIMEOUT = 2.0
 
 
 def _load() -> None:
