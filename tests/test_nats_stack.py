@@ -128,8 +128,8 @@ def _cmdline(pid: int) -> bytes:
 
 def test_nkey_mode_refuses_strangers_and_admits_the_shared_key(nkey_stack: LocalStack) -> None:
     url = client_url(nkey_stack)
-    keys = StackKeys.derive(nkey_stack.topology.seed)
-    stranger = StackKeys.derive(nkey_stack.topology.seed + 1).worker
+    keys = StackKeys.of(nkey_stack.topology)  # from the stack's own secret, in its state folder
+    stranger = StackKeys.derive("another stack's secret").worker
 
     async def body() -> None:
         assert VIOLATION in await refused(url)
@@ -148,14 +148,55 @@ def test_nkey_mode_refuses_strangers_and_admits_the_shared_key(nkey_stack: Local
     assert "nkey not found in mappings" in log
 
 
+def guessable_keys(topology_seed: int) -> list[StackKeys]:
+    """Keys an attacker on the machine could derive: from the stack's published seed, from every seed the
+    catalogue and the code use, and from none; as the stack derived them before it had a secret, and as
+    StackKeys.derive would from each of them now."""
+    from scenarios.model import catalogue, load_scenario
+
+    seeds = {
+        topology_seed,
+        0,
+        1,
+        7,
+        42,
+        1234,
+        *(load_scenario(n, allow_expected_error=True).seed for n, _ in catalogue()),
+    }
+    return [StackKeys.derive(text) for s in sorted(seeds) for text in (f"seed:{s}", str(s))] + [
+        StackKeys.derive("")
+    ]
+
+
+def test_keys_derived_from_any_seed_or_none_are_refused(nkey_stack: LocalStack) -> None:
+    """Issue 31: the stack's NATS keys come from its own OS randomness, not from a seed anybody can read: a
+    local process signing in as the API, a pod or a worker with a key derived from a seed is refused."""
+    url = client_url(nkey_stack)
+    guesses = guessable_keys(nkey_stack.topology.seed)
+
+    async def body() -> None:
+        for keys in guesses:
+            for seed in (keys.worker, *keys.internal.values(), keys.callout_user):
+                assert VIOLATION in await refused(url, nkeys_seed_str=seed), seed
+        # The control: the stack's own keys (read from its state folder) sign in.
+        nc, rec = await connect(url, nkeys_seed_str=StackKeys.of(nkey_stack.topology).internal["nvcf-api"])
+        await nc.flush()
+        assert rec.errors == []
+        await nc.close()
+
+    run(body())
+    secret = nkey_stack.state_dir / "certs" / "stack.secret"
+    assert oct(secret.stat().st_mode & 0o777) == "0o600" and len(secret.read_text().strip()) == 64
+
+
 def test_token_mode_scopes_a_worker_to_its_function(token_stack: LocalStack) -> None:
     url = client_url(token_stack)
-    keys = StackKeys.derive(token_stack.topology.seed)
+    keys = StackKeys.of(token_stack.topology)
 
     async def body() -> None:
         assert VIOLATION in await refused(url)
-        assert VIOLATION in await refused(url, nkeys_seed_str=StackKeys.derive(1234).worker)
-        forged = worker_credentials(StackKeys.derive(1234), "token", "worker-1-0", "http-echo")
+        assert VIOLATION in await refused(url, nkeys_seed_str=StackKeys.derive("seed:1234").worker)
+        forged = worker_credentials(StackKeys.derive("seed:1234"), "token", "worker-1-0", "http-echo")
         assert VIOLATION in await refused(url, **forged.connect_kwargs)
         old = worker_credentials(keys, "token", "worker-1-0", "http-echo", reads_account=False)
         assert VIOLATION in await refused(url, **old.connect_kwargs)
@@ -203,7 +244,7 @@ def test_workers_reconnect_after_every_nats_server_is_killed_and_restarted(nkey_
 def test_new_logins_need_the_callout_running_ones_do_not(nkey_stack: LocalStack) -> None:
     faults = FaultInjector(nkey_stack, random.Random(1))
     url = client_url(nkey_stack)
-    cred = worker_credentials(StackKeys.derive(nkey_stack.topology.seed), "nkey", "w", "http-echo")
+    cred = worker_credentials(StackKeys.of(nkey_stack.topology), "nkey", "w", "http-echo")
     faults.apply({"kill": NATS_CALLOUT})
     _call_ok(nkey_stack)  # connected workers keep working without the callout
     with pytest.raises(

@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from certs.store import CertStore
+from clusters.certificates import with_stack_secret
 from clusters.k3d.backend import Backend, bring_up, check_reachable, teardown
 from clusters.k3d.engine import DockerEngine, SdkEngine
 from clusters.k3d.live import (
@@ -215,6 +217,7 @@ class K3dBackend:
         preflight(k3d.runner, k3d.engine)
         check_reachable(topology)
         material = cert_material(k3d.state / "certs", topology)
+        topology = with_stack_secret(CertStore(k3d.state / "certs"), topology)
         # The values as applied: a workerCallbackCaPem marker is PEM text from here on, so a redeploy after a
         # CA rotation renders the PEM the customer pasted, not the new CA (as the local backend does).
         topology = topology.with_ca_pem(

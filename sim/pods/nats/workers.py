@@ -83,7 +83,7 @@ class WorkerLinks:
         self.ctx, self.workers, self.handle = ctx, workers, handle
         values = NatsValues.from_values(ctx.values)
         self.links = plan_links(
-            StackKeys.derive(ctx.topology.seed),
+            StackKeys.of(ctx.topology),
             values.worker_auth,
             list(workers),
             ctx.topology.functions,
