@@ -124,8 +124,8 @@ def decide(request: AuthRequest, settings: CalloutSettings, answer: WebhookAnswe
         try:
             data = json.loads(jwt.b64url_decode(request.token))
             account, plugin, payload = (str(data.get(k) or "") for k in ("account", "pluginName", "payload"))
-        except (jwt.JwtError, ValueError, AttributeError) as exc:
-            return Deny(f"failed to decode auth request: {exc}")
+        except (jwt.JwtError, ValueError, AttributeError, RecursionError) as exc:
+            return Deny(f"failed to decode auth request: {type(exc).__name__}")
     elif request.nkey:
         account, plugin, payload = "", NKEY_PLUGIN, ""
     else:

@@ -152,8 +152,8 @@ async def _handle(
     try:
         try:
             work = json.loads(msg.data)
-        except ValueError as exc:
-            on_error(f"unreadable work message {msg.subject}: {exc}")
+        except (ValueError, RecursionError) as exc:
+            on_error(f"unreadable work message {msg.subject}: {type(exc).__name__}")
             await msg.term()
             return
         progress = asyncio.create_task(_keep_in_progress(msg), name=f"in-progress:{msg.subject}")
