@@ -11,6 +11,8 @@ import asyncio
 import http.client
 import os
 import random
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
 from clusters.local.launcher import NATS_CALLOUT
+from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from sim.pods.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
@@ -260,6 +263,9 @@ async def _login(url: str, kwargs: dict) -> None:
     await nc.close()
 
 
+RECOVERY = 60.0  # seconds for a fully restarted NATS cluster's streams to take work again (a few, loaded)
+
+
 def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: LocalStack) -> None:
     """The seed: scaling the NATS StatefulSet to zero is a full outage; scaling it back ends it."""
     from test_faults import call
@@ -271,4 +277,27 @@ def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: 
     assert call(nkey_stack).status == 500  # the API could not publish the work: no server to take it
     said = faults.apply({"scale": {"role": "nats", "replicas": 3}})
     assert "JetStream current on the 3 running servers" in said  # the last one back waited for a majority
+    # After a full outage each stream elects its leader anew, a moment after the servers are current: the
+    # outage ends at the first invocation answered, as a client retrying would see it.
+    deadline = time.monotonic() + RECOVERY
+    while (answered := call(nkey_stack)).status != 200 and time.monotonic() < deadline:
+        assert answered.status == 500, answered  # still the API's "could not publish", nothing else
+    assert answered.status == 200, answered
+
+
+def test_a_sigkilled_supervisor_is_told_and_its_orphan_replaced(nkey_stack: LocalStack) -> None:
+    """Issue 31: `kill -9` of a NATS server's supervisor leaves its nats-server running on: status names it,
+    and `fault restart` stops it and starts the server anew (it used to report success and fail on the ports)."""
+    supervisor = nkey_stack.launcher.running()["nats-0"]
+    os.kill(supervisor, signal.SIGKILL)
+    assert wait_exited(supervisor, SHORT)
+    status = nkey_stack.status()
+    assert status is not None and "nats-0" in status["down"]
+    (orphan,) = status["orphans"]["nats-0"]
+    assert b"nats-server" in _cmdline(orphan)
+    said = FaultInjector(nkey_stack, random.Random(1)).apply({"restart": "nats-0"})
+    assert said.startswith("restarted nats-0")
+    assert not Path(f"/proc/{orphan}").exists() or b"nats-server" not in _cmdline(orphan)
+    after = nkey_stack.status()
+    assert after is not None and "nats-0" in after["running"] and "orphans" not in after
     _call_ok(nkey_stack)

@@ -115,6 +115,9 @@ class LocalStack:
             return None
         status["running"] = running
         status["down"] = [name for name in self.expected() if name not in running]
+        orphans = self.launcher.orphans_of_dead()
+        if orphans:  # a supervisor that died left what it ran: `fault restart NAME` or `down` stops it
+            status["orphans"] = orphans
         return status
 
     def logs(self) -> dict[str, str]:
