@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import weakref
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any, Protocol
 
 import h11
 
@@ -26,11 +28,70 @@ class ClosedBeforeResponse(PeerClosed):
         super().__init__("connection closed before a response")
 
 
-async def read_within(reader: asyncio.StreamReader, timeout: float | None, size: int = READ_SIZE) -> bytes:
-    """One read under a deadline (TimeoutError past it), without the task asyncio.wait_for wraps each read in:
-    every HTTP/1.1 party reads this way, and a proxy holds thousands of kept-alive connections waiting."""
-    async with asyncio.timeout(timeout):
-        return await reader.read(size)
+class Reader(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class TimedReads:
+    """Reads from one connection, each under an idle deadline (TimeoutError past it), as asyncio.timeout
+    would give, at a fraction of its cost: one timer per connection, moved on only when it fires.
+
+    A proxy reads each kept-alive connection once or twice a request; asyncio.timeout scheduled and cancelled
+    a timer handle around every read. Here a read notes when it started and its limit; the timer, when it
+    fires, either finds the current read's deadline still ahead (and sleeps until then) or cancels the reading
+    task, which the read turns into TimeoutError (unless the task was also cancelled from outside)."""
+
+    def __init__(self, reader: Reader):
+        self.reader = reader
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None  # set only while a read waits under a limit
+        self._deadline = 0.0
+        self._expired = False
+
+    async def read(self, timeout: float | None, size: int = READ_SIZE) -> bytes:
+        if timeout is None:
+            return await self.reader.read(size)
+        loop = self._loop or asyncio.get_running_loop()
+        self._loop, self._task = loop, asyncio.current_task()
+        assert self._task is not None
+        self._deadline = loop.time() + timeout
+        if self._timer is None or self._timer.when() > self._deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(self._deadline, _fire, weakref.ref(self))
+        cancelling = self._task.cancelling()
+        try:
+            return await self.reader.read(size)
+        except asyncio.CancelledError:
+            if self._expired and self._task.uncancel() <= cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._task, self._expired = None, False
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self._task is None:  # no read waiting: the next one arms the timer again
+            return
+        assert self._loop is not None
+        if self._loop.time() < self._deadline:
+            self._timer = self._loop.call_at(self._deadline, _fire, weakref.ref(self))
+        elif not self._expired:
+            self._expired = True
+            self._task.cancel()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _fire(reads: weakref.ref[TimedReads]) -> None:
+    """The timer holds its connection's reads weakly: a connection dropped unclosed is not kept for up to
+    its idle timeout (an hour for a worker's) by a timer that has nothing left to do."""
+    if (alive := reads()) is not None:
+        alive._fire()
 
 
 async def open_within(
@@ -71,17 +132,22 @@ async def close_within(writer: asyncio.StreamWriter, timeout: float = CLOSE_TIME
 
 class H11Stream:
     def __init__(
-        self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        role: type[h11.CLIENT | h11.SERVER],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        reads: TimedReads | None = None,
     ):
         self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
         self.reader, self.writer = reader, writer
+        self.reads = reads or TimedReads(reader)  # `reads`: the connection's, when h11 takes it over
 
     async def next_event(self, timeout: float | None = None) -> h11.Event:
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            data = await read_within(self.reader, timeout)
+            data = await self.reads.read(timeout)
             # b"" is EOF: h11 then answers ConnectionClosed, or RemoteProtocolError mid-message.
             self.conn.receive_data(data)
 
@@ -99,10 +165,12 @@ class H11Stream:
         self.conn.start_next_cycle()
 
     def close(self) -> None:
+        self.reads.close()
         self.writer.close()
 
     async def aclose(self) -> None:
         """close(), waited for: for a client whose loop may end right after (see close_within)."""
+        self.reads.close()
         await close_within(self.writer)
 
 

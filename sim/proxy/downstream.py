@@ -12,7 +12,7 @@ import time
 
 import h11
 
-from sim.protocols.http1 import MAX_HEAD, H11Stream, read_within, reason_phrase
+from sim.protocols.http1 import MAX_HEAD, H11Stream, reason_phrase
 from sim.proxy.policy import http_date, with_host_from_url
 
 log = logging.getLogger("ncpsim.proxy.http")
@@ -76,7 +76,7 @@ async def read_head(down: H11Stream, stream_idle: float, connection_idle: float)
             return event, bytes(raw[: len(raw) - len(down.conn.trailing_data[0])])
         started = bool(down.conn.trailing_data[0])
         try:
-            data = await read_within(down.reader, stream_idle if started else connection_idle)
+            data = await down.reads.read(stream_idle if started else connection_idle)
         except TimeoutError:
             if started:
                 raise

@@ -8,7 +8,7 @@ import time
 
 import h11
 
-from sim.protocols.http1 import H11Stream, decode_headers, read_within
+from sim.protocols.http1 import H11Stream, decode_headers
 from sim.proxy.access_log import AccessRecord
 from sim.proxy.downstream import DownstreamClosed, Next, reason
 from sim.proxy.policy import http_date
@@ -103,7 +103,7 @@ async def _pump_body(down: H11Stream, up: H11Stream, record: AccessRecord, idle:
         event = _body_event(down)
         if event is h11.NEED_DATA:
             try:
-                data = await read_within(down.reader, idle)
+                data = await down.reads.read(idle)
             except ConnectionError as exc:
                 raise DownstreamClosed("worker connection reset mid-request") from exc
             down.conn.receive_data(data)
