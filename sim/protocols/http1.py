@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 import h11
 
+from sim.protocols.h1plain import head_end
+
 READ_SIZE = 65536
 # Envoy's default max_request_headers_kb is 60: h11 must be able to buffer that much before we judge.
 MAX_HEAD = 64 * 1024
@@ -92,6 +94,50 @@ def _fire(reads: weakref.ref[TimedReads]) -> None:
     its idle timeout (an hour for a worker's) by a timer that has nothing left to do."""
     if (alive := reads()) is not None:
         alive._fire()
+
+
+class HeadReader:
+    """A connection's bytes read and not yet consumed, read on until they start with a whole message head,
+    for a relay that takes plain messages (sim.protocols.h1plain) as they came and hands h11 the rest."""
+
+    def __init__(self, reader: asyncio.StreamReader):
+        self.reader = reader
+        self.reads = TimedReads(reader)
+        self.pending = bytearray()
+        self.eof = False
+
+    async def head(self, first: bytes, idle: float | None, begun: float | None) -> int:
+        """The length of the whole head `pending` starts with; -1 when h11 must judge the bytes as they are
+        (the peer closed, sent a first byte not in `first`, or more than MAX_HEAD without a blank line):
+        everything h11 would refuse early, it then refuses as early. Reads wait up to `idle` while nothing
+        is pending, `begun` once a head has begun (TimeoutError past either)."""
+        searched = 0
+        while True:
+            if self.pending:
+                if self.pending[0] not in first:
+                    return -1
+                if (end := head_end(self.pending, searched)) >= 0:
+                    return end
+                if len(self.pending) > MAX_HEAD:
+                    return -1
+                searched = len(self.pending)
+            if self.eof:
+                return -1
+            data = await self.reads.read(begun if self.pending else idle)
+            self.eof = not data
+            self.pending += data
+
+    def take(self, size: int) -> bytes:
+        data = bytes(self.pending[:size])
+        del self.pending[:size]
+        return data
+
+    def hand_over(self, conn: h11.Connection) -> None:
+        """Everything pending (and the end of the stream, if it came) to `conn`, which reads on from there."""
+        if self.pending:  # (h11 takes b"" for the end of the stream)
+            conn.receive_data(self.take(len(self.pending)))
+        if self.eof:
+            conn.receive_data(b"")
 
 
 async def open_within(
