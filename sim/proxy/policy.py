@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from email.utils import formatdate
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from dns.rule import undash
@@ -182,12 +183,25 @@ def with_host_from_url(raw_head: bytes) -> bytes | None:
 
 
 def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
-    """Absolute-form http:// request to a pod name on the worker port, callback path only."""
+    """Absolute-form http:// request to a pod name on the worker port, callback path only.
+
+    The answer depends on the target alone, and workers ask for the same few (one per pod) again and again:
+    answers for targets of a callback's size are kept (a bounded number of short ones, so a flood of long
+    distinct targets costs no memory)."""
+    if len(head.target) <= KEPT_TARGET:
+        return _kept_route(head.target, policy)
+    return route_target(head.target, policy)
+
+
+KEPT_TARGET = 256  # characters: a pod target with the callback path and a short query
+
+
+def route_target(target: str, policy: ProxyPolicy) -> Decision:
     # Envoy's HTTP/1 codec lower-cases an absolute URL's scheme before routing: HTTP:// is http://.
-    if head.target[:7].lower() != "http://":
+    if target[:7].lower() != "http://":
         return Reject(404, "NR", "not an absolute http:// target")
     try:
-        parts = urlsplit(head.target)
+        parts = urlsplit(target)
     except ValueError:  # "http://[": Envoy's URL parser refuses it too (400, invalid_url)
         return Reject(400, "DPE", "invalid URL in request target", close=True)
     if parts.username is not None or parts.password is not None:
@@ -199,6 +213,9 @@ def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
         return Reject(404, "NR", f"no route for path {parts.path or '/'}")
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     return Forward(host=host, port=policy.upstream_port, path=path, tls=policy.upstream_tls)
+
+
+_kept_route = lru_cache(maxsize=4096)(route_target)
 
 
 def route_connect(head: RequestHead, policy: ProxyPolicy) -> Decision:
@@ -247,4 +264,10 @@ def upstream_reset(failure: str, detail: str = "") -> str:
 
 def http_date(epoch: float) -> str:
     """The Date header Envoy's connection manager puts on every response it sends (IMF-fixdate, GMT)."""
-    return formatdate(epoch, usegmt=True)
+    return _date_of_second(int(epoch))
+
+
+@lru_cache(maxsize=2)
+def _date_of_second(second: int) -> str:
+    # IMF-fixdate names whole seconds; like Envoy's date provider, write it once a second, not per response.
+    return formatdate(second, usegmt=True)
