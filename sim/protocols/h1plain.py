@@ -60,7 +60,10 @@ def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
 
 def _fields(block: str) -> tuple[Fields, dict[str, list[str]]] | None:
     """Each field line of `block` as (name, value), and the values of the names that decide framing."""
-    fields = tuple((name.lower(), value.rstrip(" \t")) for name, value in FIELD.findall(block))
+    if " \r" in block or "\t\r" in block:  # a value with trailing whitespace (rare)
+        fields = tuple([(name.lower(), value.rstrip(" \t")) for name, value in FIELD.findall(block)])
+    else:
+        fields = tuple([(name.lower(), value) for name, value in FIELD.findall(block)])
     special: dict[str, list[str]] = {}
     for name, value in fields:
         if name in SPECIAL:
@@ -127,11 +130,10 @@ def plain_response(head: bytes) -> PlainResponse | None:
 
 def _field_lines(fields: list[tuple[str, str]] | Fields) -> str:
     """Field lines as h11 writes them: Host first (RFC 9110 7.2), then the rest in order."""
-    lines = [f"{k}: {v}\r\n" for k, v in fields]
-    hosts = [line for (k, _), line in zip(fields, lines, strict=True) if k == "host"]
-    if hosts and not lines[0].startswith("host:") or len(hosts) > 1:
-        lines = hosts + [line for (k, _), line in zip(fields, lines, strict=True) if k != "host"]
-    return "".join(lines)
+    names = [k for k, _ in fields]
+    if "host" in names and (names[0] != "host" or names.count("host") > 1):
+        fields = [f for f in fields if f[0] == "host"] + [f for f in fields if f[0] != "host"]
+    return "".join([f"{k}: {v}\r\n" for k, v in fields])
 
 
 def request_bytes(method: str, target: str, fields: list[tuple[str, str]]) -> bytes:

@@ -6,6 +6,7 @@ import asyncio
 import ssl
 import weakref
 from dataclasses import dataclass
+from functools import lru_cache
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -302,6 +303,7 @@ async def respond(
     )
 
 
+@lru_cache(maxsize=64)
 def reason_phrase(status: int) -> bytes:
     """The standard reason phrase for a status line ("Unknown" for a code without one)."""
     try:

@@ -138,7 +138,7 @@ class HttpFront:
             head = RequestHead(plain.method, plain.target, "1.1", plain.headers, plain.content_lengths)
             decision = decide(head, self.policy)
             if isinstance(decision, Forward):
-                self._fill_record(record, head)
+                record.request_id = head.header("x-request-id") or str(uuid.uuid4())
                 return await self._forward_plain(down, plain, head, decision, record)
         stream = down.judge()
         if more := await self._judged(stream, record):
@@ -192,6 +192,11 @@ class HttpFront:
         return await self._forward(down, head, decision, record)
 
     def _fill_record(self, record: AccessRecord, head: RequestHead) -> None:
+        self._describe(record, head)
+        record.request_id = head.header("x-request-id") or str(uuid.uuid4())
+
+    def _describe(self, record: AccessRecord, head: RequestHead) -> None:
+        """The access-log fields taken from the request, but its id."""
         record.method, record.protocol = head.method, f"HTTP/{head.http_version}"
         if head.method == "CONNECT":
             record.path, record.authority = "-", head.target
@@ -205,7 +210,6 @@ class HttpFront:
         else:
             record.path, record.authority = head.target, head.header("host") or "-"
         record.user_agent = head.header("user-agent") or "-"
-        record.request_id = head.header("x-request-id") or str(uuid.uuid4())
 
     async def _local_reply(
         self, down: H11Stream, record: AccessRecord, reject: Reject, head_request: bool = False
@@ -296,9 +300,11 @@ class HttpFront:
     async def _forward_plain(
         self, down: Downstream, plain: PlainRequest, head: RequestHead, fwd: Forward, record: AccessRecord
     ) -> bool:
+        """Relay a plain request; the access-log fields other than its id are filled once the pod has it."""
         try:
             up = await self._upstream(fwd, record)
         except UpstreamFailure as failure:  # answered as h11 answers it, from the same bytes
+            self._describe(record, head)
             stream = down.judge()
             stream.conn.next_event()  # the request, read again: h11 is now where it would have been
             if more := await self._unreachable(stream, head, fwd, record, failure):
@@ -306,6 +312,7 @@ class HttpFront:
             return more
         del down.pending[: plain.size]
         fields = upstream_fields(head, fwd, record.request_id)
+        failed: BaseException | None = None
         try:
             ok = await plain_relay.exchange(
                 down,
@@ -316,8 +323,11 @@ class HttpFront:
                 self.stream_idle_timeout,
             )
         except (ConnectionError, h11.ProtocolError, TimeoutError, relay.BodyError) as exc:
+            failed = exc
+        self._describe(record, head)
+        if failed is not None:
             up.close()
-            await self._failed(down.answering(plain.method, plain.keep_alive), record, exc, False)
+            await self._failed(down.answering(plain.method, plain.keep_alive), record, failed, False)
             return False
         self._log(record)
         self.pool.park(fwd.authority, up)

@@ -40,20 +40,22 @@ async def exchange(
 
 
 async def _to_pod(up: Upstream, data: bytes) -> None:
-    await _write(up.writer, data, UpstreamClosed("upstream connection closed mid-request"))
+    await _write(up.writer, data, UpstreamClosed, "upstream connection closed mid-request")
 
 
 async def _to_worker(down: Downstream, data: bytes) -> None:
     """Write to the worker; a broken connection there is the worker's leaving (DC), not the pod's."""
-    await _write(down.writer, data, DownstreamClosed("worker connection closed mid-response"))
+    await _write(down.writer, data, DownstreamClosed, "worker connection closed mid-response")
 
 
-async def _write(writer: asyncio.StreamWriter, data: bytes, broken: ConnectionError) -> None:
+async def _write(
+    writer: asyncio.StreamWriter, data: bytes, broken: type[ConnectionError], words: str
+) -> None:
     try:
         writer.write(data)
         await writer.drain()
     except ConnectionError as exc:
-        raise broken from exc
+        raise broken(words) from exc
 
 
 async def _pump_body(down: Downstream, up: Upstream, left: int, record: AccessRecord, idle: float) -> None:

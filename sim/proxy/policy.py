@@ -8,9 +8,10 @@ then the route table (404 NR when nothing matches), then the upstream (UF/DF, de
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from functools import lru_cache
+from itertools import chain
 from urllib.parse import urlsplit
 
 from dns.rule import undash
@@ -53,11 +54,21 @@ class RequestHead:
     # header before we see the request, where Envoy's codec refuses any repeat; None: take `headers`.
     content_lengths: tuple[str, ...] | None = None
 
+    # Each field's values under its lower-case name, made once: the checks ask for several.
+    _by_name: dict[str, list[str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, list[str]] = {}
+        for k, v in self.headers:
+            by_name.setdefault(k.lower(), []).append(v)
+        object.__setattr__(self, "_by_name", by_name)
+
     def header(self, name: str) -> str | None:
-        return next((v for k, v in self.headers if k.lower() == name), None)
+        values = self._by_name.get(name)
+        return values[0] if values else None
 
     def all(self, name: str) -> list[str]:
-        return [v for k, v in self.headers if k.lower() == name]
+        return list(self._by_name.get(name, ()))
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,10 @@ class Forward:
     path: str  # origin-form, query kept
     tls: bool  # re-encrypt to the pod (SNI and SAN check = host)
 
-    @property
-    def authority(self) -> str:
-        return f"{self.host}:{self.port}"
+    authority: str = field(init=False, repr=False, compare=False)  # host:port, made once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "authority", f"{self.host}:{self.port}")
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,8 @@ def protocol_error(head: RequestHead) -> Reject | None:
         return Reject(431, "DPE", "too many headers", close=True)
     # Envoy's limit counts the header map, which holds the request target as :path (or :authority), so a
     # 70 KiB query is as oversize as a 70 KiB header.
-    size = len(head.method) + len(head.target) + sum(len(k) + len(v) + 4 for k, v in head.headers)
+    size = len(head.method) + len(head.target) + sum(map(len, chain.from_iterable(head.headers)))
+    size += 4 * len(head.headers)  # ": " and CRLF
     if size > MAX_HEADERS_BYTES:
         return Reject(431, "DPE", "headers too large", close=True)
     if not VISIBLE_ASCII.fullmatch(head.target):

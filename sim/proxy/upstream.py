@@ -17,16 +17,21 @@ from sim.proxy.policy import Forward, RequestHead, expects_continue, upstream_re
 from sim.proxy.san import INVOCATION_UPSTREAM, peercert_dns_sans
 from sim.runtime.component import Context
 
-HOP_BY_HOP = {
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "upgrade",
-    "proxy-authorization",
-    "transfer-encoding",
-    "content-length",
-}
+# Not sent on to the pod (Host is the pod's authority, and the framing fields are written again at the end).
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "te",
+        "upgrade",
+        "proxy-authorization",
+        "transfer-encoding",
+        "content-length",
+        "host",
+    }
+)
+HOP_BY_HOP_AND_EXPECT = HOP_BY_HOP | {"expect"}  # with Expect: 100-continue, which Envoy answered itself
 # Envoy caps a cluster's connections (circuit breaker max_connections, 1024 by default), not its idle ones.
 MAX_IDLE_PER_AUTHORITY = 1024
 
@@ -87,7 +92,7 @@ class UpstreamPool:
 
     def checkout(self, authority: str) -> Upstream | None:
         """A parked connection still open and verified with the current trust, if any."""
-        self.trust.current()  # notice a rotated CA before choosing
+        self.trust.current()  # notice a rotated CA (or any change to the pod's Secret) before choosing
         idle = self._idle.get(authority) or []
         while idle:
             up = idle.pop()
@@ -137,13 +142,13 @@ async def dial(ctx: Context, trust: ReloadingContext, host: str, ip: str, port: 
 def upstream_fields(head: RequestHead, fwd: Forward, request_id: str) -> list[tuple[str, str]]:
     """The request's fields as Envoy sends them to the pod: hop-by-hop ones (and Expect, which it answered
     itself) dropped, Host the pod's authority, X-Forwarded-Proto and the request id added, the framing kept."""
-    strip = HOP_BY_HOP | ({"expect"} if expects_continue(head) else set())
-    fields = [("host", fwd.authority), *((k, v) for k, v in head.headers if k not in strip and k != "host")]
+    strip = HOP_BY_HOP_AND_EXPECT if expects_continue(head) else HOP_BY_HOP
+    fields = [("host", fwd.authority), *((k, v) for k, v in head.headers if k not in strip)]
     fields.append(("x-forwarded-proto", "https"))
     if head.header("x-request-id") is None:
         fields.append(("x-request-id", request_id))  # Envoy's own id goes upstream too
-    if head.header("content-length") is not None:
-        fields.append(("content-length", head.header("content-length") or "0"))
+    if (length := head.header("content-length")) is not None:
+        fields.append(("content-length", length or "0"))
     elif head.header("transfer-encoding") is not None:
         fields.append(("transfer-encoding", "chunked"))
     return fields
