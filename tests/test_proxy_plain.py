@@ -11,13 +11,17 @@ pipelined in one write, a body cut short.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+import ssl
+import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
-from proxy_wire import ATTACH, POD, connect, marked, pod_events, request
+from proxy_wire import ATTACH, POD, connect, marked, pod_events, rebind, request
 from stack_records import Records
 
 from clusters.local import LocalStack
@@ -127,3 +131,113 @@ def test_a_body_cut_short_is_answered_as_h11_answers_it(
         line = records.access_line(request_id=f"ef-{rid}")
         flags.append((line["status"], line["flags"], line["rx"]))
     assert flags[0] == flags[1] == ("400", "DPE", "5")
+
+
+def test_a_field_with_obs_text_is_passed_on_as_it_came(http_stack: tuple[LocalStack, ScenarioResult]) -> None:
+    """HTTP/1.1 allows bytes 0x80-0xff in a field value (obs-text), and Envoy relays them. Not plain, so h11
+    reads it; the proxy used to end the connection without an answer when it sent the value on as ASCII."""
+    stack, _ = http_stack
+    rid = f"plain-obs-text-{uuid.uuid4().hex[:6]}"
+    records = Records(stack.state_dir)
+    raw = request(f"GET http://{POD}:8443{ATTACH} HTTP/1.1", marked(rid), ("X-Note", "caf\xe9"))
+    assert plain_request(raw[: head_end(raw)]) is None
+    answer = send(stack, raw, responses=1)
+    assert answer.startswith(b"HTTP/1.1 401 ")  # the pod's own answer: the request reached it
+    assert logged(records, f"ef-{rid}")["status"] == "401"
+    assert pod_saw(stack, f"ef-{rid}")
+
+
+class StandInPod:
+    """Stands in for pod 10.42.0.12's TLS listener (the stack's own pod certificate) and answers every request
+    with `self.response`, closing the connection after it when `self.close`: responses the pods never send."""
+
+    def __init__(self, secret: Path):
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.response, self.close = b"", False
+        threading.Thread(target=self._serve, name="stand-in-pod", daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with (
+            contextlib.suppress(OSError, ssl.SSLError),
+            conn,
+            self.tls.wrap_socket(conn, server_side=True) as tls,
+        ):
+            data = b""
+            while chunk := tls.recv(65536):
+                data += chunk
+                while (end := head_end(data)) >= 0:  # the proxy's requests here have no body
+                    data = data[end:]
+                    tls.sendall(self.response)
+                    if self.close:
+                        return
+
+    def stop(self) -> None:
+        self.listener.close()
+
+
+NOT_PLAIN_RESPONSES = {
+    "chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", False),
+    "interim-then-200": (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        False,
+    ),
+    "no-content": (b"HTTP/1.1 204 No Content\r\n\r\n", False),
+    "read-to-the-close": (b"HTTP/1.1 200 OK\r\n\r\nuntil the close", True),
+    "bare-lf": (b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok", False),
+    "obs-text": (b"HTTP/1.1 200 OK\r\nX-A: caf\xe9\r\nContent-Length: 2\r\n\r\nok", False),
+    "plain-close": (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", True),
+}
+
+
+def test_responses_h11_must_frame_reach_the_worker_as_h11_frames_them(
+    http_stack: tuple[LocalStack, ScenarioResult],
+) -> None:
+    """A plain request whose response is not plain is answered through h11 (plain_relay's hand-over), as the
+    h11-only spelling of the same request is. (Runs last: it takes pod .12 away.)"""
+    stack, _ = http_stack
+    pod2 = "10-42-0-12.invocation.nvcf.svc.cluster.local"
+    stack.components.kill("invocation-service-1")
+    stand_in = StandInPod(stack.state_dir / "certs" / "secrets" / "invocation-service-worker-tls")
+    original = rebind(stack.state_dir, "10.42.0.12:8443/tcp", stand_in.port)
+    try:
+        for name, (response, close) in NOT_PLAIN_RESPONSES.items():
+            stand_in.response, stand_in.close = response, close
+            answers = []
+            for spelling in ("plain", "h11"):
+                raw = request(
+                    f"GET http://{pod2}:8443{ATTACH} HTTP/1.1",
+                    marked(f"plain-{name}-{spelling}"),
+                    ("Connection", "close"),
+                    host=f"{pod2}:8443",
+                )
+                raw = raw if spelling == "plain" else as_h11_only(raw)
+                answers.append(everything(stack, raw).replace(spelling.encode(), b"X"))
+            # Parked connections to the killed pod are spent first (503): send until the stand-in answers.
+            assert answers[0] == answers[1], name
+            assert answers[0].startswith(b"HTTP/1.1 200 OK") or name == "no-content", (name, answers[0][:200])
+    finally:
+        rebind(stack.state_dir, "10.42.0.12:8443/tcp", original["bindings"]["10.42.0.12:8443/tcp"])
+        stand_in.stop()
+
+
+def everything(stack: LocalStack, raw: bytes) -> bytes:
+    """`raw` on a new connection (asking to close), and all the proxy sends until it closes; a 503 from a
+    connection parked to the killed pod is sent again (each is spent once)."""
+    for _ in range(10):
+        with connect(stack) as tls:
+            tls.sendall(raw)
+            out = b""
+            while chunk := tls.recv(65536):
+                out += chunk
+        if not out.startswith(b"HTTP/1.1 503"):
+            return VOLATILE.sub(b"", out)
+    raise AssertionError(f"the proxy never reached the stand-in pod: {out[:200]!r}")

@@ -236,6 +236,12 @@ def decode_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
 
 
+def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """decode_headers undone, for h11 to send: it takes str as ASCII only, and a value may carry obs-text
+    (bytes 0x80-0xff), which HTTP/1.1 allows and a relay passes on as it came."""
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
 async def read_body(stream: H11Stream, timeout: float | None = None) -> bytes:
     chunks = []
     while True:

@@ -15,7 +15,7 @@ import h11
 
 from dns.client import NameNotResolved
 from sim.protocols.h1plain import PlainRequest, plain_request, request_bytes
-from sim.protocols.http1 import H11Stream, decode_headers
+from sim.protocols.http1 import H11Stream, decode_headers, encode_headers
 from sim.protocols.listener import TcpListener
 from sim.protocols.tls import ReloadingContext
 from sim.protocols.wire import DF_BODY, UC_BODY, UpstreamFailure
@@ -284,7 +284,7 @@ class HttpFront:
         except UpstreamFailure as failure:
             return await self._unreachable(down, head, fwd, record, failure)
         fields = upstream_fields(head, fwd, record.request_id)
-        request = h11.Request(method=head.method, target=fwd.path, headers=fields)
+        request = h11.Request(method=head.method, target=fwd.path, headers=encode_headers(fields))
         pod = up.h11()
         try:
             ok = await relay.exchange(down, pod, request, record, self.stream_idle_timeout)

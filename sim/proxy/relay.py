@@ -10,7 +10,7 @@ from typing import Any
 
 import h11
 
-from sim.protocols.http1 import H11Stream, decode_headers
+from sim.protocols.http1 import H11Stream, decode_headers, encode_headers
 from sim.proxy.access_log import AccessRecord
 from sim.proxy.downstream import DownstreamClosed, Next, reason
 from sim.proxy.policy import http_date
@@ -152,7 +152,9 @@ async def pump_response(
 def _response_head(event: h11.Response, record: AccessRecord, started: float) -> h11.Response:
     fields = response_fields(decode_headers(event.headers), event.status_code, record, started)
     # Envoy's codec writes the standard reason phrase for the code, whatever the pod wrote.
-    return h11.Response(status_code=event.status_code, headers=fields, reason=reason(event.status_code))
+    return h11.Response(
+        status_code=event.status_code, headers=encode_headers(fields), reason=reason(event.status_code)
+    )
 
 
 DROPPED = frozenset(
