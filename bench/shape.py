@@ -1,8 +1,9 @@
 """The shape of the source, the figures issue 30 is measured by: `python -m bench.shape [--json]`.
 
-Needs the test extra (grimp comes with import-linter). Source lines and modules over 400 lines (per package, tests apart), import cycles between modules, and
-imports that run against the order `sim/__init__.py` states for its packages (a package may import those
-below it, never those above). Imports are read by grimp (what import-linter reads), every import counted,
+Needs the test extra (grimp comes with import-linter). Source lines and modules over 400 lines (per
+package, tests apart), import cycles between modules, and imports that run against the order
+`sim/__init__.py` states for its packages (a package may import those below it, never those above).
+Imports are read by grimp (what import-linter reads), every import counted,
 those inside functions and under `if TYPE_CHECKING:` included: a lazy import is still a dependency.
 """
 
