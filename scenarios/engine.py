@@ -397,7 +397,7 @@ def read_lines(path: Path, offset: int) -> list[str]:
 def first_callback(tail: StackTail, started_monotonic: float) -> float | None:
     """Seconds from the start of `up` to the first successful worker callback, from event timestamps."""
     tail.refresh()
-    oks = [e["ts"] for e in tail.events if e["kind"] == "worker.callback.result" and e.get("ok")]
+    oks = [float(e["ts"]) for e in tail.events if e["kind"] == "worker.callback.result" and e.get("ok")]
     if not oks:
         return None
     wall_start = time.time() - (time.monotonic() - started_monotonic)

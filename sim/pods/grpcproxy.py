@@ -136,6 +136,7 @@ class GrpcProxyPod:
             return
         self.ctx.events.emit("grpc.callback.accepted", requestId=verdict.request_id, pod=self.pod.name)
         stream.send_headers([(b":status", b"200")])
+        assert waiter is not None  # an Accept that stayed one has its call waiting
         waiter.set_result(stream)  # the waiting call now owns the stream
 
     # Client-facing service -------------------------------------------------------------------

@@ -127,7 +127,7 @@ class InvocationPod:
 
     async def route(self, stream: H11Stream, req: h11.Request, port: int) -> None:
         path = req.target.decode("latin-1").split("?", 1)[0]
-        headers = decode_headers(req.headers)
+        headers = decode_headers(list(req.headers))  # h11's Headers: a sequence of (name, value)
         # Every request is recorded, routed or not: a probe's "no pod was contacted" rests on this.
         self.ctx.events.emit(
             "pod.request",
@@ -153,8 +153,8 @@ class InvocationPod:
     async def invoke(self, stream: H11Stream, rest: str, headers: list[tuple[str, str]], body: bytes) -> None:
         # Every check before the work is published: a refused call must leave no work for a worker to run.
         function, poll = function_id(rest, self.ctx.topology.functions), poll_seconds(dict(headers))
-        if isinstance(function, Problem) or isinstance(poll, Problem):  # the function is checked first
-            refusal = function if isinstance(function, Problem) else poll
+        if isinstance(function, Problem) or isinstance(poll, Problem):
+            refusal = next(p for p in (function, poll) if isinstance(p, Problem))  # the function's first
             await self.refuse(stream, f"POST {PEXEC_PREFIX}{shown(rest)}", refusal)
             return
         request_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))

@@ -43,9 +43,13 @@ class Worker(Protocol):
 
     spec: WorkerSpec
     ctx: Context
-    proxy_ca: str  # the certificates of NVCF_PROXY_CA_PEM
-    proxy_ca_broken: bool  # NVCF_PROXY_CA_PEM set, without a certificate
-    dns_address: str  # the cluster DNS Service, ip:53
+
+    @property
+    def proxy_ca(self) -> str: ...  # the certificates of NVCF_PROXY_CA_PEM
+    @property
+    def proxy_ca_broken(self) -> bool: ...  # NVCF_PROXY_CA_PEM set, without a certificate
+    @property
+    def dns_address(self) -> str: ...  # the cluster DNS Service, ip:53
 
     quic: QuicCache | None
 
