@@ -112,11 +112,9 @@ def _describe(error: ValidationError) -> tuple[tuple[Any, ...], str]:
     """(key path, what was expected) for a schema error."""
     parts = tuple(error.absolute_path)
     if error.validator == "additionalProperties":
-        schema = error.schema if isinstance(error.schema, Mapping) else {}  # an object's: a mapping
-        known = sorted(schema.get("properties", {}))
-        extra = sorted(
-            set(error.instance if isinstance(error.instance, Mapping) else ()) - set(known), key=str
-        )
+        schema, instance = error.schema, error.instance  # an object's, and its schema: mappings both
+        known = sorted(schema.get("properties", {}) if isinstance(schema, Mapping) else ())
+        extra = sorted(set(instance if isinstance(instance, Mapping) else ()) - set(known), key=str)
         close = difflib.get_close_matches(str(extra[0]), known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
         return (*parts, extra[0]), f"unknown key; {hint}expected one of: {', '.join(known)}"

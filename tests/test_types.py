@@ -7,9 +7,12 @@ the negative control shows that such an assignment fails for a class off the sea
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
+
+from sim.model.events import ENGINE_KINDS, PROXY_DECISION
 
 REPO = Path(__file__).resolve().parents[1]
 # seconds: about 5 s with a warm cache (.mypy_cache), 25 s cold on 2 busy cores
@@ -69,3 +72,25 @@ def test_a_backend_off_the_seam_fails(tmp_path: Path) -> None:
     source = OFF_SEAM.splitlines()
     assert [source[int(line.split(":")[1]) - 1].split(":")[0] for line in errors] == ["stray", "stack"]
     assert 'variable has type "Backend"' in errors[0] and 'variable has type "Stack"' in errors[1]
+
+
+# The HTTP/1.1 front is reworked on another branch (h-relay): it names its one kind as a bare string until then.
+HELD = {"sim/proxy/http_front.py": {PROXY_DECISION}}
+
+
+def bare_kinds(path: Path) -> set[str]:
+    """The catalogued event kinds a module spells out as string literals instead of naming them."""
+    tree = ast.parse(path.read_text())
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in ENGINE_KINDS}
+
+
+def test_the_engine_s_event_kinds_are_named_once() -> None:
+    """Every emitter and reader of a kind the engine reads uses sim.model.events' name for it. The one held
+    module is the negative control: its bare string is found."""
+    found = {
+        str(path.relative_to(REPO)): kinds
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+        if path != REPO / "sim" / "model" / "events.py" and (kinds := bare_kinds(path))
+    }
+    assert found == HELD
