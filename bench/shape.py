@@ -30,6 +30,7 @@ class Shape:
     modules: int
     long_modules: dict[str, int]
     cycles: list[list[str]]
+    cycles_at_run_time: list[list[str]]  # the same, without the imports under `if TYPE_CHECKING:`
     against_sim_order: list[str]
 
 
@@ -101,6 +102,9 @@ def measure(root: Path = ROOT) -> Shape:
         modules=len(counted),
         long_modules={path: n for path, n in sorted(counted.items()) if n > LONG_MODULE},
         cycles=cycles(graph),
+        cycles_at_run_time=cycles(
+            grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True, cache_dir=None)
+        ),
         against_sim_order=against_sim_order(graph),
     )
 
@@ -112,6 +116,7 @@ def text(shape: Shape) -> str:
         *(f"  {path} {n}" for path, n in shape.long_modules.items()),
         f"import cycles       {len(shape.cycles)}",
         *(f"  {' <-> '.join(cycle)}" for cycle in shape.cycles),
+        f"  ({len(shape.cycles_at_run_time)} without the imports under `if TYPE_CHECKING:`)",
         f"against sim's order {len(shape.against_sim_order)}",
         *(f"  {line}" for line in shape.against_sim_order),
     ]
