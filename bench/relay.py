@@ -86,7 +86,7 @@ async def _rounds(
     for n in range(ROUNDS):
         for tally in tallies if n % 2 == 0 else reversed(tallies):
             works = await minter.mint(per_round)
-            with CpuMeter(lambda t=tally: t.cpu_pids) as cpu:
+            with CpuMeter(tally.cpu_pids.copy) as cpu:
                 result = await drive(
                     works,
                     tally.route,

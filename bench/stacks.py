@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.local import LocalStack
+from sim.errors import BackendError
 from sim.model.netmap import NetMap
 from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Pod, Topology, WorkerSpec, build
 from sim.model.values import DEFAULTS, check, deep_merge
@@ -121,6 +122,8 @@ def running(root: Path, topo: Topology) -> Iterator[BenchStack]:
     stack = LocalStack(topo.stack, root=root)
     try:
         status = stack.up(topo, "bench").status()
+        if status is None:  # up writes it once every component is ready
+            raise BackendError(f"{stack.state_dir}: no status after up")
         yield BenchStack(stack, topo, status)
     finally:
         stack.down()

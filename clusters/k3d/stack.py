@@ -53,10 +53,10 @@ from sim.protocols.wire import NAMESPACE
 
 def _is_worker(obj: Json) -> bool:
     template = obj.get("spec", {}).get("template", {}).get("metadata", {})
-    return template.get("labels", {}).get("app.kubernetes.io/component") == WORKER_COMPONENT
+    return bool(template.get("labels", {}).get("app.kubernetes.io/component") == WORKER_COMPONENT)
 
 
-GROUPS = {
+GROUPS: dict[str, Callable[[Json, bool], bool]] = {
     "proxy": lambda o, compute: not compute and o["metadata"]["name"] in (ENVOY_CONFIGMAP, PROXY_NAME),
     "pods": lambda o, compute: (
         not compute and o["metadata"]["name"] in (TOPOLOGY_CONFIGMAP, INVOCATION_DEPLOYMENT, GRPC_DEPLOYMENT)

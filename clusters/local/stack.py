@@ -101,6 +101,7 @@ class LocalStack:
             return None
         running = sorted(self.launcher.running())
         path = self.state_dir / "status.json"
+        status: Json
         if path.is_file() and not path.is_symlink():
             status = json.loads(path.read_text())
             status["complete"] = True

@@ -226,7 +226,7 @@ class CalloutService:
         logger: logging.Logger | None = None,
         clock: Callable[[], float] = time.time,
         webhook_url: str = "",
-        record: Callable[..., None] | None = None,
+        record: Callable[..., object] | None = None,
     ) -> None:
         self.servers = [url] if isinstance(url, str) else list(url)  # every server of the cluster
         self.settings, self.webhook, self.clock = settings, webhook, clock
