@@ -128,7 +128,7 @@ class InvocationPod:
 
     async def route(self, stream: H11Stream, req: h11.Request, port: int) -> None:
         path = req.target.decode("latin-1").split("?", 1)[0]
-        headers = decode_headers(list(req.headers))  # h11's Headers: a sequence of (name, value)
+        headers = decode_headers(req.headers)
         # Every request is recorded, routed or not: a probe's "no pod was contacted" rests on this.
         self.ctx.events.emit(
             POD_REQUEST,

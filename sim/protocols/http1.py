@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import ssl
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import h11
 
@@ -190,10 +191,12 @@ class H11Stream:
         self.reads = reads or TimedReads(reader)  # `reads`: the connection's, when h11 takes it over
 
     async def next_event(self, timeout: float | None = None) -> h11.Event:
+        """The next event (h11.PAUSED, a sentinel class, when the peer's next message waits for ours: callers
+        compare it by identity, as h11's own docs do)."""
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
-                return event
+                return cast(h11.Event, event)  # mypy cannot narrow a sentinel class away by identity
             data = await self.reads.read(timeout)
             # b"" is EOF: h11 then answers ConnectionClosed, or RemoteProtocolError mid-message.
             self.conn.receive_data(data)
@@ -232,7 +235,7 @@ class Response:
         return next((v for k, v in self.headers if k == name), None)
 
 
-def decode_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+def decode_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
 
 

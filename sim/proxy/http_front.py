@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import h11
 
 from dns.client import NameNotResolved
+from sim.model.events import PROXY_DECISION
 from sim.protocols.h1plain import PlainRequest, plain_request, request_bytes
 from sim.protocols.http1 import H11Stream, decode_headers, encode_headers
 from sim.protocols.listener import TcpListener
@@ -168,7 +169,7 @@ class HttpFront:
             await send_continue(down)  # before routing, as Envoy's connection manager does
         if not isinstance(decision, Forward):  # a forwarded request is on record in the access log line
             self.ctx.events.emit(
-                "proxy.decision",
+                PROXY_DECISION,
                 requestId=record.request_id,
                 target=head.target,
                 method=head.method,
