@@ -98,7 +98,8 @@ class BenchStack:
         """The loopback address standing for a virtual ip:port, as the control plane reaches it (a Service
         such as the NATS load balancer answers on one of its endpoints)."""
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-        return netmap.lookup(CONTROL_CLUSTER, ip, port, proto)
+        bound = netmap.bindings.get(f"{ip}:{port}/{proto}")  # a component's own address, any cluster's
+        return (LOOPBACK, bound) if bound else netmap.lookup(CONTROL_CLUSTER, ip, port, proto)
 
     def proxy_http(self) -> tuple[str, int]:
         return self.real(self.topology.proxy_lb_ip, PROXY_HTTP_PORT)
