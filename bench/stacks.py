@@ -18,7 +18,7 @@ from typing import Any
 
 from clusters.local import LocalStack
 from sim.errors import BackendError
-from sim.model.netmap import NetMap
+from sim.model.netmap import LOOPBACK, NetMap
 from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Pod, Topology, WorkerSpec, build
 from sim.model.values import DEFAULTS, check, deep_merge
 from sim.protocols.wire import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, PROXY_HTTP_PORT
