@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -16,8 +17,9 @@ from typing import TextIO
 
 from rich.console import Console
 
-from clusters.local import LocalBackend
+from clusters.local import LocalBackend, zygote
 from clusters.stack import Backend
+from clusters.state import state_root
 from scenarios.engine import run_scenario
 from scenarios.model import catalogue, customer_layers, load_scenario
 from scenarios.report import input_assumptions, render_text, values_warnings
@@ -141,7 +143,10 @@ def replay_all(
     names = [replay_stack(s.name, stack, several=len(scenarios) > 1) for s in scenarios]
     results: list[ScenarioResult] = []
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="replay") as pool:
+    with (
+        zygote.shared(root or state_root()) if len(scenarios) > 1 else contextlib.nullcontext(),
+        ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="replay") as pool,
+    ):
         # Stacks are isolated (own ports, own state folder); a thread only waits on its own processes.
         futures = [
             pool.submit(replay_one, s, keep, root, stack=name)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.local import LocalBackend, LocalStack
+from clusters.local import LocalBackend, LocalStack, zygote
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
@@ -30,6 +30,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def stack_processes_alive(stack: LocalStack) -> dict[str, int]:
     return stack.launcher.running()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def launches_share_a_zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every stack this test process launches takes its zygote from one preloaded zygote, as a replay of
+    several scenarios does (clusters.local.zygote.shared): the runners' imports once a worker, not once a
+    stack. `ncpsim` commands run as processes start zygotes of their own, as a user's do."""
+    with zygote.shared(tmp_path_factory.getbasetemp()):
+        yield
+
+
+@pytest.fixture
+def own_zygote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test of the zygote a launch starts itself (an `ncpsim up`): no shared one for its launches."""
+    monkeypatch.setattr(zygote, "_SHARED", None)
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,12 @@ import psutil
 import pytest
 
 from clusters.local import LocalStack
+from clusters.local import zygote as launcher_zygote
 from clusters.local.launcher import spawn_order
 from clusters.local.process import Forked, wait_exited
 from clusters.local.zygote import LAUNCH_ORDER, Zygote
 from scenarios.model import load_scenario
+from sim.errors import BackendError
 from sim.runtime import zygote
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the zygote forks")
@@ -53,6 +55,7 @@ def test_forked_components_lead_their_own_sessions_and_carry_their_command_lines
     assert not stack.launcher.running()
 
 
+@pytest.mark.usefixtures("own_zygote")
 def test_the_zygote_preloads_only_the_kinds_its_launch_forks(tmp_path: Path) -> None:
     """An HTTP scenario has no grpc-proxy pod: told the launch's kinds before its first import, the zygote
     never loads grpcio, whose imports would otherwise come before the proxy's (in LAUNCH_ORDER)."""
@@ -142,3 +145,52 @@ def test_a_component_that_refuses_its_event_loop_is_one_line(invoke_env: dict[st
     assert "exited before it was ready" in done.stderr
     assert "NCPSIM_EVENT_LOOP='bogus': choose one of uvloop, asyncio" in done.stderr
     assert down.returncode == 0
+
+
+@pytest.mark.usefixtures("own_zygote")  # a shared zygote of its own, not the session's
+def test_a_shared_zygote_forks_each_launchs_zygote_with_the_launchs_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within `shared`, a launch's zygote is a fork of one preloaded zygote, not a new interpreter: its
+    components are the same (titles, sessions, folder), and the environment is the launch's, read when it
+    launches: a variable set after the shared zygote started reaches the components."""
+    topology = load_scenario("http-callback").build_topology("shared")
+    with launcher_zygote.shared(tmp_path):
+        held = launcher_zygote._SHARED
+        assert held is not None
+        first = LocalStack("first", root=tmp_path)
+        try:
+            first.up(topology, "http-callback")
+            for name, pid in first.launcher.running().items():
+                line = " ".join(a for a in psutil.Process(pid).cmdline() if a)
+                assert "-m sim.runtime.run " in line and f"--state {first.state_dir} --name {name} " in line
+                assert os.getsid(pid) == pid and psutil.Process(pid).cwd() == str(first.state_dir)
+            assert first.status() is not None and not first.status().get("orphans")
+        finally:
+            first.down()
+        monkeypatch.setenv("NCPSIM_EVENT_LOOP", "bogus")  # the control: a launch that must fail
+        second = LocalStack("second", root=tmp_path)
+        try:
+            with pytest.raises(BackendError, match="exited before it was ready"):
+                second.up(topology, "http-callback")
+        finally:
+            second.down()
+        assert "NCPSIM_EVENT_LOOP='bogus'" in "".join(Path(p).read_text() for p in second.logs().values())
+        assert not held.broken and held.process.poll() is None
+    assert held.process.poll() is not None, "the shared zygote outlived its context"
+
+
+@pytest.mark.usefixtures("own_zygote")  # a shared zygote of its own, not the session's
+def test_a_launch_whose_shared_zygote_died_starts_a_zygote_of_its_own(tmp_path: Path) -> None:
+    with launcher_zygote.shared(tmp_path):
+        held = launcher_zygote._SHARED
+        assert held is not None
+        held.process.kill()
+        held.process.wait()
+        stack = LocalStack("alone", root=tmp_path)
+        try:
+            stack.up(load_scenario("http-callback").build_topology("alone"), "http-callback")
+            assert {"resolver", "worker-callback-proxy"} <= set(stack.launcher.running())
+        finally:
+            stack.down()
+        assert held.broken  # later launches do not ask it again

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -25,18 +26,37 @@ STOP_TIMEOUT = 3.0
 LAUNCH_ORDER = ("resolver", "nats", "nats-callout", "invocation", "workers", "grpc-proxy", "proxy")
 
 
-def _spawn(state_dir: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
+Process = subprocess.Popen[bytes] | Forked  # a zygote started here, or forked by the shared one
+
+
+def command(state_dir: Path, order: Iterable[str], socket_fd: int | None = None) -> list[str]:
+    """A zygote's command line, after the interpreter (a forked one's title: it has no socket argument)."""
+    fd = [] if socket_fd is None else ["--socket-fd", str(socket_fd)]
+    return ["-m", "sim.runtime.zygote", "--state", str(state_dir), *fd, "--order", ",".join(order)]
+
+
+def _spawn(state_dir: Path) -> tuple[Process, socket.socket]:
+    shared = _SHARED
+    if shared is not None:
+        forked = shared.fork_zygote(state_dir)
+        if forked is not None:
+            return forked
+    return _start(state_dir)
+
+
+def _start(
+    state_dir: Path, order: Iterable[str] = LAUNCH_ORDER
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "sim.runtime.zygote", "--state", str(state_dir)]
-            + ["--socket-fd", str(theirs.fileno()), "--order", ",".join(LAUNCH_ORDER)],
+            [sys.executable, *command(state_dir, order, theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,  # it reports on the socket; a child's output goes to its log
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C on the terminal is the launcher's, not the zygote's
-            cwd=state_dir.parent if not state_dir.is_dir() else state_dir,  # a child works in its own
+            cwd=_folder(state_dir),  # a child works in its own
         )
     except BaseException:
         ours.close()
@@ -46,8 +66,13 @@ def _spawn(state_dir: Path) -> tuple[subprocess.Popen[bytes], socket.socket]:
     return process, ours
 
 
+def _folder(state_dir: Path) -> Path:
+    """Where a zygote runs: the stack folder, or the nearest folder above it (not made yet)."""
+    return next(folder for folder in (state_dir, *state_dir.parents) if folder.is_dir())
+
+
 # A zygote started before its launch (`ncpsim up`, first thing), waiting to be adopted by that launch.
-_EARLY: dict[Path, tuple[subprocess.Popen[bytes], socket.socket]] = {}
+_EARLY: dict[Path, tuple[Process, socket.socket]] = {}
 
 
 def start_early(state_dir: Path) -> None:
@@ -87,6 +112,86 @@ def early_for(stack: str, guard: InterruptGuard) -> Iterator[None]:
         yield
     finally:
         discard_early()
+
+
+class Shared:
+    """One preloaded zygote that forks each launch's zygote (see `shared`): every runner is imported once
+    for a run of many launches, and a launch's zygote answers at once instead of after its imports."""
+
+    def __init__(self, root: Path):
+        self.process, sock = _start(root)
+        self._channel = Channel(sock)
+        self._lock = threading.Lock()  # replays run launches from several threads (replay --jobs)
+        self.broken = False
+
+    def fork_zygote(self, state_dir: Path) -> tuple[Forked, socket.socket] | None:
+        """A zygote for the launch of `state_dir`, or None if the shared one cannot fork it (then the
+        launch starts one of its own: slower, the same components; and later launches do too)."""
+        title = " ".join([sys.executable, *command(state_dir, LAUNCH_ORDER)])
+        spec = {
+            "title": title,
+            "order": list(LAUNCH_ORDER),
+            "env": dict(os.environ),
+            "cwd": str(_folder(state_dir)),
+        }
+        ours, theirs = socket.socketpair()
+        try:
+            with self._lock:
+                if self.broken:
+                    raise OSError("the shared zygote failed before")
+                self.broken = True  # until its answer is read: a half-read conversation is out of step
+                self._channel.sock.settimeout(STOP_TIMEOUT * 10)  # at most its imports, once
+                self._channel.send({"zygote": spec}, [theirs.fileno()])
+                while "pid" not in (message := self._receive()) and "error" not in message:
+                    pass  # its own readiness answer comes first
+                self.broken = False
+            return Forked(int(message["pid"])), ours  # KeyError on an error answer: handled below
+        except (OSError, ValueError, KeyError):
+            ours.close()
+            return None
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+
+    def _receive(self) -> dict:
+        message, fds = self._channel.receive()
+        for fd in fds:
+            os.close(fd)
+        if message is None:
+            raise OSError("the shared zygote exited")
+        return message
+
+    def close(self) -> None:
+        self._channel.close()
+        try:
+            self.process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+_SHARED: Shared | None = None
+
+
+@contextlib.contextmanager
+def shared(root: Path) -> Iterator[None]:
+    """Within it, each launch in this process takes its zygote from one preloaded zygote (a fork: a few
+    milliseconds) instead of a new interpreter that imports the runners (0.5-0.9 CPU-seconds, and most of a
+    launch's wall time): for a run of many launches, such as a replay of several scenarios, a diagnosis's
+    probes or a test session. `root` names it in ps. Nested, the outer one serves."""
+    global _SHARED
+    if _SHARED is not None:
+        yield
+        return
+    _SHARED = Shared(root)
+    try:
+        yield
+    finally:
+        held, _SHARED = _SHARED, None
+        held.close()
 
 
 class Zygote:

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from clusters.local import LocalBackend
+from clusters.local import LocalBackend, zygote
 from clusters.local.interrupts import InterruptGuard
 from clusters.local.launcher import NATS_CALLOUT
 from scenarios.diagnose.judge import Observation
@@ -59,7 +59,8 @@ def observe(
     """Every probe's stack, PARALLEL_PROBES at a time (each is isolated: own ports, own state folder),
     so a diagnosis with its what-if probes costs about what two stacks cost one after the other. A
     `progress` terminal gets `[n/N] probe ...` as each starts (nothing when it is a pipe)."""
-    backend = LocalBackend(root or scratch / "state")
+    state = root or scratch / "state"
+    backend = LocalBackend(state)
     names = [f"diagnose-{n}" for n in range(len(probes))]
     shown = Progress(len(probes), progress, live_from=1) if progress is not None else None
     started, stopping, lock = iter(range(1, len(probes) + 1)), threading.Event(), threading.Lock()
@@ -73,7 +74,8 @@ def observe(
         return _probe(backend, scratch, name, probe)
 
     guard = InterruptGuard()  # SIGTERM as Ctrl-C: both stop the probe stacks (issue 31)
-    with guard.installed(), ThreadPoolExecutor(PARALLEL_PROBES, thread_name_prefix="probe") as pool:
+    several = zygote.shared(state) if len(probes) > 1 else contextlib.nullcontext()
+    with guard.installed(), several, ThreadPoolExecutor(PARALLEL_PROBES, thread_name_prefix="probe") as pool:
         futures: list[Future[Probed]] = []
         try:
             for name, probe in zip(names, probes, strict=True):

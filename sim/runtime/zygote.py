@@ -22,7 +22,11 @@ once it knows them, is answered ``{"preloading": [...], "loaded": [...]}``: the 
 now only of those kinds (an HTTP scenario has no grpc-proxy pod, and grpcio's imports came before the
 proxy's), and those already in. Each ``{"argv": [...]}`` (the arguments of `sim.runtime.run`, without
 ``--ready-fd``) carries the ready pipe's write end and the log file as SCM_RIGHTS, and is answered
-``{"pid": N}`` or ``{"error": text}``.
+``{"pid": N}`` or ``{"error": text}``. ``{"zygote": {"title": LINE, "order": [...], "env": {...}, "cwd":
+DIR}}`` carries one end of a new socket pair and is answered ``{"pid": N}``: a child that is a zygote
+itself, for another launch, on that socket (clusters.local.zygote.shared: a run of many launches pays the
+imports once, not once per launch). It is what a new `python -m sim.runtime.zygote` would have been, with
+the runners already in: the launch's environment and folder, a session and a title of its own.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import socket
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from setproctitle import setproctitle
@@ -56,6 +61,17 @@ def title(argv: list[str]) -> str:
 
 def fork_component(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) -> int:
     """Fork one component; returns its pid once it leads a session of its own."""
+    return _fork(lambda: _become(sock, argv, ready_fd, log_fd))
+
+
+def fork_zygote(sock: socket.socket, spec: dict[str, Any], socket_fd: int) -> int:
+    """Fork a zygote for another launch, serving on `socket_fd`; returns its pid once it leads a session."""
+    return _fork(lambda: _become_zygote(sock, spec, socket_fd))
+
+
+def _fork(become: Callable[[], int]) -> int:
+    """Fork a child that runs `become` in a session of its own and never returns into the zygote's loop;
+    returns its pid once the session exists."""
     if _threads() != 1:
         raise RuntimeError("the zygote grew a thread: forking now could copy a lock it holds")
     sys.stdout.flush()
@@ -68,7 +84,7 @@ def fork_component(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: 
             os.close(session_r)
             os.setsid()
             os.close(session_w)  # the zygote's read returns: the session exists before the pid is told
-            code = _become(sock, argv, ready_fd, log_fd)
+            code = become()
         except SystemExit as exc:  # as the interpreter ends: a message goes to the log, then status 1
             code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
             if code == 1 and not isinstance(exc.code, int):
@@ -110,6 +126,17 @@ def _become(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) ->
     return run.main(args)
 
 
+def _become_zygote(sock: socket.socket, spec: dict[str, Any], socket_fd: int) -> int:
+    """The forked zygote: the launch's environment and folder (the runners read both when they run, not at
+    import), the title a started one has (for ps and for `ncpsim down`'s sweep), then its own loop."""
+    sock.close()
+    setproctitle(spec["title"])  # first: it finds the space for titles by where the environment is now
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    os.chdir(spec["cwd"])
+    return _serve_launch(Channel(socket.socket(fileno=socket_fd)), tuple(spec["order"]))
+
+
 def serve(channel: Channel, order: tuple[str, ...] = ()) -> None:
     """Between requests, load the runners in the launch's `order` (then any other, until the launch names
     its kinds), so the first components fork while later ones' imports (the proxy's aioquic) are still to
@@ -131,6 +158,8 @@ def serve(channel: Channel, order: tuple[str, ...] = ()) -> None:
             if "kinds" in request:  # the launch forks only these: nothing else is worth its imports
                 unloaded = [kind for kind in unloaded if kind in request["kinds"]]
                 channel.send({"preloading": unloaded, "loaded": loaded})
+            elif "zygote" in request:
+                channel.send(answer_zygote(channel.sock, request["zygote"], fds))
             else:
                 channel.send(answer(channel.sock, request, fds))
         finally:
@@ -151,21 +180,34 @@ def answer(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> dict
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def answer_zygote(sock: socket.socket, spec: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    try:
+        [socket_fd] = fds
+        return {"pid": fork_zygote(sock, spec, socket_fd)}
+    except Exception as exc:  # noqa: BLE001 - told to the launcher, which starts a zygote of its own
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _serve_launch(channel: Channel, order: tuple[str, ...]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the zygote; Ctrl-C is the launcher's
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        channel.send({"ready": True})
+        serve(channel, order)
+    except OSError:  # the launcher went away (an interrupted launch): nothing left to serve
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.runtime.zygote", description=__doc__)
     parser.add_argument("--state", required=True, help="the stack folder (names the zygote in ps)")
     parser.add_argument("--socket-fd", required=True, type=int)
     parser.add_argument("--order", default="", help="component kinds, comma-separated: runners load in it")
     args = parser.parse_args(argv)
-    channel = Channel(socket.socket(fileno=args.socket_fd))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the zygote; Ctrl-C is the launcher's
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    try:
-        channel.send({"ready": True})
-        serve(channel, tuple(filter(None, args.order.split(","))))
-    except OSError:  # the launcher went away (an interrupted launch): nothing left to serve
-        return 1
-    return 0
+    return _serve_launch(
+        Channel(socket.socket(fileno=args.socket_fd)), tuple(filter(None, args.order.split(",")))
+    )
 
 
 if __name__ == "__main__":
