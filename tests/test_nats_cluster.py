@@ -1,14 +1,17 @@
 """NATS as the chart's StatefulSet: three nats-servers routed to each other, R3 work streams, a rolling restart
 that keeps quorum, and the outage of losing a majority.
 
-The pure parts from tables (values, topology, config, network map, client order, catch-up); then the two
-catalogue scenarios on real stacks, with the servers' own events read back: during the rollout never more
-than one server is down at a time, and the same reading of the quorum-lost scenario (two down at once,
-the invocations refused) is the negative control that shows the reading can tell them apart.
+The pure parts from tables (values, topology, config, network map, client order, catch-up, the preStop
+hook's pid check); then the two catalogue scenarios on real stacks, with the servers' own events read
+back: during the rollout never more than one server is down at a time, and the same reading of the
+quorum-lost scenario (two down at once, the invocations refused) is the negative control that shows the
+reading can tell them apart. Each rolled server went through lame duck (the chart's preStop hook), read
+from its own log, where the same server's stop at the end (`down`, no preStop) is the negative control.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ from sim.model.values import check, nats_replicas
 from sim.pods.nats.client import spread
 from sim.pods.nats.cluster import catch_up, quorum
 from sim.pods.nats.config import ClusterBlock, ServerConfig, render
+from sim.pods.nats.config import ConfigError as NatsConfigError
+from sim.pods.nats.server import lame_duck
 
 WD = {"workerCallbackProxy": {"workerDomain": "w.example.com"}}
 
@@ -95,6 +100,49 @@ def test_a_client_gets_every_bound_server_behind_the_load_balancer() -> None:
         netmap.lookup_all("compute", "10.42.2.10", 4222)
     with pytest.raises(Refused):
         NetMap({}, {"compute": ["10.100.0.0/24"]}, {lb: pods}).lookup_all("compute", "10.100.0.11", 4222)
+
+
+@pytest.mark.parametrize(
+    ("settings", "lines"),
+    [
+        ({}, ['lame_duck_duration: "30000ms"', 'lame_duck_grace_period: "100ms"']),  # the chart's 30 s
+        ({"pid_file": "/p/nats.pid"}, ['pid_file: "/p/nats.pid"']),  # where its preStop hook signals
+        ({"lame_duck_duration": 40.0, "lame_duck_grace_period": 10.0}, ['lame_duck_grace_period: "10000ms"']),
+    ],
+)
+def test_a_server_config_carries_what_the_charts_prestop_hook_needs(
+    settings: dict[str, Any], lines: list[str]
+) -> None:
+    text = render(ServerConfig(store_dir="/js", worker_nkey="U" + "A" * 55, ports_file_dir="/d", **settings))
+    assert all(line in text.splitlines() for line in lines)
+    assert ("pid_file" in text) == ("pid_file" in settings)
+
+
+def test_a_grace_period_as_long_as_the_lame_duck_is_refused_in_nats_servers_words() -> None:
+    config = ServerConfig(
+        store_dir="/js", worker_nkey="U" + "A" * 55, ports_file_dir="/d", lame_duck_grace_period=30.0
+    )
+    with pytest.raises(NatsConfigError, match=r"lame duck grace period \(30000ms\) should be strictly lower"):
+        render(config)
+
+
+@pytest.mark.parametrize(
+    ("content", "group"),
+    [
+        (None, 1),  # no pid file: the server never started
+        ("not a pid", 1),
+        (str(2**22 + 1), 1),  # a pid no process has
+        ("MINE", "OTHER"),  # a pid of another process group: a stale file from the pod's earlier life
+    ],
+)
+def test_the_prestop_hook_signals_only_a_server_of_its_own_pod(
+    tmp_path: Path, content: str | None, group: int | str
+) -> None:
+    pid_file = tmp_path / "nats.pid"
+    if content is not None:
+        pid_file.write_text(str(os.getpid()) if content == "MINE" else content)
+    other = os.getpgid(0) + 1 if group == "OTHER" else int(group)
+    assert lame_duck(pid_file, other) is None  # nothing signalled (this test process would get SIGUSR2)
 
 
 @pytest.mark.parametrize(("name", "first"), [("a", "s0"), ("worker-1-0", "s2"), ("nvcf-api", "s1")])
@@ -172,6 +220,21 @@ def test_a_rolling_restart_during_20_invocations_keeps_quorum_and_answers_all(
     during = [e for e in events if start <= e["ts"] < end]
     assert [e["server"] for e in during if e["kind"] == "nats.stopped"] == ["nats-2", "nats-1", "nats-0"]
     assert most_down_at_once(during, start) == 1  # never two down, so never all of them
+    assert rollout.note.count("after its lame duck") == 3
+    logs = Path(result.status["stateDir"]) / "logs"
+    for server in ("nats-0", "nats-1", "nats-2"):  # each log holds its first life, the rolled one, `down`
+        lives = lifetimes((logs / f"{server}.log").read_text())
+        assert len(lives) == 2, server
+        rolled, downed = lives
+        assert "Entering lame duck mode" in rolled and "Closing existing clients" in rolled, server
+        assert 'Trapped "terminated" signal' in downed and "lame duck" not in downed, server  # no preStop
+
+
+def lifetimes(log: str) -> list[str]:
+    """A server log cut at each start ("Starting nats-server"): the text each process wrote before its exit,
+    one entry per process that exited."""
+    lives = log.split("Starting nats-server")[1:]
+    return [life for life in lives if "Server Exiting" in life]
 
 
 def test_losing_a_majority_refuses_invocations_until_one_is_back(

@@ -35,6 +35,7 @@ from clusters.state import write_file
 from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
 from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.pods.nats.server import pre_stop
 
 from .interrupts import InterruptGuard
 from .process import Forked, wait_exited
@@ -43,6 +44,9 @@ from .zygote import LAUNCH_ORDER, Zygote
 READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
 SIGN_IN_ALLOWANCE = 0.02  # more seconds per worker of the largest worker host: each signs in to NATS first
 STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
+# seconds a pod with a preStop hook (a NATS server in lame duck) may take to exit by itself: Kubernetes'
+# default terminationGracePeriodSeconds, which the nats chart keeps
+TERMINATION_GRACE = 30.0
 NATS_CALLOUT = "nats-auth-callout"  # the auth callout service
 NATS_SERVER_NAME = re.compile(r"nats-\d+")  # a pod of the nats StatefulSet: its supervisor and nats-server
 
@@ -292,7 +296,12 @@ class Launcher:
             proc.wait(STOP_TIMEOUT)
         (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
-    def stop_one(self, name: str) -> None:
+    def stop_one(self, name: str, graceful: bool = True) -> None:
+        """Stop one component as Kubernetes stops its pod: `graceful`, a NATS server runs the chart's preStop
+        hook first and is given the termination grace period to exit by itself; then SIGTERM, SIGKILL. A
+        whole stack going down (`stop_all`) is not graceful."""
+        if graceful and NATS_SERVER_NAME.fullmatch(name):
+            self._pre_stop(name)
         pidfile = self.pids_dir / f"{name}.pid"
         proc = self.children.get(name)
         if proc is not None:
@@ -310,6 +319,12 @@ class Launcher:
                 self._stop_orphans(pid)
         pidfile.unlink(missing_ok=True)
         self.children.pop(name, None)
+
+    def _pre_stop(self, name: str) -> None:
+        """A NATS server's lame duck (sim.pods.nats.component.pre_stop), then its pod's exit awaited."""
+        pod = self.running().get(name)
+        if pod is not None and pre_stop(self.state_dir, name, pod) is not None:
+            _wait_gone(pod, self.children.get(name), TERMINATION_GRACE)
 
     def _stop_orphans(self, pgid: int) -> None:
         """The leader died (kill -9 of a supervisor): what it started may run on in its group."""
@@ -346,7 +361,7 @@ class Launcher:
         self._close_zygote(kill=True)  # first: it forks nothing more
         names = sorted(set(self.running()) | set(self.children), key=_stop_order)
         for name in names:
-            self.stop_one(name)
+            self.stop_one(name, graceful=False)
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
             pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
         return names + _stop_strays(self.state_dir)

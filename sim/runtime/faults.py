@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from certs.store import CertStore
     from sim.model.topology import Topology
 
+# What stopping a running NATS pod does first, as the chart's preStop hook (clusters.local.launcher)
+LAME_DUCK = " after its lame duck (leaderships handed over, clients moved to the other servers)"
 EXPIRABLE = {
     "frontend": lambda wd: frontend_profile(wd, STACK),
     "public-frontend": lambda wd: frontend_profile(wd, PUBLIC),
@@ -142,9 +144,11 @@ class FaultInjector:
         return f"SIGKILL {name} (pid {pid})"
 
     def _restart(self, name: str) -> str:
+        nats = name in self.stack.topology.members(NATS_ROLE)
+        drained = nats and name in self.processes.running()  # the backend runs its preStop: lame duck
         self.processes.restart(name)
-        if name in self.stack.topology.members(NATS_ROLE):
-            return f"restarted {name}; {self._nats_catch_up(name)}"
+        if nats:
+            return f"restarted {name}{LAME_DUCK if drained else ''}; {self._nats_catch_up(name)}"
         return f"restarted {name}"
 
     def _nats_catch_up(self, name: str) -> str:
@@ -170,7 +174,10 @@ class FaultInjector:
         return f"rolled out {fault.role} in reverse ordinal order: " + "; ".join(said)
 
     def _stop(self, name: str) -> str:
+        drained = name in self.stack.topology.members(NATS_ROLE) and name in self.processes.running()
         self.processes.stop(name)
+        if drained:
+            return f"stopped {name}{LAME_DUCK}"
         if name == "resolver":
             return f"stopped {name}; workers with a kept-alive connection to the proxy need no lookup"
         return f"stopped {name}"

@@ -15,6 +15,9 @@ to every server's route port, which the launcher chose before any server started
 meta group by the routes it starts with). A restart (fault, rollout) comes back on the ports of the
 network map, so clients and peers reconnect to the address they had; a fresh `ncpsim up` (no binding
 yet) starts with an empty JetStream store.
+
+A pod stopped by Kubernetes runs the chart's preStop hook first (sim.pods.nats.server.pre_stop: lame duck
+mode, see sim.pods.nats.config); the server then exits by itself, and so does this supervisor.
 """
 
 from __future__ import annotations
@@ -32,16 +35,12 @@ from sim.protocols.wire import NATS_MONITOR_PORT, NATS_PORT, NATS_ROUTE_PORT
 from sim.runtime.component import Context, Ready
 
 from .config import ClusterBlock
-from .server import NatsServer, ServerError
+from .server import PID_FILE, NatsServer, ServerError, nats_folder
 from .stack import StackKeys, server_config
 
 Ports = tuple[int, int, int]  # client, monitor, route (0: the server chooses)
 TOGETHER_WAIT = 5.0  # seconds a server waits for its peers at a launch before it starts regardless
 LAUNCH_MARK = "launching"
-
-
-def nats_folder(state_dir: Path, name: str) -> Path:
-    return state_dir / "nats" / name
 
 
 def _ports(ctx: Context, pod: NatsPod) -> Ports:
@@ -76,7 +75,9 @@ def _start(ctx: Context, keys: StackKeys) -> NatsServer:
     # A pinned port taken meanwhile by another process: the server takes free ones (its peers' routes to
     # the old one fail, and its own routes to them make the mesh whole again).
     for client, monitor, route in [pinned, (0, 0, 0)] if any(pinned) else [pinned]:
-        config = server_config(keys, str(folder / "js"), client, monitor, _cluster(ctx, route), ctx.name)
+        config = server_config(
+            keys, str(folder / "js"), client, monitor, _cluster(ctx, route), ctx.name, str(folder / PID_FILE)
+        )
         server = NatsServer(config, folder, log_path, own_group=False)
         try:
             server.start(before_spawn=_together(ctx, pod))

