@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import timeouts
 
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
@@ -26,6 +27,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, not each xdist worker
         for package in PACKAGES:
             compileall.compile_dir(REPO / package, quiet=1)
+        os.environ[timeouts.LOAD_ENV] = str(timeouts.LOAD)  # one figure for the run: the workers inherit it
+
+
+def pytest_report_header() -> str:
+    return f"ncpsim: timeouts scaled x{timeouts.LOAD:.2f} (load average per core at the start, never below 1)"
 
 
 def stack_processes_alive(stack: LocalStack) -> dict[str, int]:
