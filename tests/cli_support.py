@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+import psutil
 from timeouts import COMMAND
 
 from clusters.local import interrupts
@@ -125,19 +126,32 @@ def _stdin(data: str | bytes | BinaryIO | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _stack_not_kept(argv: tuple[str, ...]) -> Iterator[None]:
-    """An `up` that brings a stack up settles this process's signals (SIGINT and SIGTERM ignored until it
-    exits) and leaves its zygote a child of this one: the test process must not be that process. Said, and
-    undone so the rest of the run is not affected; refusals (a bad file, a bad flag) run here cleanly."""
+    """A command run here must leave no process of its own behind. An `up` that brings a stack up leaves its
+    zygote a child of the running process and settles its signals (SIGINT and SIGTERM ignored until it
+    exits); a restart or a redeploy leaves the new component a child: in the field that process exits, and
+    the components outlive it. Such a command runs with ncpsim_process. Refusals, and the commands that stop
+    what they start (replay, diagnose), run here cleanly. The signals are restored either way."""
     dispositions = {sig: signal.getsignal(sig) for sig in interrupts.InterruptGuard.SIGNALS}
+    before = {child.pid for child in _children()}
     try:
         yield
     finally:
-        settled = interrupts._settled
-        if settled:
+        if interrupts._settled:
             interrupts._settled = False
             for sig, handler in dispositions.items():
                 signal.signal(sig, handler)
-    if settled:
+    left = [child.pid for child in _children() if child.pid not in before]
+    if left:
         raise AssertionError(
-            f"`ncpsim {' '.join(argv)}` brought a stack up in the test process: use ncpsim_process"
+            f"`ncpsim {' '.join(argv)}` left processes {left} as children of the test process: "
+            "run it with ncpsim_process"
         )
+
+
+def _children() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+    return alive

@@ -35,4 +35,4 @@ CALL = scaled(20.0)
 # One command line as a process: an interpreter start and the imports, a refusal or a status.
 COMMAND = scaled(60.0)
 # A command that brings a stack up, redeploys or replays: seconds idle, far longer on a loaded machine.
-STACK = scaled(90.0)
+STACK_COMMAND = scaled(90.0)
