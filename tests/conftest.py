@@ -5,9 +5,11 @@ from __future__ import annotations
 import compileall
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import markers
 import pytest
 import timeouts
 
@@ -18,6 +20,10 @@ from scenarios.result import ScenarioResult
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("tasks", "sim", "scenarios", "clusters", "dns", "certs", "bench")
+# pytest keeps each test module's assert-rewritten code in __pycache__, but not when PYTHONDONTWRITEBYTECODE
+# is set: then every process of every run rewrote all hundred test modules again (about half of the
+# collection's time). Written here as ncpsim's own .pyc files are below, for the same reason.
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -28,6 +34,12 @@ def pytest_configure(config: pytest.Config) -> None:
         for package in PACKAGES:
             compileall.compile_dir(REPO / package, quiet=1)
         os.environ[timeouts.LOAD_ENV] = str(timeouts.LOAD)  # one figure for the run: the workers inherit it
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker must be there to be read
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    markers.mark_e2e(items)
+    items[:] = markers.without_long(config, items)
 
 
 def pytest_report_header() -> str:

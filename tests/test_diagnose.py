@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cli_support import ncpsim
 
 from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import CAUSES
@@ -29,8 +29,6 @@ from scenarios.spec import step_from
 from sim.errors import ConfigError, ScenarioError
 from sim.model.values import deep_merge, validate
 
-REPO = Path(__file__).resolve().parents[1]
-DIAGNOSE_TIMEOUT = 60.0
 PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": {"type": "LoadBalancer"}}
 PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
 
@@ -474,16 +472,7 @@ def test_the_default_probes_ask_the_what_ifs_the_values_raise(world: World, what
 
 # -- live: the customer's world on the local backend -------------------------------------------------------
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "diagnose", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=DIAGNOSE_TIMEOUT,
-        check=False,
-    )
+    return ncpsim("diagnose", *args, home=tmp_path / "home", env={"PATH": "/usr/bin:/bin"})
 
 
 def values_file(tmp_path: Path, values: dict) -> str:
@@ -568,16 +557,7 @@ def test_old_workers_with_connect_off(tmp_path: Path) -> None:
 
 
 def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
-    env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "replay", f"scenario={scenario}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=DIAGNOSE_TIMEOUT,
-        check=False,
-    )
+    return ncpsim("replay", f"scenario={scenario}", home=tmp_path / "home", env={"PATH": "/usr/bin:/bin"})
 
 
 # -- live, one row per cause: the values (and what else the customer told) make diagnose name it first -----
