@@ -90,7 +90,7 @@ class Minter:
 
     async def __aenter__(self) -> Self:
         host, port = self.bench.real(self.bench.topology.bus_lb_ip, NATS_PORT)
-        seed = StackKeys.derive(self.bench.topology.seed).internal["nvcf-api"]
+        seed = StackKeys.of(self.bench.stack.topology).internal["nvcf-api"]
         self._nats = await connect_once(
             f"nats://{host}:{port}", reconnect=False, nkeys_seed_str=seed, name="bench-minter"
         )

@@ -17,6 +17,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ async def measure(
             f"{dashed_ip(pod.ip)}.{topology.worker_domain}",
         )
     for name, (addr, sni) in sorted(paths.items()):
-        report[name] = await rate(calls, concurrency, lambda a=addr, s=sni: callback_once(a, s, trust))
+        report[name] = await rate(calls, concurrency, partial(callback_once, addr, sni, trust))
     return report
 
 

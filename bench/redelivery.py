@@ -31,6 +31,7 @@ from clusters.local import LocalBackend
 from scenarios.model import scenario_from_data
 from scenarios.tail import StackTail
 from sim.client.http_client import Invocation, invoke_http
+from sim.model.events import ATTACH_POST, CALLBACK_RESULT, CALLBACK_START
 from sim.model.topology import CONTROL_CLUSTER
 from sim.runtime.component import Context
 
@@ -104,7 +105,7 @@ async def _drive(stack: Any, invocations: int, concurrency: int) -> tuple[list[I
     try:
         await _until(
             tail,
-            lambda: sum(e["kind"] == "worker.callback.start" for e in tail.events) >= invocations // 5,
+            lambda: sum(e["kind"] == CALLBACK_START for e in tail.events) >= invocations // 5,
             KILL_TIMEOUT,
         )
         victims = [c.name for c in topology.compute_clusters[:KILLED_CLUSTERS]]
@@ -128,19 +129,15 @@ async def _drive(stack: Any, invocations: int, concurrency: int) -> tuple[list[I
 
 
 def _in_flight(events: list[dict[str, Any]], workers: set[str]) -> int:
-    started = {
-        e["requestId"] for e in events if e["kind"] == "worker.callback.start" and e.get("worker") in workers
-    }
-    done = {
-        e["requestId"] for e in events if e["kind"] == "worker.callback.result" and e.get("worker") in workers
-    }
+    started = {e["requestId"] for e in events if e["kind"] == CALLBACK_START and e.get("worker") in workers}
+    done = {e["requestId"] for e in events if e["kind"] == CALLBACK_RESULT and e.get("worker") in workers}
     return len(started - done)
 
 
 def classify(results: list[Invocation], events: list[dict[str, Any]]) -> dict[str, Any]:
     """Answered, documented error or lost, per invocation; and responses accepted twice (pure)."""
     accepted = Counter(
-        e.get("requestId") for e in events if e["kind"] == "attach.post" and e.get("status") == 200
+        e.get("requestId") for e in events if e["kind"] == ATTACH_POST and e.get("status") == 200
     )
     redelivered = Counter(e.get("requestId") for e in events if e["kind"] == "worker.work.redelivered")
     outcome: Counter[str] = Counter()

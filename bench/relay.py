@@ -12,8 +12,12 @@ read from /proc: it does not depend on how fast the Python load generator is.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import contextlib
+import json
 import statistics
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ from typing import Any
 from bench.callbacks import Minter, Route, direct_route, drive, proxy_route, worker_tls
 from bench.nginx import NginxSite, RunningNginx, nginx
 from bench.procs import CpuMeter
-from bench.stacks import BenchStack
+from bench.stacks import BenchStack, running, topology, unique_name
 from certs.profiles import FRONTEND_SECRET
 from sim.model.topology import Pod
 
@@ -82,7 +86,7 @@ async def _rounds(
     for n in range(ROUNDS):
         for tally in tallies if n % 2 == 0 else reversed(tallies):
             works = await minter.mint(per_round)
-            with CpuMeter(lambda t=tally: t.cpu_pids) as cpu:
+            with CpuMeter(tally.cpu_pids.copy) as cpu:
                 result = await drive(
                     works,
                     tally.route,
@@ -169,3 +173,21 @@ async def measure(
             "keepalive": await keepalive(bench, keepalive_calls, pooled),
             "new_connection": await new_connections(bench, newconn_calls, pooled, unpooled),
         }
+
+
+def main() -> None:
+    """This section of `ncpsim bench` alone, on a stack of its own: an A/B of two trees runs it with each
+    tree first on PYTHONPATH (the stack's components run the `sim` found there)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.relay", description=__doc__)
+    parser.add_argument("--keepalive", type=int, default=1000, help="keep-alive callbacks per route")
+    parser.add_argument("--newconn", type=int, default=600, help="new-connection callbacks per route")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ncpsim-relay-") as folder:
+        root = Path(folder)
+        with running(root / "relay", topology(unique_name("relay"), invocation=1, clusters=1)) as bench:
+            result = asyncio.run(measure(bench, args.keepalive, args.newconn, root / "nginx"))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from clusters.local import LocalStack
-from sim.model.netmap import NetMap
+from sim.errors import BackendError
+from sim.model.netmap import LOOPBACK, NetMap
 from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Pod, Topology, WorkerSpec, build
 from sim.model.values import DEFAULTS, check, deep_merge
 from sim.protocols.wire import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, PROXY_HTTP_PORT
@@ -97,7 +98,8 @@ class BenchStack:
         """The loopback address standing for a virtual ip:port, as the control plane reaches it (a Service
         such as the NATS load balancer answers on one of its endpoints)."""
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-        return netmap.lookup(CONTROL_CLUSTER, ip, port, proto)
+        bound = netmap.bindings.get(f"{ip}:{port}/{proto}")  # a component's own address, any cluster's
+        return (LOOPBACK, bound) if bound else netmap.lookup(CONTROL_CLUSTER, ip, port, proto)
 
     def proxy_http(self) -> tuple[str, int]:
         return self.real(self.topology.proxy_lb_ip, PROXY_HTTP_PORT)
@@ -121,6 +123,8 @@ def running(root: Path, topo: Topology) -> Iterator[BenchStack]:
     stack = LocalStack(topo.stack, root=root)
     try:
         status = stack.up(topo, "bench").status()
+        if status is None:  # up writes it once every component is ready
+            raise BackendError(f"{stack.state_dir}: no status after up")
         yield BenchStack(stack, topo, status)
     finally:
         stack.down()

@@ -22,6 +22,7 @@ from typing import Any
 from bench.procs import spawn, stop
 from bench.stacks import unique_name
 from clusters.local import LocalStack
+from sim.model.events import CALLBACK_RESULT, CALLBACK_START
 
 REPO = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).with_name("invoke"))
@@ -45,13 +46,13 @@ def _events(state_dir: Path, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
 
 def first_ok_callback(state_dir: Path) -> float | None:
     """The earliest `ts` of a successful worker callback in the stack's event files."""
-    oks = [e["ts"] for e in _events(state_dir, ("worker.callback.result",)) if e.get("ok")]
+    oks = [e["ts"] for e in _events(state_dir, (CALLBACK_RESULT,)) if e.get("ok")]
     return min(oks, default=None)
 
 
 def phases(state_dir: Path, spawned: float) -> dict[str, float | None]:
     """Where the time to the first callback went, from the components' own events (seconds after spawn)."""
-    events = _events(state_dir, ("component.ready", "worker.callback.start", "worker.callback.result"))
+    events = _events(state_dir, ("component.ready", CALLBACK_START, CALLBACK_RESULT))
 
     def at(times: list[float], pick: Any = min) -> float | None:
         return round(pick(times) - spawned, 3) if times else None
@@ -63,10 +64,8 @@ def phases(state_dir: Path, spawned: float) -> dict[str, float | None]:
             [e["ts"] for e in ready if not e["component"].startswith("ncpsim-compute")], max
         ),
         "workers_ready": at([e["ts"] for e in ready if e["component"].startswith("ncpsim-compute")], max),
-        "first_callback_start": at([e["ts"] for e in events if e["kind"] == "worker.callback.start"]),
-        "first_callback_ok": at(
-            [e["ts"] for e in events if e["kind"] == "worker.callback.result" and e.get("ok")]
-        ),
+        "first_callback_start": at([e["ts"] for e in events if e["kind"] == CALLBACK_START]),
+        "first_callback_ok": at([e["ts"] for e in events if e["kind"] == CALLBACK_RESULT and e.get("ok")]),
     }
 
 

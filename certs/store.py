@@ -13,6 +13,7 @@ advisory lock: two processes starting at once must not mint two different CAs.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -30,6 +31,8 @@ from certs.names import secret_name_problem
 from certs.profiles import ISSUERS, PRIVATE, PUBLIC, STACK, Profile
 from certs.volume import load_secret, write_secret
 from sim.errors import ConfigError
+
+SECRET_FILE = "stack.secret"  # the stack's own randomness (stack_secret), owner-only
 
 __all__ = ["CaInfo", "CertStore", "describe_text", "load_secret", "write_secret"]
 
@@ -174,6 +177,23 @@ class CertStore:
         return [self.issue(profile) for profile in profiles]
 
     # -- reporting ---------------------------------------------------------------------------------
+    def stack_secret(self) -> str:
+        """The stack's own secret (hex, 32 bytes of OS randomness), made the first time it is asked for and
+        kept owner-only beside the CAs, as long as they are: every NATS key of the stack derives from it.
+        Two processes asking at once agree: the file takes its name by a link, which fails if it exists."""
+        path = self.root / SECRET_FILE
+        if not path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=self.root, prefix=".stack-secret.")
+            try:
+                os.write(fd, secrets.token_hex(32).encode())
+                os.close(fd)
+                with contextlib.suppress(FileExistsError):
+                    os.link(temporary, path)
+            finally:
+                os.unlink(temporary)
+        return path.read_text().strip()
+
     def issuer_of(self, pem: bytes) -> str:
         """stack, public or private when one of this store's CAs issued the leaf; else the issuer's name."""
         for issuer in ISSUERS:

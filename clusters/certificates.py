@@ -9,6 +9,7 @@ stack is shown. The values are then applied: a workerCallbackCaPem marker become
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,7 +26,9 @@ PEM_LIMIT = 1 << 20  # a chain of certificates is a few KiB
 
 
 def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
-    """Issue what is missing, place every declared or brought Secret; the topology with its values applied."""
+    """Issue what is missing, place every declared or brought Secret; the topology with its values applied
+    and the stack's own secret (OS randomness, once per stack: every NATS key derives from it)."""
+    topology = with_stack_secret(store, topology)
     store.ensure_cas()
     own = stack_profiles(topology.worker_domain)
     for profile in own:
@@ -39,6 +42,11 @@ def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
         if not _still_valid(store, undeclared):
             store.issue(undeclared)
     return topology.with_ca_pem(lambda issuer: store.ca_path(issuer).read_text())
+
+
+def with_stack_secret(store: CertStore, topology: Topology) -> Topology:
+    """The topology carrying the stack's own secret (every NATS key derives from it: sim.pods.nats.stack)."""
+    return replace(topology, secret=store.stack_secret())
 
 
 def _still_valid(store: CertStore, profile: Profile) -> bool:

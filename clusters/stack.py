@@ -32,12 +32,20 @@ COMMAND_TURN = 60.0  # how long a command that changes a stack waits for the one
 
 
 class Stack(Protocol):
-    """A running stack, whatever runs it."""
+    """A running stack, whatever runs it. Its four names are read-only here (a backend may compute them:
+    the local stack reads its topology from the state folder on each use), so both backends' stacks are
+    Stacks for mypy (tests/test_seams.py)."""
 
-    name: str
-    backend: str
-    state_dir: Path
-    topology: Topology  # as running now: k3d pods carry the IPs the cluster gave them
+    @property
+    def name(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def state_dir(self) -> Path: ...
+    @property
+    def topology(self) -> Topology:
+        """As running now: k3d pods carry the IPs the cluster gave them."""
+        ...
 
     def redeploy(self, topology: Topology, what: str) -> Topology:
         """Replace workers|proxy|pods|all as a rollout would, with `topology`'s values; the new topology."""
@@ -61,7 +69,10 @@ class Stack(Protocol):
 
 
 class Backend(Protocol):
-    name: str
+    """What runs stacks: the local processes or the k3d clusters (tasks.cli.backend_named chooses one)."""
+
+    @property
+    def name(self) -> str: ...
 
     def up(self, topology: Topology, scenario: str) -> Stack: ...
     def attach(self, stack: str) -> Stack:
@@ -108,10 +119,11 @@ def nats_endpoint(topology: Topology, bindings: dict[str, int], host: str) -> En
         }
         for s in topology.nats_servers
     ]
-    first = servers[0] if servers else {}
-    monitor = bindings.get(topology.nats_servers[0].address(NATS_MONITOR_PORT)) if servers else None
+    first = topology.nats_servers[0] if servers else None
+    port = bindings.get(first.address(NATS_PORT)) if first else None
+    monitor = bindings.get(first.address(NATS_MONITOR_PORT)) if first else None
     extra: Json = {"servers": servers, **({"monitorPort": monitor} if monitor else {})}
-    return Endpoint(host, first.get("port"), extra)
+    return Endpoint(host, port, extra)
 
 
 def build_status(backend: str, topology: Topology, state: Path, scenario: str, endpoints: Endpoints) -> Json:

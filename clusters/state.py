@@ -173,7 +173,7 @@ def is_stack_dir(stack_dir: Path) -> bool:
     return not stack_dir.is_symlink() and stack_dir.is_dir() and not marker.is_symlink() and marker.is_file()
 
 
-def write_file(path: Path, text: str, mode: int = 0o644) -> None:
+def write_file(path: Path, text: str, mode: int = 0o600) -> None:
     """Replace the file at `path` atomically (a reader sees the old text or the new, never half of either),
     refusing a symbolic link planted there: the text goes to a new file beside it, then takes its name."""
     if path.is_symlink():

@@ -9,6 +9,7 @@ from scenarios.spec import Step
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, proxy_lines
 from sim.client.http_client import invoke_http
+from sim.model.events import CallbackStart
 from sim.model.topology import Pod
 from sim.runtime.component import Context
 
@@ -23,9 +24,9 @@ async def http_call(
     body = json.dumps({"step": step.index, "invocation": index}).encode()
 
     def failed(request_id: str) -> str | None:
-        result = tail.worker_result(request_id)
-        if result and not result.get("ok"):
-            return str(result.get("error") or "callback failed")
+        result = tail.callback_result(request_id)
+        if result and not result.ok:
+            return result.error or "callback failed"
         return None
 
     async def watch(request_id: str) -> str:
@@ -69,17 +70,10 @@ async def grpc_call(
     return await call(client, tail, step, index, pod, spec)
 
 
-def _start(tail: StackTail, request_id: str) -> dict[str, Any] | None:
-    return next(
-        (e for e in tail.events if e.get("requestId") == request_id and e["kind"] == "worker.callback.start"),
-        None,
-    )
-
-
-def expected_proxy_lines(trace: CallTrace, start: dict[str, Any] | None = None) -> int:
+def expected_proxy_lines(trace: CallTrace, start: CallbackStart | None = None) -> int:
     """Access-log lines a successful proxied callback leaves: GET and POST (HTTP), one stream (gRPC),
     one CONNECT (a legacy worker's tunnel)."""
-    if trace.function != "http-echo" or (start or {}).get("connect"):
+    if trace.function != "http-echo" or (start and start.connect):
         return 1
     return 2
 
@@ -90,19 +84,18 @@ def recorded(trace: CallTrace, tail: StackTail) -> bool:
     if trace.kind == "probe":
         # The proxy writes its line after it answers: wait for it whenever the prober got an answer.
         return not trace.client_status or _lines(tail, rid) >= 1
-    result = tail.worker_result(rid)
+    result, start = tail.callback_result(rid), tail.callback_start(rid)
     if result is None:
-        if trace.function != "http-echo" and trace.outcome != "success" and _start(tail, rid) is not None:
+        if trace.function != "http-echo" and trace.outcome != "success" and start is not None:
             # A gRPC client can give up (DEADLINE_EXCEEDED) while its worker still retries: wait for the
             # worker's result, whose cause (DNS, TLS, the status it got) the trace reports instead.
             return False
         return trace.outcome != "success"  # a failed call may never have reached a worker
-    start = _start(tail, rid)
-    if trace.via == "direct" or not (start or {}).get("proxy"):
+    if trace.via == "direct" or not (start and start.proxy):
         return True
-    if not result.get("ok"):
+    if not result.ok:
         # The proxy answered, or had a leg cut off under it: its line follows.
-        sent = result.get("statuses") or result.get("stage") in ("get", "post")
+        sent = result.statuses or result.stage in ("get", "post")
         return not sent or _lines(tail, rid) >= 1
     return _lines(tail, rid) >= expected_proxy_lines(trace, start)
 

@@ -55,8 +55,8 @@ async def wait_until(wait: Wait, tail: StackTail, topology: Topology, since: flo
     state: dict[str, Any] = {}
 
     def check() -> bool:
-        state["ok"], state["seen"] = holds(wait, tail, topology, since)
-        return state["ok"]
+        ok, state["seen"] = holds(wait, tail, topology, since)
+        return ok
 
     if await tail.wait_for(check, wait.timeout):
         return None

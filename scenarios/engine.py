@@ -26,6 +26,7 @@ from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError
 from sim.model.assumptions import assumptions
+from sim.model.events import CALLBACK_RESULT, POD_REQUEST, STEP_START
 from sim.model.layering import parse_key
 from sim.model.topology import CONTROL_CLUSTER
 from sim.model.values import check, deep_merge, proxy_settings
@@ -60,7 +61,7 @@ class Replay:
         self.client.events.close()
 
     async def run_step(self, step: Step) -> StepResult:
-        self.client.events.emit("step.start", step=step.index, name=step.name)
+        self.client.events.emit(STEP_START, step=step.index, name=step.name)
         since, result = time.time(), StepResult(step)
         logs_at = log_sizes(self.stack.logs()) if any(e.log for e in step.expects) else {}
         if step.refused is not None:  # a change expected refused: judged, never applied
@@ -272,12 +273,12 @@ class Replay:
         stray = [
             e
             for e in self.tail.events
-            if e["kind"] == "pod.request" and e.get("ts", 0) >= since and e.get("requestId") not in ids
+            if e["kind"] == POD_REQUEST and e.get("ts", 0) >= since and e.get("requestId") not in ids
         ]
         for trace in traces:
             trace.pod_legs += [
                 {
-                    "kind": "pod.request",
+                    "kind": POD_REQUEST,
                     "pod": e.get("pod"),
                     "status": None,
                     "path": e.get("path"),
@@ -397,7 +398,7 @@ def read_lines(path: Path, offset: int) -> list[str]:
 def first_callback(tail: StackTail, started_monotonic: float) -> float | None:
     """Seconds from the start of `up` to the first successful worker callback, from event timestamps."""
     tail.refresh()
-    oks = [e["ts"] for e in tail.events if e["kind"] == "worker.callback.result" and e.get("ok")]
+    oks = [float(e["ts"]) for e in tail.events if e["kind"] == CALLBACK_RESULT and e.get("ok")]
     if not oks:
         return None
     wall_start = time.time() - (time.monotonic() - started_monotonic)

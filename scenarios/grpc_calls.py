@@ -26,12 +26,13 @@ async def _watch_worker(tail: StackTail, tag: str, request_ids: list[str]) -> st
     def failed() -> bool:
         if not request_ids and (minted := tail.tagged_request(tag)):
             request_ids.append(minted)
-        result = tail.worker_result(request_ids[0]) if request_ids else None
-        return bool(result and not result.get("ok"))
+        result = tail.callback_result(request_ids[0]) if request_ids else None
+        return bool(result and not result.ok)
 
     while not await tail.wait_for(failed, CALL_TIMEOUT):
         pass
-    return str(tail.worker_result(request_ids[0]).get("error") or "callback failed")  # type: ignore[union-attr]
+    result = tail.callback_result(request_ids[0])
+    return (result and result.error) or "callback failed"
 
 
 async def _call(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +112,9 @@ def _describe(error: ValidationError) -> tuple[tuple[Any, ...], str]:
     """(key path, what was expected) for a schema error."""
     parts = tuple(error.absolute_path)
     if error.validator == "additionalProperties":
-        known = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(known), key=str)
+        schema, instance = error.schema, error.instance  # an object's, and its schema: mappings both
+        known = sorted(schema.get("properties", {}) if isinstance(schema, Mapping) else ())
+        extra = sorted(set(instance if isinstance(instance, Mapping) else ()) - set(known), key=str)
         close = difflib.get_close_matches(str(extra[0]), known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}? " if close else ""
         return (*parts, extra[0]), f"unknown key; {hint}expected one of: {', '.join(known)}"
@@ -160,7 +161,9 @@ def _step_problem(path: Path, index: int, raw: dict[str, Any], origin: Origin) -
     if wait is not None and ("event" in wait) == ("listener" in wait):
         return _located(path, (*here, "wait"), origin, "name either event or listener")
     expects = raw.get("expect")
-    listed = list(enumerate(expects)) if isinstance(expects, list) else [(None, expects)] if expects else []
+    listed: list[tuple[int | None, Any]] = (
+        list(enumerate(expects)) if isinstance(expects, list) else [(None, expects)] if expects else []
+    )
     for n, exp in listed:
         where = (*here, "expect") if n is None else (*here, "expect", n)
         problem = _log_problem(exp)

@@ -93,7 +93,7 @@ def forget(state_dir: Path, paths: Sequence[KeyPath]) -> None:
     write_file(state_dir / ORIGINS, json.dumps(origins, indent=2, sort_keys=True) + "\n")
 
 
-def unset(values: Mapping[str, Any], parts: KeyPath, above: KeyPath = ()) -> dict[str, Any]:
+def unset(values: Mapping[str, Any], parts: tuple[str, ...], above: KeyPath = ()) -> dict[str, Any]:
     """`values` with the key at `parts` back to the chart's default (gone, where the chart has none, with
     any mapping it leaves empty that the chart does not have either)."""
     head, *rest = parts

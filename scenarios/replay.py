@@ -51,16 +51,16 @@ def replay_one(
     the state folder stays either way, so the reports, logs and events can be read after the run."""
     backend = backend or LocalBackend(root)
     name = stack or replay_stack(scenario.name)[0]
-    stack = backend.attach(name)
-    stack.down(purge=True)  # nothing from an earlier replay
+    fresh = backend.attach(name)
+    fresh.down(purge=True)  # nothing from an earlier replay
     try:
         with backend.interruptible(name):
             result = run_scenario(scenario, backend, name, keep=True)
     except BackendError as exc:  # one scenario's stack failing to start must not end the whole run
-        stack.down()
+        fresh.down()
         result = ScenarioResult(scenario, error=str(exc))
     if result.ok or not keep:
-        stack.down()
+        fresh.down()
     return result
 
 

@@ -164,7 +164,7 @@ def endpoints_text(status: dict[str, Any]) -> str:
     for server in servers or ([{"name": "nats-server", **nats}] if nats.get("port") else []):
         lines.append(  # each pod of the nats StatefulSet behind the load balancer workers dial
             f"  {server['name']:<17} {nats['url']}  ->  {server['host']}:{server['port']}  "
-            f"(monitor {server['monitor']})"
+            f"(monitor {server['monitor']}, no credentials, as upstream's)"
         )
     lines.append(f"  stack CA {ca}\n  public-style CA {status['ca']['public']}")
     lines += ["", "Try it:", *(f"  {command}" for command in try_commands(status))]

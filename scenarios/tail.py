@@ -7,8 +7,15 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from sim.model.events import (
+    CALLBACK_RESULT,
+    CALLBACK_START,
+    TOKEN_MINTED,
+    CallbackResult,
+    CallbackStart,
+    Event,
+)
 from sim.proxy.access_log import ACCESS_LOG, parse_line
 
 POLL_INTERVAL = 0.02  # how often a waiting caller re-reads the files it is waiting on
@@ -36,11 +43,12 @@ class StackTail:
 
     def __init__(self, state_dir: Path):
         self.state_dir = state_dir
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Event] = []
         self.access: list[dict[str, str]] = []
         self._tails: dict[Path, _FileTail] = {}
         self._access_tail = _FileTail(state_dir / "logs" / ACCESS_LOG)
-        self._results: dict[str, dict[str, Any]] = {}
+        self._results: dict[str, Event] = {}
+        self._starts: dict[str, CallbackStart] = {}  # each request's first worker.callback.start
         self._tagged: dict[str, str] = {}  # a gRPC call's tag -> the request id its pod minted
 
     def refresh(self) -> None:
@@ -52,14 +60,25 @@ class StackTail:
                 except json.JSONDecodeError:
                     continue
                 self.events.append(event)
-                if event.get("kind") == "worker.callback.result":
+                kind = event.get("kind")
+                if kind == CALLBACK_RESULT:
                     self._results[event.get("requestId")] = event
-                elif event.get("kind") == "grpc.token.minted" and event.get("call"):
+                elif kind == CALLBACK_START:
+                    self._starts.setdefault(str(event.get("requestId")), CallbackStart.read(event))
+                elif kind == TOKEN_MINTED and event.get("call"):
                     self._tagged[event["call"]] = event.get("requestId")
         self.access += [rec for line in self._access_tail.new_lines() if (rec := parse_line(line))]
 
-    def worker_result(self, request_id: str) -> dict[str, Any] | None:
+    def worker_result(self, request_id: str) -> Event | None:
+        """The worker's worker.callback.result for the request, as written."""
         return self._results.get(request_id)
+
+    def callback_result(self, request_id: str) -> CallbackResult | None:
+        event = self._results.get(request_id)
+        return None if event is None else CallbackResult.read(event)
+
+    def callback_start(self, request_id: str) -> CallbackStart | None:
+        return self._starts.get(request_id)
 
     def tagged_request(self, tag: str) -> str | None:
         """The request id a grpc-proxy pod minted for the gRPC call sent with this tag (GRPC_CALL_TAG)."""

@@ -7,6 +7,22 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from sim.model.events import (
+    ATTACH_LEGS,
+    CALLBACK_RESULT,
+    CALLBACK_START,
+    POD_LEGS,
+    POD_REQUEST,
+    PROBE_LEGS,
+    PROXY_DECISION,
+    CallbackResult,
+    CallbackStart,
+    Decision,
+    Event,
+    PodLeg,
+    of_kind,
+)
+
 
 @dataclass
 class CallTrace:
@@ -60,11 +76,7 @@ class CallTrace:
         return asdict(self)
 
 
-POD_LEG_KINDS = ("attach.get", "attach.post", "grpc.callback.accepted", "grpc.callback.rejected")
-PROBE_LEG_KINDS = ("pod.request",)  # a probe must not reach a pod at all, whatever the path
-
-
-def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, str]]) -> CallTrace:
+def join(trace: CallTrace, events: list[Event], access: list[dict[str, str]]) -> CallTrace:
     """Fill a trace from everything the stack recorded about its request.
 
     Workers send no X-Request-Id (worker-utils does not), so the proxy's lines carry ids the proxy made
@@ -75,105 +87,93 @@ def join(trace: CallTrace, events: list[dict[str, Any]], access: list[dict[str, 
     if rid is None:
         return trace
     tokens = _tokens(rid, events)
+    legs = PROBE_LEGS if trace.kind == "probe" else POD_LEGS
     for event in events:
         kind = event["kind"]
-        if event.get("requestId") != rid and not (kind in ATTACH_KINDS and event.get("token") in tokens):
+        if event.get("requestId") != rid and not (kind in ATTACH_LEGS and event.get("token") in tokens):
             continue
-        if kind == "worker.callback.result":
-            trace.worker = event.get("worker")
-            trace.worker_stage = event.get("stage")
-            trace.worker_statuses = list(event.get("statuses") or [])
-            trace.dns = event.get("dns") or {}
-            trace.connections = list(event.get("connections") or [])
-            if not event.get("ok"):
-                # The worker's cause (DNS rcode, TLS error, the status and message it got) explains a
-                # failure better than what the client saw of it (a 504, or gRPC's DEADLINE_EXCEEDED).
-                trace.error = event.get("error") or trace.error
-                trace.cause = event.get("cause")
-        elif kind in (PROBE_LEG_KINDS if trace.kind == "probe" else POD_LEG_KINDS):
-            trace.pod_legs.append(_leg(kind, event))
-        elif kind == "proxy.decision":
-            trace.decisions.append(
-                {k: event.get(k) for k in ("method", "target", "decision", "status", "flag", "reason")}
-            )
-        elif kind == "worker.callback.start":
-            trace.via = "proxy" if event.get("proxy") else "direct"
+        if kind == CALLBACK_RESULT:
+            _worker_result(trace, CallbackResult.read(event))
+        elif kind in legs:
+            trace.pod_legs.append(PodLeg.read(event).as_dict())
+        elif kind == PROXY_DECISION:
+            trace.decisions.append(Decision.read(event).as_dict())
+        elif kind == CALLBACK_START:
+            trace.via = "proxy" if CallbackStart.read(event).proxy else "direct"
     trace.proxy = proxy_lines(rid, events, access)
-    ids = {rec["request_id"] for rec in trace.proxy}
+    ids = {rec["request_id"] for rec in trace.proxy} - {rid}
     trace.decisions += [
-        {k: e.get(k) for k in ("method", "target", "decision", "status", "flag", "reason")}
-        for e in events
-        if e["kind"] == "proxy.decision" and e.get("requestId") in ids - {rid}
+        decision.as_dict()
+        for decision in map(Decision.read, of_kind(events, PROXY_DECISION))
+        if decision.request_id in ids
     ]
     return trace
 
 
-ATTACH_KINDS = ("attach.get", "attach.post")
+def _worker_result(trace: CallTrace, result: CallbackResult) -> None:
+    trace.worker, trace.worker_stage = result.worker, result.stage
+    trace.worker_statuses, trace.dns = list(result.statuses), result.dns
+    trace.connections = list(result.connections)
+    if not result.ok:
+        # The worker's cause (DNS rcode, TLS error, the status and message it got) explains a failure
+        # better than what the client saw of it (a 504, or gRPC's DEADLINE_EXCEEDED).
+        trace.error = result.error or trace.error
+        trace.cause = result.cause
+
+
 WINDOW_SLACK = 0.01  # START_TIME is truncated to the millisecond; event times are not
 
 
-def _tokens(rid: str, events: list[dict[str, Any]]) -> set[str]:
+def _starts(events: list[Event]) -> list[CallbackStart]:
+    return [CallbackStart.read(e) for e in events if e["kind"] == CALLBACK_START]
+
+
+def _attach_legs(events: list[Event]) -> list[PodLeg]:
+    return [PodLeg.read(e) for e in events if e["kind"] in ATTACH_LEGS]
+
+
+def _tokens(rid: str, events: list[Event]) -> set[str]:
     """Fingerprints of the bearer tokens the worker of request `rid` was handed (HTTP callbacks)."""
-    return {
-        t
-        for e in events
-        if e["kind"] == "worker.callback.start" and e.get("requestId") == rid
-        for t in e.get("tokens") or ()
-        if t
-    }
+    return {t for start in _starts(events) if start.request_id == rid for t in start.tokens}
 
 
-def proxy_lines(rid: str, events: list[dict[str, Any]], access: list[dict[str, str]]) -> list[dict[str, str]]:
+def proxy_lines(rid: str, events: list[Event], access: list[dict[str, str]]) -> list[dict[str, str]]:
     """The access-log lines of request `rid`: those carrying its id (gRPC callbacks and probes send one),
     those whose id a pod leg of this request received, and the one line of a proxied HTTP callback that
     never reached a pod, matched by pod host and the callback's time."""
     tokens = _tokens(rid, events)
     ids = {rid} | {
-        e["xRequestId"]
-        for e in events
-        if e["kind"] in ATTACH_KINDS
-        and e.get("xRequestId")
-        and (e.get("requestId") == rid or e.get("token") in tokens)
+        leg.x_request_id
+        for leg in _attach_legs(events)
+        if leg.x_request_id and (leg.request_id == rid or leg.token in tokens)
     }
     unreached = _unreached(events, access)
     return [rec for i, rec in enumerate(access) if rec.get("request_id") in ids or unreached.get(i) == rid]
 
 
-def _unreached(events: list[dict[str, Any]], access: list[dict[str, str]]) -> dict[int, str]:
+def _unreached(events: list[Event], access: list[dict[str, str]]) -> dict[int, str]:
     """Access-log lines that reached no pod, each given to the proxied HTTP callback it belongs to: same pod
     host, started within the callback's time, the earliest callback first. A callback has at most one
     such line: the leg the proxy refused (which ends the callback), or a legacy worker's CONNECT."""
-    reached = {e.get("xRequestId") for e in events if e["kind"] in ATTACH_KINDS} | {
-        e.get("requestId") for e in events if e["kind"] == "pod.request"
+    attach, starts = _attach_legs(events), _starts(events)
+    reached = {leg.x_request_id for leg in attach} | {
+        e.get("requestId") for e in of_kind(events, POD_REQUEST)
     }
-    results = {e.get("requestId"): e for e in events if e["kind"] == "worker.callback.result"}
-    owners = {
-        t: e.get("requestId")
-        for e in events
-        if e["kind"] == "worker.callback.start"
-        for t in e.get("tokens") or ()
-        if t
-    }
+    results = {e.get("requestId"): CallbackResult.read(e) for e in of_kind(events, CALLBACK_RESULT)}
+    owners = {t: start.request_id for start in starts for t in start.tokens}
     legs: dict[str, int] = {}  # lines each callback has through pods (the proxy's id in a pod's event)
-    for e in events:
-        if e["kind"] in ATTACH_KINDS and e.get("xRequestId"):
-            owner = owners.get(e.get("token")) or e.get("requestId") or ""
+    for leg in attach:
+        if leg.x_request_id:
+            owner = owners.get(leg.token or "") or leg.request_id or ""
             legs[owner] = legs.get(owner, 0) + 1
     waiting = []
-    for start in sorted(
-        (
-            e
-            for e in events
-            if e["kind"] == "worker.callback.start" and e.get("callback") == "http" and e.get("proxy")
-        ),
-        key=lambda e: e.get("ts", 0),
-    ):
-        rid = str(start.get("requestId"))
+    for start in sorted((s for s in starts if s.callback == "http" and s.proxy), key=lambda s: s.ts):
+        rid = str(start.request_id)
         result = results.get(rid)
         if result is not None and not _needs_unreached(start, result, legs.get(rid, 0)):
             continue  # every leg it sent reached a pod, or it never got a request to the proxy (DNS, TLS)
-        end = result.get("ts", 0.0) if result else float("inf")
-        waiting.append((rid, urlsplit(str(start.get("target"))).hostname, start.get("ts", 0.0), end))
+        end = result.ts if result else float("inf")
+        waiting.append((rid, urlsplit(start.target or "").hostname, start.ts, end))
     out: dict[int, str] = {}
     for i, rec in enumerate(access):  # each line to the earliest callback still waiting for one
         if rec.get("request_id") in reached or rec.get("protocol") != "HTTP/1.1":
@@ -190,12 +190,12 @@ def _unreached(events: list[dict[str, Any]], access: list[dict[str, str]]) -> di
 LEGS_SENT = {"get": 1, "post": 2, "done": 2}  # callback legs a worker had sent when it stopped at that stage
 
 
-def _needs_unreached(start: dict[str, Any], result: dict[str, Any], through_pods: int) -> bool:
+def _needs_unreached(start: CallbackStart, result: CallbackResult, through_pods: int) -> bool:
     """Did this finished callback leave a line that reached no pod? A legacy worker's CONNECT always does
     once the proxy answered it; otherwise a leg it sent that no pod received (refused, or cut off)."""
-    if start.get("connect"):
-        return bool(result.get("statuses"))
-    return LEGS_SENT.get(str(result.get("stage")), 0) > through_pods
+    if start.connect:
+        return bool(result.statuses)
+    return LEGS_SENT.get(str(result.stage), 0) > through_pods
 
 
 def _epoch(start: str) -> float:
@@ -203,14 +203,3 @@ def _epoch(start: str) -> float:
         return datetime.strptime(start, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
     except ValueError:
         return 0.0
-
-
-def _leg(kind: str, event: dict[str, Any]) -> dict[str, Any]:
-    status = event.get("status", None if kind == "pod.request" else 200)  # a bare request has no status yet
-    return {
-        "kind": kind,
-        "pod": event.get("pod"),
-        "status": status,
-        "reason": event.get("reason"),
-        "path": event.get("path"),
-    }

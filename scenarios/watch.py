@@ -27,6 +27,7 @@ from scenarios.calls import expected_proxy_lines
 from scenarios.tail import StackTail
 from scenarios.terminal import safe
 from scenarios.trace import CallTrace, join
+from sim.model.events import CALLBACK_RESULT
 from sim.proxy.access_log import start_time
 
 POLL_SECONDS = 0.1  # how often the files are re-read: a human watches, a tenth of a second is live enough
@@ -145,7 +146,7 @@ class CallbackFeed:
         for event in new:
             rid = str(event.get("requestId") or "")
             fresh = rid and rid not in self._known and event.get("ts", 0) >= self.since
-            if event.get("kind") != "worker.callback.result" or not fresh:
+            if event.get("kind") != CALLBACK_RESULT or not fresh:
                 continue
             self._known.add(rid)
             function = "grpc-echo" if event.get("callback") == "grpc" else "http-echo"
@@ -167,22 +168,15 @@ class CallbackFeed:
         trace = crossing.trace
         trace.proxy, trace.pod_legs, trace.decisions = [], [], []
         join(trace, self.tail.events, self.tail.access)
-        result = self.tail.worker_result(trace.request_id or "") or {}
-        trace.outcome = "success" if result.get("ok") else "failure"
-        trace.error = trace.error or result.get("error")
+        result = self.tail.callback_result(trace.request_id or "")
+        trace.outcome = "success" if result and result.ok else "failure"
+        trace.error = trace.error or (result.error if result else None)
 
     def _complete(self, crossing: Crossing) -> bool:
         trace = crossing.trace
         if trace.via != "proxy" or trace.outcome != "success":
             return trace.via is not None
-        start = next(
-            (
-                e
-                for e in self.tail.events
-                if e.get("requestId") == trace.request_id and e.get("kind") == "worker.callback.start"
-            ),
-            None,
-        )
+        start = self.tail.callback_start(trace.request_id or "")
         return len(trace.proxy) >= expected_proxy_lines(trace, start)
 
 

@@ -247,6 +247,11 @@ def status(c, json_=False, stack="default", backend="local"):
             print(f"  running: {', '.join(current['running']) or 'nothing'}")
         if down:
             print(f"  down: {', '.join(down)}")
+        for name, pids in (current.get("orphans") or {}).items():
+            print(
+                f"  {name}: its supervisor died and left pid {', '.join(map(str, pids))} running "
+                f"(`ncpsim fault restart {name}` replaces them; `ncpsim down` stops them)"
+            )
     if down or not complete:  # a component of the stack is not running: say so in the exit code too
         raise Exit(code=EXIT_FAILED)
 

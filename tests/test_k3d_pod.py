@@ -190,7 +190,7 @@ def test_serve_publishes_what_the_component_reports(monkeypatch: pytest.MonkeyPa
 
 def test_kube_context_dials_the_real_network_and_reaches_nats(tmp_path: Path) -> None:
     """A pod's publisher finds nats-server by the Service address it is given, not the network map."""
-    keys = StackKeys.derive(TOPOLOGY.seed)
+    keys = StackKeys.of(TOPOLOGY)
     server = NatsServer(server_config(keys, str(tmp_path / "js")), tmp_path / "nats", tmp_path / "nats.log")
     server.start()
 

@@ -195,7 +195,7 @@ def test_nats_runs_the_real_server_with_the_local_backends_config(tmp_path: Path
     assert server["image"] == "registry.example.com/mirror/nats:2.11.4"
     assert server["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 8222}
     text = objects[("ConfigMap", "nats-config")]["data"]["nats-server.conf"]
-    local = render(server_config(StackKeys.derive(topology.seed), "/data/jetstream", 4222, 8222))
+    local = render(server_config(StackKeys.of(topology), "/data/jetstream", 4222, 8222))
     assert text == local.replace('listen: "127.0.0.1:4222"', 'listen: "0.0.0.0:4222"').replace(
         'http: "127.0.0.1:8222"', 'http: "0.0.0.0:8222"'
     )

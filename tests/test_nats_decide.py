@@ -171,3 +171,26 @@ def test_request_from_server_claims() -> None:
     }
     assert AuthRequest.from_claims(claims) == AuthRequest("UK", "NS", "w", "x", "tok", "UN", "s", "n")
     assert AuthRequest.from_claims({}) == AuthRequest("", "")
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # past Python's recursion limit: json.loads raises RecursionError
+
+
+def test_deeply_nested_json_is_refused_not_raised() -> None:
+    """Issue 31: nesting past the interpreter's stack in a sign-in's token, a JWT or a webhook request is a
+    refusal in the callout's and the API's words, never an exception out of the component."""
+    token = base64.urlsafe_b64encode(DEEP.encode()).decode()
+    denied = decide(req(token=token), TOKEN_MODE)
+    assert isinstance(denied, Deny) and denied.reason == "failed to decode auth request: RecursionError"
+    with pytest.raises(jwt.JwtError, match="not JSON"):
+        jwt.decode(f"{jwt.b64url(DEEP.encode())}.{jwt.b64url(b'{}')}.sig", verify=False)
+
+
+def test_the_api_refuses_a_deeply_nested_webhook_request() -> None:
+    import asyncio
+
+    from sim.pods.nats.api import ApiStandin
+
+    api = ApiStandin.__new__(ApiStandin)  # answer() reads only the request: no context needed
+    status, body = asyncio.run(api.answer("POST", "/v2/nvcf/webhook/nats-auth", DEEP.encode()))
+    assert status == 400 and b"malformed webhook request" in body

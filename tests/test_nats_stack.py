@@ -11,6 +11,8 @@ import asyncio
 import http.client
 import os
 import random
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
 from clusters.local.launcher import NATS_CALLOUT
+from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from sim.pods.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
@@ -128,8 +131,8 @@ def _cmdline(pid: int) -> bytes:
 
 def test_nkey_mode_refuses_strangers_and_admits_the_shared_key(nkey_stack: LocalStack) -> None:
     url = client_url(nkey_stack)
-    keys = StackKeys.derive(nkey_stack.topology.seed)
-    stranger = StackKeys.derive(nkey_stack.topology.seed + 1).worker
+    keys = StackKeys.of(nkey_stack.topology)  # from the stack's own secret, in its state folder
+    stranger = StackKeys.derive("another stack's secret").worker
 
     async def body() -> None:
         assert VIOLATION in await refused(url)
@@ -148,14 +151,55 @@ def test_nkey_mode_refuses_strangers_and_admits_the_shared_key(nkey_stack: Local
     assert "nkey not found in mappings" in log
 
 
+def guessable_keys(topology_seed: int) -> list[StackKeys]:
+    """Keys an attacker on the machine could derive: from the stack's published seed, from every seed the
+    catalogue and the code use, and from none; as the stack derived them before it had a secret, and as
+    StackKeys.derive would from each of them now."""
+    from scenarios.model import catalogue, load_scenario
+
+    seeds = {
+        topology_seed,
+        0,
+        1,
+        7,
+        42,
+        1234,
+        *(load_scenario(n, allow_expected_error=True).seed for n, _ in catalogue()),
+    }
+    return [StackKeys.derive(text) for s in sorted(seeds) for text in (f"seed:{s}", str(s))] + [
+        StackKeys.derive("")
+    ]
+
+
+def test_keys_derived_from_any_seed_or_none_are_refused(nkey_stack: LocalStack) -> None:
+    """Issue 31: the stack's NATS keys come from its own OS randomness, not from a seed anybody can read: a
+    local process signing in as the API, a pod or a worker with a key derived from a seed is refused."""
+    url = client_url(nkey_stack)
+    guesses = guessable_keys(nkey_stack.topology.seed)
+
+    async def body() -> None:
+        for keys in guesses:
+            for seed in (keys.worker, *keys.internal.values(), keys.callout_user):
+                assert VIOLATION in await refused(url, nkeys_seed_str=seed), seed
+        # The control: the stack's own keys (read from its state folder) sign in.
+        nc, rec = await connect(url, nkeys_seed_str=StackKeys.of(nkey_stack.topology).internal["nvcf-api"])
+        await nc.flush()
+        assert rec.errors == []
+        await nc.close()
+
+    run(body())
+    secret = nkey_stack.state_dir / "certs" / "stack.secret"
+    assert oct(secret.stat().st_mode & 0o777) == "0o600" and len(secret.read_text().strip()) == 64
+
+
 def test_token_mode_scopes_a_worker_to_its_function(token_stack: LocalStack) -> None:
     url = client_url(token_stack)
-    keys = StackKeys.derive(token_stack.topology.seed)
+    keys = StackKeys.of(token_stack.topology)
 
     async def body() -> None:
         assert VIOLATION in await refused(url)
-        assert VIOLATION in await refused(url, nkeys_seed_str=StackKeys.derive(1234).worker)
-        forged = worker_credentials(StackKeys.derive(1234), "token", "worker-1-0", "http-echo")
+        assert VIOLATION in await refused(url, nkeys_seed_str=StackKeys.derive("seed:1234").worker)
+        forged = worker_credentials(StackKeys.derive("seed:1234"), "token", "worker-1-0", "http-echo")
         assert VIOLATION in await refused(url, **forged.connect_kwargs)
         old = worker_credentials(keys, "token", "worker-1-0", "http-echo", reads_account=False)
         assert VIOLATION in await refused(url, **old.connect_kwargs)
@@ -203,7 +247,7 @@ def test_workers_reconnect_after_every_nats_server_is_killed_and_restarted(nkey_
 def test_new_logins_need_the_callout_running_ones_do_not(nkey_stack: LocalStack) -> None:
     faults = FaultInjector(nkey_stack, random.Random(1))
     url = client_url(nkey_stack)
-    cred = worker_credentials(StackKeys.derive(nkey_stack.topology.seed), "nkey", "w", "http-echo")
+    cred = worker_credentials(StackKeys.of(nkey_stack.topology), "nkey", "w", "http-echo")
     faults.apply({"kill": NATS_CALLOUT})
     _call_ok(nkey_stack)  # connected workers keep working without the callout
     with pytest.raises(
@@ -219,6 +263,9 @@ async def _login(url: str, kwargs: dict) -> None:
     await nc.close()
 
 
+RECOVERY = 60.0  # seconds for a fully restarted NATS cluster's streams to take work again (a few, loaded)
+
+
 def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: LocalStack) -> None:
     """The seed: scaling the NATS StatefulSet to zero is a full outage; scaling it back ends it."""
     from test_faults import call
@@ -230,4 +277,27 @@ def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: 
     assert call(nkey_stack).status == 500  # the API could not publish the work: no server to take it
     said = faults.apply({"scale": {"role": "nats", "replicas": 3}})
     assert "JetStream current on the 3 running servers" in said  # the last one back waited for a majority
+    # After a full outage each stream elects its leader anew, a moment after the servers are current: the
+    # outage ends at the first invocation answered, as a client retrying would see it.
+    deadline = time.monotonic() + RECOVERY
+    while (answered := call(nkey_stack)).status != 200 and time.monotonic() < deadline:
+        assert answered.status == 500, answered  # still the API's "could not publish", nothing else
+    assert answered.status == 200, answered
+
+
+def test_a_sigkilled_supervisor_is_told_and_its_orphan_replaced(nkey_stack: LocalStack) -> None:
+    """Issue 31: `kill -9` of a NATS server's supervisor leaves its nats-server running on: status names it,
+    and `fault restart` stops it and starts the server anew (it used to report success and fail on the ports)."""
+    supervisor = nkey_stack.launcher.running()["nats-0"]
+    os.kill(supervisor, signal.SIGKILL)
+    assert wait_exited(supervisor, SHORT)
+    status = nkey_stack.status()
+    assert status is not None and "nats-0" in status["down"]
+    (orphan,) = status["orphans"]["nats-0"]
+    assert b"nats-server" in _cmdline(orphan)
+    said = FaultInjector(nkey_stack, random.Random(1)).apply({"restart": "nats-0"})
+    assert said.startswith("restarted nats-0")
+    assert not Path(f"/proc/{orphan}").exists() or b"nats-server" not in _cmdline(orphan)
+    after = nkey_stack.status()
+    assert after is not None and "nats-0" in after["running"] and "orphans" not in after
     _call_ok(nkey_stack)

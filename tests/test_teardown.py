@@ -412,7 +412,9 @@ def test_down_stops_a_nats_server_no_record_names(root: Path) -> None:
     stack = backend.attach("orphan")
     stack.state_dir.mkdir(parents=True)  # nothing but what ncpsim writes: down adopts it
     nats = stack.state_dir / "nats" / "nats-0"
-    config = server_config(StackKeys.derive(1), str(nats / "js"))  # as the stack's supervisor renders it
+    config = server_config(
+        StackKeys.derive("a stack's secret"), str(nats / "js")
+    )  # as the stack's supervisor renders it
     server = NatsServer(config, nats, stack.state_dir / "logs" / "nats-0.log")
     try:
         server.start()

@@ -140,14 +140,18 @@ async def serve(kind: str, ctx: Context) -> None:
     """Run the component; publish its bindings on real ports once it is ready; stop on SIGTERM."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[dict[str, int]] = loop.create_future()
-    runner = loop.create_task(
-        load_runner(kind)(ctx, lambda b: ready.done() or ready.set_result(b)), name=f"component:{kind}"
-    )
+
+    def announce(bindings: dict[str, int]) -> None:
+        if not ready.done():
+            ready.set_result(bindings)
+
+    runner = loop.create_task(load_runner(kind)(ctx, announce), name=f"component:{kind}")
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, runner.cancel)
     published: Published | None = None
     try:
-        done, _ = await asyncio.wait({runner, ready}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {runner, ready}
+        done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             published = await publish(ready.result())
             ctx.events.emit("component.ready", bindings=ready.result(), pid=os.getpid())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from functools import partial
 
 LOOPBACK = "127.0.0.1"
 CHUNK = 65536
@@ -145,8 +146,7 @@ async def publish(bindings: dict[str, int], host: str = "0.0.0.0") -> Published:
     for key, real in sorted(bindings.items()):
         port, proto = parse_binding(key)
         if proto == "udp":
-            relay = UdpRelay(real)
-            await loop.create_datagram_endpoint(lambda r=relay: r, local_addr=(host, port))
+            _, relay = await loop.create_datagram_endpoint(partial(UdpRelay, real), local_addr=(host, port))
             published.udp.append(relay)
         else:
             published.servers.append(await tcp_relay(port, real, host))

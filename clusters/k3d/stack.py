@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from certs.store import CertStore
+from clusters.certificates import with_stack_secret
 from clusters.k3d.backend import Backend, bring_up, check_reachable, teardown
 from clusters.k3d.engine import DockerEngine, SdkEngine
 from clusters.k3d.live import (
@@ -51,10 +53,10 @@ from sim.protocols.wire import NAMESPACE
 
 def _is_worker(obj: Json) -> bool:
     template = obj.get("spec", {}).get("template", {}).get("metadata", {})
-    return template.get("labels", {}).get("app.kubernetes.io/component") == WORKER_COMPONENT
+    return bool(template.get("labels", {}).get("app.kubernetes.io/component") == WORKER_COMPONENT)
 
 
-GROUPS = {
+GROUPS: dict[str, Callable[[Json, bool], bool]] = {
     "proxy": lambda o, compute: not compute and o["metadata"]["name"] in (ENVOY_CONFIGMAP, PROXY_NAME),
     "pods": lambda o, compute: (
         not compute and o["metadata"]["name"] in (TOPOLOGY_CONFIGMAP, INVOCATION_DEPLOYMENT, GRPC_DEPLOYMENT)
@@ -215,6 +217,7 @@ class K3dBackend:
         preflight(k3d.runner, k3d.engine)
         check_reachable(topology)
         material = cert_material(k3d.state / "certs", topology)
+        topology = with_stack_secret(CertStore(k3d.state / "certs"), topology)
         # The values as applied: a workerCallbackCaPem marker is PEM text from here on, so a redeploy after a
         # CA rotation renders the PEM the customer pasted, not the new CA (as the local backend does).
         topology = topology.with_ca_pem(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from certs.store import CertStore
+from clusters.certificates import with_stack_secret
 from clusters.k3d.dnsrewrite import dns_rewrite as _dns_rewrite
 from clusters.k3d.doctor import doctor as _doctor
 from clusters.k3d.state import cert_material, stack_state, write_files
@@ -20,8 +22,9 @@ def render(out_dir: str | Path, topology: Topology, scenario: str) -> int:
     Certificates come from the stack's state folder (created there if missing), so a later `up`
     applies the same Secrets. Manifest files hold private keys and are written owner-only.
     """
-    material = cert_material(stack_state(topology.stack) / "certs", topology)
-    topology, notice = one_server(topology)
+    certs = stack_state(topology.stack) / "certs"
+    material = cert_material(certs, topology)
+    topology, notice = one_server(with_stack_secret(CertStore(certs), topology))
     written = write_files(Path(out_dir), render_bundle(topology, material))
     for path in written:
         print(path)

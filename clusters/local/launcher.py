@@ -300,12 +300,45 @@ class Launcher:
             # child caught mid-exec shows an empty /proc cmdline, which _is_ours takes for a zombie.
             if proc.poll() is None:
                 _terminate(proc.pid, proc)
+            else:
+                self._stop_orphans(proc.pid)
         elif pidfile.exists():
             pid = int(pidfile.read_text().strip() or 0)
             if pid and _is_ours(pid, self.state_dir):
                 _terminate(pid, None)
+            elif pid:
+                self._stop_orphans(pid)
         pidfile.unlink(missing_ok=True)
         self.children.pop(name, None)
+
+    def _stop_orphans(self, pgid: int) -> None:
+        """The leader died (kill -9 of a supervisor): what it started may run on in its group."""
+        for orphan in self.orphans(pgid):  # members of a group whose leader is gone: one by one
+            _terminate(orphan, None, group=False)
+
+    def orphans(self, pgid: int) -> list[int]:
+        """This stack's processes left in the process group of a component that died (a nats-server whose
+        supervisor was SIGKILLed): found by group and by command line, never by the group id alone."""
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if os.getpgid(proc.info["pid"]) == pgid and _is_stack_process(
+                    proc.info["cmdline"] or [], self.state_dir
+                ):
+                    found.append(proc.info["pid"])
+            except (ProcessLookupError, PermissionError, psutil.Error):
+                continue
+        return found
+
+    def orphans_of_dead(self) -> dict[str, list[int]]:
+        """Per component whose recorded process is gone, the stack's processes still in its group."""
+        left = {}
+        running = self.running()
+        for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
+            pid = int(pidfile.read_text().strip() or 0)
+            if pid and pidfile.stem not in running and (orphans := self.orphans(pid)):
+                left[pidfile.stem] = orphans
+        return left
 
     def stop_all(self) -> list[str]:
         """Stop every recorded process (and any child started by this launcher), newest phase first, then
@@ -402,11 +435,12 @@ def _stop_strays(state_dir: Path) -> list[str]:
     return stopped
 
 
-def _terminate(pid: int, proc: subprocess.Popen | Forked | None) -> None:
-    """SIGTERM the process group, then SIGKILL it if it outlives the grace period."""
+def _terminate(pid: int, proc: subprocess.Popen | Forked | None, group: bool = True) -> None:
+    """SIGTERM the process group (with `group`, else the one process), then SIGKILL past the grace period."""
+    send = os.killpg if group else os.kill
     for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
         try:
-            os.killpg(pid, sig)
+            send(pid, sig)
         except ProcessLookupError:
             return
         if _wait_gone(pid, proc, grace):

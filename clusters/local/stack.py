@@ -101,6 +101,7 @@ class LocalStack:
             return None
         running = sorted(self.launcher.running())
         path = self.state_dir / "status.json"
+        status: Json
         if path.is_file() and not path.is_symlink():
             status = json.loads(path.read_text())
             status["complete"] = True
@@ -115,6 +116,9 @@ class LocalStack:
             return None
         status["running"] = running
         status["down"] = [name for name in self.expected() if name not in running]
+        orphans = self.launcher.orphans_of_dead()
+        if orphans:  # a supervisor that died left what it ran: `fault restart NAME` or `down` stops it
+            status["orphans"] = orphans
         return status
 
     def logs(self) -> dict[str, str]:

@@ -119,7 +119,7 @@ def dfp_filter() -> Json:
 def dfp_cluster(name: str, *, insecure: bool) -> Json:
     # allow_insecure_cluster_options: Envoy refuses a forward-proxy cluster without auto SNI and
     # auto SAN validation unless told the cluster checks peers some other way (or not at all).
-    cluster_type = {"@type": DFP_CLUSTER, "dns_cache_config": DNS_CACHE}
+    cluster_type: Json = {"@type": DFP_CLUSTER, "dns_cache_config": DNS_CACHE}
     if insecure:
         cluster_type["allow_insecure_cluster_options"] = True
     return {

@@ -56,7 +56,7 @@ def nats_image(topology: Topology) -> str:
 
 def nats_config_text(topology: Topology) -> str:
     """The same server config as the local backend's, listening on the pod's ports."""
-    config = server_config(StackKeys.derive(topology.seed), STORE_DIR, NATS_PORT, NATS_MONITOR_PORT)
+    config = server_config(StackKeys.of(topology), STORE_DIR, NATS_PORT, NATS_MONITOR_PORT)
     return render(config.__class__(**{**config.__dict__, "host": "0.0.0.0"}))
 
 

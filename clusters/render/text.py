@@ -11,7 +11,7 @@ import yaml
 _Base: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
-class _PlainDumper(_Base):  # type: ignore[misc, valid-type]
+class _PlainDumper(_Base):  # type: ignore[misc]
     def ignore_aliases(self, data: Any) -> bool:
         return True
 

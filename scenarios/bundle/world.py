@@ -213,9 +213,9 @@ def _compute_dns(bundle: Bundle, folder: str, context: str, notes: list[str]) ->
         name = str((item.get("metadata") or {}).get("name") or "")
         maps[name] = {str(k): str(v) for k, v in (item.get("data") or {}).items()}
         for key in maps[name]:
-            found = origin.get(".".join(p for p in (prefix, key_path(("data", key))) if p))
-            if found:
-                line_of[f"{name}/{key}"] = found[1]
+            cited = origin.get(".".join(p for p in (prefix, key_path(("data", key))) if p))
+            if cited:
+                line_of[f"{name}/{key}"] = cited[1]
     if "Corefile" not in maps.get("coredns", {}):
         raise ConfigError(
             f"{path}: no coredns ConfigMap with a Corefile key; collect it again (meta.yaml names the command)"

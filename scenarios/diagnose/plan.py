@@ -91,7 +91,7 @@ def bundle_probes(
         found = profiles.get(dns.context) or []
         assumed += [] if labels else _unknown_versions(dns.context, found, world.workers)
         cluster = replayed.cluster(settings.worker_domain)
-        for label in list(labels) or [_label(p) for p in found or [None]]:
+        for label in list(labels) or [_label(p) for p in found] or [_label(None)]:
             probes.append(Probe(label, values, cluster, secrets.declared, context=dns.context))
     return probes, list(dict.fromkeys(assumed))
 

@@ -33,7 +33,7 @@ from scenarios.secrets import with_brought_secrets
 from scenarios.trace import CallTrace
 from sim.errors import ConfigError
 from sim.model.assumptions import Assumption
-from sim.model.events import of_kind, read_events
+from sim.model.events import WORKER_NATS_CONNECTED, WORKER_NATS_REFUSED, of_kind, read_events
 from sim.model.values import lookup
 
 PARALLEL_PROBES = 2  # probe stacks at once: start-up is CPU-bound, and two cores are the common laptop floor
@@ -125,8 +125,8 @@ def _probe(backend: LocalBackend, scratch: Path, name: str, probe: Probe) -> Pro
         result = run_scenario(scenario, backend, name, keep=False)
         events = read_events(stack.state_dir)
         # a login refused once and then accepted (timed out on a busy machine) explains nothing
-        signed_in = {e.get("worker") for e in of_kind(events, "worker.nats.connected")}
-        refused = [e for e in of_kind(events, "worker.nats.refused") if e.get("worker") not in signed_in]
+        signed_in = {e.get("worker") for e in of_kind(events, WORKER_NATS_CONNECTED)}
+        refused = [e for e in of_kind(events, WORKER_NATS_REFUSED) if e.get("worker") not in signed_in]
         seen = observations_of(result, profile, refused, callout_refusals(stack.logs().get(NATS_CALLOUT)))
         return Probed(tuple(seen), tuple(result.assumptions), arrived(result))
     finally:

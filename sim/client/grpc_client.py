@@ -38,12 +38,18 @@ class EchoClient:
     ) -> None:
         await self.channel.close()
 
+    def _unary(self) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
+        return self.channel.unary_unary(UNARY)  # no serializers: bytes in and out
+
+    def _stream(self) -> grpc.aio.UnaryStreamMultiCallable[bytes, bytes]:
+        return self.channel.unary_stream(STREAM)
+
     async def unary(self, payload: bytes, timeout: float = 10) -> bytes:
-        return await self.channel.unary_unary(UNARY)(payload, timeout=timeout)
+        return await self._unary()(payload, timeout=timeout)
 
     async def stream(self, text: str, count: int, timeout: float = 10) -> list[bytes]:
         request = json.dumps({"text": text, "count": count}).encode()
-        return [message async for message in self.channel.unary_stream(STREAM)(request, timeout=timeout)]
+        return [message async for message in self._stream()(request, timeout=timeout)]
 
     async def traced(
         self,
@@ -58,22 +64,29 @@ class EchoClient:
         grpc's asyncio client hands a unary call's initial metadata (the request id) over only once the
         call ends; `call_tag`, sent as GRPC_CALL_TAG metadata, lets a watcher find the request meanwhile in
         the pod's grpc.token.minted event."""
-        metadata = ((GRPC_CALL_TAG, call_tag),) if call_tag else None
-        if stream_count is None:
-            call = self.channel.unary_unary(UNARY)(payload, timeout=timeout, metadata=metadata)
-        else:
-            request = json.dumps({"text": payload.decode(), "count": stream_count}).encode()
-            call = self.channel.unary_stream(STREAM)(request, timeout=timeout, metadata=metadata)
+        tagged = ((GRPC_CALL_TAG, call_tag),) if call_tag else None
         request_id = None
         try:
-            metadata = await call.initial_metadata()
-            request_id = dict(metadata or ()).get("nvcf-reqid")
-            if request_id and on_request_id:
-                on_request_id(request_id)
-            replies = [await call] if stream_count is None else [m async for m in call]
+            if stream_count is None:
+                call = self._unary()(payload, timeout=timeout, metadata=tagged)
+                request_id = await _request_id(call, on_request_id)
+                replies = [await call]
+            else:
+                request = json.dumps({"text": payload.decode(), "count": stream_count}).encode()
+                streamed = self._stream()(request, timeout=timeout, metadata=tagged)
+                request_id = await _request_id(streamed, on_request_id)
+                replies = [m async for m in streamed]
         except grpc.aio.AioRpcError as exc:
             return CallOutcome([], request_id, f"{exc.code().name}: {exc.details()}")
         return CallOutcome(replies, request_id)
+
+
+async def _request_id(call: grpc.aio.Call, on_request_id: Callable[[str], None] | None) -> str | None:
+    """The pod's `nvcf-reqid`, from the call's initial metadata; told to `on_request_id` as soon as known."""
+    request_id = dict(await call.initial_metadata() or ()).get("nvcf-reqid")
+    if request_id and on_request_id:
+        on_request_id(str(request_id))
+    return None if request_id is None else str(request_id)
 
 
 async def unary(addr: tuple[str, int], payload: bytes, timeout: float = 10) -> bytes:

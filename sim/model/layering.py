@@ -327,7 +327,7 @@ def _unknown(layers: Sequence[Layer]) -> tuple[UnknownKey, ...]:
 _SEGMENT = re.compile(r'\["([^"]+)"\]|((?:[^.\[\]\\]|\\.)+)')  # ["a.b/c"] or a plain key (a\.b escapes a dot)
 
 
-def _set_parts(text: str, key: str) -> KeyPath:
+def _set_parts(text: str, key: str) -> tuple[str, ...]:
     parts: list[str] = []
     pos = 0
     while True:
@@ -367,7 +367,7 @@ def parse_set(text: str) -> Layer:
     return Layer(SET, text if len(text) <= 120 else text[:117] + "...", node)
 
 
-def parse_key(text: str) -> KeyPath:
+def parse_key(text: str) -> tuple[str, ...]:
     """A key path as `--set` writes it (a.b.c, a\\.b or ["a.b"] for a key with dots)."""
     return _set_parts(text, text.strip())
 

@@ -87,7 +87,7 @@ class NetMap:
         return picker.choice(live)
 
     def to_json(self) -> str:
-        raw: dict = {"bindings": self.bindings, "reach": self.reach}
+        raw: dict[str, object] = {"bindings": self.bindings, "reach": self.reach}
         if self.services:
             raw.update(services=self.services, seed=self.seed)
         return json.dumps(raw, indent=2, sort_keys=True)

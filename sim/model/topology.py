@@ -185,6 +185,9 @@ class Topology:
     proxy_lb_ip: str = PROXY_LB_IP
     bus_lb_ip: str = BUS_LB_IP
     seed: int = 0
+    # The stack's own randomness, from the OS when the stack is created (clusters.certificates): every NATS
+    # key and the API's token key derive from it, never from the seed a scenario publishes.
+    secret: str = ""
     functions: tuple[str, ...] = field(default=("http-echo", "grpc-echo"))
     secrets: tuple[SecretSpec, ...] = ()
 
@@ -357,6 +360,7 @@ class Topology:
             proxy_lb_ip=raw["proxy_lb_ip"],
             bus_lb_ip=raw["bus_lb_ip"],
             seed=raw["seed"],
+            secret=str(raw.get("secret", "")),  # a topology.json from before the field: its stack's keys
             functions=tuple(raw["functions"]),
             secrets=tuple(SecretSpec(**{**s, "names": tuple(s["names"])}) for s in raw.get("secrets", ())),
         )

@@ -132,7 +132,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._depth += 1
         self._nodes += 1
         if self._depth > MAX_DEPTH or self._nodes > self._max_nodes:
-            mark = self.peek_event().start_mark
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
             if self._depth > MAX_DEPTH:
                 _refuse(mark.line + 1, f"nested more than {MAX_DEPTH} levels deep; flatten it")
             _refuse(mark.line + 1, f"more than {self._max_nodes:,} values; is it the right file?")

@@ -18,6 +18,7 @@ import grpc
 from aioquic.quic.connection import QuicConnection
 
 from certs.profiles import GRPC_SECRET
+from sim.model.events import GRPC_ACCEPTED, GRPC_REJECTED, TOKEN_MINTED
 from sim.model.topology import Pod
 from sim.pods.nats.publisher import WorkPublisher
 from sim.protocols.grpc_callback import (
@@ -126,7 +127,7 @@ class GrpcProxyPod:
                 verdict = Reject(403, INVALID_AUTH)
         if isinstance(verdict, Reject):
             self.ctx.events.emit(
-                "grpc.callback.rejected",
+                GRPC_REJECTED,
                 pod=self.pod.name,
                 status=verdict.status,
                 reason=verdict.message,
@@ -134,8 +135,9 @@ class GrpcProxyPod:
             )
             respond_text(stream, verdict.status, verdict.message)
             return
-        self.ctx.events.emit("grpc.callback.accepted", requestId=verdict.request_id, pod=self.pod.name)
+        self.ctx.events.emit(GRPC_ACCEPTED, requestId=verdict.request_id, pod=self.pod.name)
         stream.send_headers([(b":status", b"200")])
+        assert waiter is not None  # an Accept that stayed one has its call waiting
         waiter.set_result(stream)  # the waiting call now owns the stream
 
     # Client-facing service -------------------------------------------------------------------
@@ -157,7 +159,7 @@ class GrpcProxyPod:
         request_id = new_request_id(self.rng)
         token = self.book.mint(request_id, self.clock())
         tag = dict(context.invocation_metadata() or ()).get(GRPC_CALL_TAG)
-        self.ctx.events.emit("grpc.token.minted", requestId=request_id, pod=self.pod.name, call=tag)
+        self.ctx.events.emit(TOKEN_MINTED, requestId=request_id, pod=self.pod.name, call=tag)
         # Like NVCF-REQID on HTTP invocations: lets a client (and ncpsim's replay) name the request at once.
         await context.send_initial_metadata((("nvcf-reqid", request_id),))
         waiter: asyncio.Future[H3Stream] = asyncio.get_running_loop().create_future()

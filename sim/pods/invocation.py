@@ -18,6 +18,7 @@ import h11
 
 from certs.profiles import INVOCATION_SECRET
 from dns.rule import dashed_ip
+from sim.model.events import ATTACH_GET, ATTACH_POST, POD_REQUEST
 from sim.model.topology import Pod
 from sim.model.values import proxy_settings
 from sim.pods.nats.publisher import WorkPublisher
@@ -130,7 +131,7 @@ class InvocationPod:
         headers = decode_headers(req.headers)
         # Every request is recorded, routed or not: a probe's "no pod was contacted" rests on this.
         self.ctx.events.emit(
-            "pod.request",
+            POD_REQUEST,
             requestId=dict(headers).get("x-request-id"),
             pod=self.pod.name,
             method=req.method.decode(),
@@ -153,8 +154,8 @@ class InvocationPod:
     async def invoke(self, stream: H11Stream, rest: str, headers: list[tuple[str, str]], body: bytes) -> None:
         # Every check before the work is published: a refused call must leave no work for a worker to run.
         function, poll = function_id(rest, self.ctx.topology.functions), poll_seconds(dict(headers))
-        if isinstance(function, Problem) or isinstance(poll, Problem):  # the function is checked first
-            refusal = function if isinstance(function, Problem) else poll
+        if isinstance(function, Problem) or isinstance(poll, Problem):
+            refusal = next(p for p in (function, poll) if isinstance(p, Problem))  # the function's first
             await self.refuse(stream, f"POST {PEXEC_PREFIX}{shown(rest)}", refusal)
             return
         request_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
@@ -222,7 +223,7 @@ class InvocationPod:
         # xRequestId: the proxy's id for this request (workers send none), as its access log shows it; token:
         # which bearer the leg carried, so a leg refused here is still traced to the worker that sent it.
         self.ctx.events.emit(
-            "attach.get",
+            ATTACH_GET,
             requestId=request_id or headers.get("x-request-id"),
             pod=self.pod.name,
             status=status,
@@ -246,7 +247,7 @@ class InvocationPod:
         if isinstance(inner, str) and status == 200:
             status, message = 400, inner
         self.ctx.events.emit(
-            "attach.post",
+            ATTACH_POST,
             requestId=request_id or headers.get("x-request-id"),
             pod=self.pod.name,
             status=status,

@@ -134,7 +134,7 @@ def retry_delay(attempt: int, status: int | None) -> float | None:
     """Seconds to wait before attempt `attempt + 1`, or None to stop (`status` None: no HTTP answer)."""
     if status == 200 or status in NO_RETRY_STATUSES or attempt >= MAX_ATTEMPTS:
         return None
-    return FIRST_DELAY * 2 ** (attempt - 1)
+    return FIRST_DELAY * 2.0 ** (attempt - 1)
 
 
 def work_message(request_id: str, token: str, url: str, pod: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import struct
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import h2.config
 import h2.connection
@@ -144,7 +144,7 @@ class H2Tunnel:
         elif isinstance(event, h2.events.RequestReceived) and self._handler is not None:
             self._inbox[event.stream_id] = asyncio.Queue()
             self._tasks.spawn(
-                self._answer(event.stream_id, dict(event.headers)), f"h2-call-{event.stream_id}"
+                self._answer(event.stream_id, _text(event.headers)), f"h2-call-{event.stream_id}"
             )
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._shut()
@@ -199,7 +199,7 @@ class H2Tunnel:
         deframer, status = Deframer(), None
         while not isinstance(event := await self._next(stream_id), h2.events.StreamEnded):
             if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
-                status = _grpc_status(dict(event.headers), status)
+                status = _grpc_status(_text(event.headers), status)
             elif isinstance(event, h2.events.DataReceived):
                 for message in deframer.feed(event.data):
                     yield message
@@ -247,6 +247,11 @@ class H2Tunnel:
         self.conn.send_headers(stream_id, trailers, end_stream=True)
         self._inbox.pop(stream_id, None)
         await self._flush()
+
+
+def _text(headers: object) -> dict[str, str]:
+    """An event's headers: text, since the connection decodes them (header_encoding="utf-8")."""
+    return dict(cast("list[tuple[str, str]]", headers))
 
 
 def _grpc_status(headers: dict[str, str], current: tuple[int, str] | None) -> tuple[int, str] | None:

@@ -207,11 +207,13 @@ class H3Stream:
 
     def send_headers(self, headers: Headers, end: bool = False) -> None:
         self._check_writable()
+        assert self.endpoint.h3 is not None, "HTTP/3 is not negotiated yet"  # a stream means it is
         self.endpoint.h3.send_headers(self.stream_id, headers, end_stream=end)
         self._sent(end)
 
     def write(self, data: bytes, end: bool = False) -> None:
         self._check_writable()
+        assert self.endpoint.h3 is not None, "HTTP/3 is not negotiated yet"
         self.endpoint.h3.send_data(self.stream_id, data, end_stream=end)
         self.bytes_sent += len(data)
         self._sent(end)

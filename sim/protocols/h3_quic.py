@@ -130,7 +130,7 @@ def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -
             buf.push_uint_var(stream.max_stream_data_local)
             stream.max_stream_data_local_sent = stream.max_stream_data_local
 
-    quic._write_stream_limits = write_stream_limits
+    quic._write_stream_limits = write_stream_limits  # type: ignore[method-assign]
 
 
 def check_server_certificate(quic: QuicConnection, check: Callable[[x509.Certificate], None]) -> None:
@@ -146,11 +146,13 @@ def check_server_certificate(quic: QuicConnection, check: Callable[[x509.Certifi
 
         def verify_and_check(input_buf: Buffer) -> None:
             verify(input_buf)
-            check(quic.tls._peer_certificate)
+            certificate = quic.tls._peer_certificate
+            if certificate is not None:  # set by the verification that just passed
+                check(certificate)
 
-        quic.tls._client_handle_certificate_verify = verify_and_check
+        quic.tls._client_handle_certificate_verify = verify_and_check  # type: ignore[method-assign]
 
-    quic._initialize = initialize_and_hook
+    quic._initialize = initialize_and_hook  # type: ignore[method-assign]
 
 
 def peer_certificate(quic: QuicConnection) -> x509.Certificate | None:
@@ -178,6 +180,6 @@ def peek_server_name(quic: QuicConnection, on_hello: Callable[[str | None], None
             on_hello(hello.server_name)
             handle_hello(input_buf, initial_buf, handshake_buf)
 
-        quic.tls._server_handle_hello = peek
+        quic.tls._server_handle_hello = peek  # type: ignore[method-assign]
 
-    quic._initialize = initialize_and_hook
+    quic._initialize = initialize_and_hook  # type: ignore[method-assign]

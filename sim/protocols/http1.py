@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from http import HTTPStatus
+from typing import Any, Protocol, cast
 
 import h11
+
+from sim.protocols.h1plain import head_end
 
 READ_SIZE = 65536
 # Envoy's default max_request_headers_kb is 60: h11 must be able to buffer that much before we judge.
@@ -26,11 +32,114 @@ class ClosedBeforeResponse(PeerClosed):
         super().__init__("connection closed before a response")
 
 
-async def read_within(reader: asyncio.StreamReader, timeout: float | None, size: int = READ_SIZE) -> bytes:
-    """One read under a deadline (TimeoutError past it), without the task asyncio.wait_for wraps each read in:
-    every HTTP/1.1 party reads this way, and a proxy holds thousands of kept-alive connections waiting."""
-    async with asyncio.timeout(timeout):
-        return await reader.read(size)
+class Reader(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class TimedReads:
+    """Reads from one connection, each under an idle deadline (TimeoutError past it), as asyncio.timeout
+    would give, at a fraction of its cost: one timer per connection, moved on only when it fires.
+
+    A proxy reads each kept-alive connection once or twice a request; asyncio.timeout scheduled and cancelled
+    a timer handle around every read. Here a read notes when it started and its limit; the timer, when it
+    fires, either finds the current read's deadline still ahead (and sleeps until then) or cancels the reading
+    task, which the read turns into TimeoutError (unless the task was also cancelled from outside)."""
+
+    def __init__(self, reader: Reader):
+        self.reader = reader
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None  # set only while a read waits under a limit
+        self._deadline = 0.0
+        self._expired = False
+
+    async def read(self, timeout: float | None, size: int = READ_SIZE) -> bytes:
+        if timeout is None:
+            return await self.reader.read(size)
+        loop = self._loop or asyncio.get_running_loop()
+        self._loop, self._task = loop, asyncio.current_task()
+        assert self._task is not None
+        self._deadline = loop.time() + timeout
+        if self._timer is None or self._timer.when() > self._deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(self._deadline, _fire, weakref.ref(self))
+        cancelling = self._task.cancelling()
+        try:
+            return await self.reader.read(size)
+        except asyncio.CancelledError:
+            if self._expired and self._task.uncancel() <= cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._task, self._expired = None, False
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self._task is None:  # no read waiting: the next one arms the timer again
+            return
+        assert self._loop is not None
+        if self._loop.time() < self._deadline:
+            self._timer = self._loop.call_at(self._deadline, _fire, weakref.ref(self))
+        elif not self._expired:
+            self._expired = True
+            self._task.cancel()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _fire(reads: weakref.ref[TimedReads]) -> None:
+    """The timer holds its connection's reads weakly: a connection dropped unclosed is not kept for up to
+    its idle timeout (an hour for a worker's) by a timer that has nothing left to do."""
+    if (alive := reads()) is not None:
+        alive._fire()
+
+
+class HeadReader:
+    """A connection's bytes read and not yet consumed, read on until they start with a whole message head,
+    for a relay that takes plain messages (sim.protocols.h1plain) as they came and hands h11 the rest."""
+
+    def __init__(self, reader: asyncio.StreamReader):
+        self.reader = reader
+        self.reads = TimedReads(reader)
+        self.pending = bytearray()
+        self.eof = False
+
+    async def head(self, first: bytes, idle: float | None, begun: float | None) -> int:
+        """The length of the whole head `pending` starts with; -1 when h11 must judge the bytes as they are
+        (the peer closed, sent a first byte not in `first`, or more than MAX_HEAD without a blank line):
+        everything h11 would refuse early, it then refuses as early. Reads wait up to `idle` while nothing
+        is pending, `begun` once a head has begun (TimeoutError past either)."""
+        searched = 0
+        while True:
+            if self.pending:
+                if self.pending[0] not in first:
+                    return -1
+                if (end := head_end(self.pending, searched)) >= 0:
+                    return end
+                if len(self.pending) > MAX_HEAD:
+                    return -1
+                searched = len(self.pending)
+            if self.eof:
+                return -1
+            data = await self.reads.read(begun if self.pending else idle)
+            self.eof = not data
+            self.pending += data
+
+    def take(self, size: int) -> bytes:
+        data = bytes(self.pending[:size])
+        del self.pending[:size]
+        return data
+
+    def hand_over(self, conn: h11.Connection) -> None:
+        """Everything pending (and the end of the stream, if it came) to `conn`, which reads on from there."""
+        if self.pending:  # (h11 takes b"" for the end of the stream)
+            conn.receive_data(self.take(len(self.pending)))
+        if self.eof:
+            conn.receive_data(b"")
 
 
 async def open_within(
@@ -71,17 +180,24 @@ async def close_within(writer: asyncio.StreamWriter, timeout: float = CLOSE_TIME
 
 class H11Stream:
     def __init__(
-        self, role: type[h11.CLIENT | h11.SERVER], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        role: type[h11.CLIENT | h11.SERVER],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        reads: TimedReads | None = None,
     ):
         self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
         self.reader, self.writer = reader, writer
+        self.reads = reads or TimedReads(reader)  # `reads`: the connection's, when h11 takes it over
 
     async def next_event(self, timeout: float | None = None) -> h11.Event:
+        """The next event (h11.PAUSED, a sentinel class, when the peer's next message waits for ours: callers
+        compare it by identity, as h11's own docs do)."""
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
-                return event
-            data = await read_within(self.reader, timeout)
+                return cast(h11.Event, event)  # mypy cannot narrow a sentinel class away by identity
+            data = await self.reads.read(timeout)
             # b"" is EOF: h11 then answers ConnectionClosed, or RemoteProtocolError mid-message.
             self.conn.receive_data(data)
 
@@ -99,10 +215,12 @@ class H11Stream:
         self.conn.start_next_cycle()
 
     def close(self) -> None:
+        self.reads.close()
         self.writer.close()
 
     async def aclose(self) -> None:
         """close(), waited for: for a client whose loop may end right after (see close_within)."""
+        self.reads.close()
         await close_within(self.writer)
 
 
@@ -117,8 +235,14 @@ class Response:
         return next((v for k, v in self.headers if k == name), None)
 
 
-def decode_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+def decode_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in headers]
+
+
+def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """decode_headers undone, for h11 to send: it takes str as ASCII only, and a value may carry obs-text
+    (bytes 0x80-0xff), which HTTP/1.1 allows and a relay passes on as it came."""
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
 async def read_body(stream: H11Stream, timeout: float | None = None) -> bytes:
@@ -188,6 +312,7 @@ async def respond(
     )
 
 
+@lru_cache(maxsize=64)
 def reason_phrase(status: int) -> bytes:
     """The standard reason phrase for a status line ("Unknown" for a code without one)."""
     try:

@@ -74,7 +74,8 @@ def parse_inner_response(raw: bytes) -> InnerResponse | str:
     conn.send(h11.EndOfMessage())
     conn.receive_data(raw)
     conn.receive_data(b"")
-    status, headers, chunks = 0, (), []
+    status, chunks = 0, []
+    headers: tuple[tuple[str, str], ...] = ()
     try:
         while True:
             event = conn.next_event()

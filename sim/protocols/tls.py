@@ -96,7 +96,7 @@ class ReloadingContext:
         self,
         secret_dir: Path,
         factory: Callable[[Path], ssl.SSLContext],
-        on_error: Callable[[str], None] = lambda msg: None,
+        on_error: Callable[[str], object] = lambda msg: None,
     ):
         self.secret_dir = secret_dir
         self.factory = factory

@@ -12,10 +12,12 @@ when no address was chosen (NR, DF, codec errors).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 
 ACCESS_LOG = "worker-callback-proxy.access.log"  # under <state>/logs
@@ -43,20 +45,19 @@ class AccessRecord:
         self.duration_ms = int(((now or time.time()) - self.start) * 1000)
 
 
-def _q(value: str) -> str:
-    return f'"{value or "-"}"'
+@lru_cache(maxsize=2)
+def _second(second: int) -> str:
+    """START_TIME up to its milliseconds: the same for every line of a second, so made once a second."""
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
 def format_record(r: AccessRecord) -> str:
-    started = (
-        datetime.fromtimestamp(r.start, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        + f"{int(r.start * 1000) % 1000:03d}Z"
-    )
+    millis = int(r.start * 1000)
     return (
-        f'[{started}] "{r.method} {r.path} {r.protocol}" {r.status} {r.flags} '
-        f"{r.bytes_received} {r.bytes_sent} {r.duration_ms} {r.upstream_service_time} "
-        f"{_q(r.forwarded_for)} {_q(r.user_agent)} {_q(r.request_id)} {_q(r.authority)} "
-        f"{_q(r.upstream_host)}"
+        f'[{_second(millis // 1000)}{millis % 1000:03d}Z] "{r.method} {r.path} {r.protocol}" {r.status} '
+        f"{r.flags} {r.bytes_received} {r.bytes_sent} {r.duration_ms} {r.upstream_service_time} "
+        f'"{r.forwarded_for or "-"}" "{r.user_agent or "-"}" "{r.request_id or "-"}" "{r.authority or "-"}" '
+        f'"{r.upstream_host or "-"}"'
     )
 
 
@@ -84,26 +85,31 @@ class AccessLog:
     def __init__(self, path: Path, max_bytes: int = MAX_BYTES):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.max_bytes = path, max_bytes
-        self._file = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the log
-        self.written, self.dropped = path.stat().st_size, 0
+        # Each line goes out in one write as the request ends (a reader sees it once the response is out),
+        # without a text layer's buffering and flush around it.
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.written, self.dropped = os.fstat(self._fd).st_size, 0
 
     def write(self, record: AccessRecord) -> str:
         line = format_record(record)
         if self.written + len(line) + 1 > self.max_bytes:
             if not self.dropped:
-                self._file.write(
-                    f"# ncpsim: access log capped at {self.max_bytes} bytes; later lines are counted\n"
-                )
+                self._put(f"# ncpsim: access log capped at {self.max_bytes} bytes; later lines are counted")
             self.dropped += 1
             return line
-        self._file.write(line + "\n")
-        self.written += len(line) + 1
+        self.written += self._put(line)
         return line
 
+    def _put(self, line: str) -> int:
+        return os.write(self._fd, (line + "\n").encode("utf-8", "surrogateescape"))
+
     def close(self) -> None:
-        if self.dropped and not self._file.closed:
-            self._file.write(f"# ncpsim: {self.dropped} access-log lines dropped past the cap\n")
-        self._file.close()
+        if self._fd < 0:
+            return
+        if self.dropped:
+            self._put(f"# ncpsim: {self.dropped} access-log lines dropped past the cap")
+        os.close(self._fd)
+        self._fd = -1
 
 
 def read_access_log(path: Path) -> list[dict[str, str]]:

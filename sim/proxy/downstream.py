@@ -11,7 +11,7 @@ import time
 
 import h11
 
-from sim.protocols.http1 import MAX_HEAD, H11Stream, read_within, reason_phrase
+from sim.protocols.http1 import MAX_HEAD, H11Stream, HeadReader, reason_phrase
 from sim.proxy.policy import http_date, with_host_from_url
 from sim.runtime.log import component_log
 
@@ -23,6 +23,9 @@ log = component_log("ncpsim.proxy.http")
 # either way.
 CONNECTION_IDLE_TIMEOUT = 3600.0
 IDLE_ENV = "NCPSIM_PROXY_CONNECTION_IDLE"  # tests only: shortens CONNECTION_IDLE_TIMEOUT
+
+
+REQUEST_START = bytes(range(ord("A"), ord("Z") + 1))  # a plain request's method is upper case
 
 
 def connection_idle_timeout() -> float:
@@ -43,6 +46,54 @@ class DownstreamClosed(ConnectionError):
 def reason(status: int) -> bytes:
     """The reason phrase Envoy's codec writes for a status code (it never relays the upstream's own)."""
     return reason_phrase(status)
+
+
+class Downstream(HeadReader):
+    """A worker's connection: the bytes read and not yet consumed, and its reads under their timeouts.
+
+    A plain request (sim.protocols.h1plain) is taken from `pending` as it is; for any other, `judge()` hands
+    what is pending to an h11 connection for that one request, and `resume()` takes back what h11 read past
+    it. Either way every byte is read once and h11 sees exactly the bytes it would have seen alone."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        super().__init__(reader)
+        self.writer = writer
+
+    async def request_head(self, stream_idle: float, connection_idle: float) -> int:
+        """HeadReader.head with read_head's timeouts: an idle keep-alive connection waits up to the connection
+        idle timeout (ConnectionIdle); once a request's first bytes arrived, the stream idle timeout
+        (TimeoutError)."""
+        try:
+            return await self.head(REQUEST_START, connection_idle, stream_idle)
+        except TimeoutError:
+            if self.pending:
+                raise
+            raise ConnectionIdle(f"no request for {connection_idle:g} s") from None
+
+    def judge(self) -> H11Stream:
+        """An h11 server connection holding everything pending (and the EOF, if it came), for one request."""
+        stream = H11Stream(h11.SERVER, self.reader, self.writer, self.reads)
+        self.hand_over(stream.conn)
+        return stream
+
+    def resume(self, stream: H11Stream) -> None:
+        """After a request h11 served: what it read past that request is pending again."""
+        left, self.eof = stream.conn.trailing_data
+        self.pending[:0] = left
+
+    def answering(self, method: str, keep_alive: bool) -> H11Stream:
+        """An h11 server connection that has read a complete `method` request (one asking to close unless
+        `keep_alive`), to frame the response to a plain request as h11 would have framed it."""
+        stream = H11Stream(h11.SERVER, self.reader, self.writer, self.reads)
+        close = b"" if keep_alive else b"connection: close\r\n"
+        stream.conn.receive_data(method.encode() + b" / HTTP/1.1\r\nhost: pod\r\n" + close + b"\r\n")
+        stream.conn.next_event()  # the request
+        stream.conn.next_event()  # its end
+        return stream
+
+    def close(self) -> None:
+        self.reads.close()
+        self.writer.close()
 
 
 async def read_head(down: H11Stream, stream_idle: float, connection_idle: float) -> tuple[Next, bytes]:
@@ -69,7 +120,7 @@ async def read_head(down: H11Stream, stream_idle: float, connection_idle: float)
             return event, bytes(raw[: len(raw) - len(down.conn.trailing_data[0])])
         started = bool(down.conn.trailing_data[0])
         try:
-            data = await read_within(down.reader, stream_idle if started else connection_idle)
+            data = await down.reads.read(stream_idle if started else connection_idle)
         except TimeoutError:
             if started:
                 raise

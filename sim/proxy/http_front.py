@@ -6,7 +6,6 @@ Bytes and timeouts only; every routing decision comes from sim.proxy.policy.deci
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 import uuid
 from dataclasses import replace
@@ -15,14 +14,16 @@ from urllib.parse import urlsplit
 import h11
 
 from dns.client import NameNotResolved
-from sim.model.netmap import Unreachable
-from sim.protocols.http1 import H11Stream, decode_headers
+from sim.model.events import PROXY_DECISION
+from sim.protocols.h1plain import PlainRequest, plain_request, request_bytes
+from sim.protocols.http1 import H11Stream, decode_headers, encode_headers
 from sim.protocols.listener import TcpListener
 from sim.protocols.tls import ReloadingContext
 from sim.protocols.wire import DF_BODY, UC_BODY, UpstreamFailure
-from sim.proxy import relay
+from sim.proxy import plain_relay, relay
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.downstream import (
+    Downstream,
     DownstreamClosed,
     connection_idle_timeout,
     end_reason,
@@ -44,26 +45,13 @@ from sim.proxy.policy import (
     has_body,
     http_date,
     raw_field_values,
-    upstream_reset,
 )
-from sim.proxy.san import INVOCATION_UPSTREAM, peercert_dns_sans
 from sim.proxy.tunnel import splice
+from sim.proxy.upstream import Upstream, UpstreamPool, dial, dial_failure, upstream_fields
 from sim.runtime.component import Context, connection_handler
 
-HOP_BY_HOP = {
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "upgrade",
-    "proxy-authorization",
-    "transfer-encoding",
-    "content-length",
-}
 UPSTREAM_CLOSED = "upstream connection closed mid-response"
 DNS_CACHE_TTL = 5.0
-# Envoy caps a cluster's connections (circuit breaker max_connections, 1024 by default), not its idle ones.
-MAX_IDLE_PER_AUTHORITY = 1024
 
 
 def request_head(event: h11.Request, raw_head: bytes | None = None) -> RequestHead:
@@ -88,24 +76,6 @@ def reply_body(reject: Reject) -> bytes:
     return reject.reason.encode()
 
 
-def dial_failure(exc: BaseException, address: str) -> UpstreamFailure:
-    """Why the proxy could not open its connection to a pod: Envoy's UF body, and ncpsim's words."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        detail = f"verify cert failed: X509_verify_cert: certificate verification error at depth 0: {exc.verify_message}"
-        return UpstreamFailure(
-            "UF", upstream_reset("tls", detail), f"CERTIFICATE_VERIFY_FAILED: {exc.verify_message}"
-        )
-    if isinstance(exc, Unreachable):  # the network map's own words: no route from this cluster
-        return UpstreamFailure("UF", upstream_reset("unreachable"), str(exc))
-    if isinstance(exc, ConnectionRefusedError):
-        return UpstreamFailure("UF", upstream_reset("refused"), f"connection refused by {address}")
-    if isinstance(exc, TimeoutError):
-        return UpstreamFailure("UF", upstream_reset("timeout"), f"connection to {address} timed out")
-    if isinstance(exc, ssl.SSLError):
-        return UpstreamFailure("UF", upstream_reset("other"), f"TLS handshake with {address} failed")
-    return UpstreamFailure("UF", upstream_reset("other"), f"connection to {address} failed")
-
-
 def _closing(reject: Reject, head: RequestHead) -> Reject:
     """A local reply to a request whose body is still to come ends the connection, as in Envoy."""
     return replace(reject, close=True) if has_body(head) and not reject.close else reject
@@ -128,11 +98,7 @@ class HttpFront:
         self.connection_idle_timeout = connection_idle or connection_idle_timeout()
         self.listener: TcpListener | None = None
         self._dns_cache: dict[str, tuple[float, str]] = {}
-        # Idle upstream connections, shared by every downstream connection as Envoy's HTTP/1.1 pool is: one
-        # is taken for a request and parked again once its exchange is complete, so a worker's kept-alive
-        # connection holds none between callbacks.
-        # authority -> [(connection, upstream ip:port, trust generation it was verified with)].
-        self._idle: dict[str, list[tuple[H11Stream, str, int]]] = {}
+        self.pool = UpstreamPool(upstream_trust)
 
     async def start(self) -> int:
         self.listener = TcpListener(connection_handler(self._serve), self.frontend.sni_switcher())
@@ -143,47 +109,45 @@ class HttpFront:
             self.listener.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        down = H11Stream(h11.SERVER, reader, writer)
+        down = Downstream(reader, writer)
         ended: BaseException | None = None
         peer = writer.get_extra_info("peername") or ("?", 0)
         try:
             while await self._one_request(down):
-                down.next_cycle()
+                pass
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - one line in the log per connection, never a traceback
             ended = exc
         finally:
-            writer.close()
+            down.close()
         (log.debug if ended is None else log.info)(
             "connection from %s:%s ended: %s", peer[0], peer[1], end_reason(ended)
         )
 
-    def _park(self, authority: str, up: H11Stream, addr: str) -> None:
-        idle = self._idle.setdefault(authority, [])
-        if up.reusable() and not up.writer.is_closing() and len(idle) < MAX_IDLE_PER_AUTHORITY:
-            idle.append((up, addr, self.upstream_trust.generation))
-        else:
-            up.close()
-
-    def _checkout(self, authority: str) -> tuple[H11Stream, str] | None:
-        """A parked upstream connection still open and verified with the current trust, if any."""
-        self.upstream_trust.current()  # notice a rotated CA before choosing
-        idle = self._idle.get(authority) or []
-        while idle:
-            up, addr, generation = idle.pop()
-            if (
-                generation == self.upstream_trust.generation
-                and not up.writer.is_closing()
-                and not up.reader.at_eof()
-            ):
-                return up, addr
-            up.close()
-        return None
-
-    async def _one_request(self, down: H11Stream) -> bool:
-        """Serve one request; True when the connection can take another."""
+    async def _one_request(self, down: Downstream) -> bool:
+        """Serve one request; True when the connection can take another. A plain request the policy forwards
+        is relayed as its bytes came (plain_relay); h11 reads and answers every other."""
         record = AccessRecord(start=time.time(), forwarded_for="-")
+        try:
+            end = await down.request_head(self.stream_idle_timeout, self.connection_idle_timeout)
+        except TimeoutError:  # a head begun, then silence: h11 holds the part that came, as it would have
+            await self._local_reply(down.judge(), record, Reject(408, "SI", "stream timeout", close=True))
+            return False
+        plain = plain_request(bytes(down.pending[:end])) if end >= 0 else None
+        if plain is not None:
+            head = RequestHead(plain.method, plain.target, "1.1", plain.headers, plain.content_lengths)
+            decision = decide(head, self.policy)
+            if isinstance(decision, Forward):
+                record.request_id = head.header("x-request-id") or str(uuid.uuid4())
+                return await self._forward_plain(down, plain, head, decision, record)
+        stream = down.judge()
+        if more := await self._judged(stream, record):
+            down.resume(stream)
+        return more
+
+    async def _judged(self, down: H11Stream, record: AccessRecord) -> bool:
+        """One request read and answered by h11: every request that is not plain, and every refusal."""
         try:
             event, raw = await read_head(down, self.stream_idle_timeout, self.connection_idle_timeout)
         except h11.RemoteProtocolError as exc:
@@ -205,7 +169,7 @@ class HttpFront:
             await send_continue(down)  # before routing, as Envoy's connection manager does
         if not isinstance(decision, Forward):  # a forwarded request is on record in the access log line
             self.ctx.events.emit(
-                "proxy.decision",
+                PROXY_DECISION,
                 requestId=record.request_id,
                 target=head.target,
                 method=head.method,
@@ -229,6 +193,11 @@ class HttpFront:
         return await self._forward(down, head, decision, record)
 
     def _fill_record(self, record: AccessRecord, head: RequestHead) -> None:
+        self._describe(record, head)
+        record.request_id = head.header("x-request-id") or str(uuid.uuid4())
+
+    def _describe(self, record: AccessRecord, head: RequestHead) -> None:
+        """The access-log fields taken from the request, but its id."""
         record.method, record.protocol = head.method, f"HTTP/{head.http_version}"
         if head.method == "CONNECT":
             record.path, record.authority = "-", head.target
@@ -242,7 +211,6 @@ class HttpFront:
         else:
             record.path, record.authority = head.target, head.header("host") or "-"
         record.user_agent = head.header("user-agent") or "-"
-        record.request_id = head.header("x-request-id") or str(uuid.uuid4())
 
     async def _local_reply(
         self, down: H11Stream, record: AccessRecord, reject: Reject, head_request: bool = False
@@ -254,7 +222,7 @@ class HttpFront:
             )
         except (h11.LocalProtocolError, ConnectionError) as exc:
             log.debug("local reply %s not delivered: %s", reject.status, exc)
-        self._log(record, down)
+        self._log(record)
 
     async def _drain(self, down: H11Stream) -> bool:
         """Read the rest of a rejected request so the connection can be reused."""
@@ -269,7 +237,7 @@ class HttpFront:
                 return False
         return down.reusable()
 
-    def _log(self, record: AccessRecord, down: H11Stream) -> None:
+    def _log(self, record: AccessRecord) -> None:
         record.finish()
         self.access_log.write(record)  # the replay reads this log itself: no second copy as an event
 
@@ -286,70 +254,85 @@ class HttpFront:
         self._dns_cache[host] = (now + DNS_CACHE_TTL, ip)
         return ip
 
-    async def _connect(self, host: str, ip: str, port: int, tls: bool) -> H11Stream:
-        try:
-            reader, writer = await self.ctx.open_tcp(
-                ip, port, tls=self.upstream_trust.current() if tls else None, server_hostname=host
-            )
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            log.debug("dial %s:%s (%s) failed: %s: %s", ip, port, host, type(exc).__name__, exc)
-            raise dial_failure(exc, f"{ip}:{port}") from exc
-        sans = peercert_dns_sans(writer.get_extra_info("peercert")) if tls else ()
-        if tls and not INVOCATION_UPSTREAM.accepts(sans, host):
-            # Envoy refuses it inside the handshake; Python's ssl has no verify callback, so the connection
-            # that completed is closed before any byte of the request is sent.
-            writer.transport.abort()
-            body = upstream_reset("tls", INVOCATION_UPSTREAM.refusal)
-            raise UpstreamFailure(
-                "UF", body, f"CERTIFICATE_VERIFY_FAILED: {host} is not in [{', '.join(sans)}]"
-            )
-        return H11Stream(h11.CLIENT, reader, writer)
-
-    async def _upstream(self, fwd: Forward, record: AccessRecord) -> H11Stream:
+    async def _upstream(self, fwd: Forward, record: AccessRecord) -> Upstream:
         """A connection to the pod: a parked one, or a new one. UPSTREAM_HOST names the address tried even
         when the dial fails (UF), as Envoy logs the host it picked."""
-        parked = self._checkout(fwd.authority)
-        if parked is not None:
-            up, record.upstream_host = parked
-            up.next_cycle()
-            return up
-        ip = await self._resolve(fwd.host)
-        record.upstream_host = f"{ip}:{fwd.port}"
-        return await self._connect(fwd.host, ip, fwd.port, fwd.tls)
+        up = self.pool.checkout(fwd.authority)
+        if up is None:
+            ip = await self._resolve(fwd.host)
+            record.upstream_host = f"{ip}:{fwd.port}"
+            up = await dial(self.ctx, self.upstream_trust, fwd.host, ip, fwd.port, fwd.tls)
+        record.upstream_host = up.addr
+        return up
+
+    async def _unreachable(
+        self, down: H11Stream, head: RequestHead, fwd: Forward, record: AccessRecord, failure: UpstreamFailure
+    ) -> bool:
+        self.ctx.events.emit(
+            "proxy.upstream.failed",
+            requestId=record.request_id,
+            host=fwd.host,
+            flag=failure.flag,
+            detail=failure.detail,
+        )
+        reject = _closing(Reject(503, failure.flag, failure.body), head)
+        await self._local_reply(down, record, reject, head.method == "HEAD")
+        return not reject.close and await self._drain(down)
 
     async def _forward(self, down: H11Stream, head: RequestHead, fwd: Forward, record: AccessRecord) -> bool:
         try:
             up = await self._upstream(fwd, record)
         except UpstreamFailure as failure:
-            self.ctx.events.emit(
-                "proxy.upstream.failed",
-                requestId=record.request_id,
-                host=fwd.host,
-                flag=failure.flag,
-                detail=failure.detail,
-            )
-            reject = _closing(Reject(503, failure.flag, failure.body), head)
-            await self._local_reply(down, record, reject, head.method == "HEAD")
-            return not reject.close and await self._drain(down)
-        strip = HOP_BY_HOP | ({"expect"} if expects_continue(head) else set())
-        headers = [(k, v) for k, v in head.headers if k not in strip and k != "host"]
-        headers = [("host", fwd.authority), *headers, ("x-forwarded-proto", "https")]
-        if head.header("x-request-id") is None:
-            headers.append(("x-request-id", record.request_id))  # Envoy's own id goes upstream too
-        if head.header("content-length") is not None:
-            headers.append(("content-length", head.header("content-length") or "0"))
-        elif head.header("transfer-encoding") is not None:
-            headers.append(("transfer-encoding", "chunked"))
-        request = h11.Request(method=head.method, target=fwd.path, headers=headers)
+            return await self._unreachable(down, head, fwd, record, failure)
+        fields = upstream_fields(head, fwd, record.request_id)
+        request = h11.Request(method=head.method, target=fwd.path, headers=encode_headers(fields))
+        pod = up.h11()
         try:
-            ok = await relay.exchange(down, up, request, record, self.stream_idle_timeout)
+            ok = await relay.exchange(down, pod, request, record, self.stream_idle_timeout)
         except (ConnectionError, h11.ProtocolError, TimeoutError, relay.BodyError) as exc:
             up.close()
             await self._failed(down, record, exc, head.method == "HEAD")
             return False
-        self._log(record, down)
-        self._park(fwd.authority, up, record.upstream_host)  # closed instead if it cannot take another
+        up.settle(pod)
+        self._log(record)
+        self.pool.park(fwd.authority, up)  # closed instead if it cannot take another
         return ok and down.reusable()
+
+    async def _forward_plain(
+        self, down: Downstream, plain: PlainRequest, head: RequestHead, fwd: Forward, record: AccessRecord
+    ) -> bool:
+        """Relay a plain request; the access-log fields other than its id are filled once the pod has it."""
+        try:
+            up = await self._upstream(fwd, record)
+        except UpstreamFailure as failure:  # answered as h11 answers it, from the same bytes
+            self._describe(record, head)
+            stream = down.judge()
+            stream.conn.next_event()  # the request, read again: h11 is now where it would have been
+            if more := await self._unreachable(stream, head, fwd, record, failure):
+                down.resume(stream)
+            return more
+        del down.pending[: plain.size]
+        fields = upstream_fields(head, fwd, record.request_id)
+        failed: BaseException | None = None
+        try:
+            ok = await plain_relay.exchange(
+                down,
+                up,
+                plain,
+                request_bytes(plain.method, fwd.path, fields),
+                record,
+                self.stream_idle_timeout,
+            )
+        except (ConnectionError, h11.ProtocolError, TimeoutError, relay.BodyError) as exc:
+            failed = exc
+        self._describe(record, head)
+        if failed is not None:
+            up.close()
+            await self._failed(down.answering(plain.method, plain.keep_alive), record, failed, False)
+            return False
+        self._log(record)
+        self.pool.park(fwd.authority, up)
+        return ok and plain.keep_alive
 
     async def _failed(
         self, down: H11Stream, record: AccessRecord, exc: BaseException, head_request: bool
@@ -376,7 +359,7 @@ class HttpFront:
             await self._local_reply(down, record, reject, head_request)
         else:  # the response had started, or nobody is left to answer: the stream is still logged
             record.flags = reject.flag
-            self._log(record, down)
+            self._log(record)
 
     async def _tunnel(self, down: H11Stream, tunnel: Tunnel, record: AccessRecord) -> None:
         try:
@@ -403,4 +386,4 @@ class HttpFront:
                 record.upstream_host,
                 self.connection_idle_timeout,
             )
-        self._log(record, down)
+        self._log(record)

@@ -8,8 +8,10 @@ then the route table (404 NR when nothing matches), then the upstream (UF/DF, de
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import formatdate
+from functools import lru_cache
+from itertools import chain
 from urllib.parse import urlsplit
 
 from dns.rule import undash
@@ -52,11 +54,21 @@ class RequestHead:
     # header before we see the request, where Envoy's codec refuses any repeat; None: take `headers`.
     content_lengths: tuple[str, ...] | None = None
 
+    # Each field's values under its lower-case name, made once: the checks ask for several.
+    _by_name: dict[str, list[str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, list[str]] = {}
+        for k, v in self.headers:
+            by_name.setdefault(k.lower(), []).append(v)
+        object.__setattr__(self, "_by_name", by_name)
+
     def header(self, name: str) -> str | None:
-        return next((v for k, v in self.headers if k.lower() == name), None)
+        values = self._by_name.get(name)
+        return values[0] if values else None
 
     def all(self, name: str) -> list[str]:
-        return [v for k, v in self.headers if k.lower() == name]
+        return list(self._by_name.get(name, ()))
 
 
 @dataclass(frozen=True)
@@ -66,9 +78,10 @@ class Forward:
     path: str  # origin-form, query kept
     tls: bool  # re-encrypt to the pod (SNI and SAN check = host)
 
-    @property
-    def authority(self) -> str:
-        return f"{self.host}:{self.port}"
+    authority: str = field(init=False, repr=False, compare=False)  # host:port, made once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "authority", f"{self.host}:{self.port}")
 
 
 @dataclass(frozen=True)
@@ -123,7 +136,8 @@ def protocol_error(head: RequestHead) -> Reject | None:
         return Reject(431, "DPE", "too many headers", close=True)
     # Envoy's limit counts the header map, which holds the request target as :path (or :authority), so a
     # 70 KiB query is as oversize as a 70 KiB header.
-    size = len(head.method) + len(head.target) + sum(len(k) + len(v) + 4 for k, v in head.headers)
+    size = len(head.method) + len(head.target) + sum(map(len, chain.from_iterable(head.headers)))
+    size += 4 * len(head.headers)  # ": " and CRLF
     if size > MAX_HEADERS_BYTES:
         return Reject(431, "DPE", "headers too large", close=True)
     if not VISIBLE_ASCII.fullmatch(head.target):
@@ -182,12 +196,25 @@ def with_host_from_url(raw_head: bytes) -> bytes | None:
 
 
 def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
-    """Absolute-form http:// request to a pod name on the worker port, callback path only."""
+    """Absolute-form http:// request to a pod name on the worker port, callback path only.
+
+    The answer depends on the target alone, and workers ask for the same few (one per pod) again and again:
+    answers for targets of a callback's size are kept (a bounded number of short ones, so a flood of long
+    distinct targets costs no memory)."""
+    if len(head.target) <= KEPT_TARGET:
+        return _kept_route(head.target, policy)
+    return route_target(head.target, policy)
+
+
+KEPT_TARGET = 256  # characters: a pod target with the callback path and a short query
+
+
+def route_target(target: str, policy: ProxyPolicy) -> Decision:
     # Envoy's HTTP/1 codec lower-cases an absolute URL's scheme before routing: HTTP:// is http://.
-    if head.target[:7].lower() != "http://":
+    if target[:7].lower() != "http://":
         return Reject(404, "NR", "not an absolute http:// target")
     try:
-        parts = urlsplit(head.target)
+        parts = urlsplit(target)
     except ValueError:  # "http://[": Envoy's URL parser refuses it too (400, invalid_url)
         return Reject(400, "DPE", "invalid URL in request target", close=True)
     if parts.username is not None or parts.password is not None:
@@ -199,6 +226,9 @@ def route_forward(head: RequestHead, policy: ProxyPolicy) -> Decision:
         return Reject(404, "NR", f"no route for path {parts.path or '/'}")
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     return Forward(host=host, port=policy.upstream_port, path=path, tls=policy.upstream_tls)
+
+
+_kept_route = lru_cache(maxsize=4096)(route_target)
 
 
 def route_connect(head: RequestHead, policy: ProxyPolicy) -> Decision:
@@ -247,4 +277,10 @@ def upstream_reset(failure: str, detail: str = "") -> str:
 
 def http_date(epoch: float) -> str:
     """The Date header Envoy's connection manager puts on every response it sends (IMF-fixdate, GMT)."""
-    return formatdate(epoch, usegmt=True)
+    return _date_of_second(int(epoch))
+
+
+@lru_cache(maxsize=2)
+def _date_of_second(second: int) -> str:
+    # IMF-fixdate names whole seconds; like Envoy's date provider, write it once a second, not per response.
+    return formatdate(second, usegmt=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
 import h11
 
-from sim.protocols.http1 import H11Stream, decode_headers, read_within
+from sim.protocols.http1 import H11Stream, decode_headers, encode_headers
 from sim.proxy.access_log import AccessRecord
 from sim.proxy.downstream import DownstreamClosed, Next, reason
 from sim.proxy.policy import http_date
@@ -35,20 +37,22 @@ async def exchange(
     TimeoutError (nothing moved for the stream idle timeout)."""
     started = time.monotonic()
     buffered, complete = _buffered_body(down, record)
+    await _to_pod(up, request, *buffered)
+    response = pump_response(down, up, record, started, idle)
     if complete:
-        # The whole request is here (a worker's GET or POST, usually): head and body in one write, and no
-        # pump task, since nothing more can arrive that the response has to race.
-        await _to_pod(up, request, *buffered)
-        return await _pump_response(down, up, record, started, idle)
-    request_pump = asyncio.create_task(_pump_body(down, up, record, idle), name="proxy-request-body")
-    response_pump: asyncio.Task[bool] | None = None
+        # The whole request is here (a worker's GET or POST, usually): no pump task, since nothing more can
+        # arrive that the response has to race.
+        return await response
+    return await alongside(_pump_body(down, up, record, idle), response)
+
+
+async def alongside(body: Coroutine[Any, Any, None], response: Coroutine[Any, Any, bool]) -> bool:
+    """The rest of a request body pumped beside the response; True when the response went out whole.
+    Whichever side fails first ends the exchange: a malformed or stalled request body must not wait out
+    the response, which the pod cannot send before it has that body."""
+    request_pump = asyncio.create_task(body, name="proxy-request-body")
+    response_pump = asyncio.create_task(response, name="proxy-response")
     try:
-        await _to_pod(up, request, *buffered)
-        response_pump = asyncio.create_task(
-            _pump_response(down, up, record, started, idle), name="proxy-response"
-        )
-        # Whichever side fails first ends the exchange: a malformed or stalled request body must not
-        # wait out the response, which the pod cannot send before it has that body.
         await asyncio.wait({request_pump, response_pump}, return_when=asyncio.FIRST_EXCEPTION)
         for task in (request_pump, response_pump):
             if task.done() and (failure := task.exception()) is not None:
@@ -58,7 +62,7 @@ async def exchange(
         return ok
     finally:
         for pending in (request_pump, response_pump):
-            if pending is not None and not pending.done():
+            if not pending.done():
                 pending.cancel()
 
 
@@ -103,7 +107,7 @@ async def _pump_body(down: H11Stream, up: H11Stream, record: AccessRecord, idle:
         event = _body_event(down)
         if event is h11.NEED_DATA:
             try:
-                data = await read_within(down.reader, idle)
+                data = await down.reads.read(idle)
             except ConnectionError as exc:
                 raise DownstreamClosed("worker connection reset mid-request") from exc
             down.conn.receive_data(data)
@@ -118,7 +122,7 @@ async def _pump_body(down: H11Stream, up: H11Stream, record: AccessRecord, idle:
             raise DownstreamClosed("worker connection closed mid-request")
 
 
-async def _pump_response(
+async def pump_response(
     down: H11Stream, up: H11Stream, record: AccessRecord, started: float, idle: float
 ) -> bool:
     while True:
@@ -146,14 +150,27 @@ async def _pump_response(
 
 
 def _response_head(event: h11.Response, record: AccessRecord, started: float) -> h11.Response:
-    record.status = event.status_code
+    fields = response_fields(decode_headers(event.headers), event.status_code, record, started)
+    # Envoy's codec writes the standard reason phrase for the code, whatever the pod wrote.
+    return h11.Response(
+        status_code=event.status_code, headers=encode_headers(fields), reason=reason(event.status_code)
+    )
+
+
+DROPPED = frozenset(
+    {"server", "connection", "date"}
+)  # Envoy's connection manager sets its own Date and Server
+
+
+def response_fields(
+    fields: Iterable[tuple[str, str]], status: int, record: AccessRecord, started: float
+) -> list[tuple[str, str]]:
+    """The pod's response fields as Envoy sends them on to the worker; the status goes on record."""
+    record.status = status
     record.upstream_service_time = str(int((time.monotonic() - started) * 1000))
-    dropped = ("server", "connection", "date")  # Envoy's connection manager sets its own Date and Server
-    headers = [(k, v) for k, v in decode_headers(event.headers) if k not in dropped]
-    headers += [
+    return [
+        *((k, v) for k, v in fields if k not in DROPPED),
         ("x-envoy-upstream-service-time", record.upstream_service_time),
         ("date", http_date(time.time())),
         ("server", "envoy"),
     ]
-    # Envoy's codec writes the standard reason phrase for the code, whatever the pod wrote.
-    return h11.Response(status_code=event.status_code, headers=headers, reason=reason(event.status_code))

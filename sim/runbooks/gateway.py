@@ -127,14 +127,14 @@ def post_admin_keys(
         socket.create_connection((address, port), REQUEST_TIMEOUT) as raw,
         context.wrap_socket(raw, server_hostname=server_name) as tls,
     ):
-        for event in (
+        for sent in (
             h11.Request(
                 method="POST", target=KEYS_PATH, headers=[("host", server_name), ("content-length", "0")]
             ),
             h11.EndOfMessage(),
         ):
-            tls.sendall(conn.send(event))
-        status, chunks = 0, []
+            tls.sendall(conn.send(sent))
+        status, chunks = 0, list[bytes]()
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:

@@ -16,7 +16,7 @@ from sim.errors import ConfigError
 from sim.model.values import WEBHOOK_URL, WORKER_AUTH, KeyPath
 from sim.runbooks.given import NO_VALUES, Given
 from sim.runbooks.nats_live import run_sync
-from sim.runbooks.nats_switch import NatsStack
+from sim.runbooks.nats_switch import NatsStack, Refused
 from sim.runbooks.report import RIGHT, Reads, RunbookReport, Steps
 
 TOKEN = {"nats": {"workerAuth": "token"}}
@@ -74,7 +74,7 @@ def audit(stack: NatsStack) -> list[Finding]:
     findings = [
         _refusal_finding(w.name, w.connection.reason, w.started_mode)
         for w in stack.workers
-        if w.connection is not None and not w.connected
+        if isinstance(w.connection, Refused)
     ]
     if stack.config.mode == "token" and not findings:
         holders = sorted(w.name for w in stack.workers if "NKEY_SEED" in w.env)

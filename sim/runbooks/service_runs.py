@@ -25,7 +25,9 @@ STEP_SEAL = (
 )
 
 
-def annotations(variant: str, _state_dir: Path | None = None, given: Given = NO_VALUES) -> RunbookReport:
+def service_annotations(
+    variant: str, _state_dir: Path | None = None, given: Given = NO_VALUES
+) -> RunbookReport:
     steps = Steps()
     good = {
         "api": {"podAnnotations": {"example.com/scrape": "true"}},
@@ -159,7 +161,7 @@ READS = {
     "deployment-restart": _RESTART,
 }
 RUNS: dict[str, Callable[[str, Path | None, Given], RunbookReport]] = {
-    "service-annotations": annotations,
+    "service-annotations": service_annotations,
     "openbao-restart": openbao_restart,
     "openbao-seal-check": seal_check,
     "deployment-restart": deployment_restart,

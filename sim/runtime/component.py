@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from sim.runtime.links import TCP, UDP, LinkFault, attempt_timeout, datagram_del
 
 # A component reports the virtual addresses it serves: {"10.42.0.11:8443/tcp": 40123, ...}
 Ready = Callable[[dict[str, int]], None]
-Runner = Callable[["Context", Ready], Awaitable[None]]
+Runner = Callable[["Context", Ready], Coroutine[Any, Any, None]]  # a component's `async def run`
 
 CONNECT_TIMEOUT = 5.0
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -91,7 +91,8 @@ class Components(Protocol):
 class FaultTarget(Protocol):
     """What a fault step needs of a running stack (clusters.stack.Stack has it)."""
 
-    state_dir: Path
+    @property
+    def state_dir(self) -> Path: ...
 
     @property
     def topology(self) -> Topology: ...
@@ -110,7 +111,8 @@ class FaultInjector:
         """Check the step's `{ACTION: ARGUMENT}` against the stack's topology, then act on the stack."""
         fault = parse_fault(spec, self.stack.topology)
         if isinstance(fault, ProcessFault):
-            return getattr(self, "_" + fault.action)(fault.component)
+            act: Callable[[str], str] = getattr(self, "_" + fault.action)  # _kill, _restart, _stop, _start
+            return act(fault.component)
         if isinstance(fault, Scale):
             return self._scale(fault)
         if isinstance(fault, LinkFault):

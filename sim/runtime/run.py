@@ -27,7 +27,7 @@ from sim.runtime.log import one_line_logs
 try:
     import uvloop
 except ImportError:  # no wheel for this platform (Windows): asyncio's loop
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]
 
 EVENT_LOOPS = ("uvloop", "asyncio")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dns.client import NameNotResolved
+from sim.model.events import CALLBACK_RESULT, CALLBACK_START
 from sim.model.topology import WorkerSpec
 from sim.protocols.go_errors import CANCELED, NO_PROXY_CA, Dial, Leaf, quic_dial_line, quic_status_line
 from sim.protocols.grpc_callback import CallbackTarget, parse_connect_url, retry_delay
@@ -43,9 +44,13 @@ class Worker(Protocol):
 
     spec: WorkerSpec
     ctx: Context
-    proxy_ca: str  # the certificates of NVCF_PROXY_CA_PEM
-    proxy_ca_broken: bool  # NVCF_PROXY_CA_PEM set, without a certificate
-    dns_address: str  # the cluster DNS Service, ip:53
+
+    @property
+    def proxy_ca(self) -> str: ...  # the certificates of NVCF_PROXY_CA_PEM
+    @property
+    def proxy_ca_broken(self) -> bool: ...  # NVCF_PROXY_CA_PEM set, without a certificate
+    @property
+    def dns_address(self) -> str: ...  # the cluster DNS Service, ip:53
 
     quic: QuicCache | None
 
@@ -70,7 +75,7 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
     events, request_id = worker.ctx.events, work.get("requestId")
     direct = ".grpc-headless." in str(work.get("connectUrl", ""))  # proxy disabled: the pod's own name
     events.emit(
-        "worker.callback.start",
+        CALLBACK_START,
         requestId=request_id,
         worker=worker.spec.name,
         callback="grpc",
@@ -104,7 +109,7 @@ async def handle_work(worker: Worker, work: dict[str, Any]) -> None:
     if not (outcome.status == 200 and outcome.error is None):
         log_failure(worker.spec.name, str(request_id), outcome.error or "", stateful=True)
     events.emit(
-        "worker.callback.result",
+        CALLBACK_RESULT,
         requestId=request_id,
         worker=worker.spec.name,
         callback="grpc",

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import h11
 
 from dns.client import NameNotResolved
+from sim.model.events import CALLBACK_RESULT, CALLBACK_START
 from sim.model.netmap import Refused, Unreachable
 from sim.protocols.go_errors import (
     NO_PROXY_CA,
@@ -344,7 +345,7 @@ async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
     events = worker.ctx.events
     tokens = [token_fingerprint(f"Bearer {work.get(key)}") for key in ("requestToken", "responseToken")]
     events.emit(
-        "worker.callback.start",
+        CALLBACK_START,
         requestId=trace.request_id,
         worker=worker.name,
         callback="http",
@@ -367,7 +368,7 @@ async def handle_http_work(worker: WorkerRuntime, work: dict[str, Any]) -> None:
     if not result["ok"]:
         log_failure(worker.name, trace.request_id, result["error"])
     events.emit(
-        "worker.callback.result",
+        CALLBACK_RESULT,
         requestId=trace.request_id,
         worker=worker.name,
         callback="http",

@@ -68,7 +68,7 @@ class ApiStandin:
         try:
             data = json.loads(body)
             request = WebhookRequest(str(data["account"]), str(data["pluginName"]), str(data["payload"]))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # nesting deeper than a request holds
             return 400, b'{"status":400,"detail":"malformed webhook request"}'
         answer = await self.check(request)
         return answer.status, answer.body

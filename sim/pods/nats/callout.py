@@ -124,8 +124,8 @@ def decide(request: AuthRequest, settings: CalloutSettings, answer: WebhookAnswe
         try:
             data = json.loads(jwt.b64url_decode(request.token))
             account, plugin, payload = (str(data.get(k) or "") for k in ("account", "pluginName", "payload"))
-        except (jwt.JwtError, ValueError, AttributeError) as exc:
-            return Deny(f"failed to decode auth request: {exc}")
+        except (jwt.JwtError, ValueError, AttributeError, RecursionError) as exc:
+            return Deny(f"failed to decode auth request: {type(exc).__name__}")
     elif request.nkey:
         account, plugin, payload = "", NKEY_PLUGIN, ""
     else:
@@ -226,7 +226,7 @@ class CalloutService:
         logger: logging.Logger | None = None,
         clock: Callable[[], float] = time.time,
         webhook_url: str = "",
-        record: Callable[..., None] | None = None,
+        record: Callable[..., object] | None = None,
     ) -> None:
         self.servers = [url] if isinstance(url, str) else list(url)  # every server of the cluster
         self.settings, self.webhook, self.clock = settings, webhook, clock

@@ -114,7 +114,7 @@ async def run(ctx: Context, ready: Ready) -> None:
     log_settings = LogSettings.from_values(ctx.values)
     logger = logging.getLogger(LOGGER)
     _log_to_stdout(logger, log_settings)
-    keys = StackKeys.derive(ctx.topology.seed)
+    keys = StackKeys.of(ctx.topology)
     values = NatsValues.from_values(ctx.values)
     settings = callout_settings(keys, values)
     webhook = http_webhook(values.webhook_url, dial=cluster_dial(ctx))

@@ -132,7 +132,7 @@ def _alive(mark: Path) -> bool:
 
 
 async def run(ctx: Context, ready: Ready) -> None:
-    keys = StackKeys.derive(ctx.topology.seed)
+    keys = StackKeys.of(ctx.topology)
     pod = ctx.topology.nats_server(ctx.name)
     server = await _started(ctx, keys)
     try:

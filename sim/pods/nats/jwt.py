@@ -116,8 +116,8 @@ def decode(token: str, verify: bool = True) -> dict[str, Any]:
     try:
         header = json.loads(b64url_decode(parts[0]))
         claims = json.loads(b64url_decode(parts[1]))
-    except json.JSONDecodeError as exc:
-        raise JwtError(f"JWT part is not JSON: {exc}") from exc
+    except (json.JSONDecodeError, RecursionError) as exc:  # nesting past Python's stack is not JSON to us
+        raise JwtError(f"JWT part is not JSON: {type(exc).__name__}") from exc
     if header.get("alg") != HEADER["alg"]:
         raise JwtError(f"unsupported JWT algorithm {header.get('alg')!r}")
     if not isinstance(claims, dict):

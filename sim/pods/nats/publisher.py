@@ -51,7 +51,7 @@ class WorkPublisher:
                 from .work import connect
                 from .workqueue import QueueSettings, ensure_stream
 
-                seed = StackKeys.derive(self.ctx.topology.seed).internal[self.role]
+                seed = StackKeys.of(self.ctx.topology).internal[self.role]
                 nc = await connect(self.ctx, f"{self.role}/{self.ctx.name}", {"nkeys_seed_str": seed})
                 # The streams may not exist yet where no one made them (a k3d pod); idempotent.
                 values = NatsValues.from_values(self.ctx.values)

@@ -1,10 +1,12 @@
 """The stack's NATS, as every component must agree on it: keys, worker credentials, names (pure).
 
 Why derived, not stored: the nats-server supervisor, the callout, the pods and every worker host
-start at once, each in its own process, and must hold the same keys. Deriving them from the
-topology's seed (like every other replayable choice in ncpsim) needs no file to race on, and a
-restarted component gets the same keys. They are real ed25519 NKeys (``nkeys``); nothing outside
-the simulation trusts them.
+start at once, each in its own process, and must hold the same keys. Deriving them from the stack's
+own secret (``Topology.secret``: 32 bytes of OS randomness drawn when the stack is created, kept in
+its owner-only state folder) needs no file to race on, a restarted component gets the same keys, and a
+process without the stack's files cannot guess them. Never from the scenario's seed: that is public,
+and a key derived from it would let any local process sign in as the API or as the workers. They are
+real ed25519 NKeys (``nkeys``); nothing outside the simulation trusts them.
 
 Who signs in how (public NVCF chart, seed "Worker NATS Authentication"):
 
@@ -26,6 +28,7 @@ from typing import Any
 
 import nkeys  # type: ignore[import-untyped]
 
+from sim.model.topology import Topology
 from sim.model.values import nats_replicas
 
 from . import jwt
@@ -38,8 +41,8 @@ OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCO
 INTERNAL_ROLES = ("invocation-service", "grpc-proxy", "nvcf-api")
 
 
-def _keypair(seed: int, role: str, prefix: int) -> nkeys.KeyPair:
-    raw = hashlib.sha256(f"ncpsim-nats:{seed}:{role}".encode()).digest()
+def _keypair(secret: str, role: str, prefix: int) -> nkeys.KeyPair:
+    raw = hashlib.sha256(f"ncpsim-nats:{secret}:{role}".encode()).digest()
     return jwt.new_keypair(prefix, raw)
 
 
@@ -54,16 +57,22 @@ class StackKeys:
     token_secret: bytes  # the API's key for worker tokens
 
     @classmethod
-    def derive(cls, seed: int, generation: int = 0) -> StackKeys:
+    def of(cls, topology: Topology, generation: int = 0) -> StackKeys:
+        """The stack's keys, from its secret; a topology saved before stacks had one keeps its old keys
+        (its seed's), so a running stack's restarted components still agree with the rest."""
+        return cls.derive(topology.secret or f"seed:{topology.seed}", generation)
+
+    @classmethod
+    def derive(cls, secret: str, generation: int = 0) -> StackKeys:
         """``generation`` > 0: the shared worker NKey after that many rotations."""
         user, account = nkeys.PREFIX_BYTE_USER, nkeys.PREFIX_BYTE_ACCOUNT
         worker_role = "worker" if generation == 0 else f"worker-{generation}"
         return cls(
-            callout_user=_seed(_keypair(seed, "callout", user)),
-            issuer=_seed(_keypair(seed, "issuer", account)),
-            worker=_seed(_keypair(seed, worker_role, user)),
-            internal={role: _seed(_keypair(seed, role, user)) for role in INTERNAL_ROLES},
-            token_secret=hashlib.sha256(f"ncpsim-nats:{seed}:token-secret".encode()).digest(),
+            callout_user=_seed(_keypair(secret, "callout", user)),
+            issuer=_seed(_keypair(secret, "issuer", account)),
+            worker=_seed(_keypair(secret, worker_role, user)),
+            internal={role: _seed(_keypair(secret, role, user)) for role in INTERNAL_ROLES},
+            token_secret=hashlib.sha256(f"ncpsim-nats:{secret}:token-secret".encode()).digest(),
         )
 
     def internal_users(self) -> tuple[NkeyUser, ...]:

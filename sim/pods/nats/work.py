@@ -41,13 +41,13 @@ ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (
 async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **options: Any) -> Client:
     """One login attempt (a refusal raises at once), then a client that reconnects for ever; a refused
     worker backs off as a crash-looping pod would (its caller's loop)."""
+    settings: dict[str, Any] = {**credentials, **options}  # nats-py's own keywords (user_credentials, ...)
     return await connect_once(
         ctx.nats_servers(),
         name=name,
         connect_timeout=CONNECT_TIMEOUT,
         reconnect_time_wait=RECONNECT_WAIT,
-        **credentials,
-        **options,
+        **settings,
     )
 
 
@@ -152,8 +152,8 @@ async def _handle(
     try:
         try:
             work = json.loads(msg.data)
-        except ValueError as exc:
-            on_error(f"unreadable work message {msg.subject}: {exc}")
+        except (ValueError, RecursionError) as exc:
+            on_error(f"unreadable work message {msg.subject}: {type(exc).__name__}")
             await msg.term()
             return
         progress = asyncio.create_task(_keep_in_progress(msg), name=f"in-progress:{msg.subject}")

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from nats.aio.client import Client
 
+from sim.model.events import WORKER_NATS_CONNECTED, WORKER_NATS_REFUSED
 from sim.runtime.component import Context
 
 from .stack import NatsValues, StackKeys, worker_credentials
@@ -83,7 +84,7 @@ class WorkerLinks:
         self.ctx, self.workers, self.handle = ctx, workers, handle
         values = NatsValues.from_values(ctx.values)
         self.links = plan_links(
-            StackKeys.derive(ctx.topology.seed),
+            StackKeys.of(ctx.topology),
             values.worker_auth,
             list(workers),
             ctx.topology.functions,
@@ -148,7 +149,7 @@ class WorkerLinks:
                 break
             except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry like a crash-looping pod
                 self.ctx.events.emit(
-                    "worker.nats.refused",
+                    WORKER_NATS_REFUSED,
                     worker=link.worker,
                     functions=list(link.functions),
                     credentials=link.describe,
@@ -159,7 +160,7 @@ class WorkerLinks:
                 delay = min(delay * 2, LOGIN_BACKOFF[1])
         self.clients.append(nc)
         self.ctx.events.emit(
-            "worker.nats.connected",
+            WORKER_NATS_CONNECTED,
             worker=link.worker,
             functions=list(link.functions),
             credentials=link.describe,

@@ -229,7 +229,7 @@ class BatchPuller:
         if pull is None or status == "100":
             return  # about a request that has ended, or a heartbeat (none is asked for)
         if status not in ("404", "408"):  # no messages, request timeout: the request has ended
-            description = msg.headers.get(api.Header.DESCRIPTION, "")
+            description = (msg.headers or {}).get(api.Header.DESCRIPTION, "")
             pull.error = f"nats: pull refused: {status} {description}".strip()
         pull.done.set()
 
