@@ -36,10 +36,32 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[timeouts.LOAD_ENV] = str(timeouts.LOAD)  # one figure for the run: the workers inherit it
 
 
+# The test files that take longest (--durations=0, summed per file), longest first. xdist hands out whole
+# files in collection order (--no-loadscope-reorder in pyproject.toml): these start first, so no worker is
+# left with one of them at the end while the other has finished. A stale guess costs time, never a result.
+LONGEST_FIRST = (
+    "test_diagnose.py",
+    "test_catalogue.py",
+    "test_teardown.py",
+    "test_bundle_diagnose.py",
+    "test_nats_stack.py",
+    "test_nats_cluster.py",
+    "test_cli_state.py",
+    "test_devenv.py",
+    "test_customer_world_e2e.py",
+    "test_printed_commands.py",
+    "test_types.py",
+    "test_diagnose_interrupt.py",
+    "test_cli.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker must be there to be read
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     markers.mark_e2e(items)
     items[:] = markers.without_long(config, items)
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 def pytest_report_header() -> str:

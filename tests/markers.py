@@ -91,6 +91,12 @@ MODULES: dict[str, frozenset[str] | None] = {
     "test_fuzz_files.py": ALL,
     "test_grpc_e2e.py": ALL,
     "test_h3_pool.py": ALL,
+    "test_hostile_files.py": frozenset(  # real processes: three writers at once, an up under a memory cap
+        {
+            "test_link_faults_written_at_once_by_two_commands_both_succeed",
+            "test_up_refuses_the_alias_bomb_under_an_address_space_limit",
+        }
+    ),
     "test_hostile_h3.py": ALL,
     "test_hostile_http.py": ALL,
     "test_hostile_pods.py": ALL,
