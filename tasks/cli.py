@@ -49,6 +49,15 @@ class NcpsimTask(Task):
             opts["names"].append(short)
         return opts
 
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        """invoke pops each option's help as it reads it, so a second read (ncpsim parses twice: the
+        unknown-flag check, then the parse) had none left, and `ncpsim TASK --help` showed bare options."""
+        kept = dict(self.help)
+        try:
+            return super().get_arguments(ignore_unknown_help)
+        finally:
+            self.help = kept
+
 
 ncpsim_task = functools.partial(task, klass=NcpsimTask)
 
@@ -215,6 +224,17 @@ def out_folder(out: str, flag: str = "--out", shown: str | None = None) -> Path:
     return folder
 
 
+# The command line the Program is parsing (ncpsim sets it; `invoke` in the repository parses its own argv).
+_command_line: list[str] | None = None
+
+
+def parsing(argv: list[str]) -> None:
+    """Name the command line about to be parsed, so optional positional words are read from it, not from
+    this process's argv: ncpsim run in-process (the tests) parses a new command line each time."""
+    global _command_line
+    _command_line = list(argv)
+
+
 def _bare_words(fn: Callable[..., Any], name: str) -> int:
     """How many bare words follow task `name` on this command line (flag values are not bare words)."""
     takes_value = {
@@ -222,10 +242,11 @@ def _bare_words(fn: Callable[..., Any], name: str) -> int:
         for arg in NcpsimTask(fn, positional=[]).get_arguments()
         for alias in arg.names
     }
-    if name not in sys.argv[1:]:
+    argv = sys.argv if _command_line is None else _command_line
+    if name not in argv[1:]:
         return 0
     words, skip = 0, False
-    for token in sys.argv[sys.argv.index(name, 1) + 1 :]:
+    for token in argv[argv.index(name, 1) + 1 :]:
         if skip:
             skip = False
         elif token.startswith("-"):
@@ -234,6 +255,28 @@ def _bare_words(fn: Callable[..., Any], name: str) -> int:
         else:
             words += 1
     return words
+
+
+class WordsTask(NcpsimTask):
+    """A task whose positional words are those its command line holds (see optional_positional): fitted
+    each time the command line is read for arguments, which every parse does before the task runs."""
+
+    def __init__(self, body: Callable[..., Any], *, words: tuple[str, ...], more: str | None, **options: Any):
+        self.words, self.more, self.plain = words, more, body
+        self.word_name = options.get("name") or body.__name__.strip("_")
+        super().__init__(body, positional=[], **options)
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        self._fit(_bare_words(self.plain, self.word_name))
+        return super().get_arguments(ignore_unknown_help)
+
+    def _fit(self, given: int) -> None:
+        names, more = self.words, self.more
+        self.body = self.plain
+        if more and given > len(names):
+            self.body = _taking_more(self.plain, more, given - len(names) + 1)
+        extra = [f"{more}_{n}" for n in range(2, given - len(names) + 2)] if more else []
+        self.positional = [*names, *extra][:given]
 
 
 def optional_positional(*names: str, more: str | None = None, **task_options: Any) -> Callable[..., Task]:
@@ -245,12 +288,7 @@ def optional_positional(*names: str, more: str | None = None, **task_options: An
     """
 
     def decorate(fn: Callable[..., Any]) -> Task:
-        given = _bare_words(fn, task_options.get("name") or fn.__name__.strip("_"))
-        body = fn
-        if more and given > len(names):
-            body = _taking_more(fn, more, given - len(names) + 1)
-        extra = [f"{more}_{n}" for n in range(2, given - len(names) + 2)] if more else []
-        return ncpsim_task(positional=[*names, *extra][:given], **task_options)(body)
+        return WordsTask(fn, words=names, more=more, **task_options)
 
     return decorate
 

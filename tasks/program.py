@@ -20,7 +20,7 @@ from invoke import Argument, Exit, ParseError, ParserContext, Program
 from invoke.completion.complete import print_completion_script
 
 from tasks import ns
-from tasks.cli import EXIT_USAGE
+from tasks.cli import EXIT_USAGE, parsing
 
 CORE_FLAGS = ("help", "version", "list", "complete", "print-completion-script")
 HELP_WORDS = ("--help", "-h")
@@ -45,6 +45,7 @@ class Ncpsim(Program):
         with self._usage_errors():
             self.normalize_argv(argv)
             self.argv = self._task_help_first(self.argv)
+            parsing(self.argv)  # optional positional words are read from this line, not sys.argv
             self.parse_core_args()
         if self.args.version.value:
             self.print_version()

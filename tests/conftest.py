@@ -5,10 +5,13 @@ from __future__ import annotations
 import compileall
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import markers
 import pytest
+import timeouts
 
 from clusters.local import LocalBackend, LocalStack, zygote
 from scenarios.engine import run_scenario
@@ -17,6 +20,10 @@ from scenarios.result import ScenarioResult
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("tasks", "sim", "scenarios", "clusters", "dns", "certs", "bench")
+# pytest keeps each test module's assert-rewritten code in __pycache__, but not when PYTHONDONTWRITEBYTECODE
+# is set: then every process of every run rewrote all hundred test modules again (about half of the
+# collection's time). Written here as ncpsim's own .pyc files are below, for the same reason.
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,6 +33,39 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, not each xdist worker
         for package in PACKAGES:
             compileall.compile_dir(REPO / package, quiet=1)
+        os.environ[timeouts.LOAD_ENV] = str(timeouts.LOAD)  # one figure for the run: the workers inherit it
+
+
+# The test files that take longest (--durations=0, summed per file), longest first. xdist hands out whole
+# files in collection order (--no-loadscope-reorder in pyproject.toml): these start first, so no worker is
+# left with one of them at the end while the other has finished. A stale guess costs time, never a result.
+LONGEST_FIRST = (
+    "test_diagnose.py",
+    "test_catalogue.py",
+    "test_teardown.py",
+    "test_bundle_diagnose.py",
+    "test_nats_stack.py",
+    "test_nats_cluster.py",
+    "test_cli_state.py",
+    "test_devenv.py",
+    "test_customer_world_e2e.py",
+    "test_printed_commands.py",
+    "test_types.py",
+    "test_diagnose_interrupt.py",
+    "test_cli.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker must be there to be read
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    markers.mark_e2e(items)
+    items[:] = markers.without_long(config, items)
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+def pytest_report_header() -> str:
+    return f"ncpsim: timeouts scaled x{timeouts.LOAD:.2f} (load average per core at the start, never below 1)"
 
 
 def stack_processes_alive(stack: LocalStack) -> dict[str, int]:

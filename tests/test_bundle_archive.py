@@ -6,18 +6,16 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import subprocess
-import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import ncpsim
 
 from scenarios.bundle.archive import MAX_MEMBERS, read_bundle
 from sim.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
 META = b"collector: ncpsim-collect\nversion: 1\n"
 
 
@@ -144,15 +142,7 @@ def test_a_good_archive_reads_without_its_top_folder(tmp_path: Path) -> None:
 
 def test_diagnose_refuses_a_hostile_bundle_with_exit_2(tmp_path: Path) -> None:
     archive = tar_gz(tmp_path / "evil.tar.gz", HOSTILE[0][1])
-    done = subprocess.run(
-        [sys.executable, "-m", "invoke", "diagnose", "--bundle", str(archive)],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "NCPSIM_HOME": str(tmp_path / "home")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = ncpsim("diagnose", "--bundle", str(archive), home=tmp_path / "home", env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "climbs out" in done.stderr and "Traceback" not in done.stderr
 

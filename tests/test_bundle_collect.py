@@ -16,10 +16,10 @@ from pathlib import Path
 import trustme
 import yaml
 from bundle_support import COMPUTE, CP, DOMAIN, FAKEBIN, Install, collect
+from cli_support import ncpsim
 
 from scenarios.bundle import COLLECTOR
 
-REPO = Path(__file__).resolve().parents[1]
 VALUES = {
     "workerCallbackProxy": {"enabled": True, "workerDomain": DOMAIN, "service": {"type": "LoadBalancer"}}
 }
@@ -164,15 +164,7 @@ def test_a_pem_written_as_a_quoted_string_is_removed_too(tmp_path: Path) -> None
 
 
 def test_collect_script_prints_the_shipped_collector(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "invoke", "collect-script"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "NCPSIM_HOME": str(tmp_path)},
-    )
+    done = ncpsim("collect-script", home=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == COLLECTOR.read_text()
     script = tmp_path / "collect.sh"

@@ -1,29 +1,15 @@
-"""The command line as a user runs it: `ncpsim up scenario=...`, status, logs, certs, down."""
+"""The command line as a user runs it: `ncpsim up scenario=...` (a process: the stack outlives it), then
+status, logs, certs and down (in-process, as tests/cli_support.py runs them)."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def invoke(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from cli_support import ncpsim, ncpsim_process
 
 
 def ports_listening(ports: list[int]) -> list[int]:
@@ -60,32 +46,32 @@ def test_up_literal_form_then_down_leaves_nothing(
 ) -> None:
     state = Path(invoke_env["NCPSIM_HOME"]) / "cli"
     try:
-        up = invoke("up", f"scenario={scenario}", "--stack", "cli", env=invoke_env)
+        up = ncpsim_process("up", f"scenario={scenario}", "--stack", "cli", env=invoke_env)
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"PASS {scenario}" in up.stdout
         assert "dig @127.0.0.1" in up.stdout
         if scenario == "http-callback":
             assert "curl -sv --proxy https://invocation.grpc-worker.example.com:" in up.stdout
             assert "openssl s_client" in up.stdout
-        status = json.loads(invoke("status", "--json", "--stack", "cli", env=invoke_env).stdout)
+        status = json.loads(ncpsim("status", "--json", "--stack", "cli", env=invoke_env).stdout)
         netmap = json.loads((state / "netmap.json").read_text())
         tcp_ports = [port for key, port in netmap["bindings"].items() if key.endswith("/tcp")]
         pids = [int(p.read_text()) for p in (state / "pids").glob("*.pid")]
         assert len(pids) >= 6 and len(alive(pids)) == len(pids)
         assert ports_listening(tcp_ports) == tcp_ports
         assert status["scenario"] == scenario and status["backend"] == "local"
-        logs = invoke("logs", "worker-callback-proxy.access", "--stack", "cli", env=invoke_env)
+        logs = ncpsim("logs", "worker-callback-proxy.access", "--stack", "cli", env=invoke_env)
         assert access_line in logs.stdout
     finally:
-        down = invoke("down", "--stack", "cli", env=invoke_env)
+        down = ncpsim("down", "--stack", "cli", env=invoke_env)
     assert down.returncode == 0, down.stderr
     assert alive(pids) == []
     assert ports_listening(tcp_ports) == []
-    assert invoke("status", "--stack", "cli", env=invoke_env).returncode == 1
+    assert ncpsim("status", "--stack", "cli", env=invoke_env).returncode == 1
 
 
 def test_scenario_flag_form_and_unknown_scenario(invoke_env: dict[str, str]) -> None:
-    bad = invoke("up", "--scenario", "no-such-scenario", "--stack", "cli2", env=invoke_env)
+    bad = ncpsim("up", "--scenario", "no-such-scenario", "--stack", "cli2", env=invoke_env)
     assert bad.returncode == 2
     assert "unknown scenario 'no-such-scenario'" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -93,11 +79,11 @@ def test_scenario_flag_form_and_unknown_scenario(invoke_env: dict[str, str]) -> 
 def test_certs_prints_fingerprints_and_expiry(invoke_env: dict[str, str]) -> None:
     from clusters.state import create_stack_dir
 
-    missing = invoke("certs", "--stack", "certs", env=invoke_env)
+    missing = ncpsim("certs", "--stack", "certs", env=invoke_env)
     assert missing.returncode == 2 and "no stack 'certs'" in missing.stderr  # never created by certs
     assert not (Path(invoke_env["NCPSIM_HOME"]) / "certs").exists()
     create_stack_dir(Path(invoke_env["NCPSIM_HOME"]) / "certs")
-    out = invoke("certs", "--stack", "certs", env=invoke_env)
+    out = ncpsim("certs", "--stack", "certs", env=invoke_env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("SHA-256") >= 2 or out.stdout.count(":") > 60
     assert "stack" in out.stdout and "public" in out.stdout
@@ -105,7 +91,7 @@ def test_certs_prints_fingerprints_and_expiry(invoke_env: dict[str, str]) -> Non
 
 @pytest.mark.parametrize("task", ["up", "down", "status", "logs", "certs", "scenarios", "replay", "test"])
 def test_every_task_has_help(task: str, invoke_env: dict[str, str]) -> None:
-    out = invoke("--help", task, env=invoke_env)
+    out = ncpsim("--help", task, env=invoke_env)
     assert out.returncode == 0
     docstring = out.stdout.split("Docstring:")[1].strip().splitlines()[0]
     assert docstring and docstring != "none"

@@ -1,9 +1,10 @@
 """The command line around a running stack (issue 29): values with origins, set --unset and --secret, a
 status that shows the state, logs -f and events, render -f, replay's one JSON document.
 
-One stack serves the module, brought up by `ncpsim` from a folder outside the repository with a customer's
-file and a `--set`; each test acts on it as a user would. The teardown stops it and fails if anything is
-left running.
+One stack serves the module, brought up by `ncpsim` (a process) from a folder outside the repository with a
+customer's file and a `--set`; each test acts on it as a user would, in-process but for what needs a process
+of its own (a redeploy's new proxy outlives the command, `logs -f` ends on Ctrl-C, concurrent `set`s). The
+teardown stops it and fails if anything is left running.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ import os
 import select
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trustme
+from cli_support import NCPSIM, ncpsim, ncpsim_process
 from stack_records import Records, stack_processes
+from timeouts import COMMAND, RECORD
 
-NCPSIM = str(Path(sys.executable).with_name("ncpsim"))
-COMMAND_TIMEOUT = 90.0  # up, a redeploy or a replay: seconds on a laptop, more on a loaded CI machine
-FOLLOW_TIMEOUT = 10.0  # logs -f re-reads every 0.2 s; a loaded machine may be slower to schedule it
+FOLLOW_TIMEOUT = RECORD  # logs -f re-reads every 0.2 s; a loaded machine may be slower to schedule it
 CUSTOMER = "workerCallbackProxy:\n  enabled: true\n  workerDomain: acme.example.net\n"
 CONNECT = "workerCallbackProxy.invocation.connect.enabled"
 
@@ -33,16 +33,12 @@ class Cli:
         self.here, self.home = here, home
         self.env = {**os.environ, "NCPSIM_HOME": str(home)}
 
-    def __call__(self, *args: str, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [NCPSIM, *args],
-            cwd=self.here,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return ncpsim(*args, home=self.home, cwd=self.here)
+
+    def process(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """For a command that leaves processes running (up, a redeploy): the console script, as a user runs it."""
+        return ncpsim_process(*args, home=self.home, cwd=self.here)
 
     def json(self, *args: str) -> object:
         done = self(*args)
@@ -57,7 +53,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     (root / "here" / "customer.yaml").write_text(CUSTOMER)
     run = Cli(root / "here", root / "home")
     try:
-        up = run("up", "-f", "customer.yaml", "--set", f"{CONNECT}=true")
+        up = run.process("up", "-f", "customer.yaml", "--set", f"{CONNECT}=true")
         assert up.returncode == 0, up.stdout + up.stderr
         yield run
     finally:
@@ -70,13 +66,13 @@ def test_values_name_each_origin_and_unset_restores_the_default(cli: Cli) -> Non
     assert shown["workerCallbackProxy.workerDomain"]["from"] == "customer.yaml:3"
     assert shown[CONNECT] == {"key": CONNECT, "value": True, "from": f"--set {CONNECT}=true"}
     assert "nats.workerAuth" not in shown  # a default is not a value anyone set
-    assert cli("set", "nats.workerAuth=token", "--unset", CONNECT).returncode == 0
+    assert cli.process("set", "nats.workerAuth=token", "--unset", CONNECT).returncode == 0  # restarts NATS
     shown = {v["key"]: v for v in cli.json("values", "--json")}  # type: ignore[union-attr]
     assert shown["nats.workerAuth"]["from"].startswith("ncpsim set nats.workerAuth=token")
     assert not any(key.startswith("workerCallbackProxy.invocation.connect") for key in shown)
     everything = {v["key"]: v for v in cli.json("values", "--all", "--json")}  # type: ignore[union-attr]
     assert everything["adminIssuerProxy.enabled"]["from"] == "default"
-    assert cli("set", "--unset", "nats.workerAuth").returncode == 0
+    assert cli.process("set", "--unset", "nats.workerAuth").returncode == 0
 
 
 def test_status_shows_faults_values_processes_and_the_frontend(cli: Cli) -> None:
@@ -120,12 +116,12 @@ def test_a_rollout_without_its_secret_is_refused_and_set_secret_brings_it(cli: C
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
     assert cli("call", "http-echo").returncode == 0  # the running proxy keeps serving
     assert cli.json("status", "--json")["frontend"]["issuer"] == "stack"  # type: ignore[index]
-    switched = cli("set", change, "--secret", f"acme-tls={folder}", "--redeploy", "proxy")
+    switched = cli.process("set", change, "--secret", f"acme-tls={folder}", "--redeploy", "proxy")
     assert switched.returncode == 0, switched.stdout + switched.stderr
     frontend = cli.json("status", "--json")["frontend"]  # type: ignore[index]
     assert frontend["secret"] == "acme-tls" and frontend["issuer"] != "stack"  # the customer's CA
     assert (
-        cli(
+        cli.process(
             "set", "--unset", "workerCallbackProxy.tls.frontend.existingSecret", "--redeploy", "proxy"
         ).returncode
         == 0
@@ -165,7 +161,7 @@ def test_logs_follow_prints_a_curl_made_after_it_started(cli: Cli) -> None:
             ],
             capture_output=True,
             text=True,
-            timeout=COMMAND_TIMEOUT,
+            timeout=COMMAND,
             check=False,
         )
         assert curl.returncode == 0, curl.stderr
@@ -174,7 +170,7 @@ def test_logs_follow_prints_a_curl_made_after_it_started(cli: Cli) -> None:
         assert '"curl-after-follow"' in line and " 401 " in line, line
     finally:
         follower.send_signal(signal.SIGINT)
-        follower.communicate(timeout=COMMAND_TIMEOUT)
+        follower.communicate(timeout=COMMAND)
     assert follower.returncode == 0
 
 
@@ -237,7 +233,7 @@ def test_concurrent_sets_apply_in_turn_and_keep_every_assignment(cli: Cli) -> No
         for key in keys
     ]
     for process in running:
-        _, err = process.communicate(timeout=COMMAND_TIMEOUT)
+        _, err = process.communicate(timeout=COMMAND)
         assert process.returncode == 0, err
     shown = {v["key"] for v in cli.json("values", "--json")}  # type: ignore[union-attr]
     assert set(keys) <= shown
@@ -249,16 +245,7 @@ def test_untrusted_text_reaches_the_terminal_escaped(cli: Cli, tmp_path: Path) -
     step's output, the replay report and the logs show them escaped, never interpreted."""
     hostile = "evil\\x1b[31m\\rred\\nFAKE PASS [/][bold]"  # as YAML writes it: escapes, CR, newline, markup
     step = f'name: "{hostile}"\ninvoke: {{function: http-echo}}\n'
-    done = subprocess.run(
-        [NCPSIM, "step", "-"],
-        input=step,
-        cwd=cli.here,
-        env=cli.env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
+    done = ncpsim("step", "-", home=cli.home, cwd=cli.here, stdin=step)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\nFAKE PASS" not in done.stdout
     assert "evil\\x1b[31m\\x0dred\\x0aFAKE PASS [/][bold]" in done.stdout  # shown, markup and all

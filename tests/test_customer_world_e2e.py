@@ -7,8 +7,6 @@ on (the fix, or the fault) and must then fail for the stated reason, so the pass
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 import trustme
 import yaml
+from cli_support import ncpsim, ncpsim_process
 
 from clusters.local import LocalBackend
 from scenarios.engine import run_scenario
@@ -24,8 +23,6 @@ from scenarios.result import ScenarioResult
 from scenarios.secrets import with_brought_secrets
 
 WD = "grpc-worker.example.com"
-REPO = Path(__file__).resolve().parents[1]
-CLI_TIMEOUT = 60.0  # one `ncpsim up` of a one-step scenario takes a few seconds
 Data = dict[str, Any]
 
 
@@ -268,7 +265,7 @@ def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     state = Path(invoke_env["NCPSIM_HOME"]) / "cli-secret"
     try:
-        up = invoke(
+        up = ncpsim_process(
             "up",
             f"scenario={path}",
             "--secret",
@@ -281,21 +278,9 @@ def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env:
         served = state / "certs" / "secrets" / "customer-tls" / "tls.crt"
         assert served.read_bytes() == (folder / "tls.crt").read_bytes()
     finally:
-        down = invoke("down", "--stack", "cli-secret", env=invoke_env)
+        down = ncpsim("down", "--stack", "cli-secret", env=invoke_env)
     assert down.returncode == 0, down.stderr
-    bad = invoke(
+    bad = ncpsim(
         "up", f"scenario={path}", "--secret", "customer-tls", "--stack", "cli-secret", env=invoke_env
     )
     assert bad.returncode == 2 and "use NAME=DIR" in bad.stderr and "Traceback" not in bad.stderr
-
-
-def invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        check=False,
-    )

@@ -1,8 +1,9 @@
 """A dev environment to poke (issue 15): idle `ncpsim up`, then tasks on the running stack, as a user runs them.
 
-The acceptance test runs each step as a real `invoke` process with NCPSIM_HOME in a temporary folder;
-its teardown stops the stack whatever happened and fails if one of its processes is left. The table
-tests cover the pure parts: the steps each command writes, and the command-line words invoke is given.
+The acceptance test runs each step through the command line with NCPSIM_HOME in a temporary folder: `ncpsim
+up` as a process (the stack outlives it), the tasks on the running stack in-process. Its teardown stops the
+stack whatever happened and fails if one of its processes is left. The table tests cover the pure parts: the
+steps each command writes, and the command-line words invoke is given (`invoke` in the repository, a process).
 """
 
 from __future__ import annotations
@@ -15,37 +16,39 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import REPO, ncpsim, ncpsim_process
 from stack_records import stack_processes
+from timeouts import COMMAND
 
 from scenarios.devenv import call_step, fault_step, rotate_step, set_step, stack_flag, unknown_key_warnings
 from sim.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).parent / "invoke")
-COMMAND_TIMEOUT = 90.0  # up, a redeploy or a batch of calls: seconds on a laptop, more on a loaded CI machine
 
 
-def run_invoke(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [INVOKE, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
+def down_all(home: Path) -> None:
+    """Every stack under `home` stopped; a process left fails the test."""
+    for state in sorted(home.iterdir()) if home.exists() else []:
+        ncpsim("down", "--stack", state.name, home=home)
+        assert not stack_processes(state), f"processes of {state.name} left after ncpsim down"
 
 
 @pytest.fixture
-def user_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
-    yield env
-    home = Path(env["NCPSIM_HOME"])
-    for state in sorted(home.iterdir()) if home.exists() else []:
-        run_invoke("down", "--stack", state.name, env=env)
-        assert not stack_processes(state), f"processes of {state.name} left after ncpsim down"
+def home(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "home"
+    down_all(tmp_path / "home")
+
+
+@pytest.fixture(scope="module")
+def idle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One idle stack (`ncpsim up --stack idle`) for the tests that only call and probe it."""
+    home = tmp_path_factory.mktemp("devenv") / "home"
+    try:
+        up = ncpsim_process("up", "--stack", "idle", home=home)
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield home
+    finally:
+        down_all(home)
 
 
 def calls(done: subprocess.CompletedProcess) -> list[dict]:
@@ -53,82 +56,80 @@ def calls(done: subprocess.CompletedProcess) -> list[dict]:
     return [call for step in report["steps"] for call in step["calls"]]
 
 
-def test_idle_stack_poked_as_a_user_would(user_env: dict[str, str]) -> None:
-    up = run_invoke("up", env=user_env)
+def test_idle_stack_poked_as_a_user_would(home: Path) -> None:
+    up = ncpsim_process("up", home=home)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "PASS idle" in up.stdout
 
-    status = json.loads(run_invoke("status", "--json", env=user_env).stdout)
+    status = json.loads(ncpsim("status", "--json", home=home).stdout)
     roles = [p["role"] for p in status["pods"]]
     assert roles.count("invocation") == 2 and roles.count("grpc-proxy") == 2
     assert status["proxy"]["http"]["port"] and "ncpsim-compute-1" in status["dns"]
 
-    first = run_invoke("call", "http-echo", "--count", "3", "--json", env=user_env)
+    first = ncpsim("call", "http-echo", "--count", "3", "--json", home=home)
     assert first.returncode == 0, first.stdout + first.stderr
     assert [c["outcome"] for c in calls(first)] == ["success"] * 3
     assert all(c["via"] == "proxy" for c in calls(first))
 
-    kill = run_invoke("fault", "kill", "invocation-service-0", env=user_env)
+    kill = ncpsim("fault", "kill", "invocation-service-0", home=home)
     assert kill.returncode == 0 and "SIGKILL invocation-service-0" in kill.stdout, kill.stdout + kill.stderr
 
-    during = run_invoke("call", "http-echo", "--count", "4", env=user_env)
+    during = ncpsim("call", "http-echo", "--count", "4", home=home)
     assert during.returncode == 1, during.stdout + during.stderr
     assert "2/4 calls succeeded" in during.stdout and "FAILED" in during.stdout
 
-    restart = run_invoke("fault", "restart", "invocation-service-0", env=user_env)
+    restart = ncpsim_process("fault", "restart", "invocation-service-0", home=home)  # outlives the command
     assert restart.returncode == 0, restart.stdout + restart.stderr
 
-    after = run_invoke("call", "http-echo", "--count", "4", "--json", env=user_env)
+    after = ncpsim("call", "http-echo", "--count", "4", "--json", home=home)
     assert after.returncode == 0, after.stdout + after.stderr
     assert [c["outcome"] for c in calls(after)] == ["success"] * 4
 
-    changed = run_invoke(
-        "set", "workerCallbackProxy.invocation.connect.enabled=true", "--redeploy", "proxy", env=user_env
+    changed = ncpsim_process(
+        "set", "workerCallbackProxy.invocation.connect.enabled=true", "--redeploy", "proxy", home=home
     )
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "redeployed proxy" in changed.stdout
-    state = Path(user_env["NCPSIM_HOME"]) / "default"
+    state = home / "default"
     topology = json.loads((state / "topology.json").read_text())
     assert topology["values"]["workerCallbackProxy"]["invocation"]["connect"]["enabled"] is True
     # The new proxy listens on new ports: what `ncpsim status` prints follows it.
     bound = json.loads((state / "netmap.json").read_text())["bindings"]
-    status = json.loads(run_invoke("status", "--json", env=user_env).stdout)
+    status = json.loads(ncpsim("status", "--json", home=home).stdout)
     assert status["proxy"]["http"]["port"] == bound[f"{topology['proxy_lb_ip']}:10084/tcp"]
 
-    down = run_invoke("down", env=user_env)
+    down = ncpsim("down", home=home)
     assert down.returncode == 0 and "stopped" in down.stdout
-    assert not stack_processes(Path(user_env["NCPSIM_HOME"]) / "default")
+    assert not stack_processes(home / "default")
 
 
-def test_step_from_stdin_checks_its_expectations(user_env: dict[str, str]) -> None:
-    assert run_invoke("up", "--stack", "steps", env=user_env).returncode == 0
-    holds = run_invoke(
+def test_step_from_stdin_checks_its_expectations(idle: Path) -> None:
+    holds = ncpsim(
         "step",
         "-",
         "--stack",
-        "steps",
-        env=user_env,
+        "idle",
+        home=idle,
         stdin="invoke: {function: grpc-echo, count: 2}\nexpect: {outcome: success, via: proxy}\n",
     )
     assert holds.returncode == 0, holds.stdout + holds.stderr
     assert "2/2 calls succeeded" in holds.stdout
-    broken = run_invoke(
+    broken = ncpsim(
         "step",
         "-",
         "--stack",
-        "steps",
-        env=user_env,
+        "idle",
+        home=idle,
         stdin="invoke: {function: http-echo}\nexpect: {outcome: failure}\n",
     )
     assert broken.returncode == 1  # the calls succeed, so the expectation of a failure does not hold
     assert "expected" in broken.stdout
-    typo = run_invoke("step", "-", "--stack", "steps", env=user_env, stdin="invok: {function: http-echo}\n")
+    typo = ncpsim("step", "-", "--stack", "idle", home=idle, stdin="invok: {function: http-echo}\n")
     assert typo.returncode == 2 and "invok" in typo.stderr and "Traceback" not in typo.stderr
 
 
-def test_probe_steps_repeat_on_a_running_stack(user_env: dict[str, str], tmp_path: Path) -> None:
+def test_probe_steps_repeat_on_a_running_stack(idle: Path, tmp_path: Path) -> None:
     """Hand-made forward-proxy requests through `ncpsim step`, twice on the same stack, expectations checked."""
-    assert run_invoke("up", "--stack", "probes", env=user_env).returncode == 0
     steps = tmp_path / "probes.yaml"
     steps.write_text(
         "steps:\n"
@@ -138,17 +139,17 @@ def test_probe_steps_repeat_on_a_running_stack(user_env: dict[str, str], tmp_pat
         "    expect: {proxyStatus: 404, proxyFlag: NR, podContacted: false}\n"
     )
     for _ in range(2):
-        done = run_invoke("step", str(steps), "--stack", "probes", env=user_env)
+        done = ncpsim("step", str(steps), "--stack", "idle", home=idle)
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_tasks_on_a_stack_that_is_not_up(user_env: dict[str, str]) -> None:
-    done = run_invoke("call", "http-echo", "--stack", "nothing", env=user_env)
+def test_tasks_on_a_stack_that_is_not_up(home: Path) -> None:
+    done = ncpsim("call", "http-echo", "--stack", "nothing", home=home)
     assert done.returncode == 2
     assert (
         done.stderr.strip() == "ncpsim: stack 'nothing' is not up; start it with `ncpsim up --stack nothing`"
     )
-    missing = run_invoke("step", "no-such-step.yaml", "--stack", "nothing", env=user_env)
+    missing = ncpsim("step", "no-such-step.yaml", "--stack", "nothing", home=home)
     assert missing.returncode == 2 and missing.stderr.startswith(
         "ncpsim: no-such-step.yaml: no such step file"
     )
@@ -274,7 +275,7 @@ def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str)
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=COMMAND_TIMEOUT,
+        timeout=COMMAND,
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -282,21 +283,21 @@ def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str)
 
 
 # -- the command line's rough edges (issue 15) -----------------------------------------------------------
-def test_unknown_scenario_suggests_the_closest_names_one_per_line(user_env: dict[str, str]) -> None:
-    done = run_invoke("up", "htp-callback", env=user_env)
+def test_unknown_scenario_suggests_the_closest_names_one_per_line(home: Path) -> None:
+    done = ncpsim("up", "htp-callback", home=home)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
     assert lines[0] == "ncpsim: unknown scenario 'htp-callback'; did you mean:"
     assert lines[1] == "  http-callback" and len(lines) <= 6
 
 
-def test_replay_takes_help_and_stack(user_env: dict[str, str]) -> None:
-    helped = run_invoke("replay", "--help", env=user_env)
+def test_replay_takes_help_and_stack(home: Path) -> None:
+    helped = ncpsim("replay", "--help", home=home)
     assert helped.returncode == 0 and "--stack" in helped.stdout and "--all" in helped.stdout
-    done = run_invoke("replay", "nats-values-right", "--stack", "mine", env=user_env)
+    done = ncpsim("replay", "nats-values-right", "--stack", "mine", home=home)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (Path(user_env["NCPSIM_HOME"]) / "mine" / "reports" / "report.json").is_file()
-    nothing = run_invoke("replay", env=user_env)
+    assert (home / "mine" / "reports" / "report.json").is_file()
+    nothing = ncpsim("replay", home=home)
     assert nothing.returncode == 2 and "ncpsim replay NAME..., --all, or --bundle B" in nothing.stderr
 
 
@@ -312,46 +313,50 @@ def test_replay_stack_names_are_shortened_out_loud() -> None:
     assert len(long_a) == 40 and long_a != long_b  # a hash of the whole name keeps them apart
 
 
-def test_a_closed_pipe_ends_output_quietly(user_env: dict[str, str]) -> None:
+def test_a_closed_pipe_ends_output_quietly(home: Path) -> None:
     """`ncpsim scenarios | head`: the reader left before the writer was done."""
     for args in (["scenarios"], ["--list"], ["replay", "--help"]):
         proc = subprocess.Popen(
-            [INVOKE, *args], cwd=REPO, env=user_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            [INVOKE, *args],
+            cwd=REPO,
+            env={**os.environ, "NCPSIM_HOME": str(home)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         assert proc.stdout is not None
         proc.stdout.close()  # nothing will ever be read: every write meets a closed pipe
-        _, err = proc.communicate(timeout=COMMAND_TIMEOUT)
+        _, err = proc.communicate(timeout=COMMAND)
         assert b"Traceback" not in err and b"BrokenPipe" not in err, (args, err)
         if args == ["scenarios"]:  # a task's output; invoke's own (--list, --help) ends with its exit code 1
             assert proc.returncode == 0, err
 
 
-def test_logs_without_a_component_prints_them_all(user_env: dict[str, str]) -> None:
-    assert run_invoke("replay", "nats-values-right", "--stack", "runbook", env=user_env).returncode == 0
-    done = run_invoke("logs", "--stack", "runbook", env=user_env)
+def test_logs_without_a_component_prints_them_all(home: Path) -> None:
+    assert ncpsim("replay", "nats-values-right", "--stack", "runbook", home=home).returncode == 0
+    done = ncpsim("logs", "--stack", "runbook", home=home)
     assert done.returncode == 0, done.stderr
 
 
-def test_idle_up_with_a_customer_values_file(user_env: dict[str, str], tmp_path: Path) -> None:
+def test_idle_up_with_a_customer_values_file(home: Path, tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text("workerCallbackProxy:\n  workerDomain: acme.example.net\n")
-    up = run_invoke("up", "-f", str(values), "--stack", "acme", env=user_env)
+    up = ncpsim_process("up", "-f", str(values), "--stack", "acme", home=home)
     assert up.returncode == 0, up.stdout + up.stderr
-    status = json.loads(run_invoke("status", "--json", "--stack", "acme", env=user_env).stdout)
+    status = json.loads(ncpsim("status", "--json", "--stack", "acme", home=home).stdout)
     assert status["workerDomain"] == "acme.example.net" and status["proxy"]["http"]["port"]
-    done = run_invoke("call", "http-echo", "--count", "2", "--stack", "acme", "--json", env=user_env)
+    done = ncpsim("call", "http-echo", "--count", "2", "--stack", "acme", "--json", home=home)
     assert (
         done.returncode == 0
         and [c["dns"]["name"] for c in calls(done)] == ["invocation.acme.example.net"] * 2
     )
 
 
-def test_status_of_a_stack_that_is_not_up_says_how_to_start_it(user_env: dict[str, str]) -> None:
-    never = run_invoke("status", "--stack", "later", env=user_env)
+def test_status_of_a_stack_that_is_not_up_says_how_to_start_it(home: Path) -> None:
+    never = ncpsim("status", "--stack", "later", home=home)
     assert never.returncode == 2 and "no stack 'later'" in never.stderr
     assert "`ncpsim up --stack later`" in never.stderr
-    assert run_invoke("up", "--stack", "later", env=user_env).returncode == 0
-    assert run_invoke("down", "--stack", "later", env=user_env).returncode == 0
-    done = run_invoke("status", "--stack", "later", env=user_env)
+    assert ncpsim_process("up", "--stack", "later", home=home).returncode == 0
+    assert ncpsim("down", "--stack", "later", home=home).returncode == 0
+    done = ncpsim("status", "--stack", "later", home=home)
     assert done.returncode == 1
     assert done.stdout.strip() == "stack 'later' is not up (bring it up with `ncpsim up --stack later`)"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cli_support import ncpsim
 
 from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import CAUSES
@@ -29,8 +29,6 @@ from scenarios.spec import step_from
 from sim.errors import ConfigError, ScenarioError
 from sim.model.values import deep_merge, validate
 
-REPO = Path(__file__).resolve().parents[1]
-DIAGNOSE_TIMEOUT = 60.0
 PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": {"type": "LoadBalancer"}}
 PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
 
@@ -474,16 +472,7 @@ def test_the_default_probes_ask_the_what_ifs_the_values_raise(world: World, what
 
 # -- live: the customer's world on the local backend -------------------------------------------------------
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "diagnose", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=DIAGNOSE_TIMEOUT,
-        check=False,
-    )
+    return ncpsim("diagnose", *args, home=tmp_path / "home", env={"PATH": "/usr/bin:/bin"})
 
 
 def values_file(tmp_path: Path, values: dict) -> str:
@@ -552,32 +541,8 @@ def test_a_ticket_never_overwrites_its_inputs_nor_follows_a_link(tmp_path: Path)
     assert not (tmp_path / "t.yaml").exists()
 
 
-def test_old_workers_with_connect_off(tmp_path: Path) -> None:
-    done = run_cli(
-        tmp_path,
-        "-f",
-        values_file(tmp_path, {"workerCallbackProxy": PROXY, **PEM}),
-        "--json",
-        "--workers",
-        "1.2.9:system",
-    )
-    assert done.returncode == 1, done.stdout + done.stderr
-    first = json.loads(done.stdout)["findings"][0]
-    assert first["id"] == "legacy-worker-connect-off" and "connect.enabled: true" in first["fix"]
-    assert any("404 NR" in e for e in first["evidence"])
-
-
 def replay(tmp_path: Path, scenario: Path) -> subprocess.CompletedProcess[str]:
-    env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "replay", f"scenario={scenario}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=DIAGNOSE_TIMEOUT,
-        check=False,
-    )
+    return ncpsim("replay", f"scenario={scenario}", home=tmp_path / "home", env={"PATH": "/usr/bin:/bin"})
 
 
 # -- live, one row per cause: the values (and what else the customer told) make diagnose name it first -----
@@ -712,6 +677,16 @@ def test_each_cause_is_named_first_with_its_fix(
     first = found.ranked()[0]
     assert first.cause.id == cause, [f.cause.id for f in found.ranked()]
     assert first.cause.section.startswith(("worker-callback-proxy.md", "control-plane-operations.md"))
+
+
+def test_old_workers_with_connect_off(diagnosed: Callable[[str], tuple[Diagnosis, Path]]) -> None:
+    """Workers before 1.3 and connect off: the finding as `diagnose --json` prints it, its fix and the
+    workers' 404 NR. The diagnosis is the cause's row (the same values and workers); the command line's
+    JSON and exit code for a finding are test_missing_pem_is_named_first_and_its_ticket_replays'."""
+    found, _ = diagnosed("legacy-worker-connect-off")
+    first = found.to_json()["findings"][0]
+    assert first["id"] == "legacy-worker-connect-off" and "connect.enabled: true" in first["fix"]
+    assert any("404 NR" in e for e in first["evidence"])
 
 
 @pytest.mark.parametrize("cause", [r[0] for r in CAUSE_ROWS])

@@ -7,19 +7,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import ncpsim, ncpsim_process
 from stack_records import stack_processes
 
 from clusters.state import MIN_FREE, require_room
 from sim.errors import ConfigError
 from sim.model.events import EventLog
-
-NCPSIM = str(Path(sys.executable).with_name("ncpsim"))
-COMMAND_TIMEOUT = 90.0  # an up or a call on a loaded machine
 
 
 class Stats:
@@ -67,37 +64,31 @@ def tiny_home(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_up_call_down_on_a_full_tmpfs(tiny_home: Path) -> None:
-    env = {**os.environ, "NCPSIM_HOME": str(tiny_home / "home")}
+    home = tiny_home / "home"
 
-    def ncpsim(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [NCPSIM, *args],
-            env=env,
-            cwd=tiny_home,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT,
-            check=False,
-        )
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        """`up` as a process (the stack outlives it); the rest in-process, in the same folder."""
+        ran = ncpsim_process if args[0] == "up" else ncpsim
+        return ran(*args, home=home, cwd=tiny_home)
 
-    up = ncpsim("up")
+    up = run("up")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         filler = tiny_home / "fill"
         with open(filler, "wb") as handle, pytest.raises(OSError):
             while True:
                 handle.write(b"\0" * 65536)
-        for refused in (ncpsim("call", "http-echo"), ncpsim("up", "--stack", "second")):
+        for refused in (run("call", "http-echo"), run("up", "--stack", "second")):
             assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
             assert "no space left for the stack" in refused.stderr and "Traceback" not in refused.stderr
-        down = ncpsim("down")
+        down = run("down")
         assert down.returncode == 0 and re.match(r"stopped \d+ processes", down.stdout), (
             down.stdout + down.stderr
         )
         assert not stack_processes(tiny_home / "home" / "default")
         filler.unlink()
-        again = ncpsim("up", "--stack", "after")
+        again = run("up", "--stack", "after")
         assert again.returncode == 0, again.stdout + again.stderr
     finally:
-        ncpsim("down", "--all")
+        run("down", "--all")
         assert not stack_processes(tiny_home / "home" / "default")

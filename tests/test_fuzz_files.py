@@ -14,12 +14,9 @@ few refused files through the real command line to see exit 2.
 from __future__ import annotations
 
 import collections
-import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,13 +25,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import ncpsim
 
 from scenarios.devenv import idle_scenario
 from scenarios.model import CATALOGUE, customer_layers, load_scenario
 from scenarios.report import values_warnings
 from sim.errors import NcpsimError
 
-REPO = Path(__file__).resolve().parents[1]
 CASE_LIMIT = 5.0  # seconds one case may take (a refusal takes milliseconds; a hang is what this catches)
 QUICK_CASES, LONG_CASES = 300, 10_000
 SEED = 16  # issue 16: the same cases every run
@@ -548,19 +545,9 @@ def test_fuzz_quick(isolated_home: Path) -> None:
     # The command line itself: a refused file of a few kinds is one line on stderr and exit code 2.
     guard = isolated_home / "guard-not-a-folder"  # should a file be accepted after all, nothing starts
     guard.write_text("not a folder\n")
-    env = {**os.environ, "NCPSIM_HOME": str(guard)}
     examples = list(values.examples.values())[:3]
     for path in examples:
-        run = subprocess.run(
-            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", "-f", str(path)],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        run = ncpsim("up", "-f", str(path), home=guard)
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 

@@ -2,10 +2,8 @@
 the documented behaviour, never a traceback or a hang.
 
 Every case runs the command in-process, through the same Program as the `ncpsim` console script (as
-tests/test_program.py does), so a table of cases costs no interpreter starts. Optional positional words are
-given as their flags (`set --assignment`, `replay --scenario`): which words are positional is decided when the
-tasks are imported, from that process's own command line. `step` and `set` act on one
-running stack for the module; `up` and `replay` cases are refused before any stack exists: NCPSIM_HOME names a
+tests/test_program.py does), so a table of cases costs no interpreter starts; the words are given as a user
+types them (`set KEY=VALUE`, `replay FILE`). `step` and `set` act on one running stack for the module; `up` and `replay` cases are refused before any stack exists: NCPSIM_HOME names a
 file, so a case that got past its check would stop at the state folder with a message the row does not expect.
 """
 
@@ -62,31 +60,30 @@ ON_STACK = [
     # A Secret name is a folder of the stack's: `..` climbed out of certs/secrets (then raised on redeploy).
     Case(
         "set-existing-secret-climbs",
-        ("set", "--assignment", "workerCallbackProxy.tls.frontend.existingSecret=../../x"),
+        ("set", "workerCallbackProxy.tls.frontend.existingSecret=../../x"),
         'existingSecret: the string "../../x" is not a Secret name',
     ),
     Case(
         "set-existing-secret-too-long",
-        ("set", "--assignment", f"workerCallbackProxy.tls.frontend.existingSecret={'a' * 300}"),
+        ("set", f"workerCallbackProxy.tls.frontend.existingSecret={'a' * 300}"),
         "must be no more than 253 characters",
     ),
     Case(
         "set-domain-label-too-long",
-        ("set", "--assignment", f"workerCallbackProxy.workerDomain={LONG_LABEL}"),
+        ("set", f"workerCallbackProxy.workerDomain={LONG_LABEL}"),
         "must be 1-63 of a-z",  # not "must be lower case", which it said of 64 lower-case letters
     ),
     Case(  # accepted, then every worker failed on it: `ncpsim worker error: ValueError` (idna, as SNI)
         "set-proxy-url-label-too-long",
         (
             "set",
-            "--assignment",
             f"global.workerEndpoints.invocationProxyURL=https://{'a' * 70}.grpc-worker.example.com:10084",
         ),
         "invocationProxyURL: host",
     ),
     Case(
         "set-domain-huge",
-        ("set", "--assignment", f"workerCallbackProxy.workerDomain={HUGE}"),
+        ("set", f"workerCallbackProxy.workerDomain={HUGE}"),
         "needs at least two labels",
     ),
 ]
@@ -110,18 +107,18 @@ steps:
 
 def scenario(name: str, says: str, extra: str = "", cluster: str = "") -> Case:
     text = SCENARIO.format(extra=extra, cluster=cluster)
-    return Case(name, ("replay", "--scenario", f"{{dir}}/{name}.yaml"), says, ((f"{name}.yaml", text),))
+    return Case(name, ("replay", f"{{dir}}/{name}.yaml"), says, ((f"{name}.yaml", text),))
 
 
 NO_STACK = [
     Case(
         "replay-junit-proc",
-        ("replay", "--scenario", "http-callback", "--junit", "/proc/x.xml"),
+        ("replay", "http-callback", "--junit", "/proc/x.xml"),
         "--junit /proc/x.xml",
     ),
     Case(
         "replay-junit-proc-self",
-        ("replay", "--scenario", "http-callback", "--junit", "/proc/self/x.xml"),
+        ("replay", "http-callback", "--junit", "/proc/self/x.xml"),
         "cannot be",
     ),
     scenario(
@@ -185,13 +182,13 @@ NO_STACK = [
 ]
 
 
-def refused(capsys: pytest.CaptureFixture[str], case: Case, folder: Path, stack: str = "") -> str:
+def refused(case: Case, folder: Path, stack: str = "") -> str:
     for name, text in case.files:
         (folder / name).write_text(text)
     argv = [a.replace("{dir}", str(folder)) for a in case.argv]
     if stack:
         argv += ["--stack", stack]
-    code, _, err = run(capsys, *argv)
+    code, _, err = run(*argv)
     # `assumed:` and `warning:` lines are the report's notes on stderr, said before a stack starts.
     err = "".join(x for x in err.splitlines(keepends=True) if not x.startswith(("assumed: ", "warning: ")))
     line = one_line_usage_error(code, err)
@@ -211,23 +208,19 @@ def running(ncpsim_stack_module) -> Iterator[tuple[Path, str]]:  # type: ignore[
 
 
 @pytest.mark.parametrize("case", ON_STACK, ids=[c.name for c in ON_STACK])
-def test_on_a_running_stack(
-    case: Case, running: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_on_a_running_stack(case: Case, running: tuple[Path, str], tmp_path: Path) -> None:
     state, name = running
     before = (state / "topology.json").read_text()
-    refused(capsys, case, tmp_path, name)
+    refused(case, tmp_path, name)
     assert (state / "topology.json").read_text() == before, "a refused command changed the stack"
 
 
 @pytest.mark.parametrize("case", NO_STACK, ids=[c.name for c in NO_STACK])
-def test_before_any_stack(
-    case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_before_any_stack(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     guard = tmp_path / "guard-not-a-folder"
     guard.write_text("a case that passed its check stops here\n")
     monkeypatch.setenv("NCPSIM_HOME", str(guard))
-    refused(capsys, case, tmp_path)
+    refused(case, tmp_path)
 
 
 def test_set_over_a_files_scalar_keeps_the_charts_other_keys(tmp_path: Path) -> None:

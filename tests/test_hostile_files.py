@@ -1,9 +1,10 @@
 """Hostile files and arguments on the command line (issue 16, items 2 and 7), each written as the attack.
 
 A customer's values file, a scenario from a ticket, a `--set` pasted from a chat, a mistyped flag: each is
-untrusted input. Every case runs the real `invoke` command line as a subprocess with a timeout (a hang fails
-the test), and a refusal is one line on stderr naming the file, exit code 2, never a traceback. The alias
-bombs are also loaded under an address-space limit and must be refused in under a second.
+untrusted input. Every case runs the real command line (in this process: the same Program and tasks, a hang
+ends at the test's timeout), and a refusal is one line on stderr naming the file, exit code 2, never a
+traceback. The alias bombs are also loaded under an address-space limit, by the console script too, and must
+be refused in under a second.
 """
 
 from __future__ import annotations
@@ -16,24 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_support import NCPSIM, REPO, ncpsim
+from timeouts import COMMAND
 
-REPO = Path(__file__).resolve().parents[1]
-QUICK = 60.0  # a refusal: a couple of seconds of imports even on a busy machine; a hang ends here
 BOUND = 1.0  # seconds an alias bomb may cost to refuse (the acceptance bullet)
 ADDRESS_SPACE = 512 << 20  # bytes: the interpreter and its imports need ~60 MiB; one bomb expanded needs GiBs
-
-
-def invoke(*args: str, env: dict[str, str], timeout: float = QUICK) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
@@ -52,12 +40,12 @@ def guarded(tmp_path: Path) -> dict[str, str]:
     another one-line message (which the test then rejects, as it does not name the file), and nothing runs."""
     guard = tmp_path / "guard-not-a-folder"
     guard.write_text("the hostile file must be refused before the state folder is looked at\n")
-    return {**os.environ, "NCPSIM_HOME": str(guard)}
+    return {"NCPSIM_HOME": str(guard)}
 
 
 def home(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "state").mkdir(exist_ok=True)
-    return {**os.environ, "NCPSIM_HOME": str(tmp_path / "state")}
+    return {"NCPSIM_HOME": str(tmp_path / "state")}
 
 
 # The files -----------------------------------------------------------------------------------------------
@@ -119,14 +107,14 @@ CASES = sorted(HOSTILE)
 def test_up_refuses_a_hostile_values_file(tmp_path: Path, case: str) -> None:
     make, words = HOSTILE[case]
     path = make(tmp_path)
-    refused(invoke("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)), str(path), *words)
+    refused(ncpsim("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)), str(path), *words)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_up_refuses_a_hostile_scenario_file(tmp_path: Path, case: str) -> None:
     make, words = HOSTILE[case]
     path = make(tmp_path)
-    refused(invoke("up", str(path), "--stack", "hostile", env=guarded(tmp_path)), str(path), *words)
+    refused(ncpsim("up", str(path), "--stack", "hostile", env=guarded(tmp_path)), str(path), *words)
 
 
 @pytest.mark.parametrize("command", [("replay", "http-callback"), ("replay", "--all"), ("diagnose",)])
@@ -136,7 +124,7 @@ def test_replay_and_diagnose_refuse_a_hostile_values_file(
 ) -> None:
     make, words = HOSTILE[case]
     path = make(tmp_path)
-    refused(invoke(*command, "-f", str(path), env=guarded(tmp_path)), str(path), *words)
+    refused(ncpsim(*command, "-f", str(path), env=guarded(tmp_path)), str(path), *words)
 
 
 @pytest.mark.parametrize(
@@ -147,7 +135,7 @@ def test_step_refuses_a_hostile_step_file(tmp_path: Path, case: str) -> None:
     path = make(tmp_path)
     # `ncpsim step` refuses what is not a regular file in its own words ("no such step file").
     words = words if path.is_file() else ()
-    refused(invoke("step", str(path), "--stack", "hostile", env=home(tmp_path)), str(path), *words)
+    refused(ncpsim("step", str(path), "--stack", "hostile", env=home(tmp_path)), str(path), *words)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +155,7 @@ def test_step_refuses_a_hostile_step_file(tmp_path: Path, case: str) -> None:
 )
 def test_up_refuses_a_hostile_set(tmp_path: Path, value: str, words: tuple[str, ...]) -> None:
     refused(
-        invoke(
+        ncpsim(
             "up", "--set", f"workerCallbackProxy.extra={value}", "--stack", "hostile", env=guarded(tmp_path)
         ),
         *words,
@@ -206,7 +194,7 @@ def test_alias_bombs_are_refused_in_under_a_second_with_memory_bounded(tmp_path:
         [sys.executable, "-c", probe, *map(str, bombs)],
         capture_output=True,
         text=True,
-        timeout=QUICK,
+        timeout=COMMAND,
         check=False,
         cwd=tmp_path,
     )
@@ -224,12 +212,12 @@ def test_up_refuses_the_alias_bomb_under_an_address_space_limit(tmp_path: Path) 
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
     run = subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), "up", "-f", str(bomb)],
+        [NCPSIM, "up", "-f", str(bomb)],
         cwd=REPO,
-        env=guarded(tmp_path),
+        env={**os.environ, **guarded(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=QUICK,
+        timeout=COMMAND,
         check=False,
         preexec_fn=cap,
         stdin=subprocess.DEVNULL,
@@ -241,7 +229,7 @@ def test_a_date_that_is_no_date_is_text_as_helm_reads_it(tmp_path: Path) -> None
     """PyYAML builds a datetime from 2001-13-45 and raises ValueError; Helm keeps the text, and so does ncpsim."""
     path = write(tmp_path / "date.yaml", "workerCallbackProxy:\n  workerDomain: 2001-13-45\n")
     refused(
-        invoke("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)),
+        ncpsim("up", "-f", str(path), "--stack", "hostile", env=guarded(tmp_path)),
         f"{path}:2",
         "workerDomain",
         "not a valid DNS name",
@@ -251,14 +239,14 @@ def test_a_date_that_is_no_date_is_text_as_helm_reads_it(tmp_path: Path) -> None
 # Arguments where a folder or a number is wanted (item 7) ---------------------------------------------------
 @pytest.mark.parametrize("lines", ["abc", "-3", "1e3", ""])
 def test_logs_refuses_lines_that_are_not_a_number(tmp_path: Path, lines: str) -> None:
-    refused(invoke("logs", "all", "--lines", lines, "--stack", "hostile", env=home(tmp_path)), "--lines")
+    refused(ncpsim("logs", "all", "--lines", lines, "--stack", "hostile", env=home(tmp_path)), "--lines")
 
 
 @pytest.mark.parametrize("where", ["FILE", "FILE/sub"])
 def test_render_refuses_an_out_that_is_a_file(tmp_path: Path, where: str) -> None:
     file = write(tmp_path / "a-file", "not a folder\n")
     out = where.replace("FILE", str(file))
-    refused(invoke("render", "--out", out, "--stack", "hostile", env=home(tmp_path)), "--out", "not a folder")
+    refused(ncpsim("render", "--out", out, "--stack", "hostile", env=home(tmp_path)), "--out", "not a folder")
     assert file.read_text() == "not a folder\n"
 
 
@@ -276,7 +264,7 @@ def test_an_output_file_where_a_folder_is_is_refused_before_any_work(
     """Checked first: a replay or a diagnosis is not run to its end only to fail writing its report."""
     file = write(tmp_path / "a-file", "not a folder\n")
     out = where.replace("FOLDER", str(tmp_path)).replace("FILE", str(file))
-    refused(invoke(*command, out, env=guarded(tmp_path)), command[-1], "folder")
+    refused(ncpsim(*command, out, env=guarded(tmp_path)), command[-1], "folder")
     assert file.read_text() == "not a folder\n"
 
 
@@ -289,11 +277,11 @@ def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(
     if where.startswith("/proc") and not Path("/proc/self").is_dir():
         pytest.skip("no /proc on this system")
     file = write(tmp_path / "a-file", "not a folder\n")
-    env = {**os.environ, "NCPSIM_HOME": where.replace("FILE", str(file))}
+    env = {"NCPSIM_HOME": where.replace("FILE", str(file))}
     args = [str(tmp_path / "out") if word == "OUT" else word for word in command]
     # certs acts on a stack that exists (issue 29): an unusable home has none; render keeps its certificates
     refused(
-        invoke(*args, "--stack", "hostile", env=env), "no stack" if command == ("certs",) else "NCPSIM_HOME"
+        ncpsim(*args, "--stack", "hostile", env=env), "no stack" if command == ("certs",) else "NCPSIM_HOME"
     )
     assert not (tmp_path / "out").exists()
 
@@ -325,7 +313,7 @@ def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path
         for _ in range(3)
     ]
     try:
-        results = [writer.communicate(timeout=QUICK) for writer in writers]
+        results = [writer.communicate(timeout=COMMAND) for writer in writers]
     finally:
         for writer in writers:
             if writer.poll() is None:
@@ -349,16 +337,7 @@ def test_step_refuses_hostile_standard_input(
 ) -> None:
     source = Path(stdin) if isinstance(stdin, str) else write(tmp_path / "stdin", stdin)
     with source.open("rb") as handle:
-        run = subprocess.run(
-            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"],
-            cwd=REPO,
-            env=home(tmp_path),
-            stdin=handle,
-            capture_output=True,
-            text=True,
-            timeout=QUICK,
-            check=False,
-        )
+        run = ncpsim("step", "-", env=home(tmp_path), stdin=handle)
     refused(run, *words)
 
 
@@ -367,16 +346,7 @@ def test_step_from_standard_input_refuses_an_unusable_ncpsim_home(tmp_path: Path
         pytest.skip("no /proc on this system")
     step = write(tmp_path / "step.yaml", "invoke: {function: http-echo}\n")
     with step.open("rb") as handle:
-        run = subprocess.run(
-            [sys.executable, "-m", "invoke", "--search-root", str(REPO), "step", "-"],
-            cwd=REPO,
-            env={**os.environ, "NCPSIM_HOME": "/proc/self/ncpsim"},
-            stdin=handle,
-            capture_output=True,
-            text=True,
-            timeout=QUICK,
-            check=False,
-        )
+        run = ncpsim("step", "-", env={"NCPSIM_HOME": "/proc/self/ncpsim"}, stdin=handle)
     refused(run, "NCPSIM_HOME")
 
 
@@ -416,7 +386,7 @@ def test_a_brought_secret_folder_is_read_with_bounds(tmp_path: Path, plant: str)
         [sys.executable, "-c", SECRET_PROBE.format(limit=ADDRESS_SPACE, repo=str(REPO)), str(folder)],
         capture_output=True,
         text=True,
-        timeout=QUICK,
+        timeout=COMMAND,
         check=False,
         cwd=tmp_path,
     )
@@ -428,4 +398,4 @@ def test_a_brought_secret_folder_is_read_with_bounds(tmp_path: Path, plant: str)
 @pytest.mark.parametrize("flag", [(), ("-f",)])
 def test_a_file_name_too_long_for_the_system_is_refused(tmp_path: Path, flag: tuple[str, ...]) -> None:
     name = "x" * 300 + ".yaml"  # past NAME_MAX (255): exists() itself raised OSError
-    refused(invoke("up", *flag, name, env=guarded(tmp_path)), "x" * 100)
+    refused(ncpsim("up", *flag, name, env=guarded(tmp_path)), "x" * 100)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import ncpsim, ncpsim_process
 
 from scenarios.model import load_scenario, scenario_from_data
 from sim.errors import ConfigError
@@ -32,10 +31,8 @@ from sim.model.layering import (
 )
 from sim.model.values_file import file_layer
 
-REPO = Path(__file__).resolve().parents[1]
 WDP = "workerCallbackProxy.workerDomain"
 ENABLED = "workerCallbackProxy.enabled"
-CLI_TIMEOUT = 60.0  # one `invoke` command: start-up, a ten-callback scenario, or teardown
 
 
 def nested(path: str, value: Any) -> dict[str, Any]:
@@ -356,18 +353,6 @@ def test_set_mistakes_are_one_line(text: str, fragment: str) -> None:
 
 
 # -- end to end: the command line on a real local stack -----------------------------------------------------
-def _invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        check=False,
-    )
-
-
 def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
     customer = write(
         tmp_path / "customer.yaml",
@@ -379,7 +364,7 @@ def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
     typo = write(tmp_path / "typo.yaml", "workerCallbackProxy:\n  workerDomian: elsewhere.example\n")
     env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
     try:
-        up = _invoke(
+        up = ncpsim_process(
             "up",
             "-f",
             str(customer),
@@ -399,7 +384,7 @@ def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
         assert [line.split(":")[0] for line in up.stderr.splitlines()] == ["assumed"]
         assert "Secret customer-tls" in up.stderr and "--secret customer-tls=DIR" in up.stderr
         assert f'{WDP}: "callbacks.customer.example" from {customer}:2' in up.stdout
-        shown = _invoke("status", "--json", "--stack", "prec-test", env=env)
+        shown = ncpsim("status", "--json", "--stack", "prec-test", env=env)
         assert shown.returncode == 0, shown.stderr
         status = json.loads(shown.stdout)
         assert status["workerDomain"] == "callbacks.customer.example"
@@ -424,7 +409,7 @@ def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
         assert [a["kind"] for a in report["assumptions"]][:1] == ["secret"]
         assert [a["what"] for a in status["assumptions"]] == [a["what"] for a in report["assumptions"]]
     finally:
-        down = _invoke("down", "--stack", "prec-test", "--purge", env=env)
+        down = ncpsim("down", "--stack", "prec-test", "--purge", env=env)
     assert down.returncode == 0, down.stderr
     assert not (tmp_path / "home" / "prec-test").exists()
 
@@ -433,7 +418,7 @@ def test_replay_takes_repeated_files_and_sets_and_warns_once(tmp_path: Path) -> 
     typo = write(tmp_path / "typo.yaml", "workerCallbackProxy:\n  workerDomian: elsewhere.example\n")
     later = write(tmp_path / "later.yaml", "workerCallbackProxy:\n  workerDomain: later.example\n")
     env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
-    done = _invoke(
+    done = ncpsim(
         "replay",
         "scenario=wrong-path",
         "-f",

@@ -12,28 +12,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import NCPSIM, ncpsim, ncpsim_process
 from stack_records import stack_processes
-
-NCPSIM = str(Path(sys.executable).parent / "ncpsim")  # the console script, as a user runs it
-UP_TIMEOUT = 60.0  # a stack is up in about a second; a loaded CI machine may take far longer
-COMMAND_TIMEOUT = 30.0  # each pasted command answers in well under a second on a running stack
-
-
-def run_invoke(*args: str, env: dict[str, str], timeout: float = UP_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [NCPSIM, *args],
-        cwd=env["HERE"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from timeouts import COMMAND
 
 
 def printed_commands(stdout: str) -> list[str]:
@@ -58,7 +43,7 @@ def shell_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     yield env
     home = Path(env["NCPSIM_HOME"])
     for state in sorted(home.iterdir()) if home.exists() else []:
-        run_invoke("down", "--stack", state.name, env=env)
+        ncpsim("down", "--stack", state.name, env=env)
         assert not stack_processes(state), f"processes of {state.name} left after ncpsim down"
 
 
@@ -69,7 +54,7 @@ def paste(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         env={k: v for k, v in env.items() if k != "NCPSIM_HOME"},
         capture_output=True,
         text=True,
-        timeout=COMMAND_TIMEOUT,
+        timeout=COMMAND,
         check=False,
     )
 
@@ -98,15 +83,21 @@ def check_command(command: str, env: dict[str, str]) -> None:
         assert "stopped" in done.stdout
 
 
-def up_and_paste(env: dict[str, str], *up_args: str) -> list[str]:
-    up = run_invoke("up", *up_args, env=env)
+def up_and_paste(
+    env: dict[str, str], *up_args: str, before_down: Callable[[], None] = lambda: None
+) -> list[str]:
+    """`ncpsim up` (a process, from the folder outside the repository), then each printed command pasted;
+    `before_down` runs on the stack before the last, `down`, is pasted."""
+    up = ncpsim_process("up", *up_args, cwd=Path(env["HERE"]), env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     commands = printed_commands(up.stdout)
     endpoints = up.stdout[up.stdout.index("\nStack ") :]
     assert "None" not in endpoints, endpoints  # a proxy that is off has no port to print
     assert commands[-1].endswith(" down" + (f" --stack {up_args[-1]}" if "--stack" in up_args else ""))
-    for command in commands:
+    for command in commands[:-1]:
         check_command(command, env)
+    before_down()
+    check_command(commands[-1], env)
     return commands
 
 
@@ -136,19 +127,24 @@ def test_named_stack_commands_carry_the_stack(shell_env: dict[str, str]) -> None
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("openssl")), reason="curl and openssl")
 def test_public_frontend_commands_trust_the_public_ca(shell_env: dict[str, str]) -> None:
-    commands = up_and_paste(shell_env, "public-frontend-cert")
+    wrong: list[subprocess.CompletedProcess] = []
+
+    def with_the_stack_ca() -> None:
+        """Negative control: the same command with the stack CA fails, so the CA printed is the one that matters."""
+        status = json.loads(ncpsim("status", "--json", env=shell_env).stdout)
+        http = status["proxy"]["http"]
+        wrong.append(
+            paste(
+                f"openssl s_client -connect 127.0.0.1:{http['port']} -servername invocation."
+                f"{status['workerDomain']} -CAfile {status['ca']['stack']} -verify_return_error </dev/null",
+                shell_env,
+            )
+        )
+
+    commands = up_and_paste(shell_env, "public-frontend-cert", before_down=with_the_stack_ca)
     openssl = next(c for c in commands if c.startswith("openssl"))
     assert "/certs/ca/public/ca.crt" in openssl
-    # Negative control: the same command with the stack CA fails, so the CA printed is the one that matters.
-    run_invoke("up", "public-frontend-cert", "--stack", "pub2", env=shell_env)
-    status = json.loads(run_invoke("status", "--json", "--stack", "pub2", env=shell_env).stdout)
-    http = status["proxy"]["http"]
-    wrong = paste(
-        f"openssl s_client -connect 127.0.0.1:{http['port']} -servername invocation."
-        f"{status['workerDomain']} -CAfile {status['ca']['stack']} -verify_return_error </dev/null",
-        shell_env,
-    )
-    assert wrong.returncode != 0
+    assert wrong and wrong[0].returncode != 0
 
 
 def test_proxy_disabled_prints_nothing_through_the_proxy(shell_env: dict[str, str]) -> None:

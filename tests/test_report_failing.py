@@ -8,7 +8,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Iterator
@@ -16,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_support import ncpsim, ncpsim_process
 
-REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 HEADER_FILL = (0xEE, 0xF2, 0xF7)  # scenarios.sequence_html: the lane headers' fill
 STEP2 = "step 2 (the public CA is wrongly expected to break callbacks)"
@@ -49,18 +48,6 @@ steps:
 """
 
 
-def invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
-        check=False,
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-
-
 @dataclass
 class Failed:
     done: subprocess.CompletedProcess
@@ -77,11 +64,13 @@ def failed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Failed]:
     env = {**os.environ, "NCPSIM_HOME": str(root / "state")}
     stack = "replay-deliberately-failing"
     try:
-        done = invoke("replay", f"scenario={scenario}", "--keep", "--junit", str(root / "junit.xml"), env=env)
-        status = json.loads(invoke("status", "--json", "--stack", stack, env=env).stdout or "{}")
+        # --keep leaves the failed stack running after the command: a process, as a user runs it
+        junit = str(root / "junit.xml")
+        done = ncpsim_process("replay", f"scenario={scenario}", "--keep", "--junit", junit, env=env)
+        status = json.loads(ncpsim("status", "--json", "--stack", stack, env=env).stdout or "{}")
         yield Failed(done, root / "junit.xml", root / "state" / stack, status.get("running", []))
     finally:
-        invoke("down", "--stack", stack, env=env)
+        ncpsim("down", "--stack", stack, env=env)
 
 
 def test_exit_code_and_text_report_name_step_and_expectation(failed: Failed) -> None:

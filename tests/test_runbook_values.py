@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_support import ncpsim
 
 from clusters.local import LocalBackend
 from scenarios.engine import run_scenario
@@ -21,8 +22,6 @@ from sim.runbooks.given import EXISTING, FRESH, Given
 from sim.runbooks.nats_runs import STEP_TOKEN
 from sim.runbooks.service_runs import STEP_ANNOTATIONS
 
-REPO = Path(__file__).resolve().parents[1]
-CLI_TIMEOUT = 60.0
 BOTH_OFF = "adminIssuerProxy:\n  enabled: false\n  gateway:\n    enabled: false\n"
 
 
@@ -102,22 +101,14 @@ def test_the_same_file_on_a_fresh_install_installs_nothing() -> None:
 def test_ncpsim_replay_with_f_shows_it(tmp_path: Path) -> None:
     customer = tmp_path / "customer.yaml"
     customer.write_text(BOTH_OFF)
-    env = {"NCPSIM_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
 
-    def ncpsim(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(REPO / ".venv" / "bin" / "ncpsim"), "replay", "admin-issuer-edge-right", *args],
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT,
-            env=env,
-            check=False,
-        )
+    def replay(*args: str) -> subprocess.CompletedProcess[str]:
+        return ncpsim("replay", "admin-issuer-edge-right", *args, home=tmp_path / "home")
 
-    done = ncpsim("-f", str(customer))
+    done = replay("-f", str(customer))
     assert done.returncode == 1, done.stderr
     assert "(served)" in done.stdout and "removes nothing" in done.stdout
-    assert ncpsim().returncode == 0  # negative control: without the file the runbook's story holds
+    assert replay().returncode == 0  # negative control: without the file the runbook's story holds
 
 
 # -- each runbook family reads its values -----------------------------------------------------------------

@@ -8,15 +8,12 @@ exit code 2; no traceback. No stack starts, so none of these needs a teardown.
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from cli_support import REPO, ncpsim
 
 GOOD_HEAD = """\
 name: from-a-ticket
@@ -191,7 +188,7 @@ def _run(case: Case, tmp_path: Path) -> Outcome:
     else:
         scenario = ref = folder / "ticket-1234.yaml"
         scenario.write_text(textwrap.dedent(case.scenario))
-    args = [sys.executable, "-m", "invoke", case.command, f"scenario={ref}"]
+    args = [case.command, f"scenario={ref}"]
     values = None
     if case.values is not None:
         values = folder / "customer-values.yaml"
@@ -199,17 +196,15 @@ def _run(case: Case, tmp_path: Path) -> Outcome:
         args += ["-f", str(values)]
     if case.command == "up":
         args += ["--stack", f"bad-{case.id}"[:40]]
-    env = {"NCPSIM_HOME": str(folder / "state"), "PATH": "/usr/bin:/bin", "HOME": str(folder)}
-    done = subprocess.run(args, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    done = ncpsim(*args, home=folder / "state", env={"PATH": "/usr/bin:/bin", "HOME": str(folder)})
     return Outcome(done, scenario, values, folder / "state")
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
-    """All cases at once: each is a separate interpreter start, so run them side by side."""
+    """All cases, each through the command line (in-process: a case costs its parse, not an interpreter)."""
     root = tmp_path_factory.mktemp("malformed")
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip([c.id for c in CASES], pool.map(lambda c: _run(c, root), CASES), strict=True))
+    return {case.id: _run(case, root) for case in CASES}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

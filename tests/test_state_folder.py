@@ -1,7 +1,8 @@
 """The state folder attacked as a user on the same machine, or a mistake, would (issue 16, items 3, 5, 7, 8):
 an unusable NCPSIM_HOME, `down --purge` aimed at a folder ncpsim did not make, symbolic links planted where
 ncpsim writes, two `ncpsim up` at once, an `ncpsim up` SIGKILLed mid-start, a component killed under a
-running stack. Every case runs the real command line; a refusal is one line on stderr and exit code 2.
+running stack. Every case runs the real command line (in-process, but for the `ncpsim up`s that must be
+processes: two at once, one SIGKILLed); a refusal is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -17,30 +18,17 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_support import REPO, ncpsim
+from timeouts import COMMAND, STACK_COMMAND, scaled
 
 from sim.model.events import read_events
 
-REPO = Path(__file__).resolve().parents[1]
-QUICK = 60.0  # a refusal, a status or a down: well under a few seconds even on a busy machine
-UP = 180.0  # a whole `ncpsim up` with its scenario replay
-START = 30.0  # until the components of an `ncpsim up` have reported ready (READY_TIMEOUT is 15 s a phase)
+START = scaled(
+    30.0
+)  # until the components of an `ncpsim up` have reported ready (READY_TIMEOUT: 15 s a phase)
 POLL = 0.005  # between looks at the pid folder: a worker must be caught long before it could be ready
 SCENARIO = "http-callback"
 STACK = "st"
-
-
-def invoke(
-    *args: str, env: dict[str, str], cwd: Path = REPO, timeout: float = QUICK
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "--search-root", str(REPO), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
@@ -81,7 +69,7 @@ def teardown(tmp_path: Path) -> Iterator[list[dict[str, int]]]:
     """Every component a test saw is gone when it ends, whatever happened (`ncpsim down`, then SIGKILL)."""
     seen: list[dict[str, int]] = []
     yield seen
-    invoke("down", "--stack", STACK, env=home(tmp_path))
+    ncpsim("down", "--stack", STACK, env=home(tmp_path))
     left = {name: pid for pids in seen for name, pid in pids.items() if name in living(pids)}
     for pid in left.values():
         os.killpg(pid, signal.SIGKILL)
@@ -94,9 +82,9 @@ def test_empty_ncpsim_home_is_refused_and_the_current_folder_untouched(tmp_path:
     (clone / "sim").mkdir(parents=True)
     (clone / "sim" / "__init__.py").write_text("# the source package\n")
     env = {**os.environ, "NCPSIM_HOME": ""}
-    refused(invoke("down", "--purge", "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
-    refused(invoke("status", "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
-    refused(invoke("up", SCENARIO, "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
+    refused(ncpsim("down", "--purge", "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
+    refused(ncpsim("status", "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
+    refused(ncpsim("up", SCENARIO, "--stack", "sim", env=env, cwd=clone), "NCPSIM_HOME")
     assert (clone / "sim" / "__init__.py").read_text() == "# the source package\n"
     assert sorted(p.name for p in clone.iterdir()) == ["sim"]
 
@@ -105,7 +93,7 @@ def test_empty_ncpsim_home_is_refused_and_the_current_folder_untouched(tmp_path:
 def test_ncpsim_home_a_file_is_refused(tmp_path: Path, command: tuple[str, ...]) -> None:
     state = tmp_path / "a-file"
     state.write_text("not a folder\n")
-    refused(invoke(*command, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}), "not a folder")
+    refused(ncpsim(*command, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}), "not a folder")
     assert state.read_text() == "not a folder\n"
 
 
@@ -113,7 +101,7 @@ def test_ncpsim_home_a_file_is_refused(tmp_path: Path, command: tuple[str, ...])
 def test_ncpsim_home_where_nothing_can_be_created_is_refused(where: str) -> None:
     if not Path("/proc/self").is_dir():
         pytest.skip("no /proc on this system")
-    refused(invoke("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": where}), "NCPSIM_HOME")
+    refused(ncpsim("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": where}), "NCPSIM_HOME")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway")
@@ -122,7 +110,7 @@ def test_ncpsim_home_read_only_is_refused(tmp_path: Path) -> None:
     state.mkdir(mode=0o500)
     try:
         refused(
-            invoke("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}),
+            ncpsim("up", SCENARIO, "--stack", STACK, env={**os.environ, "NCPSIM_HOME": str(state)}),
             "NCPSIM_HOME",
         )
     finally:
@@ -136,7 +124,7 @@ def test_purge_refuses_a_folder_ncpsim_did_not_make(tmp_path: Path) -> None:
     (clone / "sim").mkdir(parents=True)
     (clone / "sim" / "__init__.py").write_text("# the source package\n")
     env = {**os.environ, "NCPSIM_HOME": str(clone)}
-    down = invoke("down", "--purge", "--stack", "sim", env=env)
+    down = ncpsim("down", "--purge", "--stack", "sim", env=env)
     refused(down, "not an ncpsim stack folder", "nothing stopped or removed")
     assert "removed the state folder" not in down.stdout
     assert sorted(p.name for p in (clone / "sim").iterdir()) == ["__init__.py"]
@@ -150,7 +138,7 @@ def test_purge_refuses_a_stack_folder_that_is_a_link(tmp_path: Path) -> None:
     (target / "keep.txt").write_text("keep\n")
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / STACK).symlink_to(target)
-    down = invoke("down", "--purge", "--stack", STACK, env=home(tmp_path))
+    down = ncpsim("down", "--purge", "--stack", STACK, env=home(tmp_path))
     refused(down, "symbolic link", "nothing")
     assert "removed the state folder" not in down.stdout
     assert (target / "keep.txt").read_text() == "keep\n"
@@ -160,7 +148,7 @@ def test_purge_removes_a_stack_folder_ncpsim_made(tmp_path: Path) -> None:
     from clusters.state import create_stack_dir
 
     create_stack_dir(tmp_path / "state" / STACK)
-    down = invoke("down", "--purge", "--stack", STACK, env=home(tmp_path))
+    down = ncpsim("down", "--purge", "--stack", STACK, env=home(tmp_path))
     assert down.returncode == 0 and "removed the state folder" in down.stdout, down.stderr
     assert not (tmp_path / "state" / STACK).exists()
 
@@ -171,9 +159,9 @@ def test_a_folder_holding_only_what_ncpsim_writes_is_adopted(tmp_path: Path) -> 
 
     env = home(tmp_path)
     CertStore(tmp_path / "state" / STACK / "certs").ensure_cas()  # what an older `certs` left, no marker
-    assert invoke("certs", "--stack", STACK, env=env).returncode == 0  # adopted: a stack to every task
+    assert ncpsim("certs", "--stack", STACK, env=env).returncode == 0  # adopted: a stack to every task
     (tmp_path / "state" / STACK / ".ncpsim-stack").unlink(missing_ok=True)
-    down = invoke("down", "--purge", "--stack", STACK, env=env)
+    down = ncpsim("down", "--purge", "--stack", STACK, env=env)
     assert down.returncode == 0 and "removed the state folder" in down.stdout, down.stdout + down.stderr
     assert not (tmp_path / "state" / STACK).exists()
 
@@ -208,7 +196,7 @@ def test_up_refuses_a_planted_link(tmp_path: Path, name: str, teardown: list[dic
         victim.mkdir()
     (stack / name).parent.mkdir(parents=True, exist_ok=True)
     (stack / name).symlink_to(victim)
-    up = invoke("up", SCENARIO, "--stack", STACK, env=home(tmp_path), timeout=UP)
+    up = ncpsim("up", SCENARIO, "--stack", STACK, env=home(tmp_path))
     teardown.append(component_pids(stack))
     refused(up, name, "symbolic link")
     if victim.is_dir():
@@ -231,7 +219,7 @@ def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(
         for _ in range(2)
     ]
     try:
-        results = [run.communicate(timeout=UP) for run in runs]
+        results = [run.communicate(timeout=STACK_COMMAND) for run in runs]
     finally:
         for run in runs:
             if run.poll() is None:
@@ -245,7 +233,7 @@ def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(
     assert len(loser[1].strip().splitlines()) == 1 and "Traceback" not in loser[1], loser[1]
     assert "busy" in loser[1] or "already running" in loser[1], loser[1]
     # The loser stopped none of the winner's components: every one of them still runs.
-    status = invoke("status", "--json", "--stack", STACK, env=env)
+    status = ncpsim("status", "--json", "--stack", STACK, env=env)
     assert status.returncode == 0, status.stdout + status.stderr
     current = json.loads(status.stdout)
     assert (
@@ -255,11 +243,11 @@ def test_two_simultaneous_ups_one_wins_and_the_loser_stops_nothing(
     # Item 8: the proxy killed under the running stack; status must not print it as if it ran, and exits 1.
     proxy = pids["worker-callback-proxy"]
     os.killpg(proxy, signal.SIGKILL)
-    wait_for("the proxy to go", lambda: "worker-callback-proxy" not in living(pids), QUICK)
-    text = invoke("status", "--stack", STACK, env=env)
+    wait_for("the proxy to go", lambda: "worker-callback-proxy" not in living(pids), COMMAND)
+    text = ncpsim("status", "--stack", STACK, env=env)
     assert text.returncode == 1, text.stdout
     assert "down: worker-callback-proxy" in text.stdout
-    assert json.loads(invoke("status", "--json", "--stack", STACK, env=env).stdout)["down"] == [
+    assert json.loads(ncpsim("status", "--json", "--stack", STACK, env=env).stdout)["down"] == [
         "worker-callback-proxy"
     ]
 
@@ -319,20 +307,20 @@ def test_status_after_up_is_sigkilled_mid_start(tmp_path: Path, teardown: list[d
         assert not (stack / "status.json").exists()
     finally:
         up.kill()
-        up.wait(QUICK)
+        up.wait(COMMAND)
     for pid in held.values():  # the held workers cannot report ready to a dead `up`: they are down
         os.killpg(pid, signal.SIGKILL)
-    wait_for("the held workers to go", lambda: not living(held), QUICK)
+    wait_for("the held workers to go", lambda: not living(held), COMMAND)
 
-    text = invoke("status", "--stack", STACK, env=env)
+    text = ncpsim("status", "--stack", STACK, env=env)
     assert text.returncode == 1, text.stdout + text.stderr
     assert "not up" not in text.stdout and "partly up" in text.stdout, text.stdout
-    current = json.loads(invoke("status", "--json", "--stack", STACK, env=env).stdout)
+    current = json.loads(ncpsim("status", "--json", "--stack", STACK, env=env).stdout)
     assert current["complete"] is False
     assert set(current["running"]) == control == living(pids) - set(held)
     assert set(current["down"]) == set(held)
 
-    down = invoke("down", "--stack", STACK, env=env)
+    down = ncpsim("down", "--stack", STACK, env=env)
     assert down.returncode == 0 and f"stopped {len(control)} processes" in down.stdout, (
         down.stdout + down.stderr
     )
@@ -351,13 +339,13 @@ def test_a_pid_file_naming_a_foreign_process_is_not_a_component(tmp_path: Path) 
     ) as other:
         try:
             (stack / "pids" / "worker-callback-proxy.pid").write_text(str(other.pid))
-            status = invoke("status", "--stack", STACK, env=home(tmp_path))
+            status = ncpsim("status", "--stack", STACK, env=home(tmp_path))
             assert status.returncode == 1 and "not up" in status.stdout, status.stdout
-            down = invoke("down", "--stack", STACK, env=home(tmp_path))
+            down = ncpsim("down", "--stack", STACK, env=home(tmp_path))
             assert down.returncode == 0 and other.poll() is None, "down stopped a process that is not ours"
         finally:
             other.stdin.close()  # type: ignore[union-attr]
-            other.wait(QUICK)
+            other.wait(COMMAND)
 
 
 def test_k3d_purge_refuses_a_folder_ncpsim_did_not_make(

@@ -23,34 +23,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli_support import REPO, ncpsim, ncpsim_process
+from timeouts import CALL, COMMAND, RECORD
 
-REPO = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).parent / "invoke")
 STACK = "watched"
 pytestmark = pytest.mark.usefixtures("sigint_as_on_a_terminal")  # Ctrl-C typed must reach the watch
-COMMAND_TIMEOUT = 90.0  # ncpsim up or a batch of calls, on a loaded CI machine
-ROW_TIMEOUT = 20.0  # a finished callback's row is drawn within a poll interval plus its settle time
-EXIT_TIMEOUT = 10.0  # the watch ends within a poll interval of Ctrl-C or the stack going down; slack for load
+ROW_TIMEOUT = CALL  # a finished callback's row is drawn within a poll interval plus its settle time
+EXIT_TIMEOUT = RECORD  # the watch ends within a poll interval of Ctrl-C or the stack going down
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def run_invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [INVOKE, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
+    """The tasks around the watch, in-process; the watch itself and `up` are processes."""
+    return ncpsim(*args, env=env)
 
 
 @pytest.fixture
 def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
-    up = run_invoke("up", "--stack", STACK, env=env)
+    up = ncpsim_process("up", "--stack", STACK, env=env)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         yield env
@@ -234,7 +227,7 @@ def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
                     f"{pod}/v2/nvcf/worker/request-attach",
                 ],
                 capture_output=True,
-                timeout=COMMAND_TIMEOUT,
+                timeout=COMMAND,
                 check=False,
             )
             out.read_until(lambda text: b"\n" in text, 2.5)

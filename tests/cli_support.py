@@ -1,0 +1,157 @@
+"""The command line in tests: `ncpsim ARGV` run in this process, or as a real process where a test needs one.
+
+In-process (`ncpsim`) is the default: the same Program, tasks and exit codes as the console script, without
+an interpreter start and the imports (most of a command's CPU, hundreds of times in a run). A real process
+(`ncpsim_process`) is for what only a process shows: `up`, whose stack outlives the command (its zygote and
+components must not be children of the test, nor its settled signals the test's), signals and Ctrl-C, a
+terminal, the console script from outside the repository, commands pasted into a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import BinaryIO
+
+import psutil
+from timeouts import COMMAND
+
+from clusters.local import interrupts
+from tasks import ns
+from tasks.program import Ncpsim
+
+REPO = Path(__file__).resolve().parents[1]
+NCPSIM = str(Path(sys.executable).with_name("ncpsim"))  # the console script, as a user runs it
+
+
+def ncpsim(
+    *argv: str,
+    home: Path | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: str | bytes | BinaryIO | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`ncpsim ARGV` in this process: the exit code, stdout and stderr as a CompletedProcess.
+
+    `home` is NCPSIM_HOME; `env` are variables set for the run (the processes a task starts inherit them);
+    `cwd` the folder it runs in (default: the repository); `stdin` what the command reads there."""
+    variables = {**(env or {}), **({"NCPSIM_HOME": str(home)} if home is not None else {})}
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        _environment(variables),
+        _folder(cwd or REPO),
+        _stdin(stdin),
+        _stack_not_kept(argv),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        code = _run(["ncpsim", *argv])
+    return subprocess.CompletedProcess(["ncpsim", *argv], code, out.getvalue(), err.getvalue())
+
+
+def ncpsim_process(
+    *argv: str,
+    home: Path | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    timeout: float = COMMAND,
+) -> subprocess.CompletedProcess[str]:
+    """The console script as a real process, with this environment plus `env` (and NCPSIM_HOME=`home`)."""
+    variables = {**os.environ, **(env or {}), **({"NCPSIM_HOME": str(home)} if home is not None else {})}
+    return subprocess.run(
+        [NCPSIM, *argv],
+        cwd=cwd or REPO,
+        env=variables,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _run(argv: list[str]) -> int:
+    try:
+        Ncpsim(name="ncpsim", binary="ncpsim", namespace=ns, version="test").run(argv)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
+
+
+@contextlib.contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def _folder(cwd: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+@contextlib.contextmanager
+def _stdin(data: str | bytes | BinaryIO | None) -> Iterator[None]:
+    """Standard input as the command reads it (text, and `sys.stdin.buffer` for bytes): given text or bytes,
+    or an open binary file (read as far as the command reads, as a shell's `<` would give it)."""
+    if isinstance(data, str):
+        data = data.encode()
+    source = io.BytesIO(data or b"") if data is None or isinstance(data, bytes) else data
+    before, sys.stdin = sys.stdin, io.TextIOWrapper(source)
+    try:
+        yield
+    finally:
+        sys.stdin.detach()  # the caller's file stays open, theirs to close
+        sys.stdin = before
+
+
+@contextlib.contextmanager
+def _stack_not_kept(argv: tuple[str, ...]) -> Iterator[None]:
+    """A command run here must leave no process of its own behind. An `up` that brings a stack up leaves its
+    zygote a child of the running process and settles its signals (SIGINT and SIGTERM ignored until it
+    exits); a restart or a redeploy leaves the new component a child: in the field that process exits, and
+    the components outlive it. Such a command runs with ncpsim_process. Refusals, and the commands that stop
+    what they start (replay, diagnose), run here cleanly. The signals are restored either way."""
+    dispositions = {sig: signal.getsignal(sig) for sig in interrupts.InterruptGuard.SIGNALS}
+    before = {child.pid for child in _children()}
+    try:
+        yield
+    finally:
+        if interrupts._settled:
+            interrupts._settled = False
+            for sig, handler in dispositions.items():
+                signal.signal(sig, handler)
+    left = [child.pid for child in _children() if child.pid not in before]
+    if left:
+        raise AssertionError(
+            f"`ncpsim {' '.join(argv)}` left processes {left} as children of the test process: "
+            "run it with ncpsim_process"
+        )
+
+
+def _children() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+    return alive
