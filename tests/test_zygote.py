@@ -176,7 +176,7 @@ def test_a_shared_zygote_forks_each_launchs_zygote_with_the_launchs_environment(
         finally:
             second.down()
         assert "NCPSIM_EVENT_LOOP='bogus'" in "".join(Path(p).read_text() for p in second.logs().values())
-        assert not held.broken and held.process.poll() is None
+        assert not held.broken and held.process is not None and held.process.poll() is None
     assert held.process.poll() is not None, "the shared zygote outlived its context"
 
 
@@ -185,6 +185,8 @@ def test_a_launch_whose_shared_zygote_died_starts_a_zygote_of_its_own(tmp_path: 
     with launcher_zygote.shared(tmp_path):
         held = launcher_zygote._SHARED
         assert held is not None
+        held.start()
+        assert held.process is not None
         held.process.kill()
         held.process.wait()
         stack = LocalStack("alone", root=tmp_path)

@@ -119,10 +119,19 @@ class Shared:
     for a run of many launches, and a launch's zygote answers at once instead of after its imports."""
 
     def __init__(self, root: Path):
-        self.process, sock = _start(root)
-        self._channel = Channel(sock)
+        self.root = root
+        self.process: subprocess.Popen[bytes] | None = None  # started by the first launch (see start)
+        self._channel: Channel | None = None
         self._lock = threading.Lock()  # replays run launches from several threads (replay --jobs)
         self.broken = False
+
+    def start(self) -> Channel:
+        """Start it, if no launch has yet: a run that launches nothing (every scenario refused, a test
+        session of pure tests) pays nothing."""
+        if self._channel is None:
+            self.process, sock = _start(self.root)
+            self._channel = Channel(sock)
+        return self._channel
 
     def fork_zygote(self, state_dir: Path) -> tuple[Forked, socket.socket] | None:
         """A zygote for the launch of `state_dir`, or None if the shared one cannot fork it (then the
@@ -140,9 +149,10 @@ class Shared:
                 if self.broken:
                     raise OSError("the shared zygote failed before")
                 self.broken = True  # until its answer is read: a half-read conversation is out of step
-                self._channel.sock.settimeout(STOP_TIMEOUT * 10)  # at most its imports, once
-                self._channel.send({"zygote": spec}, [theirs.fileno()])
-                while "pid" not in (message := self._receive()) and "error" not in message:
+                channel = self.start()
+                channel.sock.settimeout(STOP_TIMEOUT * 10)  # at most its imports, once
+                channel.send({"zygote": spec}, [theirs.fileno()])
+                while "pid" not in (message := self._receive(channel)) and "error" not in message:
                     pass  # its own readiness answer comes first
                 self.broken = False
             return Forked(int(message["pid"])), ours  # KeyError on an error answer: handled below
@@ -155,8 +165,9 @@ class Shared:
         finally:
             theirs.close()
 
-    def _receive(self) -> dict:
-        message, fds = self._channel.receive()
+    @staticmethod
+    def _receive(channel: Channel) -> dict:
+        message, fds = channel.receive()
         for fd in fds:
             os.close(fd)
         if message is None:
@@ -164,6 +175,8 @@ class Shared:
         return message
 
     def close(self) -> None:
+        if self._channel is None or self.process is None:
+            return
         self._channel.close()
         try:
             self.process.wait(STOP_TIMEOUT)
