@@ -19,6 +19,7 @@ from typing import Self
 from dnslib import CLASS, EDNS0, OPCODE, QTYPE, RCODE, RR, A, DNSHeader, DNSQuestion, DNSRecord
 from dnslib.label import DNSBuffer
 
+from dns import datagrams
 from dns.rule import View, answer
 
 __all__ = ["QueryEvent", "Resolver", "handle_packet"]
@@ -185,7 +186,8 @@ _Cached = tuple[bytes | None, QueryEvent | None]  # a reply without its id (None
 
 
 class _UdpBatch:
-    """The UDP side of a view: up to UDP_BATCH datagrams answered per wakeup of the event loop.
+    """The UDP side of a view: the datagrams waiting answered together, up to UDP_BATCH per wakeup of the
+    event loop (dns.datagrams: one recvmmsg and one sendmmsg on Linux).
 
     asyncio's datagram transport reads one datagram per readiness event, so each query costs a trip
     through epoll; under load the queue is drained in batches here instead.
@@ -193,27 +195,16 @@ class _UdpBatch:
 
     def __init__(self, resolver: Resolver, name: str, sock: socket.socket) -> None:
         self._resolver, self._name, self._sock = resolver, name, sock
+        self._datagrams = datagrams.for_socket(sock, UDP_BATCH)
         self._replies = resolver._cache(name, "udp")
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(sock.fileno(), self._readable)
 
     def _readable(self) -> None:
-        recvfrom, sendto, serve = self._sock.recvfrom, self._sock.sendto, self._resolver._serve
-        name, replies = self._name, self._replies
-        for _ in range(UDP_BATCH):
-            try:
-                data, addr = recvfrom(65535)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # ICMP errors from a client that went away
-                log.debug("DNS view %s: UDP error %s", name, exc)
-                continue
-            reply = serve(name, replies, data, "udp")
-            if reply is not None:
-                try:  # noqa: SIM105 - contextlib.suppress is a context manager per datagram
-                    sendto(reply, addr)
-                except OSError:
-                    pass  # a full send buffer drops the reply, as UDP may
+        self._datagrams.serve(self._answer)
+
+    def _answer(self, data: bytes) -> bytes | None:
+        return self._resolver._serve(self._name, self._replies, data, "udp")
 
     def close(self) -> None:
         self._loop.remove_reader(self._sock.fileno())
