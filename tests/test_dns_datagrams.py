@@ -134,7 +134,7 @@ def test_a_cached_reply_keeps_the_question_as_asked_under_the_querys_id() -> Non
     cache = resolver._cache(VIEW.cluster, "udp")
     first = query(NAME.upper(), 7)
     served = [
-        resolver._serve(VIEW.cluster, cache, data, "udp") for data in (first, query(NAME, 7), query(NAME, 9))
+        resolver._serve(VIEW.cluster, cache, "udp", data) for data in (first, query(NAME, 7), query(NAME, 9))
     ]
     assert served == [answer(first), answer(query(NAME, 7)), answer(query(NAME, 9))]
     assert [str(DNSRecord.parse(r).q.qname) for r in served if r] == [
