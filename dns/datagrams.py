@@ -31,7 +31,8 @@ Answer = Callable[[bytes], "bytes | None"]  # a datagram's reply; None: no reply
 
 class Datagrams(Protocol):
     def serve(self, answer: Answer) -> None:
-        """Read the datagrams waiting (up to a batch), answer each with `answer`, send the replies."""
+        """Read the datagrams waiting (up to a batch), answer each with `answer`, send the replies (a reply
+        longer than the limit the batch was made with is a bug in `answer`: logged, and not sent)."""
 
 
 class _Iovec(ctypes.Structure):
@@ -100,30 +101,32 @@ class _Area:
 
 class Batched:
     """recvmmsg and sendmmsg (Linux): receive message i reads into slot i of `_received` and its sender's
-    address into name i; send message k sends slot k of `_replies` to the name of the query it answers."""
+    address into name i; send message k sends slot k of `_replies` to the name of the query it answers.
+    Only the pages a batch uses become resident: a page per query and one per reply, as queries are small."""
 
-    def __init__(self, sock: socket.socket, size: int) -> None:
+    def __init__(self, sock: socket.socket, size: int, reply_limit: int) -> None:
         if _CALLS is None:
             raise OSError("recvmmsg and sendmmsg are not available here (for_socket chooses OneByOne)")
         self._fd, self._size, (self._recvmmsg, self._sendmmsg) = sock.fileno(), size, _CALLS
         self._address_size = _ADDRESS_SIZE[sock.family]
         self._names = _Area(size * self._address_size)
-        self._received, self._replies = _Area(size * MAX_DATAGRAM), _Area(size * MAX_DATAGRAM)
+        self._reply_limit = reply_limit
+        self._received, self._replies = _Area(size * MAX_DATAGRAM), _Area(size * reply_limit)
         self._incoming, self._outgoing = _Area(size * _MSG_WORDS * 8), _Area(size * _MSG_WORDS * 8)
         incoming_iov, outgoing_iov = _Area(size * _IOV_WORDS * 8), _Area(size * _IOV_WORDS * 8)
         self._outgoing_iov = outgoing_iov.words
         for i in range(size):
-            self._header(self._incoming, incoming_iov, i, self._received.address)
-            self._header(self._outgoing, outgoing_iov, i, self._replies.address)
+            self._header(self._incoming, incoming_iov, i, self._received.address + i * MAX_DATAGRAM)
+            self._header(self._outgoing, outgoing_iov, i, self._replies.address + i * reply_limit)
             incoming_iov.words[i * _IOV_WORDS + 1] = MAX_DATAGRAM
         self._iov_areas = (incoming_iov, outgoing_iov)  # the kernel reads them: they live as long as this
 
-    def _header(self, messages: _Area, iov: _Area, i: int, slots: int) -> None:
+    def _header(self, messages: _Area, iov: _Area, i: int, slot: int) -> None:
         messages.words[i * _MSG_WORDS + _NAME] = self._names.address + i * self._address_size
         messages.ints[i * _MSG_INTS + _NAMELEN] = self._address_size
         messages.words[i * _MSG_WORDS + _IOV] = iov.address + i * _IOV_WORDS * 8
         messages.words[i * _MSG_WORDS + _IOVLEN] = 1
-        iov.words[i * _IOV_WORDS] = slots + i * MAX_DATAGRAM
+        iov.words[i * _IOV_WORDS] = slot
 
     def serve(self, answer: Answer) -> None:
         count = self._recvmmsg(self._fd, self._incoming.address, self._size, _MSG_DONTWAIT, None)
@@ -139,13 +142,14 @@ class Batched:
             self._names.address,
             self._address_size,
         )
+        limit = self._reply_limit
         pending = 0
         try:
             for i in range(count):
                 start = i * MAX_DATAGRAM
                 reply = answer(received[start : start + lengths[i * _MSG_INTS + _LEN]])
-                if reply is not None:
-                    start = pending * MAX_DATAGRAM
+                if reply is not None and _fits(reply, limit):
+                    start = pending * limit
                     replies[start : start + len(reply)] = reply
                     iov[pending * _IOV_WORDS + 1] = len(reply)
                     headers[pending * _MSG_WORDS + _NAME] = names + i * size  # to the query's sender
@@ -168,8 +172,8 @@ class Batched:
 class OneByOne:
     """recvfrom and sendto, where recvmmsg and sendmmsg are not: the same batch, a system call a datagram."""
 
-    def __init__(self, sock: socket.socket, size: int) -> None:
-        self._sock, self._size = sock, size
+    def __init__(self, sock: socket.socket, size: int, reply_limit: int) -> None:
+        self._sock, self._size, self._reply_limit = sock, size, reply_limit
 
     def serve(self, answer: Answer) -> None:
         recvfrom, sendto = self._sock.recvfrom, self._sock.sendto
@@ -182,13 +186,22 @@ class OneByOne:
                 log.debug("DNS: UDP error %s", exc)
                 continue
             reply = answer(data)
-            if reply is not None:
+            if reply is not None and _fits(reply, self._reply_limit):
                 try:  # noqa: SIM105 - contextlib.suppress is a context manager per datagram
                     sendto(reply, sender)
                 except OSError:
                     pass  # a full send buffer drops the reply, as UDP may
 
 
-def for_socket(sock: socket.socket, size: int) -> Datagrams:
-    """Batched where the platform has recvmmsg and sendmmsg, else OneByOne; `sock` is non-blocking."""
-    return Batched(sock, size) if _CALLS is not None else OneByOne(sock, size)
+def for_socket(sock: socket.socket, size: int, reply_limit: int) -> Datagrams:
+    """Batched where the platform has recvmmsg and sendmmsg, else OneByOne; `sock` is non-blocking, and
+    `answer` never returns more than `reply_limit` bytes."""
+    kind = Batched if _CALLS is not None else OneByOne
+    return kind(sock, size, reply_limit)
+
+
+def _fits(reply: bytes, limit: int) -> bool:
+    if len(reply) <= limit:
+        return True
+    log.error("DNS: a %d-byte UDP reply is over the %d-byte limit; not sent", len(reply), limit)
+    return False

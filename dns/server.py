@@ -195,7 +195,7 @@ class _UdpBatch:
     """
 
     def __init__(self, resolver: Resolver, name: str, sock: socket.socket) -> None:
-        self._sock, self._datagrams = sock, datagrams.for_socket(sock, UDP_BATCH)
+        self._sock, self._datagrams = sock, datagrams.for_socket(sock, UDP_BATCH, _UDP_EDNS_LIMIT)
         # A datagram's reply, in one Python call: partial binds the view's name and cache in C.
         answer = functools.partial(resolver._serve, name, resolver._cache(name, "udp"), "udp")
         self._loop = asyncio.get_running_loop()

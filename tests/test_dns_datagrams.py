@@ -77,13 +77,13 @@ MIXED: list[tuple[int, bytes]] = [
 
 @pytest.mark.parametrize("kind", [BATCHED, datagrams.OneByOne])
 def test_one_wakeup_answers_the_batch_each_reply_to_its_sender(
-    server: socket.socket, kind: Callable[[socket.socket, int], datagrams.Datagrams]
+    server: socket.socket, kind: Callable[[socket.socket, int, int], datagrams.Datagrams]
 ) -> None:
     clients = [client(server), client(server)]
     try:
         for who, data in MIXED:
             clients[who].send(data)
-        kind(server, 64).serve(answer)  # one call: everything sent is answered
+        kind(server, 64, 1232).serve(answer)  # one call: everything sent is answered
         for who, sock in enumerate(clients):
             expected = [reply for w, data in MIXED if w == who and (reply := answer(data)) is not None]
             assert received(sock) == expected
@@ -94,12 +94,12 @@ def test_one_wakeup_answers_the_batch_each_reply_to_its_sender(
 
 @pytest.mark.parametrize("kind", [BATCHED, datagrams.OneByOne])
 def test_a_batch_stops_at_its_size_and_the_rest_waits(
-    server: socket.socket, kind: Callable[[socket.socket, int], datagrams.Datagrams]
+    server: socket.socket, kind: Callable[[socket.socket, int, int], datagrams.Datagrams]
 ) -> None:
     with client(server) as sock:
         for msg_id in range(5):
             sock.send(query(NAME, msg_id))
-        batch = kind(server, 3)
+        batch = kind(server, 3, 1232)
         batch.serve(answer)
         assert [DNSRecord.parse(r).header.id for r in received(sock)] == [0, 1, 2]
         batch.serve(answer)
@@ -110,7 +110,7 @@ def test_a_batch_stops_at_its_size_and_the_rest_waits(
 
 @pytest.mark.skipif(datagrams._CALLS is None, reason="no recvmmsg/sendmmsg on this platform")
 def test_a_reply_that_cannot_be_sent_is_dropped_and_the_rest_go(server: socket.socket) -> None:
-    batch = datagrams.Batched(server, 8)
+    batch = datagrams.Batched(server, 8, 1232)
     real = batch._sendmmsg
     calls: list[int] = []
 
@@ -143,3 +143,20 @@ def test_a_cached_reply_keeps_the_question_as_asked_under_the_querys_id() -> Non
         NAME + ".",
     ]
     assert len(cache) == 2  # the two spellings; the other id is the same entry
+
+
+@pytest.mark.parametrize("kind", [BATCHED, datagrams.OneByOne])
+def test_a_reply_over_the_limit_is_not_sent_and_says_so(
+    server: socket.socket,
+    kind: Callable[[socket.socket, int, int], datagrams.Datagrams],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with client(server) as sock:
+        sock.send(b"long")
+        sock.send(b"short")
+        kind(server, 8, 100).serve(lambda data: data * 50)  # 200 bytes, then 250: both over 100
+        assert received(sock) == []
+        sock.send(b"short")
+        kind(server, 8, 250).serve(lambda data: data * 50)
+        assert received(sock) == [b"short" * 50]
+    assert "a 200-byte UDP reply is over the 100-byte limit; not sent" in caplog.text
