@@ -168,7 +168,8 @@ def _dns_lines(results: dict[str, Any]) -> list[str]:
     dns = results.get("dns") or {}
     return [
         f"- DNS {name}: {r['answered']}/{r['sent']} answered, {r['per_second']}/s, "
-        f"server CPU {r['server_cpu_us_per_query']} us/query, rcodes {r['rcodes']}"
+        f"server CPU {r['server_cpu_us_per_query']} us/query (load generator's "
+        f"{r.get('client_cpu_us_per_query', '?')}), rcodes {r['rcodes']}"
         for name in ("resolver", "dnsmasq")
         if (r := dns.get(name))
     ]

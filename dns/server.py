@@ -8,8 +8,8 @@ parse and pack, never its threaded DNSServer, and nothing is ever forwarded upst
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
+import functools
 import logging
 import socket
 import struct
@@ -20,6 +20,7 @@ from typing import Self
 from dnslib import CLASS, EDNS0, OPCODE, QTYPE, RCODE, RR, A, DNSHeader, DNSQuestion, DNSRecord
 from dnslib.label import DNSBuffer
 
+from dns import datagrams
 from dns.rule import View, answer
 
 __all__ = ["QueryEvent", "Resolver", "handle_packet"]
@@ -33,7 +34,7 @@ _UDP_EDNS_LIMIT = 1232  # the DNS flag day 2020 payload size: no IP fragmentatio
 _CLASS_ANY = 255  # dnslib spells it "*", so name it here
 _BIND_ATTEMPTS = 8
 UDP_BATCH = 64  # datagrams answered per event-loop wakeup
-REPLY_CACHE_SIZE = 4096  # distinct questions remembered per resolver; past it, answers are computed
+REPLY_CACHE_SIZE = 4096  # distinct questions remembered per view and transport; past it, answers are computed
 TCP_IDLE_TIMEOUT = 10.0  # seconds a TCP client may sit idle before the connection is closed
 
 
@@ -182,33 +183,23 @@ def _describe(question: DNSQuestion | None) -> tuple[str, str]:
 
 
 OnQuery = Callable[[QueryEvent], None]
+_Cached = tuple[bytes | None, QueryEvent | None]  # a reply without its id (None: dropped), and its event
 
 
 class _UdpBatch:
-    """The UDP side of a view: up to UDP_BATCH datagrams answered per wakeup of the event loop.
+    """The UDP side of a view: the datagrams waiting answered together, up to UDP_BATCH per wakeup of the
+    event loop (dns.datagrams: one recvmmsg and one sendmmsg on Linux).
 
     asyncio's datagram transport reads one datagram per readiness event, so each query costs a trip
     through epoll; under load the queue is drained in batches here instead.
     """
 
     def __init__(self, resolver: Resolver, name: str, sock: socket.socket) -> None:
-        self._resolver, self._name, self._sock = resolver, name, sock
+        self._sock, self._datagrams = sock, datagrams.for_socket(sock, UDP_BATCH, _UDP_EDNS_LIMIT)
+        # A datagram's reply, in one Python call: partial binds the view's name and cache in C.
+        answer = functools.partial(resolver._serve, name, resolver._cache(name, "udp"), "udp")
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(sock.fileno(), self._readable)
-
-    def _readable(self) -> None:
-        for _ in range(UDP_BATCH):
-            try:
-                data, addr = self._sock.recvfrom(65535)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # ICMP errors from a client that went away
-                log.debug("DNS view %s: UDP error %s", self._name, exc)
-                continue
-            reply = self._resolver._serve(self._name, data, "udp")
-            if reply is not None:
-                with contextlib.suppress(OSError):  # a full send buffer drops the reply, as UDP may
-                    self._sock.sendto(reply, addr)
+        self._loop.add_reader(sock.fileno(), self._datagrams.serve, answer)
 
     def close(self) -> None:
         self._loop.remove_reader(self._sock.fileno())
@@ -239,8 +230,7 @@ class Resolver:
         self._connections: dict[asyncio.StreamWriter, asyncio.Task[None]] = {}
         self._started = False
         self._closing = False
-        # (view, transport, query without its id) -> (reply, event): answers depend on nothing else.
-        self._replies: dict[tuple[str, str, bytes], tuple[bytes | None, QueryEvent | None]] = {}
+        self._replies: dict[tuple[str, str], dict[bytes, _Cached]] = {}  # see _cache
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -277,7 +267,8 @@ class Resolver:
             added, removed = sorted(new.keys() - self._views.keys()), sorted(self._views.keys() - new.keys())
             raise ValueError(f"update() cannot add views {added} or remove views {removed} once started")
         self._views = new
-        self._replies.clear()  # answers from the old data must not outlive it
+        for replies in self._replies.values():
+            replies.clear()  # answers from the old data must not outlive it
 
     async def close(self) -> None:
         self._closing = True
@@ -313,28 +304,34 @@ class Resolver:
             return _Listener(port, tcp, _UdpBatch(self, name, sock))
         raise OSError(errno.EADDRINUSE, f"no port free for both UDP and TCP for DNS view {name}")
 
-    def _serve(self, name: str, data: bytes, transport: str) -> bytes | None:
-        view = self._views.get(name)
-        if view is None:
-            return None
-        key = (name, transport, data[2:])
-        cached = self._replies.get(key)
+    def _cache(self, name: str, transport: str) -> dict[bytes, _Cached]:
+        """The answers view `name` gave over `transport`, by query without its id: an answer depends on
+        nothing else (the question as asked, 0x20 case included, its flags and EDNS are all in the key)."""
+        return self._replies.setdefault((name, transport), {})
+
+    def _serve(self, name: str, replies: dict[bytes, _Cached], transport: str, data: bytes) -> bytes | None:
+        """The reply to `data`, from `replies` (its view's and transport's cache) when asked before."""
+        cached = replies.get(data[2:])
         if cached is None:
-            reply, event = handle_packet(view, data, transport)
-            # The event carries its view from the start: made once per cached answer, not once per query.
-            cached = reply, None if event is None else replace(event, view=name)
-            if len(self._replies) < REPLY_CACHE_SIZE:
-                self._replies[key] = cached
-        reply, event = cached
-        if reply is not None:
-            reply = data[:2] + reply[2:]  # the same answer, under this query's id
+            cached = self._answer(name, data, transport)
+            if len(replies) < REPLY_CACHE_SIZE:
+                replies[data[2:]] = cached
+        tail, event = cached
         if event is not None and self._on_query is not None:
             try:
                 self._on_query(event)
             except Exception:
                 # A broken observer must not take cluster DNS down with it.
                 log.exception("on_query callback failed for DNS view %s", name)
-        return reply
+        return None if tail is None else data[:2] + tail  # the same answer, under this query's id
+
+    def _answer(self, name: str, data: bytes, transport: str) -> _Cached:
+        view = self._views.get(name)
+        if view is None:
+            return None, None
+        reply, event = handle_packet(view, data, transport)
+        # The event carries its view from the start: made once per cached answer, not once per query.
+        return (None if reply is None else reply[2:]), (None if event is None else replace(event, view=name))
 
     async def _tcp_client(
         self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -345,12 +342,13 @@ class Resolver:
             return
         task.set_name(f"dns-tcp-{name}")
         self._connections[writer] = task
+        replies = self._cache(name, "tcp")
         try:
             while True:
                 async with asyncio.timeout(TCP_IDLE_TIMEOUT):
                     (length,) = struct.unpack("!H", await reader.readexactly(2))
                     data = await reader.readexactly(length)
-                reply = self._serve(name, data, "tcp")
+                reply = self._serve(name, replies, "tcp", data)
                 if reply is not None:
                     writer.write(struct.pack("!H", len(reply)) + reply)
                     await writer.drain()

@@ -184,7 +184,7 @@ class Decision:
         }
 
 
-MAX_BYTES = 16 * 1024 * 1024  # per component: a query flood must not fill the disk (one event per DNS query)
+MAX_BYTES = 16 * 1024 * 1024  # per component: a flood of events must not fill the disk
 
 
 class EventLog:
@@ -210,10 +210,6 @@ class EventLog:
         event = {"ts": time.time(), "component": self.component, "kind": kind, **fields}
         self._append(json.dumps(event, sort_keys=True, default=str) + "\n", event["ts"])
         return event
-
-    def template(self, kind: str, /, **fields: Any) -> EventTemplate:
-        """An event whose fields never change, serialised once (see EventTemplate)."""
-        return EventTemplate(self, kind, fields)
 
     def _append(self, line: str, ts: float) -> None:
         if self.written + len(line) > self.max_bytes:
@@ -264,28 +260,6 @@ class EventLog:
             )
         with contextlib.suppress(OSError):  # a buffered line the full disk refused: nothing more to do
             self._file.close()
-
-
-class EventTemplate:
-    """An event whose fields never change, for a component that emits the same one many times (the
-    resolver's `dns.query` for a cached answer, once per query): serialised once, then each `emit()` writes
-    the line `EventLog.emit` would write, byte for byte, with the time it is emitted."""
-
-    _MARK = "\x00ts\x00"  # stands for the timestamp while the rest is serialised (no field holds it)
-
-    def __init__(self, log: EventLog, kind: str, fields: dict[str, Any]):
-        if "kind" in fields or "ts" in fields:
-            raise ValueError("'kind' and 'ts' are the event's own; call the field something else")
-        self._log = log
-        event = {"ts": self._MARK, "component": log.component, "kind": kind, **fields}
-        head, mark, tail = json.dumps(event, sort_keys=True, default=str).partition(json.dumps(self._MARK))
-        if not mark or json.dumps(self._MARK) in tail:
-            raise ValueError("a field of a templated event holds its timestamp's marker")
-        self._head, self._tail = head, tail + "\n"
-
-    def emit(self) -> None:
-        ts = time.time()
-        self._log._append(f"{self._head}{ts!r}{self._tail}", ts)
 
 
 def read_events(state_dir: Path, since: float = 0.0) -> list[Event]:

@@ -1,37 +1,21 @@
-"""The DNS process: one view per cluster (its CoreDNS), each on its own real port, UDP and TCP."""
+"""The DNS process: one view per cluster (its CoreDNS), each on its own real port, UDP and TCP.
+
+It records no event per query, as CoreDNS logs none without its `log` plugin (which k3s's Corefile does not
+load): what a worker was answered is in the worker's own `worker.callback.result` (its `dns` field), which
+traces read. A rule that fails is logged, as CoreDNS's `errors` plugin would.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
-from dns.server import REPLY_CACHE_SIZE, QueryEvent, Resolver
-from sim.model.events import EventTemplate
+from dns.server import Resolver
 from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import Context, Ready
 
 
 async def run(ctx: Context, ready: Ready) -> None:
-    # One `dns.query` line per query is most of the resolver's work under load; a cached answer's event is
-    # the same each time, so its line is serialised once (keyed by the event's value).
-    templates: dict[QueryEvent, EventTemplate] = {}
-
-    def record(q: QueryEvent) -> None:
-        template = templates.get(q)
-        if template is None:
-            template = ctx.events.template(
-                "dns.query",
-                view=q.view,
-                qname=q.qname,
-                qtype=q.qtype,
-                rcode=q.rcode,
-                answers=list(q.addresses),
-                transport=q.transport,
-            )
-            if len(templates) < REPLY_CACHE_SIZE:
-                templates[q] = template
-        template.emit()
-
-    resolver = Resolver(ctx.topology.dns_views(), on_query=record)
+    resolver = Resolver(ctx.topology.dns_views())
     await resolver.start()
     bindings = {}
     for cluster, port in resolver.ports.items():
