@@ -45,7 +45,7 @@ def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
 
 
 def with_stack_secret(store: CertStore, topology: Topology) -> Topology:
-    """The topology carrying the stack's own secret (every NATS key derives from it: sim.pods.nats.stack)."""
+    """The topology carrying the stack's own secret (every NATS key derives from it: sim.nats.stack)."""
     return replace(topology, secret=store.stack_secret())
 
 

@@ -39,7 +39,6 @@ from sim.model.netmap import NetMap
 from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Topology, WorkerSpec, build
 from sim.pods.grpcproxy import GrpcProxyPod
 from sim.pods.grpcproxy import run as run_pod
-from sim.pods.nats.workers import WorkerLinks
 from sim.protocols import h3
 from sim.protocols.grpc_callback import (
     INVALID_AUTH,
@@ -54,13 +53,14 @@ from sim.proxy.h3_front import H3Front
 from sim.runtime.component import Context
 from sim.worker.grpc_callback import handle_work
 from sim.worker.host import WorkerRuntime
+from sim.worker.nats_links import WorkerLinks
 
 DOMAIN = "grpc-worker.example.com"
 COMPUTE = "ncpsim-compute-1"
 TEST_TIMEOUT = 20.0
 # Loaded runs hung a test here past pytest-timeout (120 s): a worker's pull loop had swallowed its
 # cancellation (nats-py catches it while sending a command) and went on to its next pull, which the
-# teardown then waited out; sim.pods.nats.workers.cancel_all now cancels again. Should a stack's start or
+# teardown then waited out; sim.worker.nats_links.cancel_all now cancels again. Should a stack's start or
 # teardown hang again, the tasks' stacks say which await it is.
 TASK_DUMP_AFTER = 60.0
 EVENT_TIMEOUT = 10.0  # seconds a component may take to record an event once its client has the answer

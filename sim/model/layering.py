@@ -30,7 +30,7 @@ CUSTOMER = (FILE, SET)  # the layers a support engineer brings on top of a scena
 # that sets them is not told they are unknown.
 SEED_KEYS: tuple[KeyPath, ...] = (
     ("nats", "image"),  # clusters/render/nats.py: the nats-server image for the k3d backend
-    ("nats", "jetstream", "ackWaitSeconds"),  # sim/pods/nats: the work consumer's ack wait
+    ("nats", "jetstream", "ackWaitSeconds"),  # sim/nats: the work consumer's ack wait
     ("invocation", "workerTls"),
     ("natsAuthCalloutService", "serviceConfig", "logging"),
     ("workerCallbackProxy", "tls", "frontend", "certificate", "issuerRef", "kind"),

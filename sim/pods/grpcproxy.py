@@ -20,7 +20,7 @@ from aioquic.quic.connection import QuicConnection
 from certs.profiles import GRPC_SECRET
 from sim.model.events import GRPC_ACCEPTED, GRPC_REJECTED, TOKEN_MINTED
 from sim.model.topology import Pod
-from sim.pods.nats.publisher import WorkPublisher
+from sim.nats.publisher import WorkPublisher
 from sim.protocols.grpc_callback import (
     INVALID_AUTH,
     TOKEN_TTL,

@@ -21,7 +21,7 @@ from dns.rule import dashed_ip
 from sim.model.events import ATTACH_GET, ATTACH_POST, POD_REQUEST
 from sim.model.topology import Pod
 from sim.model.values import proxy_settings
-from sim.pods.nats.publisher import WorkPublisher
+from sim.nats.publisher import WorkPublisher
 from sim.protocols.http1 import H11Stream, decode_headers, read_body, respond
 from sim.protocols.pexec import Problem, function_id, poll_seconds, shown
 from sim.protocols.request_attach import (

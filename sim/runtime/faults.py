@@ -152,9 +152,9 @@ class FaultInjector:
         return f"restarted {name}"
 
     def _nats_catch_up(self, name: str) -> str:
-        """A restarted NATS server, waited for until its JetStream is current (sim.pods.nats.cluster)."""
+        """A restarted NATS server, waited for until its JetStream is current (sim.nats.cluster)."""
         from sim.model.netmap import LOOPBACK, NetMap
-        from sim.pods.nats.cluster import catch_up
+        from sim.nats.cluster import catch_up
         from sim.protocols.wire import NATS_MONITOR_PORT
 
         topology = self.stack.topology

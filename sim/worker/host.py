@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.model.topology import WorkerSpec
-from sim.pods.nats.workers import WorkerLinks
 from sim.protocols.go_errors import proxy_ca_certs
 from sim.protocols.tls import client_context
 from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import Context, Ready
 from sim.worker.http_callback import handle_http_work
+from sim.worker.nats_links import WorkerLinks
 from sim.worker.pool import KeepAlivePool
 
 if TYPE_CHECKING:

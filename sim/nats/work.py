@@ -29,7 +29,7 @@ RECONNECT_WAIT = 0.5  # seconds between reconnect attempts; longer than the call
 # nats-server restart the callout is usually back first: a sign-in with no callout listening is held
 # until the server's auth timeout (10 s) before it is refused
 PULL_TIMEOUT = 120.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
-# after a reconnect the worker re-issues its pulls at once, see sim.pods.nats.workers; a deleted consumer
+# after a reconnect the worker re-issues its pulls at once, see sim.worker.nats_links; a deleted consumer
 # ends it with a 409). Each expiry and each new pull makes nats-server walk every waiting pull of the
 # consumer: at 30 s, 2,000 idle workers' expiries cost it more than the work did.
 PULL_RETRY_FIRST = 0.05  # seconds before a refused pull is asked again, doubling up to RECONNECT_WAIT

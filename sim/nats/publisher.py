@@ -18,7 +18,7 @@ from typing import Any
 
 from sim.runtime.component import Context
 
-_MODULES = ("nats.aio.client", "nats.js", "sim.pods.nats.work", "sim.pods.nats.stack")
+_MODULES = ("nats.aio.client", "nats.js", "sim.nats.work", "sim.nats.stack")
 PUBLISH_ATTEMPTS = 3
 REPUBLISH_AFTER = (0.2, 0.8)  # seconds before the second and the third attempt
 # seconds for JetStream's answer to one attempt (a lost answer is sent again); the three attempts and their
