@@ -19,7 +19,8 @@ from certs.store import CertStore
 from certs.volume import CA, CRT, KEY, load_secret, write_secret
 from sim.errors import ConfigError
 from sim.model.assumptions import frontend_stand_in
-from sim.model.topology import SecretSpec, Topology
+from sim.model.parts import SecretSpec
+from sim.model.topology import Topology
 from sim.model.untrusted import read_bytes
 
 PEM_LIMIT = 1 << 20  # a chain of certificates is a few KiB

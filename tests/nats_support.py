@@ -186,7 +186,7 @@ async def nats_components(state: Path, topology: Topology) -> AsyncIterator[dict
     out (each supervisor stops the nats-server it started)."""
     from clusters.local.launcher import reserve_ports
     from sim.model.netmap import NetMap
-    from sim.model.topology import CONTROL_CLUSTER
+    from sim.model.parts import CONTROL_CLUSTER
     from sim.pods.nats import callout_component, component
     from sim.runtime.component import Context
 

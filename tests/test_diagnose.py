@@ -27,7 +27,8 @@ from scenarios.replay import replay_one
 from scenarios.report import render_text
 from scenarios.spec import step_from
 from sim.errors import ConfigError, ScenarioError
-from sim.model.values import deep_merge, validate
+from sim.model.values import deep_merge
+from sim.model.values_check import validate
 
 REPO = Path(__file__).resolve().parents[1]
 DIAGNOSE_TIMEOUT = 60.0

@@ -36,7 +36,8 @@ from dns.server import Resolver
 from sim.client.grpc_client import EchoClient
 from sim.model.events import EventLog, of_kind
 from sim.model.netmap import NetMap
-from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Topology, WorkerSpec, build
+from sim.model.parts import CONTROL_CLUSTER, WorkerSpec
+from sim.model.topology import ComputeSpec, Topology, build
 from sim.pods.grpcproxy import GrpcProxyPod
 from sim.pods.grpcproxy import run as run_pod
 from sim.protocols import h3
@@ -47,13 +48,13 @@ from sim.protocols.grpc_callback import (
     MISSING_AUTH,
     MISSING_REQUEST_ID,
 )
-from sim.protocols.wire import DNS_PORT, PROXY_H3_PORT
 from sim.proxy.access_log import AccessLog, read_access_log
 from sim.proxy.h3_front import H3Front
 from sim.runtime.component import Context
+from sim.wire import DNS_PORT, PROXY_H3_PORT
 from sim.worker.grpc_callback import handle_work
-from sim.worker.host import WorkerRuntime
 from sim.worker.nats_links import WorkerLinks
+from sim.worker.runtime import WorkerRuntime
 
 DOMAIN = "grpc-worker.example.com"
 COMPUTE = "ncpsim-compute-1"

@@ -34,7 +34,8 @@ from clusters.state import purge as purge_state
 from clusters.state import write_file
 from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
-from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import Topology
 from sim.nats.server import pre_stop
 
 from .interrupts import InterruptGuard

@@ -18,7 +18,7 @@ from clusters.render.standin import _base_volumes, _container, _deployment
 from sim.model.topology import Topology
 from sim.nats.config import render
 from sim.nats.stack import StackKeys, server_config
-from sim.protocols.wire import NAMESPACE, NATS_MONITOR_PORT, NATS_PORT
+from sim.wire import NAMESPACE, NATS_MONITOR_PORT, NATS_PORT
 
 Json = dict[str, Any]
 

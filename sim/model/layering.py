@@ -21,7 +21,8 @@ import yaml
 from sim.errors import ConfigError
 from sim.model import untrusted
 from sim.model.not_modelled import NOT_MODELLED, NOT_MODELLED_MAPS
-from sim.model.values import ANNOTATION_MAPS, DEFAULTS, KeyPath, check, deep_merge, key_path, lookup
+from sim.model.values import ANNOTATION_MAPS, DEFAULTS, KeyPath, deep_merge, key_path, lookup
+from sim.model.values_check import check
 
 DEFAULT, SCENARIO, FILE, SET, STEP = "default", "scenario", "file", "set", "step"
 CUSTOMER = (FILE, SET)  # the layers a support engineer brings on top of a scenario

@@ -18,8 +18,6 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from sim.runtime.component import Context
-
 from .client import connect_once
 from .stack import REGION
 from .workqueue import BatchPuller
@@ -38,12 +36,12 @@ PULL_BATCH = 8  # messages a pull asks for at most (a worker with many functions
 ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (well under any ack wait)
 
 
-async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **options: Any) -> Client:
-    """One login attempt (a refusal raises at once), then a client that reconnects for ever; a refused
+async def connect(servers: list[str], name: str, credentials: Mapping[str, str], **options: Any) -> Client:
+    """One login attempt to ``servers`` (the caller's Context.nats_servers()) (a refusal raises at once), then a client that reconnects for ever; a refused
     worker backs off as a crash-looping pod would (its caller's loop)."""
     settings: dict[str, Any] = {**credentials, **options}  # nats-py's own keywords (user_credentials, ...)
     return await connect_once(
-        ctx.nats_servers(),
+        servers,
         name=name,
         connect_timeout=CONNECT_TIMEOUT,
         reconnect_time_wait=RECONNECT_WAIT,

@@ -6,8 +6,8 @@ import asyncio
 
 from dns.server import REPLY_CACHE_SIZE, QueryEvent, Resolver
 from sim.model.events import EventTemplate
-from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import Context, Ready
+from sim.wire import DNS_PORT
 
 
 async def run(ctx: Context, ready: Ready) -> None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.model.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup, validate
+from sim.model.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup
+from sim.model.values_check import validate
 from sim.nats.zaplog import LogSettings
 
 APP = "APP"

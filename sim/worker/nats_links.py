@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from nats.aio.client import Client
 
 from sim.model.events import WORKER_NATS_CONNECTED, WORKER_NATS_REFUSED
-from sim.nats.stack import NatsValues, StackKeys, worker_credentials
+from sim.model.values import NatsValues
+from sim.nats.stack import StackKeys, worker_credentials
 from sim.nats.work import InFlight, connect, pull_loop
 from sim.runtime.component import Context
 
@@ -137,7 +138,7 @@ class WorkerLinks:
             try:
                 async with self.signing_in:
                     nc = await connect(
-                        self.ctx,
+                        self.ctx.nats_servers(),
                         link.worker,
                         link.credentials,
                         error_cb=self._error_cb(link),

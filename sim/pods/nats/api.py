@@ -16,8 +16,9 @@ import json
 import h11
 from nats import errors as nats_errors
 
+from sim.model.values import NatsValues
 from sim.nats.client import connect_once
-from sim.nats.stack import REGION, NatsValues, StackKeys, check_worker_token
+from sim.nats.stack import REGION, StackKeys, check_worker_token
 from sim.nats.webhook import WebhookRequest, token_checker
 from sim.nats.workqueue import QueueSettings, ensure_stream
 from sim.protocols.http1 import H11Stream, read_body, respond

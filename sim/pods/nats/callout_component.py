@@ -22,8 +22,9 @@ from collections.abc import Callable
 
 from dns.client import NameNotResolved
 from sim.model.netmap import Refused, Unreachable
+from sim.model.values import NatsValues
 from sim.nats.callout import CalloutService
-from sim.nats.stack import NatsValues, StackKeys, callout_settings
+from sim.nats.stack import StackKeys, callout_settings
 from sim.nats.webhook import Dial, http_webhook
 from sim.nats.zaplog import LogSettings, Sampler
 from sim.runtime.component import Context, Ready

@@ -30,12 +30,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sim.model.topology import NatsServer as NatsPod
+from sim.model.parts import NatsServer as NatsPod
 from sim.nats.config import ClusterBlock
 from sim.nats.server import PID_FILE, NatsServer, ServerError, nats_folder
 from sim.nats.stack import StackKeys, server_config
-from sim.protocols.wire import NATS_MONITOR_PORT, NATS_PORT, NATS_ROUTE_PORT
 from sim.runtime.component import Context, Ready
+from sim.wire import NATS_MONITOR_PORT, NATS_PORT, NATS_ROUTE_PORT
 
 Ports = tuple[int, int, int]  # client, monitor, route (0: the server chooses)
 TOGETHER_WAIT = 5.0  # seconds a server waits for its peers at a launch before it starts regardless
