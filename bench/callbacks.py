@@ -25,14 +25,14 @@ from urllib.parse import urlsplit
 import h11
 
 from bench.stacks import BenchStack
-from sim.model.topology import Pod
-from sim.pods.nats.client import connect_once
-from sim.pods.nats.stack import REGION, StackKeys
-from sim.pods.nats.workqueue import WorkPuller
+from sim.model.parts import Pod
+from sim.nats.client import connect_once
+from sim.nats.stack import REGION, StackKeys
+from sim.nats.workqueue import WorkPuller
 from sim.protocols.http1 import H11Stream, exchange, open_within
 from sim.protocols.request_attach import H1_TYPE
 from sim.protocols.tls import client_context
-from sim.protocols.wire import NATS_PORT
+from sim.wire import NATS_PORT
 from sim.worker.http_callback import ATTACH_PATH, echo_function
 
 FUNCTION = "http-echo"

@@ -30,7 +30,7 @@ from dnslib import DNSRecord
 
 from bench.procs import CpuMeter, free_port, group_members, spawn, stop
 from bench.stacks import WORKER_DOMAIN, BenchStack, running, topology, unique_name
-from sim.protocols.wire import DNS_PORT
+from sim.wire import DNS_PORT
 
 WINDOW = 32  # queries in flight
 QUERY_TIMEOUT = 1.0

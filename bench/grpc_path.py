@@ -26,7 +26,7 @@ from sim.client.grpc_client import EchoClient
 from sim.model.netmap import LOOPBACK, LiveNetMap
 from sim.model.topology import Topology
 from sim.protocols.h3 import client_configuration, close_client, connect, trust_pem
-from sim.protocols.wire import GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, GRPC_SUFFIX, PROXY_H3_PORT
+from sim.wire import GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 
 BENCH_REQUEST_ID = "00000000-0000-4000-8000-000000000000"
 

@@ -32,7 +32,7 @@ from scenarios.model import scenario_from_data
 from scenarios.tail import StackTail
 from sim.client.http_client import Invocation, invoke_http
 from sim.model.events import ATTACH_POST, CALLBACK_RESULT, CALLBACK_START
-from sim.model.topology import CONTROL_CLUSTER
+from sim.model.parts import CONTROL_CLUSTER
 from sim.runtime.component import Context
 
 CLUSTERS, WORKERS_PER_CLUSTER, KILLED_CLUSTERS = 8, 2, 5

@@ -27,7 +27,7 @@ from bench.nginx import NginxSite, RunningNginx, nginx
 from bench.procs import CpuMeter
 from bench.stacks import BenchStack, running, topology, unique_name
 from certs.profiles import FRONTEND_SECRET
-from sim.model.topology import Pod
+from sim.model.parts import Pod
 
 WARMUP = 20
 ROUNDS = 5

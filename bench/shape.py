@@ -2,7 +2,8 @@
 
 Needs the test extra (grimp comes with import-linter). Source lines and modules over 400 lines (per
 package, tests apart), import cycles between modules, and imports that run against the order
-`sim/__init__.py` states for its packages (a package may import those below it, never those above).
+`sim/__init__.py` states for its packages (a package may import those below it, never those above), read
+from the import-linter contract that holds it (pyproject's "sim-layers"), so the two cannot disagree.
 Imports are read by grimp (what import-linter reads), every import counted,
 those inside functions and under `if TYPE_CHECKING:` included: a lazy import is still a dependency.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,8 +21,17 @@ import grimp
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tasks", "bench", "scenarios", "clusters", "sim", "dns", "certs")
 LONG_MODULE = 400  # lines (DESIGN.md section 6)
-# sim/__init__.py's order, top to bottom: each may import those after it.
-SIM_ORDER = ("proxy", "pods", "worker", "client", "runbooks", "runtime", "protocols", "model")
+
+
+def sim_order(root: Path = ROOT) -> dict[str, int]:
+    """sim/__init__.py's order, top to bottom, as the "sim-layers" contract says it: package -> rank
+    (packages of one layer, "a | b", share a rank; each may import those of a higher rank)."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "sim-layers"]
+    return {name.strip(): rank for rank, layer in enumerate(contract["layers"]) for name in layer.split("|")}
+
+
+SIM_ORDER = sim_order()
 
 
 @dataclass(frozen=True)
@@ -75,7 +86,7 @@ def sim_rank(module: str) -> int | None:
     parts = module.split(".")
     if parts[0] != "sim" or len(parts) < 2 or parts[1] not in SIM_ORDER:
         return None
-    return SIM_ORDER.index(parts[1])
+    return SIM_ORDER[parts[1]]
 
 
 def against_sim_order(graph: grimp.ImportGraph) -> list[str]:

@@ -19,9 +19,11 @@ from typing import Any
 from clusters.local import LocalStack
 from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
-from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Pod, Topology, WorkerSpec, build
-from sim.model.values import DEFAULTS, check, deep_merge
-from sim.protocols.wire import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, PROXY_HTTP_PORT
+from sim.model.parts import CONTROL_CLUSTER, Pod, WorkerSpec
+from sim.model.topology import ComputeSpec, Topology, build
+from sim.model.values import DEFAULTS, deep_merge
+from sim.model.values_check import check
+from sim.wire import INVOCATION_HTTP_PORT, INVOCATION_TLS_PORT, PROXY_HTTP_PORT
 
 WORKER_DOMAIN = "grpc-worker.example.com"
 _serial = itertools.count(1)

@@ -19,7 +19,8 @@ from certs.store import CertStore
 from certs.volume import CA, CRT, KEY, load_secret, write_secret
 from sim.errors import ConfigError
 from sim.model.assumptions import frontend_stand_in
-from sim.model.topology import SecretSpec, Topology
+from sim.model.parts import SecretSpec
+from sim.model.topology import Topology
 from sim.model.untrusted import read_bytes
 
 PEM_LIMIT = 1 << 20  # a chain of certificates is a few KiB
@@ -45,7 +46,7 @@ def prepare_certificates(store: CertStore, topology: Topology) -> Topology:
 
 
 def with_stack_secret(store: CertStore, topology: Topology) -> Topology:
-    """The topology carrying the stack's own secret (every NATS key derives from it: sim.pods.nats.stack)."""
+    """The topology carrying the stack's own secret (every NATS key derives from it: sim.nats.stack)."""
     return replace(topology, secret=store.stack_secret())
 
 

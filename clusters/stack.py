@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 from sim.model.assumptions import assumptions
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
-from sim.protocols.wire import (
+from sim.runtime.faults import Components
+from sim.wire import (
     GRPC_CALLBACK_PORT,
     GRPC_SUFFIX,
     INVOCATION_HTTP_PORT,
@@ -25,7 +26,6 @@ from sim.protocols.wire import (
     NATS_PORT,
     invocation_port,
 )
-from sim.runtime.faults import Components
 
 Json = dict[str, Any]
 COMMAND_TURN = 60.0  # how long a command that changes a stack waits for the one before it to finish

@@ -10,7 +10,7 @@ from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, proxy_lines
 from sim.client.http_client import invoke_http
 from sim.model.events import CallbackStart
-from sim.model.topology import Pod
+from sim.model.parts import Pod
 from sim.runtime.component import Context
 
 CALL_TIMEOUT = 10.0

@@ -34,7 +34,7 @@ from scenarios.spec import Scenario
 from scenarios.terminal import markup, safe
 from sim.errors import ConfigError, ScenarioError
 from sim.model.layering import parse_key, parse_set, suggest, unknown_keys
-from sim.model.topology import SecretSpec
+from sim.model.parts import SecretSpec
 from sim.model.untrusted import MAX_BYTES
 from sim.model.values import deep_merge, key_path
 from sim.model.values_file import load_values_file

@@ -28,8 +28,9 @@ from sim.errors import ScenarioError
 from sim.model.assumptions import assumptions
 from sim.model.events import CALLBACK_RESULT, POD_REQUEST, STEP_START
 from sim.model.layering import parse_key
-from sim.model.topology import CONTROL_CLUSTER
-from sim.model.values import check, deep_merge, proxy_settings
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.values import deep_merge, proxy_settings
+from sim.model.values_check import check
 from sim.runtime.component import Context
 from sim.runtime.faults import FaultInjector
 

@@ -15,9 +15,9 @@ from scenarios.spec import Expect, LogExpect, Step, When
 from scenarios.trace import CallTrace
 from sim.errors import ConfigError
 from sim.model.layering import parse_key
-from sim.model.topology import WorkerSpec
-from sim.model.values import check as check_values
+from sim.model.parts import WorkerSpec
 from sim.model.values import deep_merge
+from sim.model.values_check import check as check_values
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from scenarios.model import Step
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace
 from sim.client.grpc_client import CallOutcome, EchoClient
-from sim.model.topology import Pod
-from sim.protocols.wire import GRPC_CLIENT_PORT
+from sim.model.parts import Pod
 from sim.runtime.component import Context
+from sim.wire import GRPC_CLIENT_PORT
 
 CALL_TIMEOUT = 10.0
 

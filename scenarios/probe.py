@@ -20,8 +20,8 @@ from sim.model.topology import Topology
 from sim.protocols.go_errors import Dial, tcp_dial_error, tls_error
 from sim.protocols.http1 import close_within
 from sim.protocols.tls import client_context
-from sim.protocols.wire import PROXY_HTTP_PORT
 from sim.runtime.component import Context
+from sim.wire import PROXY_HTTP_PORT
 
 PROBE_TIMEOUT = 5.0
 

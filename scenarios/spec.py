@@ -13,16 +13,8 @@ from typing import Any
 from dns.rule import DnsRecord
 from sim.errors import ConfigError
 from sim.model.layering import STEP, Layer, Layered, then
-from sim.model.topology import (
-    NO_REWRITE,
-    REWRITE_TO_PROXY,
-    ComputeSpec,
-    DnsRewrite,
-    SecretSpec,
-    Topology,
-    WorkerSpec,
-    build,
-)
+from sim.model.parts import NO_REWRITE, REWRITE_TO_PROXY, DnsRewrite, SecretSpec, WorkerSpec
+from sim.model.topology import ComputeSpec, Topology, build
 
 DEFAULT_WORKER_UTILS = "1.4.0"
 PLACEHOLDER = re.compile(r"\{([A-Za-z0-9]+)\}")  # in probe targets, filled from the topology

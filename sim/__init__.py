@@ -1,15 +1,18 @@
 """What runs inside the simulated clusters, by what it is.
 
-Packages (they point one way, top to bottom; dns/ and certs/ sit below all of them):
+Packages (they point one way, top to bottom; dns/ and certs/ sit below all of them; pyproject's
+import-linter contract "sim-layers" holds this order):
     proxy/      the worker callback proxy: pure route decisions, the HTTP/1.1 and HTTP/3 fronts, its log
     pods/       stand-in pods: invocation-service, grpc-proxy, nats-server and its auth callout, the DNS resolver
-    worker/     worker-utils as function workers run it (HTTP and gRPC callbacks)
+    worker/     worker-utils as function workers run it (HTTP and gRPC callbacks, its NATS sign-in and pulls)
     client/     the function client (pexec over HTTP, gRPC over h2c)
     runbooks/   control-plane runbooks, each model beside its rehearsals (no stack needed)
     runtime/    what every component process gets: its Context, the entry point, injected faults
-    protocols/  HTTP/1.1 (h11), HTTP/3 (aioquic), TLS, gRPC tunnel and request-attach framing,
-                and wire.py: the names, ports, paths and words every party agrees on
+    nats/       the NATS library: server config and process, the callout's decision, JWTs, subjects,
+                work queues, the pods' publisher, the webhook, the client, the cluster's catch-up
+    protocols/  HTTP/1.1 (h11), HTTP/3 (aioquic), TLS, gRPC tunnel and request-attach framing
     model/      the Topology, the values, the network map and events (the state folder's formats)
+    wire.py     the names, ports, paths and words every party agrees on (imports nothing)
     errors.py   the user-facing error tree
 
 Vocabulary (as the seeds use it):

@@ -19,10 +19,10 @@ import pytest
 from nats.aio.client import Client
 
 from sim.model.topology import Topology
-from sim.pods.nats import jwt
-from sim.pods.nats.client import connect_once
-from sim.pods.nats.config import CalloutBlock, NkeyUser, ServerConfig
-from sim.pods.nats.server import NatsServer
+from sim.nats import jwt
+from sim.nats.client import connect_once
+from sim.nats.config import CalloutBlock, NkeyUser, ServerConfig
+from sim.nats.server import NatsServer
 
 SHORT = 5.0  # seconds: anything local that should be quick
 LONG = 30.0  # seconds: a whole scenario
@@ -186,7 +186,7 @@ async def nats_components(state: Path, topology: Topology) -> AsyncIterator[dict
     out (each supervisor stops the nats-server it started)."""
     from clusters.local.launcher import reserve_ports
     from sim.model.netmap import NetMap
-    from sim.model.topology import CONTROL_CLUSTER
+    from sim.model.parts import CONTROL_CLUSTER
     from sim.pods.nats import callout_component, component
     from sim.runtime.component import Context
 

@@ -20,7 +20,8 @@ from scenarios.result import ScenarioResult, to_json
 from scenarios.secrets import with_brought_secrets
 from sim.model.assumptions import ISSUER, SECRET, STAND_IN, WORKER_UTILS, assumptions, frontend_stand_in
 from sim.model.layering import Layer, defaults_layer, layer, suggest, unknown_keys
-from sim.model.topology import ComputeSpec, SecretSpec, WorkerSpec, build
+from sim.model.parts import SecretSpec, WorkerSpec
+from sim.model.topology import ComputeSpec, build
 from sim.model.values import DEFAULTS, deep_merge
 
 DOMAIN = "callbacks.acme.example"

@@ -19,7 +19,7 @@ from scenarios.bundle.resolve import resolve, rule_domain, rules
 from scenarios.bundle.world import ComputeDns, ProxyService, read_world
 from scenarios.model import scenario_from_data
 from sim.errors import ConfigError
-from sim.model.topology import PROXY_LB_IP
+from sim.model.parts import PROXY_LB_IP
 
 HTTP, GRPC = f"invocation.{DOMAIN}", f"10-42-0-41.{DOMAIN}"
 ESC = DOMAIN.replace(".", r"\.")

@@ -13,7 +13,7 @@ from scenarios.secrets import parse_secret_arg, with_brought_secrets
 from scenarios.spec import Scenario
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap, Refused, Unreachable
-from sim.model.topology import (
+from sim.model.parts import (
     BUS_LB_IP,
     CONTROL_CLUSTER,
     CONTROL_NODE_IP,
@@ -21,12 +21,10 @@ from sim.model.topology import (
     NODE_PORTS,
     PROXY_CLUSTER_IP,
     PROXY_LB_IP,
-    ComputeSpec,
     DnsRewrite,
     SecretSpec,
-    Topology,
-    build,
 )
+from sim.model.topology import ComputeSpec, Topology, build
 from sim.model.values import DEFAULTS, deep_merge
 
 WD = "grpc-worker.example.com"
@@ -306,7 +304,7 @@ def test_topology_mistakes_name_the_file_line_and_key(
     ],
 )
 def test_a_bad_worker_ca_pem_is_refused_with_the_values(pem: object, message: str) -> None:
-    from sim.model.values import validate
+    from sim.model.values_check import validate
 
     issues = validate({"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}})
     assert [str(i) for i in issues] == [f"global.nvcaOperator.agent.workerCallbackCaPem: {message}"]
@@ -381,7 +379,7 @@ def test_worker_pods_read_the_applied_pem_never_the_ca_file(tmp_path: Path) -> N
     a marker that was never applied is a bug of the backend, refused when the worker host starts."""
     from types import SimpleNamespace
 
-    from sim.worker.host import proxy_ca_pem
+    from sim.worker.runtime import proxy_ca_pem
 
     applied = build("t", values(workerCallbackCaPem="@stack-ca")).with_ca_pem(lambda _: "PEM AS PASTED")
     assert proxy_ca_pem(SimpleNamespace(values=applied.values)) == "PEM AS PASTED"  # type: ignore[arg-type]

@@ -27,7 +27,8 @@ from scenarios.replay import replay_one
 from scenarios.report import render_text
 from scenarios.spec import step_from
 from sim.errors import ConfigError, ScenarioError
-from sim.model.values import deep_merge, validate
+from sim.model.values import deep_merge
+from sim.model.values_check import validate
 
 PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": {"type": "LoadBalancer"}}
 PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}

@@ -12,7 +12,8 @@ import pytest
 from dns.rule import PROXY, Answer, DnsRecord, View, answer, wildcard
 from scenarios.model import load_scenario
 from sim.errors import ConfigError, ScenarioError
-from sim.model.topology import PROXY_LB_IP, ComputeSpec, DnsRewrite, Topology, build
+from sim.model.parts import PROXY_LB_IP, DnsRewrite
+from sim.model.topology import ComputeSpec, Topology, build
 from sim.model.values import DEFAULTS, deep_merge
 
 WD = "grpc-worker.example.com"

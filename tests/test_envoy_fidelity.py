@@ -32,7 +32,6 @@ from stack_records import Records
 from clusters.local import LocalStack
 from scenarios.result import ScenarioResult
 from scenarios.trace import CallTrace, join, proxy_lines
-from sim.protocols.wire import DF_BODY, UF_BODY
 from sim.proxy.access_log import AccessRecord, format_record, parse_line
 from sim.proxy.policy import (
     ProxyPolicy,
@@ -44,6 +43,7 @@ from sim.proxy.policy import (
     raw_field_values,
     with_host_from_url,
 )
+from sim.wire import DF_BODY, UF_BODY
 
 # Envoy's default access-log format, as its documentation gives it (configuration/observability/access_log).
 ENVOY_DEFAULT_FORMAT = (

@@ -20,8 +20,8 @@ from scenarios.devenv import call_step, run_steps
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.result import ScenarioResult
-from sim.protocols.wire import DF_BODY
 from sim.proxy.policy import upstream_reset
+from sim.wire import DF_BODY
 
 CHAIN_FAILED = "verify cert failed: X509_verify_cert: certificate verification error at depth 0: "
 from sim.proxy.downstream import IDLE_ENV

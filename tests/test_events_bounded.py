@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from sim.model.events import EventLog, read_events
-from sim.model.topology import CONTROL_CLUSTER, build
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import build
 from sim.model.values import DEFAULTS, deep_merge
 from sim.runtime.component import Context
 

@@ -14,7 +14,8 @@ import pytest
 from clusters.local.launcher import phase_one, phase_two
 from scenarios.model import load_scenario
 from sim.errors import ScenarioError
-from sim.model.topology import ComputeSpec, Topology, WorkerSpec, build
+from sim.model.parts import WorkerSpec
+from sim.model.topology import ComputeSpec, Topology, build
 from sim.runtime.fault_args import (
     ClearLinks,
     Expire,

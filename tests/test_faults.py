@@ -15,7 +15,7 @@ from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
 from scenarios.tail import StackTail
 from sim.client.http_client import Invocation, invoke_http
-from sim.model.topology import CONTROL_CLUSTER
+from sim.model.parts import CONTROL_CLUSTER
 from sim.protocols.lossy import LossyTransport
 from sim.runtime.component import Context
 from sim.runtime.faults import FaultInjector

@@ -36,10 +36,10 @@ from dns.server import Resolver
 from sim.client.grpc_client import EchoClient
 from sim.model.events import EventLog, of_kind
 from sim.model.netmap import NetMap
-from sim.model.topology import CONTROL_CLUSTER, ComputeSpec, Topology, WorkerSpec, build
+from sim.model.parts import CONTROL_CLUSTER, WorkerSpec
+from sim.model.topology import ComputeSpec, Topology, build
 from sim.pods.grpcproxy import GrpcProxyPod
 from sim.pods.grpcproxy import run as run_pod
-from sim.pods.nats.workers import WorkerLinks
 from sim.protocols import h3
 from sim.protocols.grpc_callback import (
     INVALID_AUTH,
@@ -48,19 +48,20 @@ from sim.protocols.grpc_callback import (
     MISSING_AUTH,
     MISSING_REQUEST_ID,
 )
-from sim.protocols.wire import DNS_PORT, PROXY_H3_PORT
 from sim.proxy.access_log import AccessLog, read_access_log
 from sim.proxy.h3_front import H3Front
 from sim.runtime.component import Context
+from sim.wire import DNS_PORT, PROXY_H3_PORT
 from sim.worker.grpc_callback import handle_work
-from sim.worker.host import WorkerRuntime
+from sim.worker.nats_links import WorkerLinks
+from sim.worker.runtime import WorkerRuntime
 
 DOMAIN = "grpc-worker.example.com"
 COMPUTE = "ncpsim-compute-1"
 TEST_TIMEOUT = 20.0
 # Loaded runs hung a test here past pytest-timeout (120 s): a worker's pull loop had swallowed its
 # cancellation (nats-py catches it while sending a command) and went on to its next pull, which the
-# teardown then waited out; sim.pods.nats.workers.cancel_all now cancels again. Should a stack's start or
+# teardown then waited out; sim.worker.nats_links.cancel_all now cancels again. Should a stack's start or
 # teardown hang again, the tasks' stacks say which await it is.
 TASK_DUMP_AFTER = 60.0
 EVENT_TIMEOUT = 10.0  # seconds a component may take to record an event once its client has the answer

@@ -22,7 +22,8 @@ from dns.coredns import view_of
 from dns.rule import View, answer, dashed_ip
 from scenarios.model import load_scenario
 from sim.errors import BackendError
-from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import Topology
 
 FAKEBIN = Path(__file__).resolve().parent / "fakebin"
 _spec = importlib.util.spec_from_file_location("ncpsim_fake_tools", FAKEBIN / "fake.py")

@@ -24,7 +24,7 @@ from scenarios.model import load_scenario
 from scenarios.report import render_text
 from sim.errors import BackendError, ScenarioError
 from sim.model.netmap import LiveNetMap, Unreachable
-from sim.model.topology import Pod
+from sim.model.parts import Pod
 from sim.proxy.access_log import AccessRecord, format_record
 
 FAKEBIN = Path(__file__).resolve().parent / "fakebin"

@@ -18,11 +18,11 @@ from clusters.k3d import pod as entry
 from clusters.k3d.relay import parse_binding, publish
 from clusters.render.nats import one_server
 from scenarios.model import load_scenario
-from sim.pods.nats.client import connect_once
-from sim.pods.nats.publisher import WorkPublisher
-from sim.pods.nats.server import NatsServer
-from sim.pods.nats.stack import REGION, StackKeys, server_config
-from sim.pods.nats.workqueue import WorkPuller
+from sim.nats.client import connect_once
+from sim.nats.publisher import WorkPublisher
+from sim.nats.server import NatsServer
+from sim.nats.stack import REGION, StackKeys, server_config
+from sim.nats.workqueue import WorkPuller
 
 TOPOLOGY, _ = one_server(load_scenario("http-callback").build_topology("default"))  # k3d runs one nats-server
 SHORT = 5.0

@@ -28,9 +28,9 @@ from scenarios.model import catalogue, load_scenario
 from sim.errors import NcpsimError
 from sim.model.topology import Topology
 from sim.model.values import deep_merge
-from sim.pods.nats.config import render
-from sim.pods.nats.server import find_binary
-from sim.pods.nats.stack import StackKeys, server_config
+from sim.nats.config import render
+from sim.nats.server import find_binary
+from sim.nats.stack import StackKeys, server_config
 from sim.proxy.component import policy_from_values
 
 # kubernetes-validate re-reads its (large) schema files and lists its schema folders on every call;

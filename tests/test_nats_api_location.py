@@ -17,7 +17,7 @@ import pytest
 from clusters.local.launcher import NATS_CALLOUT
 from sim.errors import ConfigError
 from sim.model.topology import build
-from sim.model.values import check
+from sim.model.values_check import check
 
 RIGHT = "http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
 WD = {"workerCallbackProxy": {"workerDomain": "w.example.com"}}

@@ -20,12 +20,12 @@ from nats_support import (  # noqa: F401 - fixtures
     start_server_fixture,
 )
 
-from sim.pods.nats import jwt
-from sim.pods.nats.callout import AUTH_SUBJECT, CalloutService, CalloutSettings, worker_token
-from sim.pods.nats.client import NotSignedIn, connect_once
-from sim.pods.nats.server import NatsServer
-from sim.pods.nats.webhook import answer_body, http_webhook, token_checker
-from sim.pods.nats.workqueue import QueueSettings, WorkPuller, ensure_stream, publish_work
+from sim.nats import jwt
+from sim.nats.callout import AUTH_SUBJECT, CalloutService, CalloutSettings, worker_token
+from sim.nats.client import NotSignedIn, connect_once
+from sim.nats.server import NatsServer
+from sim.nats.webhook import answer_body, http_webhook, token_checker
+from sim.nats.workqueue import QueueSettings, WorkPuller, ensure_stream, publish_work
 
 REGION = "r1"
 FV_A = "aaaaaaaa-0000-4000-8000-00000000000a"

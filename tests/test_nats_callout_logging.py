@@ -20,9 +20,9 @@ import pytest
 
 from clusters.local.launcher import NATS_CALLOUT
 from sim.errors import ConfigError
-from sim.pods.nats.callout import log_line
+from sim.nats.callout import log_line
+from sim.nats.zaplog import LogSettings, Sampler
 from sim.pods.nats.callout_component import ZapSampling
-from sim.pods.nats.zaplog import LogSettings, Sampler
 from sim.runbooks.nats_auth import callout_config, callout_restart_reasons
 
 OK = "Authentication successful"

@@ -22,13 +22,15 @@ from scenarios.result import ScenarioResult
 from sim.errors import ConfigError
 from sim.model.events import read_events
 from sim.model.netmap import NetMap, Refused, Unreachable
-from sim.model.topology import NATS_ROLE, build
-from sim.model.values import check, nats_replicas
-from sim.pods.nats.client import spread
-from sim.pods.nats.cluster import catch_up, quorum
-from sim.pods.nats.config import ClusterBlock, ServerConfig, render
-from sim.pods.nats.config import ConfigError as NatsConfigError
-from sim.pods.nats.server import lame_duck
+from sim.model.parts import NATS_ROLE
+from sim.model.topology import build
+from sim.model.values import nats_replicas
+from sim.model.values_check import check
+from sim.nats.client import spread
+from sim.nats.cluster import catch_up, quorum
+from sim.nats.config import ClusterBlock, ServerConfig, render
+from sim.nats.config import ConfigError as NatsConfigError
+from sim.nats.server import lame_duck
 
 WD = {"workerCallbackProxy": {"workerDomain": "w.example.com"}}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from nats_support import SHORT, Keys
 
-from sim.pods.nats.config import CalloutBlock, ConfigError, NkeyUser, ServerConfig, render
-from sim.pods.nats.server import find_binary
+from sim.nats.config import CalloutBlock, ConfigError, NkeyUser, ServerConfig, render
+from sim.nats.server import find_binary
 
 KEYS = Keys()
 CALLOUT = KEYS.callout_block()

@@ -8,8 +8,8 @@ import json
 import pytest
 from nats_support import Keys
 
-from sim.pods.nats import jwt
-from sim.pods.nats.callout import (
+from sim.nats import jwt
+from sim.nats.callout import (
     AuthRequest,
     CalloutSettings,
     CallWebhook,
@@ -19,8 +19,8 @@ from sim.pods.nats.callout import (
     response_jwt,
     worker_token,
 )
-from sim.pods.nats.subjects import worker_permissions
-from sim.pods.nats.webhook import WebhookAnswer, WebhookRequest, answer_body
+from sim.nats.subjects import worker_permissions
+from sim.nats.webhook import WebhookAnswer, WebhookRequest, answer_body
 
 KEYS = Keys()
 WORKER = Keys.pub(KEYS.worker)

@@ -8,7 +8,7 @@ import json
 import pytest
 from nats_support import Keys
 
-from sim.pods.nats import jwt
+from sim.nats import jwt
 
 KEYS = Keys()
 

@@ -13,10 +13,11 @@ import psutil
 import pytest
 from nats_support import Keys, keys_fixture, server_log, start_server_fixture  # noqa: F401 - fixtures
 
-from sim.model.topology import CONTROL_CLUSTER, build
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import build
+from sim.nats.config import ServerConfig
+from sim.nats.server import NatsServer, ServerError, healthz
 from sim.pods.nats import component
-from sim.pods.nats.config import ServerConfig
-from sim.pods.nats.server import NatsServer, ServerError, healthz
 from sim.runtime.component import Context
 
 

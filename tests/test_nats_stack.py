@@ -26,7 +26,7 @@ from clusters.local.launcher import NATS_CALLOUT
 from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
-from sim.pods.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
+from sim.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
 from sim.runtime.faults import FaultInjector
 
 VIOLATION = "Authorization Violation"

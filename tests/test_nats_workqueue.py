@@ -13,9 +13,9 @@ from collections.abc import Callable
 import nats
 from nats_support import LONG, SHORT, Keys, connect, keys_fixture, run, start_server_fixture  # noqa: F401 - fixtures
 
-from sim.pods.nats.server import NatsServer
-from sim.pods.nats.subjects import consumer_name, stream_name
-from sim.pods.nats.workqueue import QueueSettings, WorkPuller, delivery_count, ensure_stream, publish_work
+from sim.nats.server import NatsServer
+from sim.nats.subjects import consumer_name, stream_name
+from sim.nats.workqueue import QueueSettings, WorkPuller, delivery_count, ensure_stream, publish_work
 
 REGION, FVID = "r1", "cccccccc-0000-4000-8000-00000000000c"
 ACK_WAIT = 0.5  # seconds; the field's 30 s would make these tests slow
@@ -88,7 +88,7 @@ WORKER_SCRIPT = textwrap.dedent("""
     import asyncio, sys
     sys.path.insert(0, sys.argv[4])
     import nats
-    from sim.pods.nats.workqueue import WorkPuller
+    from sim.nats.workqueue import WorkPuller
     async def main():
         nc = await nats.connect(sys.argv[1], nkeys_seed_str=sys.argv[2])
         msg = await (await WorkPuller(nc, "r1", sys.argv[3]).start()).fetch(5)

@@ -240,7 +240,7 @@ def test_suggestion(path: str, suggestion: str | None) -> None:
         (nested("workerCallbackProxy.image", {"pullPolicy": "Always"}), []),  # image.* (DESIGN.md)
         (nested("nats.image", {"tag": "2.12-alpine"}), []),  # read by the k3d render
         (nested("nats.imag", {"tag": "2.12-alpine"}), ["nats.imag"]),
-        (nested("nats.jetstream.ackWaitSeconds", 2), []),  # read by sim/pods/nats
+        (nested("nats.jetstream.ackWaitSeconds", 2), []),  # read by sim/nats
         (nested("natsAuthCalloutService.serviceConfig.logging", {"level": "debug"}), []),
         (
             nested("natsAuthCalloutService.serviceConfig", {"port": 1}),

@@ -23,9 +23,9 @@ from scenarios.model import load_scenario
 from scenarios.tail import StackTail
 from sim.client.grpc_client import EchoClient
 from sim.client.http_client import invoke_http
-from sim.model.topology import CONTROL_CLUSTER
-from sim.protocols.wire import GRPC_CLIENT_PORT
+from sim.model.parts import CONTROL_CLUSTER
 from sim.runtime.component import Context
+from sim.wire import GRPC_CLIENT_PORT
 
 WD = "grpc-worker.example.com"
 SCENARIO = {

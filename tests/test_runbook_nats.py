@@ -13,7 +13,7 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.model.values import DEFAULT_WEBHOOK_URL
-from sim.pods.nats.zaplog import LogSettings
+from sim.nats.zaplog import LogSettings
 from sim.runbooks import nkeys
 from sim.runbooks.nats_auth import (
     APP,

@@ -14,7 +14,8 @@ from scenarios.sequence_html import html_page
 from scenarios.spec import Expect, Step, When, expect_from, probe_from
 from scenarios.trace import CallTrace
 from sim.model.netmap import NetMap
-from sim.model.topology import INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP, WorkerSpec, build
+from sim.model.parts import INVOCATION_SERVICE_FQDN, INVOCATION_SERVICE_IP, WorkerSpec
+from sim.model.topology import build
 from sim.model.values import DEFAULTS
 
 IPS = {"invocation-service-0": "10.42.0.11", "invocation-service-1": "10.42.0.12"}

@@ -28,8 +28,8 @@ from clusters.local import LocalBackend, LocalStack, interrupts, zygote
 from clusters.local.interrupts import InterruptGuard
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario
-from sim.pods.nats.server import NatsServer
-from sim.pods.nats.stack import StackKeys, server_config
+from sim.nats.server import NatsServer
+from sim.nats.stack import StackKeys, server_config
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20261129

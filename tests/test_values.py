@@ -13,15 +13,8 @@ from hypothesis import strategies as st
 
 from certs.profiles import FRONTEND_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET, STACK, frontend_profile
 from sim.errors import ConfigError, NcpsimError
-from sim.model.values import (
-    DEFAULTS,
-    ProxySettings,
-    ValuesIssue,
-    check,
-    deep_merge,
-    proxy_settings,
-    validate,
-)
+from sim.model.values import DEFAULTS, ProxySettings, deep_merge, proxy_settings
+from sim.model.values_check import ValuesIssue, check, validate
 from sim.model.values_file import load_values_file
 
 WD = "grpc-worker.example.com"

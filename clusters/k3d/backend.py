@@ -36,8 +36,9 @@ from clusters.render.layout import BUS_NAME, CLUSTER_TIMEOUT, NETWORK, PROXY_NAM
 from clusters.state import adopt
 from clusters.state import purge as purge_state
 from sim.errors import BackendError
-from sim.model.topology import CONTROL_CLUSTER, Topology
-from sim.protocols.wire import NAMESPACE
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import Topology
+from sim.wire import NAMESPACE
 
 OURS = re.compile(rf"^(?:{re.escape(CONTROL_CLUSTER)}|ncpsim-compute-\d+)$")
 LB_ATTEMPTS, LB_INTERVAL = 90, 2.0  # servicelb publishes node IPs within seconds; allow three minutes

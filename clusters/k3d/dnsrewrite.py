@@ -24,8 +24,8 @@ from clusters.render.text import dump_all
 from dns.coredns import render_coredns_custom
 from dns.rule import normalize_name, wildcard
 from sim.errors import BackendError, ConfigError
-from sim.model.topology import CONTROL_CLUSTER
-from sim.protocols.wire import NAMESPACE
+from sim.model.parts import CONTROL_CLUSTER
+from sim.wire import NAMESPACE
 
 SERVICE_FQDN = re.compile(r"^(?P<name>[a-z0-9-]+)\.(?P<ns>[a-z0-9-]+)\.svc\.cluster\.local$")
 

@@ -34,10 +34,11 @@ from clusters.k3d.runner import CommandRunner
 from clusters.render.layout import GRPC_DEPLOYMENT, INVOCATION_DEPLOYMENT, kube_context
 from sim.errors import BackendError
 from sim.model.netmap import NetMap
-from sim.model.topology import CONTROL_CLUSTER, Pod, Topology
-from sim.protocols.wire import GRPC_CLIENT_PORT, INVOCATION_HTTP_PORT, NAMESPACE
+from sim.model.parts import CONTROL_CLUSTER, Pod
+from sim.model.topology import Topology
 from sim.proxy.access_log import parse_line
 from sim.proxy.component import ACCESS_LOG
+from sim.wire import GRPC_CLIENT_PORT, INVOCATION_HTTP_PORT, NAMESPACE
 
 FORWARD_TIMEOUT = 15.0
 SYNC_INTERVAL = 0.5

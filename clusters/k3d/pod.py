@@ -40,11 +40,12 @@ from clusters.render.layout import (
     TOPOLOGY_FILE,
 )
 from sim.model.netmap import LiveNetMap
-from sim.model.topology import Pod, Topology
+from sim.model.parts import Pod
+from sim.model.topology import Topology
 from sim.protocols.http1 import open_within
-from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import CONNECT_TIMEOUT, Context
 from sim.runtime.run import load_runner
+from sim.wire import DNS_PORT
 
 KINDS = ("nats-callout", "invocation", "grpc-proxy", "workers")
 POD_ROLES = {"invocation": "invocation", "grpc-proxy": "grpc-proxy"}

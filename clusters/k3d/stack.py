@@ -47,8 +47,9 @@ from clusters.render.text import dump_all
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files
 from clusters.state import StackLock, write_file
 from sim.errors import ScenarioError
-from sim.model.topology import CONTROL_CLUSTER, Topology
-from sim.protocols.wire import NAMESPACE
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import Topology
+from sim.wire import NAMESPACE
 
 
 def _is_worker(obj: Json) -> bool:

@@ -13,7 +13,7 @@ from clusters.k3d.state import cert_material, stack_state, write_files
 from clusters.render.bundle import render_bundle
 from clusters.render.nats import one_server
 from sim.model.topology import Topology
-from sim.protocols.wire import PROXY_SERVICE_FQDN
+from sim.wire import PROXY_SERVICE_FQDN
 
 
 def render(out_dir: str | Path, topology: Topology, scenario: str) -> int:

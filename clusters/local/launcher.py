@@ -34,8 +34,9 @@ from clusters.state import purge as purge_state
 from clusters.state import write_file
 from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
-from sim.model.topology import CONTROL_CLUSTER, Topology
-from sim.pods.nats.server import pre_stop
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import Topology
+from sim.nats.server import pre_stop
 
 from .interrupts import InterruptGuard
 from .process import Forked, wait_exited
@@ -321,7 +322,7 @@ class Launcher:
         self.children.pop(name, None)
 
     def _pre_stop(self, name: str) -> None:
-        """A NATS server's lame duck (sim.pods.nats.component.pre_stop), then its pod's exit awaited."""
+        """A NATS server's lame duck (sim.nats.server.pre_stop), then its pod's exit awaited."""
         pod = self.running().get(name)
         if pod is not None and pre_stop(self.state_dir, name, pod) is not None:
             _wait_gone(pod, self.children.get(name), TERMINATION_GRACE)

@@ -23,7 +23,7 @@ from clusters.state import purge as purge_state
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap
 from sim.model.topology import Topology
-from sim.protocols.wire import DNS_PORT, PROXY_H3_PORT, PROXY_HTTP_PORT
+from sim.wire import DNS_PORT, PROXY_H3_PORT, PROXY_HTTP_PORT
 
 LOOPBACK = "127.0.0.1"
 

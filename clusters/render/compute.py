@@ -14,8 +14,9 @@ from clusters.render import kube, standin
 from clusters.render.control_plane import PROXY_PORTS, CertMaterial, proxy_ca_pem, shared_config
 from clusters.render.layout import BUS_NAME, PROXY_NAME, STANDIN_IMAGE
 from dns.coredns import render_coredns_custom
-from sim.model.topology import Cluster, Topology
-from sim.protocols.wire import NAMESPACE, NATS_PORT, PROXY_SERVICE_FQDN
+from sim.model.parts import Cluster
+from sim.model.topology import Topology
+from sim.wire import NAMESPACE, NATS_PORT, PROXY_SERVICE_FQDN
 
 Json = dict[str, Any]
 

@@ -22,10 +22,11 @@ from clusters.render.layout import (
 )
 from clusters.render.nats import nats_manifests
 from clusters.render.text import dump
-from sim.model.topology import CONTROL_CLUSTER, Topology
+from sim.model.parts import CONTROL_CLUSTER
+from sim.model.topology import Topology
 from sim.model.values import proxy_settings
-from sim.protocols.wire import NAMESPACE, PROXY_H3_PORT, PROXY_HTTP_PORT
 from sim.proxy.component import policy_from_values
+from sim.wire import NAMESPACE, PROXY_H3_PORT, PROXY_HTTP_PORT
 
 Json = dict[str, Any]
 STACK_CA_MARKER = "@stack-ca"  # scenarios write this for "the stack CA's PEM" (see sim.worker.host)

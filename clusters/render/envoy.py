@@ -41,9 +41,9 @@ from clusters.render.envoy_base import (
     sds_ref,
 )
 from clusters.render.envoy_quic import grpc_h3_cluster, quic_listener
-from sim.protocols.wire import PROXY_HTTP_PORT
 from sim.proxy.policy import CALLBACK_PATH, MAX_HEADERS_BYTES, MAX_HEADERS_COUNT, POD_SUFFIX, ProxyPolicy
 from sim.proxy.san import INVOCATION_UPSTREAM
+from sim.wire import PROXY_HTTP_PORT
 
 
 @dataclass(frozen=True)

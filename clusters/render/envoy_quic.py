@@ -23,9 +23,9 @@ from clusters.render.envoy_base import (
     http_options,
     sds_ref,
 )
-from sim.protocols.wire import GRPC_CALLBACK_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 from sim.proxy.policy import MAX_HEADERS_BYTES, MAX_HEADERS_COUNT
 from sim.proxy.san import GRPC_UPSTREAM
+from sim.wire import GRPC_CALLBACK_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 
 GRPC_POD_HEADER = "x-ncpsim-grpc-pod"  # internal: the grpc-proxy pod the Lua filter derived
 

@@ -12,8 +12,9 @@ import ipaddress
 from typing import Any
 
 from clusters.render.layout import CLUSTER_TIMEOUT, H3_HOST_PORT, HTTP_HOST_PORT, K3S_IMAGE, NETWORK
-from sim.model.topology import Cluster, Topology
-from sim.protocols.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
+from sim.model.parts import Cluster
+from sim.model.topology import Topology
+from sim.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
 
 Json = dict[str, Any]
 SERVERS = ["server:*"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.protocols.wire import NAMESPACE, NATS_PORT, PROXY_H3_PORT, PROXY_HTTP_PORT
+from sim.wire import NAMESPACE, NATS_PORT, PROXY_H3_PORT, PROXY_HTTP_PORT
 
 NETWORK = "ncpsim"  # the one Docker network every ncpsim k3d cluster joins
 K3S_IMAGE = "rancher/k3s:v1.30.4-k3s1"

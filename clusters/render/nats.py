@@ -3,7 +3,7 @@ config the local backend renders, its LoadBalancer Service, and the auth callout
 image, ``clusters.k3d.pod nats-callout``).
 
 The config holds public keys only; every stand-in derives the seeds it needs from the topology's seed
-(sim.pods.nats.stack), as the local backend's components do. JetStream keeps its store in an emptyDir:
+(sim.nats.stack), as the local backend's components do. JetStream keeps its store in an emptyDir:
 work survives a nats-server container restart, not a pod replacement (the chart's PVC is out of scope).
 """
 
@@ -16,9 +16,9 @@ from clusters.render import kube
 from clusters.render.layout import BUS_NAME, STANDIN_IMAGE
 from clusters.render.standin import _base_volumes, _container, _deployment
 from sim.model.topology import Topology
-from sim.pods.nats.config import render
-from sim.pods.nats.stack import StackKeys, server_config
-from sim.protocols.wire import NAMESPACE, NATS_MONITOR_PORT, NATS_PORT
+from sim.nats.config import render
+from sim.nats.stack import StackKeys, server_config
+from sim.wire import NAMESPACE, NATS_MONITOR_PORT, NATS_PORT
 
 Json = dict[str, Any]
 

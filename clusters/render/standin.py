@@ -31,8 +31,9 @@ from clusters.render.layout import (
     TOPOLOGY_FILE,
     WORKER_COMPONENT,
 )
-from sim.model.topology import Topology, WorkerSpec
-from sim.protocols.wire import (
+from sim.model.parts import WorkerSpec
+from sim.model.topology import Topology
+from sim.wire import (
     GRPC_CALLBACK_PORT,
     GRPC_CLIENT_PORT,
     INVOCATION_HTTP_PORT,

@@ -25,7 +25,7 @@ from dns.rule import EXACT, PROXY, REGEX, SUFFIX, DnsRecord, wildcard
 from scenarios.bundle.resolve import Resolution, Rule, block_rules, rule_domain, serving_block
 from scenarios.bundle.world import ComputeDns, ProxyService
 from sim.model.assumptions import DNS, Assumption
-from sim.model.topology import PROXY_CLUSTER_IP
+from sim.model.parts import PROXY_CLUSTER_IP
 
 GRPC_EXAMPLE = "10-42-0-41"  # a dashed pod IP: gRPC callbacks resolve <dashed-pod-ip>.<workerDomain>
 # Names no customer writes a rule for: a template regex that matches both matches every name.

@@ -24,7 +24,7 @@ from scenarios.diagnose.profiles import Profile, default_profiles, parse_label, 
 from scenarios.diagnose.refusal import RenderFix, render_fix
 from scenarios.diagnose.symptoms import rank
 from sim.model.assumptions import Assumption
-from sim.model.values import validate
+from sim.model.values_check import validate
 
 
 @dataclass

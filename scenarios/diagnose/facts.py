@@ -27,7 +27,7 @@ from scenarios.bundle.world import BundleWorld, ComputeDns, ProxyService, Worker
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.judge import Finding
 from sim.model.assumptions import API, Assumption
-from sim.model.topology import api_from_webhook
+from sim.model.parts import api_from_webhook
 from sim.model.values import (
     CA_PEM,
     DEFAULT_WEBHOOK_URL,

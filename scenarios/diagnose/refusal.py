@@ -23,7 +23,8 @@ from scenarios.diagnose.judge import RenderIssue
 from scenarios.origins import unset
 from sim.errors import ConfigError
 from sim.model.layering import parse_key
-from sim.model.values import KeyPath, deep_merge, key_path, lookup, nested, validate
+from sim.model.values import KeyPath, deep_merge, key_path, lookup, nested
+from sim.model.values_check import validate
 
 _ABSENT = object()
 

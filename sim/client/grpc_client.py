@@ -11,7 +11,7 @@ from typing import Self
 import grpc
 
 from sim.protocols.grpc_tunnel import STREAM, UNARY
-from sim.protocols.wire import GRPC_CALL_TAG
+from sim.wire import GRPC_CALL_TAG
 
 # Never route loopback calls through an HTTP proxy from the environment.
 CHANNEL_OPTIONS = (("grpc.enable_http_proxy", 0),)

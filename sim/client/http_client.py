@@ -11,11 +11,11 @@ from typing import Any
 
 import h11
 
-from sim.model.topology import Pod
+from sim.model.parts import Pod
 from sim.protocols.go_errors import Dial, tcp_dial_error, url_error
 from sim.protocols.http1 import H11Stream, Response, exchange
-from sim.protocols.wire import INVOCATION_HTTP_PORT
 from sim.runtime.component import Context
+from sim.wire import INVOCATION_HTTP_PORT
 
 PEXEC = "/v2/nvcf/pexec/functions/"
 CLIENT_TIMEOUT = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"  # net/http's

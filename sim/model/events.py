@@ -32,7 +32,7 @@ GRPC_REJECTED = "grpc.callback.rejected"  # ... or refused it, with the status a
 TOKEN_MINTED = "grpc.token.minted"  # a grpc-proxy pod minted a callback token for a client's gRPC call
 PROXY_DECISION = "proxy.decision"  # the proxy refused or tunnelled a request (sim.proxy.http_front)
 STEP_START = "step.start"  # the replay engine begins a step (scenarios.engine), for `wait` conditions
-WORKER_NATS_CONNECTED = "worker.nats.connected"  # a worker signed in to NATS (sim.pods.nats.workers)
+WORKER_NATS_CONNECTED = "worker.nats.connected"  # a worker signed in to NATS (sim.worker.nats_links)
 WORKER_NATS_REFUSED = "worker.nats.refused"  # ... or was refused (diagnose reads both)
 
 ENGINE_KINDS = (  # the catalogue: tests/test_types.py holds every emitter and reader to these names

@@ -21,7 +21,8 @@ import yaml
 from sim.errors import ConfigError
 from sim.model import untrusted
 from sim.model.not_modelled import NOT_MODELLED, NOT_MODELLED_MAPS
-from sim.model.values import ANNOTATION_MAPS, DEFAULTS, KeyPath, check, deep_merge, key_path, lookup
+from sim.model.values import ANNOTATION_MAPS, DEFAULTS, KeyPath, deep_merge, key_path, lookup
+from sim.model.values_check import check
 
 DEFAULT, SCENARIO, FILE, SET, STEP = "default", "scenario", "file", "set", "step"
 CUSTOMER = (FILE, SET)  # the layers a support engineer brings on top of a scenario
@@ -30,7 +31,7 @@ CUSTOMER = (FILE, SET)  # the layers a support engineer brings on top of a scena
 # that sets them is not told they are unknown.
 SEED_KEYS: tuple[KeyPath, ...] = (
     ("nats", "image"),  # clusters/render/nats.py: the nats-server image for the k3d backend
-    ("nats", "jetstream", "ackWaitSeconds"),  # sim/pods/nats: the work consumer's ack wait
+    ("nats", "jetstream", "ackWaitSeconds"),  # sim/nats: the work consumer's ack wait
     ("invocation", "workerTls"),
     ("natsAuthCalloutService", "serviceConfig", "logging"),
     ("workerCallbackProxy", "tls", "frontend", "certificate", "issuerRef", "kind"),

@@ -12,7 +12,7 @@ import yaml
 from sim.errors import ConfigError
 from sim.model.layering import FILE, Layer
 from sim.model.untrusted import MAX_NODES, Refused, parse, read_text
-from sim.model.values import KeyPath, _kind, key_path
+from sim.model.values import KeyPath, key_path, kind_of
 
 
 def _yaml_message(name: str, exc: yaml.MarkedYAMLError) -> str:
@@ -85,7 +85,7 @@ def values_from_text(
     if not isinstance(data, dict):
         raise ConfigError(
             f"{name}:{node.start_mark.line + 1}: top level must be a mapping of keys "
-            f"(e.g. workerCallbackProxy:), found {_kind(data)}"
+            f"(e.g. workerCallbackProxy:), found {kind_of(data)}"
         )
     origin: dict[str, tuple[str, int]] = {}
     _collect_origin(node, (), name, origin, set())  # bounded: parse measured the expanded graph

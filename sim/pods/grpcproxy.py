@@ -19,8 +19,8 @@ from aioquic.quic.connection import QuicConnection
 
 from certs.profiles import GRPC_SECRET
 from sim.model.events import GRPC_ACCEPTED, GRPC_REJECTED, TOKEN_MINTED
-from sim.model.topology import Pod
-from sim.pods.nats.publisher import WorkPublisher
+from sim.model.parts import Pod
+from sim.nats.publisher import WorkPublisher
 from sim.protocols.grpc_callback import (
     INVALID_AUTH,
     TOKEN_TTL,
@@ -34,8 +34,8 @@ from sim.protocols.grpc_callback import (
 )
 from sim.protocols.grpc_tunnel import INTERNAL, STREAM, UNARY, UNAVAILABLE, GrpcError, H2Tunnel
 from sim.protocols.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig, Tasks
-from sim.protocols.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, NATS_PUBLISH_TIMEOUT
 from sim.runtime.component import Context, Ready
+from sim.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, NATS_PUBLISH_TIMEOUT
 
 SERVICE = "ncpsim.Echo"
 QUEUE = "grpc-echo"

@@ -19,9 +19,9 @@ import h11
 from certs.profiles import INVOCATION_SECRET
 from dns.rule import dashed_ip
 from sim.model.events import ATTACH_GET, ATTACH_POST, POD_REQUEST
-from sim.model.topology import Pod
+from sim.model.parts import Pod
 from sim.model.values import proxy_settings
-from sim.pods.nats.publisher import WorkPublisher
+from sim.nats.publisher import WorkPublisher
 from sim.protocols.http1 import H11Stream, decode_headers, read_body, respond
 from sim.protocols.pexec import Problem, function_id, poll_seconds, shown
 from sim.protocols.request_attach import (
@@ -34,7 +34,9 @@ from sim.protocols.request_attach import (
     token_fingerprint,
 )
 from sim.protocols.tls import ReloadingContext, server_context
-from sim.protocols.wire import (
+from sim.runtime.component import Context, Ready, connection_handler
+from sim.runtime.log import component_log
+from sim.wire import (
     ATTACH_PATH,
     INVOCATION_HTTP_PORT,
     INVOCATION_SUFFIX,
@@ -43,8 +45,6 @@ from sim.protocols.wire import (
     PEXEC_PREFIX,
     STATUS_PREFIX,
 )
-from sim.runtime.component import Context, Ready, connection_handler
-from sim.runtime.log import component_log
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
 log = component_log("ncpsim.invocation")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 
 from dns.server import Resolver
-from sim.protocols.wire import DNS_PORT
 from sim.runtime.component import Context, Ready
+from sim.wire import DNS_PORT
 
 
 async def run(ctx: Context, ready: Ready) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from dns.rule import dashed_ip
-from sim.protocols.wire import GRPC_CALLBACK_PATH, GRPC_CALLBACK_PORT, GRPC_SUFFIX
+from sim.wire import GRPC_CALLBACK_PATH, GRPC_CALLBACK_PORT, GRPC_SUFFIX
 
 TOKEN_TTL = 30.0  # seconds a callback token stays valid
 TOKEN_LENGTH = 64

@@ -8,12 +8,12 @@ import os
 from certs.profiles import INVOCATION_SECRET
 from sim.model.values import proxy_settings
 from sim.protocols.tls import ReloadingContext, client_context, server_context
-from sim.protocols.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
 from sim.proxy.access_log import ACCESS_LOG, AccessLog
 from sim.proxy.h3_front import H3Front
 from sim.proxy.http_front import HttpFront
 from sim.proxy.policy import ProxyPolicy
 from sim.runtime.component import Context, Ready
+from sim.wire import PROXY_H3_PORT, PROXY_HTTP_PORT
 
 
 def policy_from_values(values: dict) -> ProxyPolicy:

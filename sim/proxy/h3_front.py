@@ -37,12 +37,12 @@ from sim.protocols.h3 import (
     Tasks,
     peek_server_name,
 )
-from sim.protocols.wire import GRPC_SUFFIX, UC_BODY, UpstreamFailure
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.h3_policy import H3_EXCESSIVE_LOAD, H3_MESSAGE_ERROR, H3Request, Reset, decide
 from sim.proxy.h3_pool import DialFailed, UpstreamPool
 from sim.proxy.policy import MAX_HEADERS_BYTES, Forward, Reject, http_date
 from sim.runtime.component import Context
+from sim.wire import GRPC_SUFFIX, UC_BODY, UpstreamFailure
 
 
 # -- the decision (pure) -------------------------------------------------------------------------

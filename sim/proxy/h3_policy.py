@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dns.rule import undash
-from sim.protocols.wire import GRPC_CALLBACK_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 from sim.proxy.policy import MAX_HEADERS_BYTES, MAX_HEADERS_COUNT, Forward, Reject
+from sim.wire import GRPC_CALLBACK_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 
 H3_EXCESSIVE_LOAD = 0x107  # RFC 9114 section 8.1
 H3_MESSAGE_ERROR = 0x10E

@@ -34,7 +34,6 @@ from sim.protocols.h3 import (
     close_client,
     trust_pem,
 )
-from sim.protocols.wire import DF_BODY, GRPC_CALLBACK_PORT, UpstreamFailure
 from sim.proxy.h3_policy import (
     MAX_CONCURRENT_STREAMS,
     MAX_CONNECTIONS,
@@ -46,6 +45,7 @@ from sim.proxy.h3_policy import (
 from sim.proxy.policy import upstream_reset
 from sim.proxy.san import GRPC_UPSTREAM, x509_dns_sans
 from sim.runtime.component import CONNECT_TIMEOUT, Context
+from sim.wire import DF_BODY, GRPC_CALLBACK_PORT, UpstreamFailure
 
 
 @dataclass(frozen=True)

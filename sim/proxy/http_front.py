@@ -19,7 +19,6 @@ from sim.protocols.h1plain import PlainRequest, plain_request, request_bytes
 from sim.protocols.http1 import H11Stream, decode_headers, encode_headers
 from sim.protocols.listener import TcpListener
 from sim.protocols.tls import ReloadingContext
-from sim.protocols.wire import DF_BODY, UC_BODY, UpstreamFailure
 from sim.proxy import plain_relay, relay
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.downstream import (
@@ -49,6 +48,7 @@ from sim.proxy.policy import (
 from sim.proxy.tunnel import splice
 from sim.proxy.upstream import Upstream, UpstreamPool, dial, dial_failure, upstream_fields
 from sim.runtime.component import Context, connection_handler
+from sim.wire import DF_BODY, UC_BODY, UpstreamFailure
 
 UPSTREAM_CLOSED = "upstream connection closed mid-response"
 DNS_CACHE_TTL = 5.0

@@ -15,7 +15,7 @@ from itertools import chain
 from urllib.parse import urlsplit
 
 from dns.rule import undash
-from sim.protocols.wire import (
+from sim.wire import (
     ATTACH_PATH,
     CONNECT_TIMEOUT,
     INVOCATION_SUFFIX,

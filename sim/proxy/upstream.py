@@ -11,11 +11,11 @@ import h11
 from sim.model.netmap import Unreachable
 from sim.protocols.http1 import H11Stream, HeadReader
 from sim.protocols.tls import ReloadingContext
-from sim.protocols.wire import UpstreamFailure
 from sim.proxy.downstream import log
 from sim.proxy.policy import Forward, RequestHead, expects_continue, upstream_reset
 from sim.proxy.san import INVOCATION_UPSTREAM, peercert_dns_sans
 from sim.runtime.component import Context
+from sim.wire import UpstreamFailure
 
 # Not sent on to the pod (Host is the pod's authority, and the framing fields are written again at the end).
 HOP_BY_HOP = frozenset(

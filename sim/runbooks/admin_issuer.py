@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sim.errors import ConfigError
-from sim.model.values import validate
+from sim.model.values_check import validate
 
 NAMESPACE = "api-keys"
 RELEASE = "admin-issuer-proxy"

@@ -6,10 +6,10 @@ token mode: each worker presents its own worker token. NATS hands it to the auth
 account has a webhook plugin that POSTs it to the NVCF API's webhook URL; the API's answer decides, and
 the grant covers only that worker's function-version subjects in APP.
 
-The decisions themselves are made by a real nats-server and auth callout (sim.pods.nats, driven by
+The decisions themselves are made by a real nats-server and auth callout (sim.nats, driven by
 sim.runbooks.nats_live); this module keeps the pure parts around them: the callout's configuration from
 the values (and the render errors) and when a change restarts it; its log sampling is the live callout's
-(sim.pods.nats.zaplog: zap's, per message the first ``initial`` lines a second, then 1 in ``thereafter``).
+(sim.nats.zaplog: zap's, per message the first ``initial`` lines a second, then 1 in ``thereafter``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.model.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup, validate
-from sim.pods.nats.zaplog import LogSettings
+from sim.model.values import DEFAULT_WEBHOOK_URL, deep_merge, lookup
+from sim.model.values_check import validate
+from sim.nats.zaplog import LogSettings
 
 APP = "APP"
 OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for

@@ -26,13 +26,13 @@ from urllib.parse import urlsplit
 
 import nkeys  # type: ignore[import-untyped]
 
-from sim.pods.nats import jwt
-from sim.pods.nats.callout import CalloutService, CalloutSettings
-from sim.pods.nats.client import connect_once
-from sim.pods.nats.config import APP_ACCOUNT, CalloutBlock, ServerConfig
-from sim.pods.nats.server import NatsServer
-from sim.pods.nats.webhook import WebhookAnswer, WebhookRequest, answer_body
-from sim.pods.nats.zaplog import LogSettings, Sampler
+from sim.nats import jwt
+from sim.nats.callout import CalloutService, CalloutSettings
+from sim.nats.client import connect_once
+from sim.nats.config import APP_ACCOUNT, CalloutBlock, ServerConfig
+from sim.nats.server import NatsServer
+from sim.nats.webhook import WebhookAnswer, WebhookRequest, answer_body
+from sim.nats.zaplog import LogSettings, Sampler
 from sim.runbooks.nats_auth import LogRecord
 
 LOGIN_TIMEOUT = 5.0  # seconds for one worker's sign-in, callout and webhook included

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.model.values import DEFAULT_WEBHOOK_URL
-from sim.pods.nats.callout import worker_token
+from sim.nats.callout import worker_token
 from sim.runbooks import nkeys
 from sim.runbooks.nats_auth import (
     APP,
@@ -29,7 +29,7 @@ from sim.runbooks.nats_auth import (
 )
 from sim.runbooks.nats_live import ApiWebhook, CalloutPlugins, LiveNats
 
-OWN_SUBJECTS = ("rq.*.<fvid>.>",)  # what the API's webhook grants a token worker (sim.pods.nats.subjects)
+OWN_SUBJECTS = ("rq.*.<fvid>.>",)  # what the API's webhook grants a token worker (sim.nats.subjects)
 
 
 @dataclass

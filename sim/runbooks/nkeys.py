@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import nkeys as lib  # type: ignore[import-untyped]
 
-from sim.pods.nats import jwt
+from sim.nats import jwt
 
 
 @dataclass(frozen=True)

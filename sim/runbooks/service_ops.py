@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.model.values import ANNOTATION_MAPS, ValuesIssue, deep_merge, key_path, validate
+from sim.model.values import ANNOTATION_MAPS, deep_merge, key_path
+from sim.model.values_check import ValuesIssue, validate
 
 DEPLOYMENT, STATEFULSET = "Deployment", "StatefulSet"
 ROLLING, ON_DELETE = "RollingUpdate", "OnDelete"

@@ -18,8 +18,8 @@ from sim.model.netmap import LiveNetMap, Refused
 from sim.model.topology import Topology
 from sim.protocols.h3 import H3Endpoint, connect
 from sim.protocols.http1 import open_within
-from sim.protocols.wire import DNS_PORT, NATS_PORT
 from sim.runtime.links import TCP, UDP, LinkFault, attempt_timeout, datagram_delay, link_delay, load_links
+from sim.wire import DNS_PORT, NATS_PORT
 
 # A component reports the virtual addresses it serves: {"10.42.0.11:8443/tcp": 40123, ...}
 Ready = Callable[[dict[str, int]], None]

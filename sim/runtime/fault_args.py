@@ -18,7 +18,8 @@ from typing import Any
 from certs.names import certificate_name_problem
 from certs.profiles import STACK, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
-from sim.model.topology import NATS_ROLE, Topology
+from sim.model.parts import NATS_ROLE
+from sim.model.topology import Topology
 from sim.model.values import key_path
 from sim.runtime.links import ANY, LinkFault
 

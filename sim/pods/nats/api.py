@@ -16,13 +16,13 @@ import json
 import h11
 from nats import errors as nats_errors
 
+from sim.model.values import NatsValues
+from sim.nats.client import connect_once
+from sim.nats.stack import REGION, StackKeys, check_worker_token
+from sim.nats.webhook import WebhookRequest, token_checker
+from sim.nats.workqueue import QueueSettings, ensure_stream
 from sim.protocols.http1 import H11Stream, read_body, respond
 from sim.runtime.component import Context, connection_handler
-
-from .client import connect_once
-from .stack import REGION, NatsValues, StackKeys, check_worker_token
-from .webhook import WebhookRequest, token_checker
-from .workqueue import QueueSettings, ensure_stream
 
 WEBHOOK_PATH = "/v2/nvcf/webhook/nats-auth"
 CONNECT_TIMEOUT = 2.0  # one sign-in attempt

@@ -4,7 +4,7 @@ The callout reads its configuration (``nats.workerAuth``, the webhook URL, and i
 ``natsAuthCalloutService.serviceConfig.logging``) only at start-up, as the real one does, so a change
 needs a restart of this component. Its log (stdout, so the component's log file) has the real callout's
 lines, ``Authentication successful``, ``Authentication failed``, ``Authentication denied``, through zap's
-level and sampler (sim.pods.nats.zaplog): a burst of logins keeps about 100 of each line a second.
+level and sampler (sim.nats.zaplog): a burst of logins keeps about 100 of each line a second.
 
 The webhook URL is a URL like any other: its host is resolved in the control plane's DNS view and dialed
 through the network map, and a failure is the callout's Go words (``webhook request failed: Post "URL":
@@ -22,13 +22,14 @@ from collections.abc import Callable
 
 from dns.client import NameNotResolved
 from sim.model.netmap import Refused, Unreachable
+from sim.model.values import NatsValues
+from sim.nats.callout import CalloutService
+from sim.nats.stack import StackKeys, callout_settings
+from sim.nats.webhook import Dial, http_webhook
+from sim.nats.zaplog import LogSettings, Sampler
 from sim.runtime.component import Context, Ready
 
 from .api import ApiStandin, create_streams
-from .callout import CalloutService
-from .stack import NatsValues, StackKeys, callout_settings
-from .webhook import Dial, http_webhook
-from .zaplog import LogSettings, Sampler
 
 SERVER_WAIT = 15.0  # seconds to find the NATS servers (they start beside this component)
 CONNECT_TIMEOUT = 2.0  # one attempt

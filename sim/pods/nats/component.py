@@ -16,8 +16,8 @@ meta group by the routes it starts with). A restart (fault, rollout) comes back 
 network map, so clients and peers reconnect to the address they had; a fresh `ncpsim up` (no binding
 yet) starts with an empty JetStream store.
 
-A pod stopped by Kubernetes runs the chart's preStop hook first (sim.pods.nats.server.pre_stop: lame duck
-mode, see sim.pods.nats.config); the server then exits by itself, and so does this supervisor.
+A pod stopped by Kubernetes runs the chart's preStop hook first (sim.nats.server.pre_stop: lame duck
+mode, see sim.nats.config); the server then exits by itself, and so does this supervisor.
 """
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sim.model.topology import NatsServer as NatsPod
-from sim.protocols.wire import NATS_MONITOR_PORT, NATS_PORT, NATS_ROUTE_PORT
+from sim.model.parts import NatsServer as NatsPod
+from sim.nats.config import ClusterBlock
+from sim.nats.server import PID_FILE, NatsServer, ServerError, nats_folder
+from sim.nats.stack import StackKeys, server_config
 from sim.runtime.component import Context, Ready
-
-from .config import ClusterBlock
-from .server import PID_FILE, NatsServer, ServerError, nats_folder
-from .stack import StackKeys, server_config
+from sim.wire import NATS_MONITOR_PORT, NATS_PORT, NATS_ROUTE_PORT
 
 Ports = tuple[int, int, int]  # client, monitor, route (0: the server chooses)
 TOGETHER_WAIT = 5.0  # seconds a server waits for its peers at a launch before it starts regardless

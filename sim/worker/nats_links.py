@@ -17,10 +17,10 @@ from typing import Any, Protocol
 from nats.aio.client import Client
 
 from sim.model.events import WORKER_NATS_CONNECTED, WORKER_NATS_REFUSED
+from sim.model.values import NatsValues
+from sim.nats.stack import StackKeys, worker_credentials
+from sim.nats.work import InFlight, connect, pull_loop
 from sim.runtime.component import Context
-
-from .stack import NatsValues, StackKeys, worker_credentials
-from .work import InFlight, connect, pull_loop
 
 LOGIN_BACKOFF = (0.5, 10.0)  # first and longest delay between refused logins
 SIGN_INS_AT_ONCE = 16
@@ -94,7 +94,7 @@ class WorkerLinks:
         self.clients: list[Client] = []
         self.in_flight: list[InFlight] = []
         # Sign-ins at once from this host: hundreds of workers starting together would queue at the auth
-        # callout past nats-server's first PING (~2 s), which nats-py cannot take (sim.pods.nats.client).
+        # callout past nats-server's first PING (~2 s), which nats-py cannot take (sim.nats.client).
         self.signing_in = asyncio.Semaphore(SIGN_INS_AT_ONCE)
 
     async def start(self) -> None:
@@ -138,7 +138,7 @@ class WorkerLinks:
             try:
                 async with self.signing_in:
                     nc = await connect(
-                        self.ctx,
+                        self.ctx.nats_servers(),
                         link.worker,
                         link.credentials,
                         error_cb=self._error_cb(link),

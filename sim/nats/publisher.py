@@ -14,16 +14,32 @@ import importlib
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from sim.runtime.component import Context
+from sim.model.events import EventLog
+from sim.model.topology import Topology
 
-_MODULES = ("nats.aio.client", "nats.js", "sim.pods.nats.work", "sim.pods.nats.stack")
+_MODULES = ("nats.aio.client", "nats.js", "sim.nats.work", "sim.nats.stack")
 PUBLISH_ATTEMPTS = 3
 REPUBLISH_AFTER = (0.2, 0.8)  # seconds before the second and the third attempt
 # seconds for JetStream's answer to one attempt (a lost answer is sent again); the three attempts and their
-# pauses fit in the pods' NATS_PUBLISH_TIMEOUT (sim.protocols.wire), after which the API answers 500
+# pauses fit in the pods' NATS_PUBLISH_TIMEOUT (sim.wire), after which the API answers 500
 ATTEMPT_TIMEOUT = 2.0
+
+
+class Pod(Protocol):
+    """What the publisher reads of its pod's Context (sim.runtime.component): the library stays below the
+    component runtime."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def values(self) -> Mapping[str, Any]: ...
+    @property
+    def events(self) -> EventLog: ...
+    def nats_servers(self) -> list[str]: ...
 
 
 def _load() -> None:
@@ -34,7 +50,7 @@ def _load() -> None:
 class WorkPublisher:
     """One connection, opened on first use as the pod's internal NATS user (an ``auth_users`` NKey)."""
 
-    def __init__(self, ctx: Context, role: str) -> None:
+    def __init__(self, ctx: Pod, role: str) -> None:
         self.ctx, self.role = ctx, role
         self._nc: Any = None
         self._lock = asyncio.Lock()
@@ -47,12 +63,16 @@ class WorkPublisher:
     async def _client(self) -> Any:
         async with self._lock:
             if self._nc is None or self._nc.is_closed:
-                from .stack import REGION, NatsValues, StackKeys
+                from sim.model.values import NatsValues
+
+                from .stack import REGION, StackKeys
                 from .work import connect
                 from .workqueue import QueueSettings, ensure_stream
 
                 seed = StackKeys.of(self.ctx.topology).internal[self.role]
-                nc = await connect(self.ctx, f"{self.role}/{self.ctx.name}", {"nkeys_seed_str": seed})
+                nc = await connect(
+                    self.ctx.nats_servers(), f"{self.role}/{self.ctx.name}", {"nkeys_seed_str": seed}
+                )
                 # The streams may not exist yet where no one made them (a k3d pod); idempotent.
                 values = NatsValues.from_values(self.ctx.values)
                 settings = QueueSettings(ack_wait=values.ack_wait, replicas=values.stream_replicas)

@@ -209,7 +209,7 @@ def response_jwt(
 
 def log_line(logger: logging.Logger, level: int, message: str, **fields: Any) -> None:
     """``<message> {json fields}``: greppable like the real callout's structured lines; ``event`` is the
-    message alone, which zap's sampler counts by (sim.pods.nats.zaplog)."""
+    message alone, which zap's sampler counts by (sim.nats.zaplog)."""
     logger.log(level, "%s %s", message, json.dumps(fields, sort_keys=True), extra={"event": message})
 
 

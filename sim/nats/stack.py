@@ -24,19 +24,17 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import nkeys  # type: ignore[import-untyped]
 
 from sim.model.topology import Topology
-from sim.model.values import nats_replicas
+from sim.model.values import NatsValues
 
 from . import jwt
 from .callout import WEBHOOK_PLUGIN, CalloutSettings, worker_token
 from .config import APP_ACCOUNT, CalloutBlock, ClusterBlock, NkeyUser, ServerConfig
 
 REGION = "ncpsim"  # the stack's one region, in stream and subject names
-DEFAULT_WEBHOOK_URL = "http://api.nvcf.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
 OLD_WORKER_ACCOUNT = "Worker"  # what a worker-utils that ignores NVCF_NATS_ACCOUNT asks for
 INTERNAL_ROLES = ("invocation-service", "grpc-proxy", "nvcf-api")
 
@@ -91,35 +89,6 @@ def _seed(kp: nkeys.KeyPair) -> str:
 
 def public_key(seed: str) -> str:
     return str(nkeys.from_seed(bytearray(seed.encode())).public_key.decode())
-
-
-# -- values ------------------------------------------------------------------------------------------
-STREAM_REPLICAS = 3  # R3 on a cluster of three or more; every server of a smaller one
-
-
-@dataclass(frozen=True)
-class NatsValues:
-    worker_auth: str = "nkey"
-    webhook_url: str = DEFAULT_WEBHOOK_URL
-    ack_wait: float = 30.0  # the consumer's ack wait (field value); scenarios may shorten it
-    servers: int = 3  # the StatefulSet's replicas (nats.config.cluster)
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> NatsValues:
-        nats = values.get("nats") or {}
-        url = ((nats.get("authCallout") or {}).get("workerTokenAuth") or {}).get("webhookUrl")
-        return cls(
-            worker_auth=str(nats.get("workerAuth") or "nkey"),
-            webhook_url=str(url or DEFAULT_WEBHOOK_URL),
-            ack_wait=float((nats.get("jetstream") or {}).get("ackWaitSeconds") or 30.0),
-            servers=nats_replicas(values),
-        )
-
-    @property
-    def stream_replicas(self) -> int:
-        """Each work stream's replicas: ncpsim's choice (the public source leaves it to the API), R3 where
-        the cluster has three servers, so one server can be down without an outage."""
-        return min(STREAM_REPLICAS, self.servers)
 
 
 AUTH_TIMEOUT = 10.0  # seconds a sign-in may wait for the callout: thousands of workers start at once

@@ -18,8 +18,6 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from sim.runtime.component import Context
-
 from .client import connect_once
 from .stack import REGION
 from .workqueue import BatchPuller
@@ -29,7 +27,7 @@ RECONNECT_WAIT = 0.5  # seconds between reconnect attempts; longer than the call
 # nats-server restart the callout is usually back first: a sign-in with no callout listening is held
 # until the server's auth timeout (10 s) before it is refused
 PULL_TIMEOUT = 120.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
-# after a reconnect the worker re-issues its pulls at once, see sim.pods.nats.workers; a deleted consumer
+# after a reconnect the worker re-issues its pulls at once, see sim.worker.nats_links; a deleted consumer
 # ends it with a 409). Each expiry and each new pull makes nats-server walk every waiting pull of the
 # consumer: at 30 s, 2,000 idle workers' expiries cost it more than the work did.
 PULL_RETRY_FIRST = 0.05  # seconds before a refused pull is asked again, doubling up to RECONNECT_WAIT
@@ -38,12 +36,12 @@ PULL_BATCH = 8  # messages a pull asks for at most (a worker with many functions
 ACK_PROGRESS = 1.0  # seconds between "in progress" acks while a callback runs (well under any ack wait)
 
 
-async def connect(ctx: Context, name: str, credentials: Mapping[str, str], **options: Any) -> Client:
-    """One login attempt (a refusal raises at once), then a client that reconnects for ever; a refused
+async def connect(servers: list[str], name: str, credentials: Mapping[str, str], **options: Any) -> Client:
+    """One login attempt to ``servers`` (the caller's Context.nats_servers()) (a refusal raises at once), then a client that reconnects for ever; a refused
     worker backs off as a crash-looping pod would (its caller's loop)."""
     settings: dict[str, Any] = {**credentials, **options}  # nats-py's own keywords (user_credentials, ...)
     return await connect_once(
-        ctx.nats_servers(),
+        servers,
         name=name,
         connect_timeout=CONNECT_TIMEOUT,
         reconnect_time_wait=RECONNECT_WAIT,

@@ -5,7 +5,7 @@ Why a restarted server is waited for beyond the chart's readiness probe: the pro
 with the others. In the field, a rolling update is slowed by the next server's lame duck (the chart's
 preStop hook: leaderships handed over, then a 10 s grace period before its clients are closed), which
 gives the one restarted before it that time; ncpsim's lame duck has a 0.1 s grace period
-(sim.pods.nats.config), so the next restart waits until JetStream is current on every running server
+(sim.nats.config), so the next restart waits until JetStream is current on every running server
 (``/healthz``: a meta leader, and the server's streams and consumers caught up; a server that stayed up
 may still be electing a stream leader with the one that came back). That takes a majority of the
 servers: with fewer running, JetStream has no quorum, and waiting would only run out; the answer says so

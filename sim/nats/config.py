@@ -27,7 +27,7 @@ Why it looks like this (public NVCF chart ``deploy/helm/nats``, nats-server docs
   do not reconnect to each other; a rolling restart stops one at a time, and ncpsim's grace period is
   0.1 s (LAME_DUCK_GRACE), so a stopping server is gone a second or two after the signal rather than ten. What
   the field's 10 s gives a server restarted just before, time to catch up, ncpsim waits for explicitly
-  (sim.pods.nats.cluster).
+  (sim.nats.cluster).
 """
 
 from __future__ import annotations
