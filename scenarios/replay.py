@@ -11,13 +11,14 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
 from rich.console import Console
 
 from clusters.local import LocalBackend, zygote
+from clusters.local.interrupts import InterruptGuard
 from clusters.stack import Backend
 from clusters.state import state_root
 from scenarios.engine import run_scenario
@@ -143,28 +144,28 @@ def replay_all(
     names = [replay_stack(s.name, stack, several=len(scenarios) > 1) for s in scenarios]
     results: list[ScenarioResult] = []
     started = time.monotonic()
-    with (
-        zygote.shared(root or state_root()) if len(scenarios) > 1 else contextlib.nullcontext(),
-        ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="replay") as pool,
-    ):
-        # Stacks are isolated (own ports, own state folder); a thread only waits on its own processes.
-        futures = [
-            pool.submit(replay_one, s, keep, root, stack=name)
-            for s, (name, _) in zip(scenarios, names, strict=True)
-        ]
-        progress = Progress(len(scenarios), sys.stderr)
+    guard = InterruptGuard()  # SIGTERM as Ctrl-C: the scenarios run in threads, which no signal reaches
+    with guard.installed():
         try:
-            for index, (future, (name, asked)) in enumerate(zip(futures, names, strict=True), 1):
-                progress.show(index, scenarios[index - 1].name)
-                result = future.result()
-                results.append(result)
-                progress.clear()
-                _print_result(console, out, result, name, asked, keep, output)
-        except BaseException:  # Ctrl-C: start nothing more, and stop every stack already started
-            pool.shutdown(wait=False, cancel_futures=True)
-            backend = LocalBackend(root)
-            for name, _ in names:
-                backend.attach(name).down()
+            with (
+                zygote.shared(root or state_root()) if len(scenarios) > 1 else contextlib.nullcontext(),
+                ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="replay") as pool,
+            ):
+                # Stacks are isolated (own ports, own state folder); a thread only waits on its own processes.
+                futures = [
+                    pool.submit(replay_one, s, keep, root, stack=name)
+                    for s, (name, _) in zip(scenarios, names, strict=True)
+                ]
+                try:
+                    _report_in_order(futures, scenarios, names, console, out, keep, output, results)
+                except BaseException:  # start nothing more; the running ones end as their stacks stop
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    with guard.held():
+                        _down_all(root, names)
+                    raise
+        except BaseException:  # again, once the running scenarios have ended: what they started meanwhile
+            with guard.held():
+                _down_all(root, names)
             raise
     total = time.monotonic() - started
     if output in ("text", "quiet"):
@@ -173,6 +174,31 @@ def replay_all(
             + (f" ({jobs} at a time)" if jobs > 1 else "")
         )
     return results, total
+
+
+def _report_in_order(
+    futures: list[Future[ScenarioResult]],
+    scenarios: list[Scenario],
+    names: list[tuple[str, str]],
+    console: Console,
+    out: TextIO,
+    keep: bool,
+    output: str,
+    results: list[ScenarioResult],
+) -> None:
+    progress = Progress(len(scenarios), sys.stderr)
+    for index, (future, (name, asked)) in enumerate(zip(futures, names, strict=True), 1):
+        progress.show(index, scenarios[index - 1].name)
+        result = future.result()
+        results.append(result)
+        progress.clear()
+        _print_result(console, out, result, name, asked, keep, output)
+
+
+def _down_all(root: Path | None, names: list[tuple[str, str]]) -> None:
+    backend = LocalBackend(root)
+    for name, _ in names:
+        backend.attach(name).down()
 
 
 class Progress:

@@ -22,7 +22,7 @@ from typing import BinaryIO
 import psutil
 from timeouts import COMMAND
 
-from clusters.local import interrupts
+from clusters.local import interrupts, zygote
 from tasks import ns
 from tasks.program import Ncpsim
 
@@ -149,9 +149,12 @@ def _stack_not_kept(argv: tuple[str, ...]) -> Iterator[None]:
 
 
 def _children() -> list[psutil.Process]:
+    """Live children of the test process, but the session's shared zygote (conftest), which the first
+    launch of the session starts whichever command that is."""
+    shared = zygote._SHARED.process if zygote._SHARED is not None else None
     alive = []
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
-            if child.status() != psutil.STATUS_ZOMBIE:
+            if child.status() != psutil.STATUS_ZOMBIE and (shared is None or child.pid != shared.pid):
                 alive.append(child)
     return alive

@@ -145,6 +145,7 @@ MODULES: dict[str, frozenset[str] | None] = {
         }
     ),
     "test_proxy_listener.py": ALL,
+    "test_replay_interrupt.py": ALL,
     "test_replay_parallel.py": ALL,
     "test_report_failing.py": ALL,
     "test_rotation.py": ALL,
