@@ -8,6 +8,7 @@ from typing import Any
 
 from clusters.local.stack import LocalStack
 from clusters.state import STACK_NAME, is_stack_dir, state_root
+from sim.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,16 @@ def stack_names(root: Path | None = None) -> list[str]:
     folder = root or state_root()
     if not folder.is_dir():
         return []
-    return sorted(p.name for p in folder.iterdir() if STACK_NAME.match(p.name) and is_stack_dir(p))
+    return sorted(p.name for p in folder.iterdir() if STACK_NAME.match(p.name) and _readable_stack(p))
+
+
+def _readable_stack(folder: Path) -> bool:
+    """A folder ncpsim may not look into is not one it made (its folders are its own): not listed, so one
+    foreign folder under the root does not hide every stack from `ls` and `down --all`."""
+    try:
+        return is_stack_dir(folder)
+    except ConfigError:
+        return False
 
 
 def list_stacks(root: Path | None = None) -> list[StackEntry]:

@@ -64,14 +64,31 @@ def state_dir(stack: str, root: Path | None = None) -> Path:
 
 
 def state_root() -> Path:
+    """The folder every stack's folder is under, checked once here for every command: one that exists must be
+    a folder ncpsim can list (`/proc/1/fdinfo`, a folder of another user's, ... are one line, not a traceback
+    from whichever command touched it first)."""
     raw = os.environ.get("NCPSIM_HOME")
     if raw is None:
-        return Path.cwd() / ".ncpsim"
-    if not raw.strip():
+        try:
+            root, said = Path.cwd() / ".ncpsim", "./.ncpsim"
+        except OSError as exc:  # the current folder was deleted under the shell
+            raise ConfigError(
+                f"the current folder: {exc.strerror or exc}; cd to a folder or set NCPSIM_HOME"
+            ) from None
+    elif not raw.strip():
         raise ConfigError("NCPSIM_HOME is set but empty: unset it (state goes to ./.ncpsim) or name a folder")
-    root = Path(raw).expanduser()
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"NCPSIM_HOME={raw}: not a folder; name a folder for ncpsim's state")
+    else:
+        root, said = Path(raw).expanduser(), f"NCPSIM_HOME={raw}"
+    try:
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"{said}: not a folder; name a folder for ncpsim's state")
+        if root.is_dir():
+            with os.scandir(root):
+                pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{said}: {exc.strerror or exc}; name a folder for ncpsim's state you can read"
+        ) from None
     return root
 
 
@@ -170,7 +187,14 @@ def adopt(stack_dir: Path) -> bool:
 
 def is_stack_dir(stack_dir: Path) -> bool:
     marker = stack_dir / MARKER
-    return not stack_dir.is_symlink() and stack_dir.is_dir() and not marker.is_symlink() and marker.is_file()
+    try:
+        return (
+            not stack_dir.is_symlink() and stack_dir.is_dir() and not marker.is_symlink() and marker.is_file()
+        )
+    except OSError as exc:  # a folder ncpsim may not look into cannot be told to be ours
+        raise ConfigError(
+            f"cannot read {stack_dir}: {exc.strerror or exc}; pick another --stack name or NCPSIM_HOME"
+        ) from None
 
 
 def write_file(path: Path, text: str, mode: int = 0o600) -> None:

@@ -32,6 +32,7 @@ _QR, _OPCODE_SHIFT, _RD = 0x8000, 11, 0x0100
 _UDP_PLAIN_LIMIT = 512  # RFC 1035 limit for a client that sent no EDNS OPT record
 _UDP_EDNS_LIMIT = 1232  # the DNS flag day 2020 payload size: no IP fragmentation anywhere
 _CLASS_ANY = 255  # dnslib spells it "*", so name it here
+_BADVERS = 16  # RFC 6891 extended RCODE: 4 bits in the header, the rest in the OPT record
 _BIND_ATTEMPTS = 8
 UDP_BATCH = 64  # datagrams answered per event-loop wakeup
 REPLY_CACHE_SIZE = 4096  # distinct questions remembered per view and transport; past it, answers are computed
@@ -75,6 +76,8 @@ def handle_packet(view: View, data: bytes, transport: str = "udp") -> tuple[byte
         return _error_reply(view, msg_id, flags, exc, transport)
     except Exception:  # noqa: BLE001 - dnslib raises more than DNSError on hostile input
         return _error_reply(view, msg_id, flags, _Malformed(RCODE.FORMERR), transport)
+    if opt is not None and opt.edns_ver != 0:
+        return _badvers_reply(view, msg_id, flags, question, transport)
     try:
         return _answer_reply(view, msg_id, flags, question, opt, transport)
     except Exception:
@@ -120,6 +123,18 @@ def _error_reply(
     qname, qtype = _describe(exc.question)
     event = QueryEvent(view.cluster, qname, qtype, RCODE[exc.rcode], (), transport)
     return _pack_or_bare(reply), event
+
+
+def _badvers_reply(
+    view: View, msg_id: int, flags: int, question: DNSQuestion, transport: str
+) -> tuple[bytes, QueryEvent]:
+    """RFC 6891 6.1.3, as CoreDNS answers an EDNS version it does not speak: BADVERS, the version it does
+    speak (0) in its OPT record, and nothing else (CoreDNS leaves even the question out)."""
+    reply = DNSRecord(_reply_header(msg_id, flags, _BADVERS & 0xF))
+    reply.header.aa = 0
+    reply.add_ar(EDNS0(udp_len=_UDP_EDNS_LIMIT, version=0, ext_rcode=_BADVERS >> 4))
+    qname, qtype = _describe(question)
+    return _pack_or_bare(reply), QueryEvent(view.cluster, qname, qtype, "BADVERS", (), transport)
 
 
 def _answer_reply(

@@ -13,14 +13,24 @@ import re
 
 from rich.markup import escape
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# Unicode's invisible controls count too: the bidirectional overrides and isolates reorder what the terminal
+# shows ("Trojan Source": `evil\u202egnp.exe` reads as `evilexe.png`), the line and paragraph separators break
+# a line in some terminals, and the zero-width ones hide characters in a name. Shown as \\uNNNN.
+_INVISIBLE = "\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
+_CONTROL_OR_NEWLINE = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f{_INVISIBLE}]")
 
 
 def safe(text: object, one_line: bool = False) -> str:
-    """`text` with every control character but the tab (and, unless `one_line`, the newline) as \\xNN."""
+    """`text` with every control character but the tab (and, unless `one_line`, the newline) as \\xNN, and
+    Unicode's invisible controls (bidirectional, zero-width, separators) as \\uNNNN."""
     pattern = _CONTROL_OR_NEWLINE if one_line else _CONTROL
-    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return pattern.sub(_shown, str(text))
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def markup(text: object, one_line: bool = True) -> str:

@@ -86,8 +86,9 @@ def start_early(state_dir: Path) -> None:
 
 def start_early_for(stack: str) -> None:
     """start_early for the local stack named `stack`; nothing for a name or a NCPSIM_HOME the launch will
-    refuse, with its own message, later."""
-    with contextlib.suppress(ConfigError):
+    refuse, with its own message, later (a folder it may not enter included: the early start is only a head
+    start, so its failure is the launch's to report)."""
+    with contextlib.suppress(ConfigError, OSError):
         start_early(state_dir(stack))
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from scenarios.terminal import safe
 from sim.errors import ConfigError
 from sim.model.untrusted import MAX_BYTES
 
@@ -67,7 +68,7 @@ def read_bundle(path: Path) -> Bundle:
         ) from None
     if stat.S_ISLNK(info.st_mode):
         raise ConfigError(f"--bundle {path}: is a symbolic link; give the bundle's folder or .tar.gz itself")
-    files = dict(_folder(path) if stat.S_ISDIR(info.st_mode) else _archive(path, info))
+    files = _unique(path, _folder(path) if stat.S_ISDIR(info.st_mode) else _archive(path, info))
     if "meta.yaml" not in files and "environment.yaml" not in files:
         raise ConfigError(
             f"--bundle {path}: no meta.yaml or environment.yaml in it; is it a bundle from "
@@ -76,12 +77,29 @@ def read_bundle(path: Path) -> Bundle:
     return Bundle(str(path), files)
 
 
+def _unique(path: Path, members: Iterator[tuple[str, bytes]]) -> dict[str, bytes]:
+    """Every file once, by a plain name. The collector writes each name once and never a control character:
+    a second `environment.yaml` would silently replace the first (tar's last-wins, which `tar tf` does not
+    show), and a name with an escape or a newline would reach the report and the terminal."""
+    files: dict[str, bytes] = {}
+    for name, data in members:
+        if safe(name, one_line=True) != name:
+            raise _refuse(path, name, "a name with a control character (the collector writes plain names)")
+        if name in files:
+            raise _refuse(path, name, "in the bundle twice (which one is the customer's?)")
+        files[name] = data
+    return files
+
+
 def _limit(name: str) -> int:
     return MAX_LOG if name.endswith(".log") else MAX_YAML
 
 
 def _refuse(path: Path, member: str, why: str) -> ConfigError:
-    return ConfigError(f"--bundle {path}: {member}: {why}; refusing the bundle (read nothing from it)")
+    shown = safe(member[:200], one_line=True)  # a member's name is the bundle's text, not ours
+    return ConfigError(
+        f"--bundle {safe(path, one_line=True)}: {shown}: {why}; refusing the bundle (read nothing from it)"
+    )
 
 
 # -- a folder -------------------------------------------------------------------------------------------
