@@ -214,10 +214,12 @@ def write_file(path: Path, text: str, mode: int = 0o600) -> None:
             handle.write(text)
         os.chmod(temporary, mode)
         os.replace(temporary, path)
-    except OSError as exc:
+    except BaseException as exc:  # Ctrl-C too: a half-written temporary would make the folder not ours
         with contextlib.suppress(OSError):
             os.unlink(temporary)
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
 
 
 def purge(stack_dir: Path) -> bool:
