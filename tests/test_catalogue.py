@@ -19,6 +19,7 @@ from scenarios.replay import replay_all, write_junit
 from scenarios.result import ScenarioResult
 
 CATALOGUE = REPO / "scenarios" / "catalogue"
+CATALOGUED = [name for name, _ in catalogue()]  # read once: each call parses every file
 RUNBOOK_REGISTRY = "test_runbook_registry.py"
 # Two runbook rehearsals (stackless) stay here, so the whole catalogue's reports and JUnit cover the kind.
 RUNBOOKS_KEPT = ("admin-issuer-edge-cert-right", "admin-issuer-edge-cert-wrong")
@@ -35,9 +36,9 @@ def is_runbook(name: str) -> bool:
 REPLAYED_ELSEWHERE = {
     "nats-rolling-restart": "test_nats_cluster.py",
     "nats-quorum-lost": "test_nats_cluster.py",
-    **{n: RUNBOOK_REGISTRY for n, _ in catalogue() if is_runbook(n) and n not in RUNBOOKS_KEPT},
+    **{n: RUNBOOK_REGISTRY for n in CATALOGUED if is_runbook(n) and n not in RUNBOOKS_KEPT},
 }
-NAMES = [name for name, _ in catalogue() if name not in REPLAYED_ELSEWHERE]
+NAMES = [name for name in CATALOGUED if name not in REPLAYED_ELSEWHERE]
 # A hang guard, not the performance figure: the catalogue's time on an idle 2-core machine (60 s is the
 # target) is measured by `ncpsim bench`; here the suite may share the machine with other work.
 BUDGET_SECONDS = 300.0
@@ -87,7 +88,7 @@ def test_reports_say_what_was_assumed(run: Run) -> None:
 
 @pytest.mark.parametrize(("name", "module"), sorted(REPLAYED_ELSEWHERE.items()))
 def test_replayed_elsewhere_is_replayed_there(name: str, module: str) -> None:
-    assert name in {n for n, _ in catalogue()}
+    assert name in CATALOGUED
     there = (REPO / "tests" / module).read_text()
     if module == RUNBOOK_REGISTRY:  # it replays every catalogue file that names a runbook
         assert is_runbook(name) and '"runbook:" in p.read_text()' in there
