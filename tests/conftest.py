@@ -41,18 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
 # left with one of them at the end while the other has finished. A stale guess costs time, never a result.
 LONGEST_FIRST = (
     "test_diagnose.py",
-    "test_catalogue.py",
-    "test_teardown.py",
     "test_bundle_diagnose.py",
-    "test_nats_stack.py",
-    "test_nats_cluster.py",
-    "test_cli_state.py",
-    "test_devenv.py",
+    "test_teardown.py",
     "test_customer_world_e2e.py",
+    "test_catalogue.py",
+    "test_nats_stack.py",
+    "test_grpc_e2e.py",
+    "test_devenv.py",
     "test_printed_commands.py",
+    "test_cli_state.py",
+    "test_runbook_registry.py",
     "test_types.py",
-    "test_diagnose_interrupt.py",
-    "test_cli.py",
+    "test_faults.py",
+    "test_nats_cluster.py",
 )
 
 

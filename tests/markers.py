@@ -99,7 +99,6 @@ MODULES: dict[str, frozenset[str] | None] = {
     ),
     "test_hostile_h3.py": ALL,
     "test_hostile_http.py": ALL,
-    "test_hostile_pods.py": ALL,
     "test_k3d_commands.py": frozenset(
         {
             "test_failed_image_build_rolls_back_too",

@@ -18,13 +18,27 @@ from scenarios.model import catalogue, load_scenario
 from scenarios.replay import replay_all, write_junit
 from scenarios.result import ScenarioResult
 
-# Scenarios another module replays as they are, and judges more closely (the servers' own events): not
-# replayed twice in one suite. test_replayed_elsewhere_is_replayed_there holds the list to those modules.
+CATALOGUE = REPO / "scenarios" / "catalogue"
+CATALOGUED = [name for name, _ in catalogue()]  # read once: each call parses every file
+RUNBOOK_REGISTRY = "test_runbook_registry.py"
+# Two runbook rehearsals (stackless) stay here, so the whole catalogue's reports and JUnit cover the kind.
+RUNBOOKS_KEPT = ("admin-issuer-edge-cert-right", "admin-issuer-edge-cert-wrong")
+
+
+def is_runbook(name: str) -> bool:
+    """As tests/test_runbook_registry.py chooses the scenarios it replays."""
+    return "runbook:" in (CATALOGUE / f"{name}.yaml").read_text()
+
+
+# Scenarios another module replays as they are, and judges more closely: not replayed twice in one suite.
+# The NATS cluster's by the servers' own events; the runbook rehearsals by each step's note (the mistake
+# and the fixing step). test_replayed_elsewhere_is_replayed_there holds the list to those modules.
 REPLAYED_ELSEWHERE = {
     "nats-rolling-restart": "test_nats_cluster.py",
     "nats-quorum-lost": "test_nats_cluster.py",
+    **{n: RUNBOOK_REGISTRY for n in CATALOGUED if is_runbook(n) and n not in RUNBOOKS_KEPT},
 }
-NAMES = [name for name, _ in catalogue() if name not in REPLAYED_ELSEWHERE]
+NAMES = [name for name in CATALOGUED if name not in REPLAYED_ELSEWHERE]
 # A hang guard, not the performance figure: the catalogue's time on an idle 2-core machine (60 s is the
 # target) is measured by `ncpsim bench`; here the suite may share the machine with other work.
 BUDGET_SECONDS = 300.0
@@ -74,8 +88,12 @@ def test_reports_say_what_was_assumed(run: Run) -> None:
 
 @pytest.mark.parametrize(("name", "module"), sorted(REPLAYED_ELSEWHERE.items()))
 def test_replayed_elsewhere_is_replayed_there(name: str, module: str) -> None:
-    assert name in {n for n, _ in catalogue()}
-    assert f'ncpsim_replay, "{name}")' in (REPO / "tests" / module).read_text()
+    assert name in CATALOGUED
+    there = (REPO / "tests" / module).read_text()
+    if module == RUNBOOK_REGISTRY:  # it replays every catalogue file that names a runbook
+        assert is_runbook(name) and '"runbook:" in p.read_text()' in there
+    else:
+        assert f'ncpsim_replay, "{name}")' in there
 
 
 def test_whole_catalogue_within_budget(run: Run) -> None:
@@ -106,6 +124,6 @@ def test_invoke_scenarios_lists_every_file_with_a_summary() -> None:
     done = ncpsim("scenarios")
     assert done.returncode == 0, done.stderr
     listed = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
-    every = {p.stem for p in (REPO / "scenarios" / "catalogue").glob("*.yaml")}
+    every = {p.stem for p in CATALOGUE.glob("*.yaml")}
     assert listed == set(NAMES) | set(REPLAYED_ELSEWHERE) == every  # every one replayed, here or there
     assert len(NAMES) >= 16
