@@ -81,9 +81,10 @@ def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None) -> Non
         raise ConfigError(
             "--bundle brings up the customer's world itself: give a scenario or --bundle, not both"
         )
-    with tempfile.TemporaryDirectory(
-        prefix="ncpsim-bundle-"
-    ) as scratch:  # stand-in Secrets until up copies them
+    if not bundle:  # no scratch folder: a signal before the guard is in would leave it behind
+        _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, None)
+        return
+    with tempfile.TemporaryDirectory(prefix="ncpsim-bundle-") as scratch:  # the bundle's stand-in Secrets
         _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, Path(scratch))
 
 
