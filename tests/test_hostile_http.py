@@ -358,6 +358,18 @@ CASES: list[Case] = [
         ((400, "DPE"),),
         may_reach=True,
     ),
+    # A chunk size past 64 bits (h11 reads up to 20 hex digits): Envoy's codec refuses it at once.
+    Case(
+        "f-chunk-2e64",
+        req(
+            "f-chunk-2e64",
+            f"POST http://{POD}:8443{ATTACH} HTTP/1.1",
+            ("Transfer-Encoding", "chunked"),
+            body=b"10000000000000000\r\nabc",
+        ),
+        ((400, "DPE"),),
+        may_reach=True,
+    ),
     Case(
         "f-pipelined",
         get("f-pipelined", f"http://{POD}:8443{ATTACH}", close=False)

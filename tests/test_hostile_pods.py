@@ -9,9 +9,12 @@ own events and log files saying what happened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import logging
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +24,19 @@ import grpc
 import pytest
 
 from sim.client.grpc_client import EchoClient
-from sim.protocols.pexec import NO_ROUTE, POLL_DETAIL, Problem, function_id, poll_seconds
+from sim.protocols.pexec import (
+    HEAD_BUFFER,
+    HEAD_FIELDS,
+    NO_ROUTE,
+    POLL_DETAIL,
+    URI_MAX,
+    Problem,
+    function_id,
+    head_refusal,
+    head_size,
+    poll_seconds,
+    unreadable_head,
+)
 from sim.runtime.log import OneLine, Repeats
 
 FUNCTIONS = ("http-echo", "grpc-echo")
@@ -229,6 +244,65 @@ def test_hostile_call_is_refused_logged_and_the_next_call_works(
     # The same connection, then the pod, keep serving: the next good call is answered by a worker.
     good = post(conn, PEXEC + "http-echo")
     assert good.status == 200 and good.body == b"ping", good
+
+
+def raw_exchange(port: int, head: bytes) -> bytes:
+    """Send a request head as bytes and read until the pod closes. hyper answers a head past its buffer
+    before it has all come and closes with bytes unread (a reset): the head is sent beside the reading, and
+    the reset, on either side, ends the exchange after what was read."""
+
+    def send() -> None:
+        with contextlib.suppress(OSError):
+            sock.sendall(head)
+
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=SHORT) as sock:
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            while chunk := sock.recv(65536):
+                got += chunk
+        except ConnectionResetError:
+            pass
+        finally:
+            sender.join(SHORT)
+    return got
+
+
+@pytest.mark.parametrize(
+    ("name", "head", "status"),
+    [
+        ("1mb-id", f"POST {PEXEC}{'a' * 1024 * 1024} HTTP/1.1\r\nhost: x\r\n\r\n", 431),
+        ("100kb-id", f"POST {PEXEC}{'a' * 100 * 1024} HTTP/1.1\r\nhost: x\r\n\r\n", 414),
+        ("101-fields", f"POST {PEXEC}http-echo HTTP/1.1\r\nhost: x\r\n" + "x-h: v\r\n" * 100 + "\r\n", 431),
+        ("bad-head", "POST\x00 / HTTP/1.1\r\n\r\n", 400),
+    ],
+)
+def test_a_head_past_hypers_limits_is_refused_and_the_next_call_works(
+    name: str, head: str, status: int, stack: Any
+) -> None:
+    """hyper's head limits (sim.protocols.pexec): the status with no body, the connection closed, one line."""
+    state = stack.state_dir
+    logged = len(log_lines(state))
+    got = raw_exchange(client_port(state, "10.42.0.11", 8080), head.encode())
+    assert got.startswith(f"HTTP/1.1 {status} ".encode()), got[:200]
+    assert got.endswith(b"\r\n\r\n") and b"content-length: 0" in got, got[:200]
+    new = log_lines(state)[logged:]
+    assert len(new) == 1 and f"request head refused: {status} " in new[0] and len(new[0]) < 300, new
+    with contextlib.closing(
+        http.client.HTTPConnection("127.0.0.1", client_port(state, "10.42.0.11", 8080))
+    ) as c:
+        good = post(c, PEXEC + "http-echo")
+    assert good.status == 200 and good.body == b"ping", good
+
+
+def test_head_refusal_follows_hyper() -> None:
+    assert head_refusal(HEAD_BUFFER, b"/" * URI_MAX, HEAD_FIELDS) is None
+    assert head_refusal(HEAD_BUFFER, b"/" * (URI_MAX + 1), HEAD_FIELDS) == 414
+    assert head_refusal(100, b"/", HEAD_FIELDS + 1) == 431
+    assert head_refusal(HEAD_BUFFER + 1, b"/", 1) == 431
+    assert head_size(b"GET", b"/", [(b"host", b"x")]) == len(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert unreadable_head(431) == 431 and unreadable_head(400) == 400 and unreadable_head(413) == 400
 
 
 def test_no_component_logged_a_traceback(stack: Any, conn: http.client.HTTPConnection) -> None:

@@ -23,7 +23,16 @@ from sim.model.parts import Pod
 from sim.model.values import proxy_settings
 from sim.nats.publisher import WorkPublisher
 from sim.protocols.http1 import H11Stream, decode_headers, read_body, respond
-from sim.protocols.pexec import Problem, function_id, poll_seconds, shown
+from sim.protocols.pexec import (
+    HEAD_BUFFER,
+    Problem,
+    function_id,
+    head_refusal,
+    head_size,
+    poll_seconds,
+    shown,
+    unreadable_head,
+)
 from sim.protocols.request_attach import (
     H1_TYPE,
     INCOMPLETE,
@@ -106,12 +115,20 @@ class InvocationPod:
 
     # HTTP ------------------------------------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = H11Stream(h11.SERVER, reader, writer)
+        stream = H11Stream(h11.SERVER, reader, writer, max_head=HEAD_BUFFER)
         port = writer.get_extra_info("sockname")[1]
         try:
             while True:
-                event = await stream.next_event()
+                try:
+                    event = await stream.next_event()
+                except h11.RemoteProtocolError as exc:
+                    await self.refuse_head(stream, unreadable_head(exc.error_status_hint), str(exc))
+                    break
                 if not isinstance(event, h11.Request):
+                    break
+                size = head_size(event.method, event.target, event.headers)
+                if status := head_refusal(size, event.target, len(event.headers)):
+                    await self.refuse_head(stream, status, f"{size}-byte head, {len(event.headers)} fields")
                     break
                 await self.route(stream, event, port)
                 if not stream.reusable():
@@ -186,6 +203,12 @@ class InvocationPod:
             await _problem(stream, 404, f"Request {request_id} not found")
         else:
             await self.answer_client(stream, pending, poll)
+
+    async def refuse_head(self, stream: H11Stream, status: int, why: str) -> None:
+        """hyper's answer to a head past its limits or unreadable: the status, no body, the connection closed."""
+        log.warning("%s: request head refused: %d %s", self.pod.name, status, why)
+        self.ctx.events.emit("invoke.refused", pod=self.pod.name, request="head", status=status, reason=why)
+        await respond(stream, status, close=True)
 
     async def refuse(self, stream: H11Stream, what: str, problem: Problem) -> None:
         """The API's refusal of a client's call, with one line in the pod's log and an event."""

@@ -178,6 +178,23 @@ async def close_within(writer: asyncio.StreamWriter, timeout: float = CLOSE_TIME
         raise
 
 
+CHUNK_SIZE_MAX = 2**64 - 1  # Envoy's codecs hold a chunk's size in 64 bits; h11 reads up to 20 hex digits
+
+
+def _chunk_size_in_range(conn: h11.Connection, event: object) -> None:
+    """Refuse a chunk whose size does not fit in 64 bits, as Envoy does (400), instead of waiting for it.
+
+    h11 keeps the size of the chunk being read, less what it has handed out, in its reader: right after the
+    chunk's header that is the size itself (plus the Data it returned with the header). A private field,
+    read only here; should h11 rename it the check reads 0 and tests/test_hostile_http.py's f-chunk-2e64
+    case fails."""
+    left = getattr(getattr(conn, "_reader", None), "_bytes_in_chunk", 0)
+    if isinstance(event, h11.Data) and event.chunk_start:
+        left += len(event.data)
+    if left > CHUNK_SIZE_MAX:
+        raise h11.RemoteProtocolError("chunk size overflows 64 bits", 400)
+
+
 class H11Stream:
     def __init__(
         self,
@@ -185,8 +202,9 @@ class H11Stream:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         reads: TimedReads | None = None,
+        max_head: int = MAX_HEAD,
     ):
-        self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD)
+        self.conn = h11.Connection(role, max_incomplete_event_size=max_head)
         self.reader, self.writer = reader, writer
         self.reads = reads or TimedReads(reader)  # `reads`: the connection's, when h11 takes it over
 
@@ -194,12 +212,19 @@ class H11Stream:
         """The next event (h11.PAUSED, a sentinel class, when the peer's next message waits for ours: callers
         compare it by identity, as h11's own docs do)."""
         while True:
-            event = self.conn.next_event()
+            event = self.buffered_event()
             if event is not h11.NEED_DATA:
                 return cast(h11.Event, event)  # mypy cannot narrow a sentinel class away by identity
             data = await self.reads.read(timeout)
             # b"" is EOF: h11 then answers ConnectionClosed, or RemoteProtocolError mid-message.
             self.conn.receive_data(data)
+
+    def buffered_event(self) -> h11.Event | type[h11.NEED_DATA | h11.PAUSED]:
+        """The next event from what h11 holds already: h11's next_event(), with a chunk size that overflows
+        64 bits refused as Envoy refuses it."""
+        event = self.conn.next_event()
+        _chunk_size_in_range(self.conn, event)
+        return event
 
     async def send(self, *events: h11.Event) -> None:
         # One write for all the events: over TLS each write is its own record and its own send().

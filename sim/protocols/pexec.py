@@ -16,6 +16,10 @@ routes/post_pexec.rs and get_pexec.rs), in its order:
    does not model that minimum: its own client and the benchmarks send 0 to get the request id back at once
    (MIN_POLL), and a client that sends 0 here is answered at once, where the field waits a second.
 
+Before all of it, hyper (axum's server) reads the request head within its limits and answers what it cannot
+read with an empty body and closes: a head not complete within its read buffer (8 KiB + 100 x 4 KiB) or with
+more than 100 fields is 431, a target longer than 65534 bytes 414, any other malformed head 400.
+
 Only then is the work published. ncpsim's function ids are the catalogue's names (`http-echo`), where NVCF's
 are UUIDs: an id is well formed here when it is such a name (letters, digits, `-`, `_`) or a UUID, and what
 is not is answered with axum's 400 in ncpsim's words (the uuid crate's own message would not fit a name).
@@ -39,6 +43,33 @@ _U64 = re.compile(r"\+?[0-9]+")
 _VISIBLE_ASCII = re.compile(r"[\t\x20-\x7e]*")  # what http's HeaderValue::to_str accepts
 _FUNCTION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a catalogue name; a UUID is one too
 _SHOWN = 80  # characters of a hostile id a message or a log line repeats
+
+
+HEAD_BUFFER = 8192 + 4096 * 100  # hyper's DEFAULT_MAX_BUFFER_SIZE: the most of a head it holds unparsed
+HEAD_FIELDS = 100  # hyper's default header count
+URI_MAX = 65534  # hyper's MAX_URI_LEN (u16::MAX - 1)
+
+
+def head_size(method: bytes, target: bytes, fields: Collection[tuple[bytes, bytes]]) -> int:
+    """The bytes of a head as sent with single spaces (what h11 hands over keeps no more)."""
+    return (
+        len(method) + len(target) + len(b"  HTTP/1.1\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in fields)
+    )
+
+
+def head_refusal(size: int, target: bytes, fields: int) -> int | None:
+    """hyper's answer to a head that parsed but is past its limits (431, 414), or None: it goes on. hyper
+    never holds more than its buffer, so a head longer than that is 431 however it arrived."""
+    if size > HEAD_BUFFER or fields > HEAD_FIELDS:
+        return 431
+    if len(target) > URI_MAX:
+        return 414
+    return None
+
+
+def unreadable_head(hint: int) -> int:
+    """hyper's answer to a head it could not read (h11's status hint: 431 for a head past the buffer)."""
+    return 431 if hint == 431 else 400
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ async def _to_pod(up: H11Stream, *events: h11.Event) -> None:
 
 def _body_event(down: H11Stream) -> Next:
     try:
-        return down.conn.next_event()
+        return down.buffered_event()
     except h11.RemoteProtocolError as exc:
         raise BodyError(exc) from exc
 
@@ -130,7 +130,7 @@ async def pump_response(
         events: list[Next] = [await up.next_event(idle)]
         while (
             type(events[-1]) in (h11.Response, h11.InformationalResponse, h11.Data)
-            and (more := up.conn.next_event()) is not h11.NEED_DATA
+            and (more := up.buffered_event()) is not h11.NEED_DATA
         ):
             events.append(more)
         out: list[h11.Event] = []
