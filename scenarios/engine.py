@@ -179,7 +179,7 @@ class Replay:
     def restart_callout(self, before: dict[str, Any]) -> str:
         """The chart restarts the auth callout when its mode, webhook URL or logging changes (it reads them
         only at start-up); the rest of the control plane keeps running."""
-        from clusters.local.launcher import NATS_CALLOUT
+        from clusters.local.plan import NATS_CALLOUT
         from sim.runbooks.nats_auth import callout_config, callout_restart_reasons
 
         reasons = callout_restart_reasons(callout_config(before), callout_config(self.topology.values))

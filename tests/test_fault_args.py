@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from clusters.local.launcher import phase_one, phase_two
+from clusters.local.plan import phase_one, phase_two
 from scenarios.model import load_scenario
 from sim.errors import ScenarioError
 from sim.model.parts import WorkerSpec
@@ -183,7 +183,7 @@ def test_refused_faults_name_the_key_and_the_way_out(
 
 @pytest.mark.parametrize("shape", [{}, {"grpc": 2, "compute": 3}, {"proxy": False, "invocation": 0}])
 def test_component_names_are_the_launchers(shape: dict[str, Any]) -> None:
-    """The names a fault may act on are those the local backend starts (clusters.local.launcher)."""
+    """The names a fault may act on are those the local backend starts (clusters.local.plan)."""
     laid_out = topology(**shape)
     launched = [spec.name for spec in phase_one(laid_out) + phase_two(laid_out)]
     assert sorted(component_names(laid_out)) == sorted(launched)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from clusters.local.launcher import NATS_CALLOUT
+from clusters.local.plan import NATS_CALLOUT
 from sim.errors import ConfigError
 from sim.model.topology import build
 from sim.model.values_check import check

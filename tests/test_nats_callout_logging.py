@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from clusters.local.launcher import NATS_CALLOUT
+from clusters.local.plan import NATS_CALLOUT
 from sim.errors import ConfigError
 from sim.nats.callout import log_line
 from sim.nats.zaplog import LogSettings, Sampler

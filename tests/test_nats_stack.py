@@ -22,7 +22,7 @@ from nats_support import SHORT, connect, refused, run
 from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
-from clusters.local.launcher import NATS_CALLOUT
+from clusters.local.plan import NATS_CALLOUT
 from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
 from scenarios.model import load_scenario

@@ -16,7 +16,7 @@ import pytest
 
 from clusters.local import LocalStack
 from clusters.local import zygote as launcher_zygote
-from clusters.local.launcher import spawn_order
+from clusters.local.plan import spawn_order
 from clusters.local.process import Forked, wait_exited
 from clusters.local.zygote import LAUNCH_ORDER, Zygote
 from scenarios.model import load_scenario

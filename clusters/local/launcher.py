@@ -1,12 +1,14 @@
-"""The local backend's launcher: the Topology as processes on 127.0.0.1, each in its own process group.
+"""The local backend's launcher: starts a stack's processes on 127.0.0.1 (clusters/local/plan.py says
+which), each in its own process group, records them in <state>/pids, restarts and stops them.
 
 Everything starts at once, forked by one preloaded zygote per launch (clusters/local/zygote.py), so
 the imports are paid once: phase 1 (resolver, the NATS servers, callout, pods, proxy) binds port 0 and
 reports its bindings on a ready pipe; the launcher writes them into the network map, where the phase 2
 worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
-before their owner runs (the NATS servers' route ports) get their real ports before anything starts. Nothing here sleeps to wait for a
-component: readiness is the line on its pipe, or EOF if it died first. A restart after the launch (a
-fault, a redeploy) starts its component afresh.
+before their owner runs (the NATS servers' route ports) get their real ports before anything starts.
+Nothing here sleeps to wait for a component: readiness is the line on its pipe, or EOF if it died first.
+A restart after the launch (a fault, a redeploy) starts its component afresh. Stopping goes by the
+records; what no record names is found by its command line (clusters/local/sweep.py).
 """
 
 from __future__ import annotations
@@ -14,80 +16,39 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import selectors
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-
-import psutil
 
 from certs.store import CertStore
 from clusters.certificates import prepare_certificates
-from clusters.state import purge as purge_state
 from clusters.state import write_file
 from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
-from sim.model.parts import CONTROL_CLUSTER
 from sim.model.topology import Topology
 from sim.nats.server import pre_stop
 
 from .interrupts import InterruptGuard
-from .process import Forked, wait_exited
-from .zygote import LAUNCH_ORDER, Zygote
+from .plan import (
+    NATS_SERVER_NAME,
+    ProcessSpec,
+    ready_timeout,
+    redeploy_specs,
+    spawn_order,
+    stop_order,
+)
+from .process import STOP_TIMEOUT, Forked, terminate, wait_gone
+from .sweep import is_ours, orphans, stop_strays
+from .zygote import Zygote
 
-READY_TIMEOUT = 15.0  # per phase; a healthy component is ready in well under a second
-SIGN_IN_ALLOWANCE = 0.02  # more seconds per worker of the largest worker host: each signs in to NATS first
-STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
 # seconds a pod with a preStop hook (a NATS server in lame duck) may take to exit by itself: Kubernetes'
 # default terminationGracePeriodSeconds, which the nats chart keeps
 TERMINATION_GRACE = 30.0
-NATS_CALLOUT = "nats-auth-callout"  # the auth callout service
-NATS_SERVER_NAME = re.compile(r"nats-\d+")  # a pod of the nats StatefulSet: its supervisor and nats-server
-
-
-@dataclass(frozen=True)
-class ProcessSpec:
-    kind: str
-    name: str
-    cluster: str
-
-
-def phase_one(topology: Topology) -> list[ProcessSpec]:
-    specs = [ProcessSpec("resolver", "resolver", CONTROL_CLUSTER)]
-    specs += [ProcessSpec("nats", server.name, CONTROL_CLUSTER) for server in topology.nats_servers]
-    specs.append(ProcessSpec("nats-callout", NATS_CALLOUT, CONTROL_CLUSTER))
-    specs += [
-        ProcessSpec("invocation" if p.role == "invocation" else "grpc-proxy", p.name, p.cluster)
-        for p in topology.pods
-    ]
-    if topology.proxy_enabled:
-        specs.append(ProcessSpec("proxy", "worker-callback-proxy", CONTROL_CLUSTER))
-    return specs
-
-
-def spawn_order(topology: Topology) -> list[tuple[int, ProcessSpec]]:
-    """Each component with its phase, in LAUNCH_ORDER by kind (stable within a kind). The zygote loads a
-    runner's imports before forking its first component, in the same order. Readiness is still awaited
-    phase by phase."""
-    specs = [(0, spec) for spec in phase_one(topology)] + [(1, spec) for spec in phase_two(topology)]
-    return sorted(specs, key=lambda item: LAUNCH_ORDER.index(item[1].kind))
-
-
-def ready_timeout(topology: Topology) -> float:
-    """How long a start phase may take: a worker host is ready once each of its workers has signed in."""
-    largest = max((len(topology.workers_in(c.name)) for c in topology.clusters), default=0)
-    return READY_TIMEOUT + SIGN_IN_ALLOWANCE * largest
-
-
-def phase_two(topology: Topology) -> list[ProcessSpec]:
-    return [ProcessSpec("workers", c.name, c.name) for c in topology.clusters if topology.workers_in(c.name)]
 
 
 @contextlib.contextmanager
@@ -155,15 +116,8 @@ class Launcher:
                     raise
                 finally:
                     self._close_zygote()
-
-                def publish(_name: str, bindings: dict[str, int]) -> None:
-                    # Each component's addresses go into the map as soon as it is ready, so those waiting
-                    # on it (workers on nats-server) go on without waiting for the slowest of its phase.
-                    netmap.bindings.update(bindings)
-                    netmap.save(self.state_dir / "netmap.json")
-
                 for pipes in phases:
-                    self._await_ready(pipes, publish, ready_timeout(topology))
+                    self._await_ready(pipes, netmap, ready_timeout(topology))
             except BaseException:
                 with self.guard.held():  # a second Ctrl-C must not cut the cleanup short
                     self.stop_all()
@@ -216,24 +170,21 @@ class Launcher:
             cwd=self.state_dir,
         )
 
-    def _await_ready(
-        self,
-        pipes: dict[str, int],
-        on_ready: Callable[[str, dict[str, int]], None] | None = None,
-        timeout: float = READY_TIMEOUT,
-    ) -> dict[str, dict[str, int]]:
+    def _await_ready(self, pipes: dict[str, int], netmap: NetMap, timeout: float) -> None:
+        """Each component's ready line read from its pipe. Its addresses go into the network map as soon as
+        it is ready, so those waiting on it (workers on nats-server) need not wait for the slowest."""
         selector = selectors.DefaultSelector()
         buffers = {name: b"" for name in pipes}
         for name, fd in pipes.items():
             selector.register(fd, selectors.EVENT_READ, name)
-        ready: dict[str, dict[str, int]] = {}
+        ready: set[str] = set()
         deadline = time.monotonic() + timeout
         try:
             while len(ready) < len(pipes):
                 remaining = deadline - time.monotonic()
                 events = selector.select(max(remaining, 0)) if remaining > 0 else []
                 if not events:
-                    late = sorted(set(pipes) - set(ready))
+                    late = sorted(set(pipes) - ready)
                     raise BackendError(
                         f"components not ready after {timeout:.0f}s: {', '.join(late)}; see {self.logs_dir}"
                     )
@@ -242,17 +193,16 @@ class Launcher:
                     chunk = os.read(key.fd, 65536)
                     buffers[name] += chunk
                     if b"\n" in buffers[name]:
-                        ready[name] = json.loads(buffers[name].split(b"\n", 1)[0])["bindings"]
+                        ready.add(name)
                         selector.unregister(key.fd)
-                        if on_ready is not None:
-                            on_ready(name, ready[name])
+                        netmap.bindings.update(json.loads(buffers[name].split(b"\n", 1)[0])["bindings"])
+                        netmap.save(self.state_dir / "netmap.json")
                     elif not chunk:
                         raise BackendError(f"{name} exited before it was ready:\n{self.log_tail(name)}")
         finally:
             selector.close()
             for fd in pipes.values():
                 os.close(fd)
-        return ready
 
     def log_tail(self, name: str, lines: int = 15) -> str:
         path = self.logs_dir / f"{name}.log"
@@ -263,11 +213,7 @@ class Launcher:
     def restart(self, topology: Topology, spec: ProcessSpec) -> None:
         self.stop_one(spec.name)
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-        bindings = self._await_ready({spec.name: self._spawn(spec)}, timeout=ready_timeout(topology))[
-            spec.name
-        ]
-        netmap.bindings.update(bindings)
-        netmap.save(self.state_dir / "netmap.json")
+        self._await_ready({spec.name: self._spawn(spec)}, netmap, ready_timeout(topology))
 
     def redeploy(self, topology: Topology, what: str) -> None:
         """Replace processes as a rollout would: new pods read the current topology.json (and values)."""
@@ -280,15 +226,9 @@ class Launcher:
         alive = {}
         for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
             pid = int(pidfile.read_text().strip() or 0)
-            if pid and _is_ours(pid, self.state_dir):
+            if pid and is_ours(pid, self.state_dir):
                 alive[pidfile.stem] = pid
         return alive
-
-    def spec_for(self, topology: Topology, name: str) -> ProcessSpec:
-        for spec in phase_one(topology) + phase_two(topology):
-            if spec.name == name:
-                return spec
-        raise BackendError(f"no component named {name!r} in this topology")
 
     def reap(self, name: str) -> None:
         """Forget a process that died (SIGKILL fault): collect our child and drop its pid file."""
@@ -307,15 +247,15 @@ class Launcher:
         proc = self.children.get(name)
         if proc is not None:
             # Our own child: the Popen is proof enough (its pid cannot be reused before we reap it). A
-            # child caught mid-exec shows an empty /proc cmdline, which _is_ours takes for a zombie.
+            # child caught mid-exec shows an empty /proc cmdline, which is_ours takes for a zombie.
             if proc.poll() is None:
-                _terminate(proc.pid, proc)
+                terminate(proc.pid, proc)
             else:
                 self._stop_orphans(proc.pid)
         elif pidfile.exists():
             pid = int(pidfile.read_text().strip() or 0)
-            if pid and _is_ours(pid, self.state_dir):
-                _terminate(pid, None)
+            if pid and is_ours(pid, self.state_dir):
+                terminate(pid, None)
             elif pid:
                 self._stop_orphans(pid)
         pidfile.unlink(missing_ok=True)
@@ -325,26 +265,12 @@ class Launcher:
         """A NATS server's lame duck (sim.nats.server.pre_stop), then its pod's exit awaited."""
         pod = self.running().get(name)
         if pod is not None and pre_stop(self.state_dir, name, pod) is not None:
-            _wait_gone(pod, self.children.get(name), TERMINATION_GRACE)
+            wait_gone(pod, self.children.get(name), TERMINATION_GRACE)
 
     def _stop_orphans(self, pgid: int) -> None:
         """The leader died (kill -9 of a supervisor): what it started may run on in its group."""
-        for orphan in self.orphans(pgid):  # members of a group whose leader is gone: one by one
-            _terminate(orphan, None, group=False)
-
-    def orphans(self, pgid: int) -> list[int]:
-        """This stack's processes left in the process group of a component that died (a nats-server whose
-        supervisor was SIGKILLed): found by group and by command line, never by the group id alone."""
-        found = []
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                if os.getpgid(proc.info["pid"]) == pgid and _is_stack_process(
-                    proc.info["cmdline"] or [], self.state_dir
-                ):
-                    found.append(proc.info["pid"])
-            except (ProcessLookupError, PermissionError, psutil.Error):
-                continue
-        return found
+        for orphan in orphans(pgid, self.state_dir):  # members of a group whose leader is gone: one by one
+            terminate(orphan, None, group=False)
 
     def orphans_of_dead(self) -> dict[str, list[int]]:
         """Per component whose recorded process is gone, the stack's processes still in its group."""
@@ -352,24 +278,20 @@ class Launcher:
         running = self.running()
         for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
             pid = int(pidfile.read_text().strip() or 0)
-            if pid and pidfile.stem not in running and (orphans := self.orphans(pid)):
-                left[pidfile.stem] = orphans
+            if pid and pidfile.stem not in running and (left_over := orphans(pid, self.state_dir)):
+                left[pidfile.stem] = left_over
         return left
 
     def stop_all(self) -> list[str]:
         """Stop every recorded process (and any child started by this launcher), newest phase first, then
         any process of this stack that no record names."""
         self._close_zygote(kill=True)  # first: it forks nothing more
-        names = sorted(set(self.running()) | set(self.children), key=_stop_order)
+        names = sorted(set(self.running()) | set(self.children), key=stop_order)
         for name in names:
             self.stop_one(name, graceful=False)
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
             pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
-        return names + _stop_strays(self.state_dir)
-
-    def purge(self) -> None:
-        self.stop_all()
-        purge_state(self.state_dir)  # only a real folder carrying ncpsim's marker
+        return names + stop_strays(self.state_dir)
 
 
 def reserve_ports(addresses: list[str]) -> dict[str, int]:
@@ -386,101 +308,3 @@ def reserve_ports(addresses: list[str]) -> dict[str, int]:
     finally:
         for sock in held:
             sock.close()
-
-
-def _stop_order(name: str) -> int:
-    """Workers first (they call the others), then the proxy and pods, the NATS servers and DNS last."""
-    if name.startswith("ncpsim-compute") or name == "ncpsim-cp":
-        return 0
-    if NATS_SERVER_NAME.fullmatch(name):
-        return 3
-    return {"worker-callback-proxy": 1, "resolver": 4}.get(name, 2)
-
-
-def _is_ours(pid: int, state_dir: Path) -> bool:
-    """True if `pid` is alive and is one of this stack's components (not a recycled pid), on Linux and macOS
-    alike: psutil reads the command line there too, so a pid file is never trusted on its own."""
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False  # nothing left to stop
-        args = proc.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, or another user's: not ours
-        return False
-    return _is_component(args, state_dir)
-
-
-def _is_component(args: list[str], state_dir: Path) -> bool:
-    return _runs("sim.runtime.run", args, state_dir)
-
-
-def _is_stack_process(args: list[str], state_dir: Path) -> bool:
-    """A component of this stack, its launch's zygote, or a nats-server on a config in its state folder."""
-    if _runs("sim.runtime.run", args, state_dir) or _runs("sim.runtime.zygote", args, state_dir):
-        return True
-    inside = str(state_dir) + os.sep
-    return bool(args) and Path(args[0]).name == "nats-server" and any(a.startswith(inside) for a in args)
-
-
-def _runs(module: str, args: list[str], state_dir: Path) -> bool:
-    """`python -m MODULE ... --state DIR ...`, as exec'd (one argument each) or as a forked component's
-    title (one string: setproctitle writes the line over the zygote's arguments)."""
-    line = " ".join(a for a in args if a) + " "
-    return f" -m {module} " in line and f" --state {state_dir} " in line
-
-
-def _stop_strays(state_dir: Path) -> list[str]:
-    """Stop this stack's processes that no pid file names, known by their command lines: a component
-    whose pid file went with a crashed `ncpsim up`, or a nats-server whose supervisor was stopped
-    while it started it. SIGTERM, then SIGKILL what outlives the grace period; says what it stopped."""
-    strays = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and _is_stack_process(
-            proc.info["cmdline"] or [], state_dir
-        ):
-            strays.append(proc)
-    stopped = [f"pid {proc.pid} (in no pid file)" for proc in strays]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for proc in strays:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.send_signal(sig)
-        deadline = time.monotonic() + STOP_TIMEOUT  # exited is enough: their parent reaps them, not us
-        strays = [p for p in strays if not _wait_gone(p.pid, None, max(deadline - time.monotonic(), 0))]
-        if not strays:
-            break
-    return stopped
-
-
-def _terminate(pid: int, proc: subprocess.Popen | Forked | None, group: bool = True) -> None:
-    """SIGTERM the process group (with `group`, else the one process), then SIGKILL past the grace period."""
-    send = os.killpg if group else os.kill
-    for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
-        try:
-            send(pid, sig)
-        except ProcessLookupError:
-            return
-        if _wait_gone(pid, proc, grace):
-            return
-
-
-def _wait_gone(pid: int, proc: subprocess.Popen | Forked | None, timeout: float) -> bool:
-    if proc is None:
-        return wait_exited(pid, timeout)
-    try:
-        proc.wait(timeout)
-        return True
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def redeploy_specs(topology: Topology, what: str) -> list[ProcessSpec]:
-    """The processes a redeploy replaces: function workers, the proxy, the control-plane pods, or all."""
-    first = phase_one(topology)
-    groups = {
-        "workers": phase_two(topology),
-        "proxy": [s for s in first if s.kind == "proxy"],
-        "pods": [s for s in first if s.kind in ("invocation", "grpc-proxy")],
-    }
-    if what == "all":
-        return groups["pods"] + groups["proxy"] + groups["workers"]
-    return groups[what]

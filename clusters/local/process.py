@@ -1,4 +1,4 @@
-"""Watching a component that is not the launcher's child: until it has exited, and no longer.
+"""Watching a component until it has exited, and no longer; stopping it (SIGTERM, a grace period, SIGKILL).
 
 A component the zygote forked has the zygote for parent, then init once the zygote is gone; so has
 every component when `ncpsim down` runs in another process than `ncpsim up`. Such a process cannot be
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import time
 
 import psutil
 
 POLL_INTERVAL = 0.005  # seconds, where there is no pidfd
+STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
 
 
 def wait_exited(pid: int, timeout: float | None, process: psutil.Process | None = None) -> bool:
@@ -79,3 +81,26 @@ class Forked:
 
     def _exited(self, timeout: float | None) -> bool:
         return self._proc is None or wait_exited(self.pid, timeout, self._proc)
+
+
+def terminate(pid: int, proc: subprocess.Popen[bytes] | Forked | None, group: bool = True) -> None:
+    """SIGTERM the process group (with `group`, else the one process), then SIGKILL past the grace period."""
+    send = os.killpg if group else os.kill
+    for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
+        try:
+            send(pid, sig)
+        except ProcessLookupError:
+            return
+        if wait_gone(pid, proc, grace):
+            return
+
+
+def wait_gone(pid: int, proc: subprocess.Popen[bytes] | Forked | None, timeout: float) -> bool:
+    """Exited within `timeout`: our child (`proc`) is waited on, any other process watched."""
+    if proc is None:
+        return wait_exited(pid, timeout)
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        return False

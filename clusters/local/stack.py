@@ -8,7 +8,8 @@ import signal
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from clusters.local.launcher import Launcher, phase_one, phase_two, stop_on_interrupt
+from clusters.local.launcher import Launcher, stop_on_interrupt
+from clusters.local.plan import components, spec_named
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
 from clusters.state import (
     StackLock,
@@ -89,7 +90,7 @@ class LocalStack:
             topology = self.topology
         except (OSError, ValueError, KeyError, TypeError):
             return []
-        return [spec.name for spec in phase_one(topology) + phase_two(topology)]
+        return [spec.name for spec in components(topology)]
 
     def status(self) -> Json | None:
         """The status contract, with `running` and `down` read from the pid files (checked for liveness).
@@ -168,7 +169,7 @@ class LocalStack:
     def restart(self, name: str) -> None:
         with self.lock.held():
             topology = self.topology
-            self.launcher.restart(topology, self.launcher.spec_for(topology, name))
+            self.launcher.restart(topology, spec_named(topology, name))
         self._refresh_status()
 
     def stop(self, name: str) -> None:

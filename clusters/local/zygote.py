@@ -20,7 +20,7 @@ from .interrupts import InterruptGuard
 from .process import Forked
 
 STOP_TIMEOUT = 3.0
-# The order a launch forks its components in, by kind (clusters.local.launcher.spawn_order), which is also
+# The order a launch forks its components in, by kind (clusters.local.plan.spawn_order), which is also
 # the order the zygote loads their runners in. grpc-proxy's and the proxy's are the heaviest imports
 # (grpcio, aioquic): worker hosts come before them, so their NATS sign-in overlaps those imports.
 LAUNCH_ORDER = ("resolver", "nats", "nats-callout", "invocation", "workers", "grpc-proxy", "proxy")

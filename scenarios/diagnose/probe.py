@@ -21,7 +21,7 @@ import yaml
 
 from clusters.local import LocalBackend, zygote
 from clusters.local.interrupts import InterruptGuard
-from clusters.local.launcher import NATS_CALLOUT
+from clusters.local.plan import NATS_CALLOUT
 from scenarios.diagnose.judge import Observation
 from scenarios.diagnose.plan import Probe
 from scenarios.diagnose.profiles import BEFORE_PEM, Profile, parse_label

@@ -31,7 +31,7 @@ SCALABLE = {
     NATS_ROLE: "nats.config.cluster.replicas in the values",
 }
 NATS_ROLES = (NATS_ROLE, "nats-server")
-# The control plane's processes besides the pods, the NATS servers and the proxy, as clusters.local.launcher
+# The control plane's processes besides the pods, the NATS servers and the proxy, as clusters.local.plan
 # names them (tests/test_fault_args.py holds the two lists together).
 CONTROL_COMPONENTS = ("resolver", "nats-auth-callout")
 PROXY_COMPONENT = "worker-callback-proxy"

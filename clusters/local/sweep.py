@@ -1,0 +1,88 @@
+"""This stack's processes known by their command lines, never by a pid alone: the record's check and the sweep.
+
+A pid file is never trusted on its own (the pid may have been reused): a recorded process is the stack's
+only if its command line says `python -m sim.runtime.run ... --state DIR`. What no record names is found
+the same way and stopped: a component whose pid file went with a crashed `ncpsim up`, what a dead
+component's group left running (a nats-server whose supervisor was SIGKILLed), the launch's zygote. The
+sweep is the fallback; the launcher stops what it recorded first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from .process import STOP_TIMEOUT, wait_gone
+
+COMPONENT = "sim.runtime.run"
+ZYGOTE = "sim.runtime.zygote"
+
+
+def is_ours(pid: int, state_dir: Path) -> bool:
+    """True if `pid` is alive and is one of this stack's components (not a recycled pid), on Linux and macOS
+    alike: psutil reads the command line there too, so a pid file is never trusted on its own."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False  # nothing left to stop
+        args = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, or another user's: not ours
+        return False
+    return _runs(COMPONENT, args, state_dir)
+
+
+def orphans(pgid: int, state_dir: Path) -> list[int]:
+    """This stack's processes left in the process group of a component that died (a nats-server whose
+    supervisor was SIGKILLed): found by group and by command line, never by the group id alone."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if os.getpgid(proc.info["pid"]) == pgid and _is_stack_process(
+                proc.info["cmdline"] or [], state_dir
+            ):
+                found.append(proc.info["pid"])
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+def stop_strays(state_dir: Path) -> list[str]:
+    """Stop this stack's processes that no pid file names, known by their command lines: a component
+    whose pid file went with a crashed `ncpsim up`, or a nats-server whose supervisor was stopped
+    while it started it. SIGTERM, then SIGKILL what outlives the grace period; says what it stopped."""
+    strays = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and _is_stack_process(
+            proc.info["cmdline"] or [], state_dir
+        ):
+            strays.append(proc)
+    stopped = [f"pid {proc.pid} (in no pid file)" for proc in strays]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in strays:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(sig)
+        deadline = time.monotonic() + STOP_TIMEOUT  # exited is enough: their parent reaps them, not us
+        strays = [p for p in strays if not wait_gone(p.pid, None, max(deadline - time.monotonic(), 0))]
+        if not strays:
+            break
+    return stopped
+
+
+def _is_stack_process(args: list[str], state_dir: Path) -> bool:
+    """A component of this stack, its launch's zygote, or a nats-server on a config in its state folder."""
+    if _runs(COMPONENT, args, state_dir) or _runs(ZYGOTE, args, state_dir):
+        return True
+    inside = str(state_dir) + os.sep
+    return bool(args) and Path(args[0]).name == "nats-server" and any(a.startswith(inside) for a in args)
+
+
+def _runs(module: str, args: list[str], state_dir: Path) -> bool:
+    """`python -m MODULE ... --state DIR ...`, as exec'd (one argument each) or as a forked component's
+    title (one string: setproctitle writes the line over the zygote's arguments)."""
+    line = " ".join(a for a in args if a) + " "
+    return f" -m {module} " in line and f" --state {state_dir} " in line
