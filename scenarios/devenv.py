@@ -25,10 +25,11 @@ from certs.store import CertStore
 from clusters.certificates import place_secret
 from clusters.stack import Stack
 from clusters.state import require_room, write_file
-from scenarios.engine import SESSION, Replay
+from scenarios.engine import Replay
 from scenarios.model import scenario_from_data
 from scenarios.report import call_row
 from scenarios.result import StepResult
+from scenarios.rollout import SESSION
 from scenarios.secrets import parse_secret_arg
 from scenarios.spec import Scenario
 from scenarios.terminal import markup, safe

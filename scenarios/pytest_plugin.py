@@ -121,10 +121,10 @@ class SimStack:
 
     def set_values(self, overrides: dict[str, Any], redeploy: str | None = None) -> None:
         """Change values; running components keep theirs until `redeploy` ("workers", "proxy", ...)."""
-        replay = self._running()
-        replay.set_values(overrides)
+        rollout = self._running().rollout
+        rollout.set_values(overrides)
         if redeploy:
-            replay.redeploy(redeploy)
+            rollout.redeploy(redeploy)
 
     def fault(self, spec: dict[str, Any], wait: dict[str, Any] | None = None) -> StepResult:
         """A fault step, as a scenario writes it: {"kill": NAME}, {"link": {...}}, {"scale": {...}}, ...;
