@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.local import LocalBackend
-from scenarios.model import scenario_from_data
+from scenarios.load import scenario_from_data
 from scenarios.tail import StackTail
 from sim.client.http_client import Invocation, invoke_http
 from sim.model.events import ATTACH_POST, CALLBACK_RESULT, CALLBACK_START

@@ -26,7 +26,7 @@ from clusters.certificates import place_secret
 from clusters.stack import Stack
 from clusters.state import require_room, write_file
 from scenarios.engine import Replay
-from scenarios.model import scenario_from_data
+from scenarios.load import scenario_from_data
 from scenarios.report import call_row
 from scenarios.result import StepResult
 from scenarios.rollout import SESSION

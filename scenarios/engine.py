@@ -18,12 +18,11 @@ from scenarios import calls, origins
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
 from scenarios.expect import Facts, check_log, check_refused, evaluate, log_matches
-from scenarios.model import Scenario, Step
 from scenarios.probe import probe_call
 from scenarios.result import ScenarioResult, StepResult, to_json
 from scenarios.rollout import Rollout
 from scenarios.sequence_html import write_sequence
-from scenarios.spec import LogExpect
+from scenarios.spec import LogExpect, Scenario, Step
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace, join
 from sim.errors import ScenarioError

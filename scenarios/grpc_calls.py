@@ -8,7 +8,7 @@ import secrets
 import time
 from typing import Any
 
-from scenarios.model import Step
+from scenarios.spec import Step
 from scenarios.tail import StackTail
 from scenarios.trace import CallTrace
 from sim.client.grpc_client import CallOutcome, EchoClient

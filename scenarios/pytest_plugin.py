@@ -41,7 +41,7 @@ import pytest
 
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import Replay, run_scenario
-from scenarios.model import load_scenario, scenario_from_data
+from scenarios.load import load_scenario, scenario_from_data
 from scenarios.result import ScenarioResult, StepResult
 from scenarios.spec import Scenario, Step, probe_from, wait_from
 from scenarios.trace import CallTrace

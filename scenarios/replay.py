@@ -22,7 +22,8 @@ from clusters.local.interrupts import InterruptGuard
 from clusters.stack import Backend
 from clusters.state import state_root
 from scenarios.engine import run_scenario
-from scenarios.model import catalogue, customer_layers, load_scenario
+from scenarios.load import customer_layers, load_scenario
+from scenarios.lookup import catalogue
 from scenarios.report import input_assumptions, render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
 from scenarios.secrets import with_brought_secrets

@@ -1,6 +1,6 @@
 """What a scenario says, as frozen values: steps, expectations, probes, wait conditions (pure).
 
-`scenarios.model` reads files into these; the engine runs them; `scenarios.expect` judges traces by them.
+`scenarios.load` reads files into these; the engine runs them; `scenarios.expect` judges traces by them.
 """
 
 from __future__ import annotations

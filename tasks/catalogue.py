@@ -23,7 +23,7 @@ from tasks.cli import (
 @user_errors
 def scenarios(c):
     """List the scenario catalogue with one-line summaries."""
-    from scenarios.model import catalogue
+    from scenarios.lookup import catalogue
 
     entries = catalogue()
     width = max((len(name) for name, _ in entries), default=0)  # every name whole, the summaries lined up
@@ -137,7 +137,7 @@ def render(c, out, scenario=None, file=None, set_=None, secret=None, backend="k3
     --set).
     """
     from scenarios.devenv import idle_scenario
-    from scenarios.model import load_scenario
+    from scenarios.load import load_scenario
     from scenarios.report import input_assumptions, values_warnings
     from scenarios.secrets import with_brought_secrets
     from sim.errors import ConfigError

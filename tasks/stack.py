@@ -93,7 +93,7 @@ def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scra
     from scenarios.devenv import idle_scenario
     from scenarios.diagnose.plan import load_bundle_scenario
     from scenarios.engine import run_scenario
-    from scenarios.model import load_scenario
+    from scenarios.load import load_scenario
     from scenarios.report import endpoints_text, input_assumptions, render_text, values_warnings
     from scenarios.result import to_json
     from scenarios.secrets import with_brought_secrets

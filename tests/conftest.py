@@ -15,7 +15,7 @@ import timeouts
 
 from clusters.local import LocalBackend, LocalStack, zygote
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.result import ScenarioResult
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import pytest
 
 from scenarios.diagnose.diagnosis import Diagnosis
 from scenarios.diagnose.report import text
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.report import input_assumptions, render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
 from scenarios.secrets import with_brought_secrets

@@ -36,7 +36,7 @@ from scenarios.diagnose.causes import BLOCKING, CAUSES
 from scenarios.diagnose.customer import customer_values
 from scenarios.diagnose.diagnosis import Diagnosis, diagnose
 from scenarios.diagnose.facts import Customer, judge_facts, names_in_symptom
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.replay import replay_one
 from scenarios.report import render_text
 from sim.model.assumptions import DNS
@@ -204,7 +204,7 @@ def test_every_cause_has_a_blocking_rank() -> None:
 def test_the_api_runs_where_the_values_say(url: str, api: dict[str, str], where: str) -> None:
     from dataclasses import replace
 
-    from scenarios.model import load_scenario
+    from scenarios.load import load_scenario
 
     topology = load_scenario("http-callback").build_topology("t")
     values = {

@@ -17,7 +17,7 @@ from scenarios.bundle.corefile import CorefileError, parse_cluster, parse_corefi
 from scenarios.bundle.records import replayed_dns
 from scenarios.bundle.resolve import resolve, rule_domain, rules
 from scenarios.bundle.world import ComputeDns, ProxyService, read_world
-from scenarios.model import scenario_from_data
+from scenarios.load import scenario_from_data
 from sim.errors import ConfigError
 from sim.model.parts import PROXY_LB_IP
 

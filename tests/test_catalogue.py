@@ -14,7 +14,8 @@ import pytest
 from cli_support import REPO, ncpsim
 
 from clusters.local.launcher import Launcher
-from scenarios.model import catalogue, load_scenario
+from scenarios.load import load_scenario
+from scenarios.lookup import catalogue
 from scenarios.replay import replay_all, write_junit
 from scenarios.result import ScenarioResult
 

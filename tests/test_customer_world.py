@@ -280,7 +280,7 @@ def test_k3d_refuses_in_one_line_what_it_cannot_render(
 def test_topology_mistakes_name_the_file_line_and_key(
     tmp_path: Path, topology_yaml: str, where: str, message: str
 ) -> None:
-    from scenarios.model import load_scenario
+    from scenarios.load import load_scenario
     from sim.errors import ScenarioError
 
     path = tmp_path / "ticket.yaml"
@@ -393,7 +393,7 @@ def test_k3d_renders_the_control_planes_record_for_the_proxy() -> None:
     from clusters.render.bundle import Addresses, manifests_by_cluster
     from clusters.render.control_plane import CertMaterial
     from dns.coredns import view_of
-    from scenarios.model import load_scenario
+    from scenarios.load import load_scenario
 
     pem = (b"-", b"-", b"-")
     material = CertMaterial(

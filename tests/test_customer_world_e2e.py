@@ -18,7 +18,8 @@ from cli_support import ncpsim, ncpsim_process
 
 from clusters.local import LocalBackend
 from scenarios.engine import run_scenario
-from scenarios.model import CATALOGUE, load_scenario
+from scenarios.load import load_scenario
+from scenarios.lookup import CATALOGUE
 from scenarios.result import ScenarioResult
 from scenarios.secrets import with_brought_secrets
 

@@ -22,7 +22,7 @@ from scenarios.diagnose.refusal import RenderFix, render_fix
 from scenarios.diagnose.symptoms import SYMPTOMS, rank
 from scenarios.diagnose.ticket import NO_FIX, STEP_NAME, Ticket, scenario
 from scenarios.expect import check_refused
-from scenarios.model import load_scenario, scenario_from_data
+from scenarios.load import load_scenario, scenario_from_data
 from scenarios.replay import replay_one
 from scenarios.report import render_text
 from scenarios.spec import step_from

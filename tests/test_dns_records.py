@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dns.rule import PROXY, Answer, DnsRecord, View, answer, wildcard
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.errors import ConfigError, ScenarioError
 from sim.model.parts import PROXY_LB_IP, DnsRewrite
 from sim.model.topology import ComputeSpec, Topology, build

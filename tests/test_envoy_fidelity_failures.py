@@ -18,7 +18,7 @@ from stack_records import Records
 from clusters.local import LocalBackend, LocalStack
 from scenarios.devenv import call_step, run_steps
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.result import ScenarioResult
 from sim.proxy.policy import upstream_reset
 from sim.wire import DF_BODY

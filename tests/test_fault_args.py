@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from clusters.local.plan import phase_one, phase_two
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.errors import ScenarioError
 from sim.model.parts import WorkerSpec
 from sim.model.topology import ComputeSpec, Topology, build

@@ -12,7 +12,7 @@ import yaml
 
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.tail import StackTail
 from sim.client.http_client import Invocation, invoke_http
 from sim.model.parts import CONTROL_CLUSTER

@@ -28,7 +28,8 @@ import yaml
 from cli_support import ncpsim
 
 from scenarios.devenv import idle_scenario
-from scenarios.model import CATALOGUE, customer_layers, load_scenario
+from scenarios.load import customer_layers, load_scenario
+from scenarios.lookup import CATALOGUE
 from scenarios.report import values_warnings
 from sim.errors import NcpsimError
 

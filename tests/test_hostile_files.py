@@ -167,7 +167,7 @@ BOMB_PROBE = """
 import resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 sys.path.insert(0, {repo!r})
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.errors import NcpsimError
 from sim.model.values_file import load_values_file
 worst = 0.0

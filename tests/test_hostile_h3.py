@@ -22,7 +22,7 @@ import pytest
 
 from clusters.local import LocalBackend
 from clusters.render.envoy_quic import GRPC_POD_HEADER, LUA_SOURCE, grpc_routes, h3_connection_manager
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.protocols import h3
 from sim.proxy.h3_policy import H3_EXCESSIVE_LOAD, H3_MESSAGE_ERROR, H3Request, Reset, decide
 from sim.proxy.policy import MAX_HEADERS_BYTES, MAX_HEADERS_COUNT, Forward, Reject

@@ -28,7 +28,7 @@ from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.result import ScenarioResult
 from sim.protocols import h3
 from sim.proxy.access_log import read_access_log

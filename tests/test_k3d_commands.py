@@ -12,7 +12,7 @@ import pytest
 
 from clusters.k3d.runner import CommandRunner
 from clusters.k3d.stack import K3dBackend, K3dStack
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.errors import BackendError
 
 FAKEBIN = Path(__file__).resolve().parent / "fakebin"

@@ -20,7 +20,7 @@ from clusters.render.compute import coredns_rewrite
 from clusters.render.control_plane import CertMaterial
 from dns.coredns import view_of
 from dns.rule import View, answer, dashed_ip
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.errors import BackendError
 from sim.model.parts import CONTROL_CLUSTER
 from sim.model.topology import Topology

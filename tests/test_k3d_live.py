@@ -20,7 +20,7 @@ from clusters.k3d.stack import ClusterLauncher, K3dStack, select, status
 from clusters.render.bundle import Addresses, manifests_by_cluster
 from clusters.render.control_plane import CertMaterial
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.report import render_text
 from sim.errors import BackendError, ScenarioError
 from sim.model.netmap import LiveNetMap, Unreachable

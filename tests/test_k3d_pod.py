@@ -17,7 +17,7 @@ import pytest
 from clusters.k3d import pod as entry
 from clusters.k3d.relay import parse_binding, publish
 from clusters.render.nats import one_server
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.nats.client import connect_once
 from sim.nats.publisher import WorkPublisher
 from sim.nats.server import NatsServer

@@ -24,7 +24,8 @@ from clusters.render.control_plane import CertMaterial
 from clusters.render.envoy import render_envoy
 from clusters.render.k3d_config import k3d_configs
 from clusters.render.layout import KUBE_VERSION, NETWORK
-from scenarios.model import catalogue, load_scenario
+from scenarios.load import load_scenario
+from scenarios.lookup import catalogue
 from sim.errors import NcpsimError
 from sim.model.topology import Topology
 from sim.model.values import deep_merge

@@ -14,7 +14,7 @@ import pytest
 
 from scenarios.engine import read_lines
 from scenarios.expect import check_log
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.spec import LogExpect, Step, log_from
 from sim.errors import NcpsimError
 

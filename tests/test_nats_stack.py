@@ -25,7 +25,7 @@ from clusters.local import LocalBackend, LocalStack
 from clusters.local.plan import NATS_CALLOUT
 from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
 from sim.runtime.faults import FaultInjector
 
@@ -155,7 +155,8 @@ def guessable_keys(topology_seed: int) -> list[StackKeys]:
     """Keys an attacker on the machine could derive: from the stack's published seed, from every seed the
     catalogue and the code use, and from none; as the stack derived them before it had a secret, and as
     StackKeys.derive would from each of them now."""
-    from scenarios.model import catalogue, load_scenario
+    from scenarios.load import load_scenario
+    from scenarios.lookup import catalogue
 
     seeds = {
         topology_seed,

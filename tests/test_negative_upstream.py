@@ -13,7 +13,7 @@ from certs.profiles import INVOCATION_SECRET, Profile
 from certs.store import CertStore, load_secret, write_secret
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 
 WD = "grpc-worker.example.com"
 ATTACH = "/v2/nvcf/worker/request-attach"

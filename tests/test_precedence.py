@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from cli_support import ncpsim, ncpsim_process
 
-from scenarios.model import load_scenario, scenario_from_data
+from scenarios.load import load_scenario, scenario_from_data
 from sim.errors import ConfigError
 from sim.model.layering import (
     SCENARIO,
@@ -292,7 +292,7 @@ def test_a_refused_render_names_the_misspelling_that_caused_it(tmp_path: Path) -
 
 
 def test_catalogue_values_hold_no_unknown_keys_and_name_what_they_need() -> None:
-    from scenarios.model import catalogue
+    from scenarios.lookup import catalogue
 
     for name, _ in catalogue():
         scenario = load_scenario(name, allow_expected_error=True)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from clusters.local import LocalStack
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.protocols.listener import SOMAXCONN, Handler, TcpListener, listener_backlog
 
 try:

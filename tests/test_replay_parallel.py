@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clusters.local.launcher import Launcher
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.replay import jobs_arg, replay_all
 from sim.errors import ConfigError
 

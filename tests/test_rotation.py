@@ -19,7 +19,7 @@ from certs.store import CertStore
 from certs.volume import write_secret
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.tail import StackTail
 from sim.client.grpc_client import EchoClient
 from sim.client.http_client import invoke_http

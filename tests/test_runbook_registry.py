@@ -60,7 +60,7 @@ def test_catalogue_scenarios_pass_through_the_replay_engine(path: Path, tmp_path
     """Each runbook scenario replays through the same engine as the callback scenarios, and passes."""
     from clusters.local import LocalBackend
     from scenarios.engine import run_scenario
-    from scenarios.model import load_scenario
+    from scenarios.load import load_scenario
 
     scenario = load_scenario(str(path))
     assert scenario.name == path.stem and scenario.stackless

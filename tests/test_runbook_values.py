@@ -12,7 +12,7 @@ from cli_support import ncpsim
 
 from clusters.local import LocalBackend
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.result import ScenarioResult
 from sim import runbooks
 from sim.model.layering import defaults_layer, layer, parse_set, scenario_layer

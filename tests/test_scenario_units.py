@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.expect import Facts, evaluate
-from scenarios.model import scenario_from_data
+from scenarios.load import scenario_from_data
 from scenarios.probe import fill, parse_head, request_bytes
 from scenarios.sequence import Diagram, Message, Note, call_rows, mermaid, pod_lane
 from scenarios.sequence_html import html_page

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.engine import write_artifacts
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.result import ScenarioResult
 from sim.errors import ConfigError
 from sim.model.netmap import NetMap

@@ -15,7 +15,7 @@ import pytest
 from clusters.k3d.stack import status as k3d_status
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.report import endpoints_text
 from sim.model.topology import Topology
 from sim.protocols.grpc_callback import connect_url

@@ -27,7 +27,7 @@ import pytest
 from clusters.local import LocalBackend, LocalStack, interrupts, zygote
 from clusters.local.interrupts import InterruptGuard
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.nats.server import NatsServer
 from sim.nats.stack import StackKeys, server_config
 
@@ -473,7 +473,7 @@ from pathlib import Path
 
 from clusters.local import LocalBackend
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 
 backend, name = LocalBackend(Path(sys.argv[1])), sys.argv[2]
 launch = backend.up
@@ -550,7 +550,7 @@ from pathlib import Path
 
 import clusters.local.launcher as local
 from clusters.local import LocalBackend, LocalStack
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 
 root, name, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 stack = LocalStack(name, root=root)

@@ -19,7 +19,7 @@ from clusters.local import zygote as launcher_zygote
 from clusters.local.plan import spawn_order
 from clusters.local.process import Forked, wait_exited
 from clusters.local.zygote import LAUNCH_ORDER, Zygote
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from sim.errors import BackendError
 from sim.runtime import zygote
 

@@ -20,7 +20,7 @@ from scenarios.bundle.records import replayed_dns
 from scenarios.bundle.scenario import WorkerProfile, replay_secrets, worker_profiles
 from scenarios.bundle.world import BundleWorld, Workers, read_world
 from scenarios.diagnose.profiles import CURRENT, parse_label
-from scenarios.model import scenario_from_data
+from scenarios.load import scenario_from_data
 from scenarios.secrets import parse_secret_arg
 from scenarios.spec import Scenario
 from sim.model.assumptions import DNS, WORKER_UTILS, Assumption

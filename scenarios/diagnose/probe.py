@@ -26,7 +26,7 @@ from scenarios.diagnose.judge import Observation
 from scenarios.diagnose.plan import Probe
 from scenarios.diagnose.profiles import BEFORE_PEM, Profile, parse_label
 from scenarios.engine import run_scenario
-from scenarios.model import load_scenario
+from scenarios.load import load_scenario
 from scenarios.replay import Progress
 from scenarios.result import ScenarioResult
 from scenarios.secrets import with_brought_secrets

@@ -3,7 +3,7 @@
 scenarios/schema.json has checked their shape (types, ranges, choices, unknown keys) before they get
 here; what is left needs the topology: a component, role or cluster a fault names must be one it has, a
 scale stays within the pods it runs, an address is an address. What ncpsim does not model is refused,
-never reported as done. A refusal carries its key path under the step's `fault`, so scenarios.model can
+never reported as done. A refusal carries its key path under the step's `fault`, so scenarios.load can
 name the file's line.
 """
 
