@@ -98,6 +98,7 @@ MODULES: dict[str, frozenset[str] | None] = {
         }
     ),
     "test_hostile_h3.py": ALL,
+    "test_hostile_h3_frames.py": ALL,  # one grpc-callback stack for the module
     "test_hostile_http.py": ALL,
     "test_k3d_commands.py": frozenset(
         {
