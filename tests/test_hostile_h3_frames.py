@@ -511,7 +511,7 @@ def test_the_front_keeps_serving_callbacks_and_no_component_raised(
         k: s for k, s in seen.items() if s.outcome == "hang"
     }
     traces = stack.invoke("grpc-echo", count=2)
-    assert [t.outcome for t in traces] == ["success", "success"], [t.failure for t in traces]
+    assert [t.outcome for t in traces] == ["success", "success"], [(t.error, t.cause) for t in traces]
     logs = {path.name: path.read_text(errors="replace") for path in (stack.state_dir / "logs").glob("*.log")}
     assert logs and [name for name, text in logs.items() if any(w in text for w in UNTRACEABLE)] == []
     flags = [
