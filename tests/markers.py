@@ -97,7 +97,9 @@ MODULES: dict[str, frozenset[str] | None] = {
             "test_up_refuses_the_alias_bomb_under_an_address_space_limit",
         }
     ),
+    "test_hostile_callout.py": ALL,  # one token-mode stack for the module
     "test_hostile_h3.py": ALL,
+    "test_hostile_h3_frames.py": ALL,  # one grpc-callback stack for the module
     "test_hostile_http.py": ALL,
     "test_k3d_commands.py": frozenset(
         {

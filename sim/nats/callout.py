@@ -15,7 +15,9 @@ Why it behaves this way (public NVCF ``nats-auth-callout`` and the seeds):
   ``Authorization Violation`` (checked on nats-server 2.15.1).
 
 ``decide`` is sans-I/O: it returns Grant, Deny or CallWebhook; after the webhook
-the caller asks again with the answer. ``CalloutService`` only moves messages.
+the caller asks again with the answer. ``CalloutService`` only moves messages. What
+both read from outside their trust (the client's token, nats-server's authorization
+request) is read as the Go callout reads it, in its words: sim.nats.token.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import nkeys  # type: ignore[import-untyped]
 
 from . import jwt
 from .config import APP_ACCOUNT
+from .token import TokenError, read_authorization_request, read_token
 from .webhook import Webhook, WebhookAnswer, WebhookRequest, permissions_from_json
 
 AUTH_SUBJECT = "$SYS.REQ.USER.AUTH"
@@ -63,12 +66,11 @@ class AuthRequest:
 
     @classmethod
     def from_claims(cls, claims: dict[str, Any]) -> AuthRequest:
-        nats = claims.get("nats") or {}
-        info = nats.get("client_info") or {}
-        opts = nats.get("connect_opts") or {}
+        nats = _object(claims.get("nats"))
+        info, opts = _object(nats.get("client_info")), _object(nats.get("connect_opts"))
         return cls(
             user_nkey=str(nats.get("user_nkey", "")),
-            server_id=str((nats.get("server_id") or {}).get("id", "")),
+            server_id=str(_object(nats.get("server_id")).get("id", "")),
             client_name=str(info.get("name", "")),
             client_user=str(info.get("user", "")),
             token=str(opts.get("auth_token", "")),
@@ -76,6 +78,10 @@ class AuthRequest:
             sig=str(opts.get("sig", "")),
             nonce=str(info.get("nonce", "")),
         )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -122,10 +128,9 @@ def decide(request: AuthRequest, settings: CalloutSettings, answer: WebhookAnswe
     """Route ``request`` to its plugin and judge it; pure."""
     if request.token:
         try:
-            data = json.loads(jwt.b64url_decode(request.token))
-            account, plugin, payload = (str(data.get(k) or "") for k in ("account", "pluginName", "payload"))
-        except (jwt.JwtError, ValueError, AttributeError, RecursionError) as exc:
-            return Deny(f"failed to decode auth request: {type(exc).__name__}")
+            account, plugin, payload = read_token(request.token)
+        except TokenError as exc:
+            return Deny(f"failed to decode auth request: {exc}")
     elif request.nkey:
         account, plugin, payload = "", NKEY_PLUGIN, ""
     else:
@@ -279,9 +284,9 @@ class CalloutService:
     async def _answer(self, msg: Any) -> None:
         async with self._slots:
             try:
-                request = AuthRequest.from_claims(jwt.decode(msg.data.decode()))
-            except (jwt.JwtError, UnicodeDecodeError) as exc:
-                log_line(self.log, logging.ERROR, "Failed to parse auth request", error=str(exc))
+                request = AuthRequest.from_claims(read_authorization_request(msg.data.decode("latin-1")))
+            except TokenError as exc:  # callout.go's words, as its error callback logs them; no answer
+                log_line(self.log, logging.ERROR, str(exc))
                 return  # nothing trustworthy to answer; the server times the login out
             log_line(self.log, logging.INFO, "Auth request received", client_name=request.client_name)
             decision = await self.judge(request)

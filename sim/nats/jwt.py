@@ -109,24 +109,33 @@ def encode(claims: dict[str, Any], signer: nkeys.KeyPair, now: int) -> str:
 
 
 def decode(token: str, verify: bool = True) -> dict[str, Any]:
-    """The claims of ``token``; with ``verify``, only if signed by its ``iss``."""
+    """The claims of ``token``; with ``verify``, only if signed by its ``iss``. Refusals in nats-io/jwt's words
+    where it has them."""
     parts = token.strip().split(".")
     if len(parts) != 3:
-        raise JwtError("a JWT has three dot-separated parts")
-    try:
-        header = json.loads(b64url_decode(parts[0]))
-        claims = json.loads(b64url_decode(parts[1]))
-    except (json.JSONDecodeError, RecursionError) as exc:  # nesting past Python's stack is not JSON to us
-        raise JwtError(f"JWT part is not JSON: {type(exc).__name__}") from exc
+        raise JwtError("expected 3 chunks")
+    header, claims = _json_part(parts[0]), _json_part(parts[1])
+    if not isinstance(header, dict):
+        raise JwtError("JWT header is not an object")
+    if str(header.get("typ") or "").upper() != HEADER["typ"]:
+        raise JwtError(f"not supported type {json.dumps(str(header.get('typ') or ''))}")
     if header.get("alg") != HEADER["alg"]:
-        raise JwtError(f"unsupported JWT algorithm {header.get('alg')!r}")
+        raise JwtError(f"unexpected {json.dumps(str(header.get('alg') or ''))} algorithm")
     if not isinstance(claims, dict):
         raise JwtError("JWT claims are not an object")
     if verify:
         signed = f"{parts[0]}.{parts[1]}".encode("ascii")
         if not verify_signature(str(claims.get("iss", "")), signed, b64url_decode(parts[2])):
-            raise JwtError("JWT signature does not match its issuer")
+            raise JwtError("claim failed V2 signature verification")
     return claims
+
+
+def _json_part(part: str) -> Any:
+    data = b64url_decode(part)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past Python's stack
+        raise JwtError(f"JWT part is not JSON: {type(exc).__name__}") from exc
 
 
 def user_claims(

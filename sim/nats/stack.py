@@ -15,7 +15,8 @@ Who signs in how (public NVCF chart, seed "Worker NATS Authentication"):
 - workers in ``nkey`` mode: the shared worker NKey (NKEY_SEED), mapped to APP by the callout;
 - workers in ``token`` mode: base64url ``{"account","pluginName","payload"}`` whose payload is the
   worker's own token, which the NVCF API's webhook (a stand-in here) checks: an HMAC of the worker
-  and function version under a key only the API holds.
+  and function version under a key only the API holds. The API's own tokens are encrypted and valid
+  3 hours (NvcfIssuedToken.VALIDITY); ncpsim's never expire: not modelled.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ or none at all) finds no filter chain, so the handshake is refused (TLS alert un
 with `NR`). Each request stream is then decided on its own by sim.proxy.h3_policy, from `:authority`,
 method, pseudo-headers and the header limits, as the rendered Envoy route table decides it: a stream
 error resets that stream only, a route miss is 404 `NR`, and a forward goes to the pod the `:authority`
-names, whatever the SNI said. The front opens its own QUIC session to that pod's UDP 10084, verifying the
+names, whatever the SNI said. (Malformed framing is the codec's, sim.proxy.h3_codec: Envoy's QUICHE answers.) The front opens its own QUIC session to that pod's UDP 10084, verifying the
 chain against the stack CA in Secret `grpc-proxy-worker-tls` and the SAN `*.grpc-headless.nvcf.svc.cluster.local`
 as Envoy's exact matcher does (sim.proxy.san: a certificate for the pod's own name is refused), and
 relays the stream both ways with backpressure (sim.protocols.h3). Sessions to a pod are shared by every
@@ -17,13 +17,10 @@ token it minted.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from aioquic.h3.connection import FrameType, H3Connection, MessageError
+from aioquic.h3.connection import H3Connection
 from aioquic.quic.connection import QuicConnection
 
 from dns.rule import dashed_ip, normalize_name, undash
@@ -38,9 +35,10 @@ from sim.protocols.h3 import (
     peek_server_name,
 )
 from sim.proxy.access_log import AccessLog, AccessRecord
-from sim.proxy.h3_policy import H3_EXCESSIVE_LOAD, H3_MESSAGE_ERROR, H3Request, Reset, decide
+from sim.proxy.h3_codec import StreamScopedH3
+from sim.proxy.h3_policy import H3Request, Reset, decide
 from sim.proxy.h3_pool import DialFailed, UpstreamPool
-from sim.proxy.policy import MAX_HEADERS_BYTES, Forward, Reject, http_date
+from sim.proxy.policy import Forward, Reject, http_date
 from sim.runtime.component import Context
 from sim.wire import GRPC_SUFFIX, UC_BODY, UpstreamFailure
 
@@ -79,46 +77,6 @@ def frontend_secret(values: dict) -> str:
     from sim.model.values import proxy_settings
 
     return proxy_settings(values).frontend_secret
-
-
-class StreamScopedH3(H3Connection):
-    """aioquic answers a malformed request by closing the whole connection; RFC 9114 section 4.1.2, and
-    Envoy, reset only that stream (H3_MESSAGE_ERROR). A HEADERS frame that cannot decode to less than the
-    header limit is reset (H3_EXCESSIVE_LOAD) as soon as its length is known, before it is buffered.
-
-    (A header block blocked on the QPACK encoder stream is validated elsewhere in aioquic and still closes
-    the connection; workers do not block streams.)"""
-
-    def __init__(self, quic: QuicConnection, on_reset: Callable[[int, Reset], None]):
-        super().__init__(quic)
-        self.on_reset = on_reset
-        self.reset_streams: set[int] = set()
-
-    def _receive_request_or_push_data(self, stream: Any, data: bytes, stream_ended: bool) -> list[Any]:
-        if stream.stream_id in self.reset_streams:
-            return []
-        try:
-            events = super()._receive_request_or_push_data(stream, data, stream_ended)
-        except MessageError as exc:
-            if self._is_client:
-                raise
-            self._reset(stream, Reset(H3_MESSAGE_ERROR, "DPE", str(exc)))
-            return []
-        # An encoded field line is never longer than its QPACK size (name + value + 32), so a frame this
-        # long holds more than the limit however it is encoded.
-        if stream.frame_type == FrameType.HEADERS and (stream.frame_size or 0) > MAX_HEADERS_BYTES + 1024:
-            self._reset(
-                stream, Reset(H3_EXCESSIVE_LOAD, "DPE", f"headers frame of {stream.frame_size} bytes")
-            )
-        return events
-
-    def _reset(self, stream: Any, reset: Reset) -> None:
-        self.reset_streams.add(stream.stream_id)
-        stream.buffer = b""
-        for stop in (self._quic.reset_stream, self._quic.stop_stream):
-            with contextlib.suppress(Exception):  # a side that already finished cannot be stopped again
-                stop(stream.stream_id, reset.error_code)
-        self.on_reset(stream.stream_id, reset)
 
 
 # -- I/O -----------------------------------------------------------------------------------------
