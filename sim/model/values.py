@@ -256,16 +256,22 @@ class NatsValues:
     webhook_url: str = DEFAULT_WEBHOOK_URL
     ack_wait: float = 30.0  # the consumer's ack wait (field value); scenarios may shorten it
     servers: int = 3  # the StatefulSet's replicas (nats.config.cluster)
+    # seconds one publish of work waits for JetStream's acknowledgement before the pod sends it again
+    # (sim.nats.publisher; the pods' client, async-nats, waits 5 s by default, its JetStream context's
+    # timeout); a test of a dead bus may shorten it
+    publish_timeout: float = 2.0
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> NatsValues:
         nats = values.get("nats") or {}
         url = ((nats.get("authCallout") or {}).get("workerTokenAuth") or {}).get("webhookUrl")
+        jetstream = nats.get("jetstream") or {}
         return cls(
             worker_auth=str(nats.get("workerAuth") or "nkey"),
             webhook_url=str(url or DEFAULT_WEBHOOK_URL),
-            ack_wait=float((nats.get("jetstream") or {}).get("ackWaitSeconds") or 30.0),
+            ack_wait=float(jetstream.get("ackWaitSeconds") or 30.0),
             servers=nats_replicas(values),
+            publish_timeout=float(jetstream.get("publishTimeoutSeconds") or cls.publish_timeout),
         )
 
     @property
