@@ -211,7 +211,12 @@ def stack(ncpsim_stack_module) -> Iterator[Any]:  # type: ignore[no-untyped-def]
             },
             "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
             "nats": {
-                "config": {"cluster": {"enabled": False}},  # one server: stopping it is a dead bus
+                "config": {
+                    "cluster": {"enabled": False},  # one server: stopping it is a dead bus
+                    # nats-server's own auth timeout, not ncpsim's 10 s: the worker's sign-in to the
+                    # restarted server, if it comes before the callout's, is refused after 2 s, made anew
+                    "merge": {"authorization": {"timeout": 2}},
+                },
                 "jetstream": {"publishTimeoutSeconds": PUBLISH_TIMEOUT},
             },
         },

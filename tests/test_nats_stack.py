@@ -48,13 +48,20 @@ def _down(stack: LocalStack) -> None:
     assert not stack.launcher.running(), "components still running after down"
 
 
+# nats-server's own auth timeout (2 s; ncpsim's default is 10 s, for thousands of workers at once): a worker
+# that signs in again to a server just back, before the callout is heard there, is refused and signs in anew
+# after 2 s rather than 10 (sim.model.values.AUTH_TIMEOUT).
+SIGN_IN_WAIT = "nats.config.merge.authorization.timeout=2"
+
+
 @pytest.fixture(scope="module")
 def nkey_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     # The chart's three servers (the catalogue's http-callback runs one). The pods' publish attempt keeps
     # its 2 s (nats.jetstream.publishTimeoutSeconds): just after the servers come back, an R3 stream may take
     # over a second to commit, and a retry of a publish still in flight is refused (409, "duplicate message
     # id is in process"), so shorter attempts turn a slow success into the API's 500.
-    stack = _up(tmp_path_factory.mktemp("nats-nkey"), "nats-nkey", ("nats.config.cluster.enabled=true",))
+    sets = ("nats.config.cluster.enabled=true", SIGN_IN_WAIT)
+    stack = _up(tmp_path_factory.mktemp("nats-nkey"), "nats-nkey", sets)
     try:
         yield stack
     finally:

@@ -246,6 +246,13 @@ def nats_replicas(values: Mapping[str, Any]) -> int:
 
 
 STREAM_REPLICAS = 3  # R3 on a cluster of three or more; every server of a smaller one
+# Seconds nats-server holds a sign-in for the callout's answer (its authorization.timeout, which the chart
+# sets through config.merge). nats-server's default is 2 s; ncpsim's 10 s lets thousands of workers sign in
+# at once on a laptop. A sign-in whose request no callout hears (one restarting, or a server whose routes
+# are not up yet) is refused only then, and the worker signs in anew.
+AUTH_TIMEOUT = 10.0
+NATS_AUTH_TIMEOUT: KeyPath = ("nats", "config", "merge", "authorization", "timeout")
+NATS_PUBLISH_TIMEOUT: KeyPath = ("nats", "jetstream", "publishTimeoutSeconds")
 
 
 @dataclass(frozen=True)
@@ -260,6 +267,7 @@ class NatsValues:
     # (sim.nats.publisher; the pods' client, async-nats, waits 5 s by default, its JetStream context's
     # timeout); a test of a dead bus may shorten it
     publish_timeout: float = 2.0
+    auth_timeout: float = AUTH_TIMEOUT
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> NatsValues:
@@ -271,7 +279,8 @@ class NatsValues:
             webhook_url=str(url or DEFAULT_WEBHOOK_URL),
             ack_wait=float(jetstream.get("ackWaitSeconds") or 30.0),
             servers=nats_replicas(values),
-            publish_timeout=float(jetstream.get("publishTimeoutSeconds") or cls.publish_timeout),
+            publish_timeout=float(lookup(values, NATS_PUBLISH_TIMEOUT) or cls.publish_timeout),
+            auth_timeout=float(lookup(values, NATS_AUTH_TIMEOUT) or AUTH_TIMEOUT),
         )
 
     @property
