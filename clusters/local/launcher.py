@@ -281,9 +281,15 @@ class Launcher:
         self._await_ready(pipes, publish, ready_timeout(topology))
 
     def redeploy(self, topology: Topology, what: str) -> None:
-        """Replace processes as a rollout would: new pods read the current topology.json (and values)."""
-        for spec in redeploy_specs(topology, what):
-            self.restart(topology, spec)
+        """Replace processes as a rollout would: new pods read the current topology.json (and values). The
+        control plane's Deployments roll one pod at a time; each compute cluster replaces its function's
+        pods on its own, so the clusters' worker hosts are replaced together."""
+        specs = redeploy_specs(topology, what)
+        for spec in specs:
+            if spec.kind != "workers":
+                self.restart(topology, spec)
+        if workers := [spec for spec in specs if spec.kind == "workers"]:
+            self.restart(topology, *workers)
 
     # Stop ------------------------------------------------------------------------------------
     def running(self) -> dict[str, int]:
