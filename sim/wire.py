@@ -25,11 +25,6 @@ PROXY_H3_PORT = 443  # the worker callback proxy, QUIC on UDP
 NATS_PORT = 4222  # NATS client port
 NATS_MONITOR_PORT = 8222  # nats-server's monitoring port, as the chart exposes it
 NATS_ROUTE_PORT = 6222  # nats-server's cluster (route) port, between the StatefulSet's pods
-# A pod's publish of work, given up after this long, when the API answers 500: the NATS clients wait 5 s for
-# JetStream's acknowledgement; ncpsim's publisher tries up to three times, 2 s each, so that a publish whose
-# answer went down with a restarting server is sent again (sim.nats.publisher); bounded here too because
-# nats-py, with the bus down, may first try to connect for longer.
-NATS_PUBLISH_TIMEOUT = 8.0
 DNS_PORT = 53
 
 # Paths.

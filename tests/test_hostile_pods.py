@@ -24,6 +24,8 @@ import grpc
 import pytest
 
 from sim.client.grpc_client import EchoClient
+from sim.model.values import NatsValues
+from sim.nats.publisher import publish_deadline
 from sim.protocols.pexec import (
     HEAD_BUFFER,
     HEAD_FIELDS,
@@ -41,7 +43,10 @@ from sim.runtime.log import OneLine, Repeats
 
 FUNCTIONS = ("http-echo", "grpc-echo")
 PEXEC = "/v2/nvcf/pexec/functions/"
-SHORT = 20.0  # a refusal takes milliseconds, a good call a worker's round trip, a dead bus 8 s (wire.py)
+SHORT = 20.0  # a refusal takes milliseconds, a good call a worker's round trip, a dead bus 3.5 s (below)
+# Seconds one publish attempt waits for JetStream (the pods' default is 2 s): a dead bus is the API's answer
+# after three attempts and their pauses (sim.nats.publisher.publish_deadline), 3.5 s here instead of 8 s.
+PUBLISH_TIMEOUT = 0.5
 UNTRACEABLE = ("Traceback", "Unhandled exception")
 
 
@@ -205,7 +210,15 @@ def stack(ncpsim_stack_module) -> Iterator[Any]:  # type: ignore[no-untyped-def]
                 "service": {"type": "LoadBalancer"},
             },
             "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
-            "nats": {"config": {"cluster": {"enabled": False}}},  # one server: stopping it is a dead bus
+            "nats": {
+                "config": {
+                    "cluster": {"enabled": False},  # one server: stopping it is a dead bus
+                    # nats-server's own auth timeout, not ncpsim's 10 s: the worker's sign-in to the
+                    # restarted server, if it comes before the callout's, is refused after 2 s, made anew
+                    "merge": {"authorization": {"timeout": 2}},
+                },
+                "jetstream": {"publishTimeoutSeconds": PUBLISH_TIMEOUT},
+            },
         },
         topology={
             "invocationReplicas": 1,
@@ -296,6 +309,20 @@ def test_a_head_past_hypers_limits_is_refused_and_the_next_call_works(
     assert good.status == 200 and good.body == b"ping", good
 
 
+@pytest.mark.parametrize(
+    ("values", "attempt", "deadline"),
+    [
+        ({}, 2.0, 8.0),  # three attempts of 2 s, the pauses between them (1 s), a margin (1 s)
+        ({"nats": {"jetstream": {"publishTimeoutSeconds": PUBLISH_TIMEOUT}}}, PUBLISH_TIMEOUT, 3.5),
+    ],
+)
+def test_the_pods_give_up_on_a_dead_bus_after_every_publish_attempt(
+    values: dict[str, Any], attempt: float, deadline: float
+) -> None:
+    assert NatsValues.from_values(values).publish_timeout == attempt
+    assert publish_deadline(attempt) == pytest.approx(deadline)
+
+
 def test_head_refusal_follows_hyper() -> None:
     assert head_refusal(HEAD_BUFFER, b"/" * URI_MAX, HEAD_FIELDS) is None
     assert head_refusal(HEAD_BUFFER, b"/" * (URI_MAX + 1), HEAD_FIELDS) == 414
@@ -324,18 +351,17 @@ def test_a_dead_bus_is_the_apis_error_and_the_next_call_after_it_works(
     assert stopped.ok, stopped.failures
     try:
         logged = len(log_lines(state))
-        refused = post(conn, PEXEC + "http-echo")
-        assert refused.status == 500, refused
+        refused, unavailable = asyncio.run(dead_bus_calls(conn, grpc_port))  # each waits out the publish
+        assert isinstance(refused, Answer) and refused.status == 500, refused
         assert refused.problem["detail"].startswith("failed to send nats request; cause: "), refused
         new = log_lines(state)[logged:]  # nats-py's own reconnect lines may be there too, one line each
         assert len([x for x in new if ": 500 failed to send nats request" in x]) == 1, new
-        with pytest.raises(grpc.aio.AioRpcError) as unavailable:
-            asyncio.run(unary(grpc_port))
-        assert unavailable.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert "NATS unreachable" in (unavailable.value.details() or "")
+        assert isinstance(unavailable, grpc.aio.AioRpcError), unavailable
+        assert unavailable.code() == grpc.StatusCode.UNAVAILABLE
+        assert "NATS unreachable" in (unavailable.details() or "")
     finally:
-        # One step: the bus started, then the workers' next pull (their own NATS sign-in comes back on its
-        # own schedule, about 10 s here), counted from before the start, so a quick one is not missed.
+        # One step: the bus started, then the worker's next pull (nats-py reconnects on its own schedule,
+        # every 0.5 s, sim.nats.work), counted from before the start, so a quick one is not missed.
         started = stack.fault({"start": "nats-0"}, wait={"event": "worker.work.pulling", "timeout": 40})
         assert started.ok, started.failures
     good = post(conn, PEXEC + "http-echo")
@@ -344,6 +370,15 @@ def test_a_dead_bus_is_the_apis_error_and_the_next_call_after_it_works(
     for log in sorted((state / "logs").glob("*.log")):  # every component lived through the outage
         text = log.read_text()
         assert not any(word in text for word in UNTRACEABLE), f"{log.name}:\n{text[-3000:]}"
+
+
+async def dead_bus_calls(
+    conn: http.client.HTTPConnection, grpc_port: int
+) -> tuple[Answer | BaseException, bytes | BaseException]:
+    """The HTTP call and the gRPC call at once (two pods, two publishes): what each ended with."""
+    return await asyncio.gather(
+        asyncio.to_thread(post, conn, PEXEC + "http-echo"), unary(grpc_port), return_exceptions=True
+    )
 
 
 async def unary(port: int) -> bytes:

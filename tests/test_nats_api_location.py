@@ -2,9 +2,11 @@
 resolved and dialed like any in-cluster name (the control plane's DNS view, the network map).
 
 One stack whose API runs in namespace nvcf-api: the URL that names it lets token-mode workers in; each
-wrong URL, set with `setValues` (the callout restarts) and met by redeployed workers, fails with what the
-callout would log: connection refused on a port the Service does not have, no such host for the default
-name, and a 404 only where the API answers, on another path.
+wrong URL, set with `setValues` (the callout restarts), fails the next sign-in with a worker's token with
+what the callout would log: connection refused on a port the Service does not have, no such host for the
+default name, and a 404 only where the API answers, on another path. The sign-in is the test's own (the
+running workers keep their connections); redeployed workers meeting a wrong URL are the catalogue's
+nats-api-namespace-wrong. Set right again, redeployed workers sign in and take work.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from nats_support import refused, run
 
 from clusters.local.plan import NATS_CALLOUT
 from sim.errors import ConfigError
 from sim.model.topology import build
 from sim.model.values_check import check
+from sim.nats.stack import StackKeys, worker_credentials
 
 RIGHT = "http://api.nvcf-api.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth"
 WD = {"workerCallbackProxy": {"workerDomain": "w.example.com"}}
@@ -66,8 +70,12 @@ def test_the_webhook_url_reaches_the_api_where_it_runs_and_fails_as_the_callout_
         },
     )
     assert all(t.outcome == "success" for t in stack.invoke("http-echo", count=2))
-    assert len(stack.events("nats.callout.login", outcome="successful", plugin="webhook")) == 4
+    signed_in = stack.events("nats.callout.login", outcome="successful", plugin="webhook")
+    assert len(signed_in) == 4
     log = stack.state_dir / "logs" / f"{NATS_CALLOUT}.log"
+    nats = stack.status()["nats"]
+    url = f"nats://{nats['host']}:{nats['port']}"
+    worker = worker_credentials(StackKeys.of(stack.topology), "token", "worker-1-0", "http-echo")
     wrong = {
         RIGHT.replace(":8080", ":8081"): "dial tcp 10.43.0.40:8081: connect: connection refused",
         "http://api.nvcf.svc.cluster.local:8080/v2/nvcf/webhook/nats-auth": (
@@ -75,15 +83,16 @@ def test_the_webhook_url_reaches_the_api_where_it_runs_and_fails_as_the_callout_
         ),
         RIGHT.replace("/webhook/", "/hooks/"): "webhook client error: 404",
     }
-    for url, said in wrong.items():
+    for webhook, said in wrong.items():
         before = len(stack.events("nats.callout.login", outcome="failed"))
-        stack.set_values(
-            {"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": url}}}}, redeploy="workers"
-        )
+        stack.set_values({"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": webhook}}}})
+        assert "Authorization Violation" in run(refused(url, **worker.connect_kwargs))
         errors = failures(stack, before)
-        assert errors and all(said in error for error in errors), (url, errors)
+        assert errors and all(said in error for error in errors), (webhook, errors)
         assert said in log.read_text()  # the callout's own log, as `kubectl logs` would show it
     stack.set_values(
         {"nats": {"authCallout": {"workerTokenAuth": {"webhookUrl": RIGHT}}}}, redeploy="workers"
     )
+    again = stack.events("nats.callout.login", outcome="successful", plugin="webhook")
+    assert len(again) == len(signed_in) + 4  # the redeployed workers signed in through the API
     assert all(t.outcome == "success" for t in stack.invoke("http-echo", count=2))  # and back

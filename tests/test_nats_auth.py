@@ -286,22 +286,31 @@ def test_connected_workers_outlive_the_callout(start_server: Callable[..., NatsS
 def test_a_sign_in_slower_than_the_servers_first_ping_is_not_taken_for_connected(
     start_server: Callable[..., NatsServer], keys: Keys
 ) -> None:
-    """nats-server PINGs a new client after ~2 s; with a slower callout nats-py's connect() returns half
-    connected. connect_once says so (NotSignedIn), so a worker retries instead of pulling on a dead client."""
-    server = callout_server(start_server, keys, "token", auth_timeout=8)
+    """nats-server PINGs a new client after ~2 s (here 0.2 s: its ping interval, when shorter); with a
+    slower callout nats-py's connect() returns half connected. connect_once says so (NotSignedIn), so a
+    worker retries instead of pulling on a dead client. The callout answers only once the client has given
+    up: slower than the first PING, and answered before the server stops (a sign-in still waiting holds
+    nats-server's shutdown)."""
+    server = callout_server(start_server, keys, "token", auth_timeout=8, ping_interval=0.2)
     url = server.endpoints.url
 
-    async def slow(token: str) -> str | None:
-        await asyncio.sleep(3.0)
-        return TOKENS.get(token)
-
     async def body() -> None:
+        gave_up, answered = asyncio.Event(), asyncio.Event()
+
+        async def slow(token: str) -> str | None:
+            await gave_up.wait()
+            answered.set()
+            return TOKENS.get(token)
+
         service = callout(server, keys, "token", token_checker(slow, (REGION,)))
         await service.start()
         try:
             with pytest.raises(NotSignedIn):
                 await connect_once(url, reconnect=False, token=worker_token("tok-A"), connect_timeout=SHORT)
+            gave_up.set()
+            await answered.wait()
         finally:
+            gave_up.set()
             await service.stop()
 
     run(body())

@@ -24,19 +24,28 @@ from sim.model.events import read_events
 from sim.model.netmap import NetMap, Refused, Unreachable
 from sim.model.parts import NATS_ROLE
 from sim.model.topology import build
-from sim.model.values import nats_replicas
+from sim.model.values import NatsValues, deep_merge, nats_replicas
 from sim.model.values_check import check
 from sim.nats.client import spread
 from sim.nats.cluster import catch_up, quorum
 from sim.nats.config import ClusterBlock, ServerConfig, render
 from sim.nats.config import ConfigError as NatsConfigError
 from sim.nats.server import lame_duck
+from sim.nats.stack import StackKeys, server_config
 
 WD = {"workerCallbackProxy": {"workerDomain": "w.example.com"}}
 
 
 def cluster(**values: Any) -> dict[str, Any]:
     return {"nats": {"config": {"cluster": values}}}
+
+
+def sign_in_wait(seconds: Any) -> dict[str, Any]:  # the nats servers' auth timeout
+    return {"nats": {"config": {"merge": {"authorization": {"timeout": seconds}}}}}
+
+
+def publish_attempt(seconds: Any) -> dict[str, Any]:
+    return {"nats": {"jetstream": {"publishTimeoutSeconds": seconds}}}
 
 
 @pytest.mark.parametrize(
@@ -62,12 +71,39 @@ def test_the_statefulset_has_the_replicas_the_values_give(values: dict[str, Any]
         (cluster(replicas="three"), "nats.config.cluster.replicas: must be a whole number"),
         (cluster(replicas=9), "ncpsim runs at most 5 NATS servers"),
         (cluster(enabled="yes"), "nats.config.cluster.enabled: must be true or false"),
+        (
+            sign_in_wait(0),
+            "nats.config.merge.authorization.timeout: must be a positive number of seconds, found 0",
+        ),
+        (
+            sign_in_wait("2s"),
+            "nats.config.merge.authorization.timeout: must be a positive number of seconds, found the",
+        ),
+        (
+            publish_attempt(True),
+            "nats.jetstream.publishTimeoutSeconds: must be a positive number of seconds, found a",
+        ),
     ],
 )
 def test_values_a_cluster_cannot_run_with_are_refused(values: dict[str, Any], error: str) -> None:
     with pytest.raises(ConfigError) as err:
         check(values)
     assert error in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "auth", "publish"),
+    [
+        ({}, 10.0, 2.0),  # ncpsim's sign-in wait (nats-server's default is 2 s), the pods' publish attempt
+        (deep_merge(sign_in_wait(2), publish_attempt(0.5)), 2.0, 0.5),
+    ],
+)
+def test_the_nats_schedules_a_stack_may_be_given(values: dict[str, Any], auth: float, publish: float) -> None:
+    check(values)
+    nats = NatsValues.from_values(values)
+    assert (nats.auth_timeout, nats.publish_timeout) == (auth, publish)
+    config = server_config(StackKeys.derive("s"), "/js", 4222, 8222, auth_timeout=nats.auth_timeout)
+    assert f"  timeout: {auth:g}" in render(config).splitlines()  # the servers' authorization block
 
 
 def test_a_clustered_config_routes_to_every_server_and_advertises_none() -> None:

@@ -57,6 +57,8 @@ VALID = [
         [],
     ),
     ("auth timeout", replace(BASE, worker_nkey=WORKER, auth_timeout=0.5), ["timeout: 0.5"], []),
+    ("ping interval", replace(BASE, worker_nkey=WORKER, ping_interval=0.2), ['ping_interval: "200ms"'], []),
+    ("nats-server's ping interval", replace(BASE, worker_nkey=WORKER), [], ["ping_interval"]),
     (
         "the server rotates its own log",
         replace(BASE, worker_nkey=WORKER),

@@ -241,6 +241,7 @@ def test_suggestion(path: str, suggestion: str | None) -> None:
         (nested("nats.image", {"tag": "2.12-alpine"}), []),  # read by the k3d render
         (nested("nats.imag", {"tag": "2.12-alpine"}), ["nats.imag"]),
         (nested("nats.jetstream.ackWaitSeconds", 2), []),  # read by sim/nats
+        (nested("nats.jetstream.publishTimeoutSeconds", 0.5), []),
         (nested("natsAuthCalloutService.serviceConfig.logging", {"level": "debug"}), []),
         (
             nested("natsAuthCalloutService.serviceConfig", {"port": 1}),

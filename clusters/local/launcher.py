@@ -209,16 +209,32 @@ class Launcher:
         text = path.read_text(errors="replace") if path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
-    # Restart one component (faults, redeploys) ----------------------------------------------
-    def restart(self, topology: Topology, spec: ProcessSpec) -> None:
-        self.stop_one(spec.name)
+    # Restart components (faults, scaling, redeploys) ----------------------------------------
+    def restart(self, topology: Topology, *specs: ProcessSpec) -> None:
+        """Stop the components of ``specs`` and start them anew, together: one pod, or the pods a scale-up
+        brings back at once (the nats StatefulSet's Parallel pod management, a Deployment's ReplicaSet)."""
+        self.stop(*(spec.name for spec in specs))
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-        self._await_ready({spec.name: self._spawn(spec)}, netmap, ready_timeout(topology))
+        pipes: dict[str, int] = {}
+        try:
+            for spec in specs:
+                pipes[spec.name] = self._spawn(spec)
+        except BaseException:
+            for fd in pipes.values():
+                os.close(fd)
+            raise
+        self._await_ready(pipes, netmap, ready_timeout(topology))
 
     def redeploy(self, topology: Topology, what: str) -> None:
-        """Replace processes as a rollout would: new pods read the current topology.json (and values)."""
-        for spec in redeploy_specs(topology, what):
-            self.restart(topology, spec)
+        """Replace processes as a rollout would: new pods read the current topology.json (and values). The
+        control plane's Deployments roll one pod at a time; each compute cluster replaces its function's
+        pods on its own, so the clusters' worker hosts are replaced together."""
+        specs = redeploy_specs(topology, what)
+        for spec in specs:
+            if spec.kind != "workers":
+                self.restart(topology, spec)
+        if workers := [spec for spec in specs if spec.kind == "workers"]:
+            self.restart(topology, *workers)
 
     # Stop ------------------------------------------------------------------------------------
     def running(self) -> dict[str, int]:
@@ -237,12 +253,27 @@ class Launcher:
             proc.wait(STOP_TIMEOUT)
         (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
-    def stop_one(self, name: str, graceful: bool = True) -> None:
-        """Stop one component as Kubernetes stops its pod: `graceful`, a NATS server runs the chart's preStop
-        hook first and is given the termination grace period to exit by itself; then SIGTERM, SIGKILL. A
-        whole stack going down (`stop_all`) is not graceful."""
-        if graceful and NATS_SERVER_NAME.fullmatch(name):
-            self._pre_stop(name)
+    def stop(self, *names: str) -> None:
+        """Stop components as Kubernetes stops their pods, together: each NATS server runs the chart's preStop
+        hook first (their lame ducks overlap, as the pods of a Parallel StatefulSet terminate at once) and is
+        given the termination grace period to exit by itself; then SIGTERM, SIGKILL. A whole stack going
+        down (`stop_all`) is not graceful."""
+        running = self.running()
+        hooked = {
+            name: running[name]
+            for name in names
+            if NATS_SERVER_NAME.fullmatch(name)
+            and name in running
+            and pre_stop(self.state_dir, name, running[name]) is not None
+        }
+        deadline = time.monotonic() + TERMINATION_GRACE
+        for name, pod in hooked.items():  # the NATS servers' lame ducks, then each pod's exit awaited
+            wait_gone(pod, self.children.get(name), max(deadline - time.monotonic(), 0))
+        for name in names:
+            self.stop_one(name)
+
+    def stop_one(self, name: str) -> None:
+        """SIGTERM one component's process group, then SIGKILL past the grace period; forget it."""
         pidfile = self.pids_dir / f"{name}.pid"
         proc = self.children.get(name)
         if proc is not None:
@@ -260,12 +291,6 @@ class Launcher:
                 self._stop_orphans(pid)
         pidfile.unlink(missing_ok=True)
         self.children.pop(name, None)
-
-    def _pre_stop(self, name: str) -> None:
-        """A NATS server's lame duck (sim.nats.server.pre_stop), then its pod's exit awaited."""
-        pod = self.running().get(name)
-        if pod is not None and pre_stop(self.state_dir, name, pod) is not None:
-            wait_gone(pod, self.children.get(name), TERMINATION_GRACE)
 
     def _stop_orphans(self, pgid: int) -> None:
         """The leader died (kill -9 of a supervisor): what it started may run on in its group."""
@@ -288,7 +313,7 @@ class Launcher:
         self._close_zygote(kill=True)  # first: it forks nothing more
         names = sorted(set(self.running()) | set(self.children), key=stop_order)
         for name in names:
-            self.stop_one(name, graceful=False)
+            self.stop_one(name)
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
             pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
         return names + stop_strays(self.state_dir)

@@ -166,14 +166,15 @@ class LocalStack:
         self.launcher.reap(name)
         return pid
 
-    def restart(self, name: str) -> None:
+    def restart(self, *names: str) -> None:
+        """Stop and start the components ``names``, together."""
         with self.lock.held():
             topology = self.topology
-            self.launcher.restart(topology, spec_named(topology, name))
+            self.launcher.restart(topology, *(spec_named(topology, name) for name in names))
         self._refresh_status()
 
-    def stop(self, name: str) -> None:
-        self.launcher.stop_one(name)
+    def stop(self, *names: str) -> None:
+        self.launcher.stop(*names)
 
 
 def endpoints(topology: Topology, netmap: NetMap, state: Path) -> Endpoints:

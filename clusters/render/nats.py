@@ -16,6 +16,7 @@ from clusters.render import kube
 from clusters.render.layout import BUS_NAME, STANDIN_IMAGE
 from clusters.render.standin import _base_volumes, _container, _deployment
 from sim.model.topology import Topology
+from sim.model.values import NatsValues
 from sim.nats.config import render
 from sim.nats.stack import StackKeys, server_config
 from sim.wire import NAMESPACE, NATS_MONITOR_PORT, NATS_PORT
@@ -56,7 +57,10 @@ def nats_image(topology: Topology) -> str:
 
 def nats_config_text(topology: Topology) -> str:
     """The same server config as the local backend's, listening on the pod's ports."""
-    config = server_config(StackKeys.of(topology), STORE_DIR, NATS_PORT, NATS_MONITOR_PORT)
+    auth_timeout = NatsValues.from_values(topology.values).auth_timeout
+    config = server_config(
+        StackKeys.of(topology), STORE_DIR, NATS_PORT, NATS_MONITOR_PORT, auth_timeout=auth_timeout
+    )
     return render(config.__class__(**{**config.__dict__, "host": "0.0.0.0"}))
 
 

@@ -32,6 +32,8 @@ CUSTOMER = (FILE, SET)  # the layers a support engineer brings on top of a scena
 SEED_KEYS: tuple[KeyPath, ...] = (
     ("nats", "image"),  # clusters/render/nats.py: the nats-server image for the k3d backend
     ("nats", "jetstream", "ackWaitSeconds"),  # sim/nats: the work consumer's ack wait
+    ("nats", "jetstream", "publishTimeoutSeconds"),  # sim/nats: one publish attempt of the pods
+    ("nats", "config", "merge", "authorization", "timeout"),  # the nats servers' auth timeout
     ("invocation", "workerTls"),
     ("natsAuthCalloutService", "serviceConfig", "logging"),
     ("workerCallbackProxy", "tls", "frontend", "certificate", "issuerRef", "kind"),

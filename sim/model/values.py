@@ -246,6 +246,13 @@ def nats_replicas(values: Mapping[str, Any]) -> int:
 
 
 STREAM_REPLICAS = 3  # R3 on a cluster of three or more; every server of a smaller one
+# Seconds nats-server holds a sign-in for the callout's answer (its authorization.timeout, which the chart
+# sets through config.merge). nats-server's default is 2 s; ncpsim's 10 s lets thousands of workers sign in
+# at once on a laptop. A sign-in whose request no callout hears (one restarting, or a server whose routes
+# are not up yet) is refused only then, and the worker signs in anew.
+AUTH_TIMEOUT = 10.0
+NATS_AUTH_TIMEOUT: KeyPath = ("nats", "config", "merge", "authorization", "timeout")
+NATS_PUBLISH_TIMEOUT: KeyPath = ("nats", "jetstream", "publishTimeoutSeconds")
 
 
 @dataclass(frozen=True)
@@ -256,16 +263,24 @@ class NatsValues:
     webhook_url: str = DEFAULT_WEBHOOK_URL
     ack_wait: float = 30.0  # the consumer's ack wait (field value); scenarios may shorten it
     servers: int = 3  # the StatefulSet's replicas (nats.config.cluster)
+    # seconds one publish of work waits for JetStream's acknowledgement before the pod sends it again
+    # (sim.nats.publisher; the pods' client, async-nats, waits 5 s by default, its JetStream context's
+    # timeout); a test of a dead bus may shorten it
+    publish_timeout: float = 2.0
+    auth_timeout: float = AUTH_TIMEOUT
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> NatsValues:
         nats = values.get("nats") or {}
         url = ((nats.get("authCallout") or {}).get("workerTokenAuth") or {}).get("webhookUrl")
+        jetstream = nats.get("jetstream") or {}
         return cls(
             worker_auth=str(nats.get("workerAuth") or "nkey"),
             webhook_url=str(url or DEFAULT_WEBHOOK_URL),
-            ack_wait=float((nats.get("jetstream") or {}).get("ackWaitSeconds") or 30.0),
+            ack_wait=float(jetstream.get("ackWaitSeconds") or 30.0),
             servers=nats_replicas(values),
+            publish_timeout=float(lookup(values, NATS_PUBLISH_TIMEOUT) or cls.publish_timeout),
+            auth_timeout=float(lookup(values, NATS_AUTH_TIMEOUT) or AUTH_TIMEOUT),
         )
 
     @property

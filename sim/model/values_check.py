@@ -27,8 +27,10 @@ from sim.model.values import (
     EXISTING_SECRET,
     INVOCATION_PROXY_PORT,
     ISSUER_REF,
+    NATS_AUTH_TIMEOUT,
     NATS_CLUSTER,
     NATS_MAX_REPLICAS,
+    NATS_PUBLISH_TIMEOUT,
     NATS_REPLICAS,
     POD_WORKER_TLS,
     PROXY_URL,
@@ -240,6 +242,20 @@ def _rule_nats_cluster(values: Mapping[str, Any], add: Add) -> None:
         add(NATS_REPLICAS, f"ncpsim runs at most {NATS_MAX_REPLICAS} NATS servers, found {replicas}")
 
 
+def _rule_nats_seconds(values: Mapping[str, Any], add: Add) -> None:
+    """The NATS schedules a stack may be given (sim.model.values.NatsValues): a positive number of seconds."""
+    for parts in (NATS_AUTH_TIMEOUT, NATS_PUBLISH_TIMEOUT):
+        seconds = lookup(values, parts)
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0
+        ):
+            number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+            add(
+                parts,
+                f"must be a positive number of seconds, found {seconds if number else kind_of(seconds)}",
+            )
+
+
 def _rule_api_service(values: Mapping[str, Any], add: Add) -> None:
     for parts in (("api", "namespace"), ("api", "service", "name")):
         name = lookup(values, parts)
@@ -279,6 +295,7 @@ RULES: tuple[Callable[[Mapping[str, Any], Add], None], ...] = (
     _rule_worker_ca_pem,
     _rule_nats,
     _rule_nats_cluster,
+    _rule_nats_seconds,
     _rule_api_service,
     _rule_annotations,
 )

@@ -95,6 +95,9 @@ class ServerConfig:
     pid_file: str = ""  # where the preStop hook finds the server (`nats-server --signal ldm=<pid file>`)
     lame_duck_duration: float = LAME_DUCK_DURATION
     lame_duck_grace_period: float = LAME_DUCK_GRACE
+    # seconds between the server's PINGs (0: nats-server's 2 min); a new client's first PING comes after the
+    # lesser of this and 2 s, which a test of a sign-in slower than that PING may bring forward
+    ping_interval: float = 0.0
 
 
 def validate(config: ServerConfig) -> None:
@@ -177,6 +180,8 @@ def render(config: ServerConfig) -> str:
         f"lame_duck_duration: {_q(_duration(config.lame_duck_duration))}",
         f"lame_duck_grace_period: {_q(_duration(config.lame_duck_grace_period))}",
     ]
+    if config.ping_interval:
+        lines.append(f"ping_interval: {_q(_duration(config.ping_interval))}")
     if config.cluster is not None:
         routes = ", ".join(_q(f"nats://{config.host}:{port}") for port in config.cluster.routes)
         lines += [

@@ -18,13 +18,19 @@ from typing import Any, Protocol
 
 from sim.model.events import EventLog
 from sim.model.topology import Topology
+from sim.model.values import NatsValues
 
 _MODULES = ("nats.aio.client", "nats.js", "sim.nats.work", "sim.nats.stack")
 PUBLISH_ATTEMPTS = 3
 REPUBLISH_AFTER = (0.2, 0.8)  # seconds before the second and the third attempt
-# seconds for JetStream's answer to one attempt (a lost answer is sent again); the three attempts and their
-# pauses fit in the pods' NATS_PUBLISH_TIMEOUT (sim.wire), after which the API answers 500
-ATTEMPT_TIMEOUT = 2.0
+CONNECT_SLACK = 1.0  # seconds beyond the attempts: with the bus down nats-py may first try to connect longer
+
+
+def publish_deadline(attempt_timeout: float) -> float:
+    """Seconds a pod waits for its publish of work, after which the API answers 500: every attempt (each
+    waits ``attempt_timeout`` for JetStream's answer; a lost answer is sent again), the pauses between
+    them, and a margin (8 s with the default 2 s attempt, nats.jetstream.publishTimeoutSeconds)."""
+    return PUBLISH_ATTEMPTS * attempt_timeout + sum(REPUBLISH_AFTER) + CONNECT_SLACK
 
 
 class Pod(Protocol):
@@ -52,6 +58,8 @@ class WorkPublisher:
 
     def __init__(self, ctx: Pod, role: str) -> None:
         self.ctx, self.role = ctx, role
+        self.attempt_timeout = NatsValues.from_values(ctx.values).publish_timeout
+        self.deadline = publish_deadline(self.attempt_timeout)  # the pods bound publish() by it
         self._nc: Any = None
         self._lock = asyncio.Lock()
         self._warm: asyncio.Task[None] | None = None
@@ -63,8 +71,6 @@ class WorkPublisher:
     async def _client(self) -> Any:
         async with self._lock:
             if self._nc is None or self._nc.is_closed:
-                from sim.model.values import NatsValues
-
                 from .stack import REGION, StackKeys
                 from .work import connect
                 from .workqueue import QueueSettings, ensure_stream
@@ -107,7 +113,13 @@ class WorkPublisher:
             try:
                 nc = await self._client()
                 return await publish_work(
-                    nc.jetstream(), REGION, function, request_id, data, timeout=ATTEMPT_TIMEOUT, msg_id=msg_id
+                    nc.jetstream(),
+                    REGION,
+                    function,
+                    request_id,
+                    data,
+                    timeout=self.attempt_timeout,
+                    msg_id=msg_id,
                 )
             except (errors.Error, TimeoutError) as exc:
                 if attempt == PUBLISH_ATTEMPTS:

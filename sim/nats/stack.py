@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import nkeys  # type: ignore[import-untyped]
 
 from sim.model.topology import Topology
-from sim.model.values import NatsValues
+from sim.model.values import AUTH_TIMEOUT, NatsValues
 
 from . import jwt
 from .callout import WEBHOOK_PLUGIN, CalloutSettings, worker_token
@@ -92,9 +92,6 @@ def public_key(seed: str) -> str:
     return str(nkeys.from_seed(bytearray(seed.encode())).public_key.decode())
 
 
-AUTH_TIMEOUT = 10.0  # seconds a sign-in may wait for the callout: thousands of workers start at once
-
-
 def server_config(
     keys: StackKeys,
     store_dir: str,
@@ -103,13 +100,14 @@ def server_config(
     cluster: ClusterBlock | None = None,
     name: str = "ncpsim-nats",
     pid_file: str = "",
+    auth_timeout: float = AUTH_TIMEOUT,
 ) -> ServerConfig:
     """The config the nats chart renders: the callout on in both modes (nkey logins map through it);
     the server's config is the same in both modes, only the callout's plugins differ. ``name``: the pod's
-    (the chart's server_name is $POD_NAME), unique in a cluster."""
+    (the chart's server_name is $POD_NAME), unique in a cluster; ``auth_timeout``: NatsValues'."""
     return ServerConfig(
         store_dir=store_dir,
-        auth_timeout=AUTH_TIMEOUT,
+        auth_timeout=auth_timeout,
         callout=keys.callout_block(),
         internal_users=keys.internal_users(),
         port=port,

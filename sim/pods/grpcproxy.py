@@ -35,7 +35,7 @@ from sim.protocols.grpc_callback import (
 from sim.protocols.grpc_tunnel import INTERNAL, STREAM, UNARY, UNAVAILABLE, GrpcError, H2Tunnel
 from sim.protocols.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig, Tasks
 from sim.runtime.component import Context, Ready
-from sim.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT, NATS_PUBLISH_TIMEOUT
+from sim.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT
 
 SERVICE = "ncpsim.Echo"
 QUEUE = "grpc-echo"
@@ -216,7 +216,7 @@ class GrpcProxyPod:
     async def _publish(self, request_id: str, work: dict[str, str]) -> None:
         """Into the function version's stream, on rq.<region>.<fvid>.<reqId> (the gRPC work subject)."""
         try:
-            await asyncio.wait_for(self.work.publish(QUEUE, request_id, work), NATS_PUBLISH_TIMEOUT)
+            await asyncio.wait_for(self.work.publish(QUEUE, request_id, work), self.work.deadline)
         except Exception as exc:  # refused, unreachable, no stream, timed out: the call is UNAVAILABLE
             raise GrpcError(UNAVAILABLE, f"NATS unreachable: {type(exc).__name__}: {exc}") from exc
 

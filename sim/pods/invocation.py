@@ -50,7 +50,6 @@ from sim.wire import (
     INVOCATION_HTTP_PORT,
     INVOCATION_SUFFIX,
     INVOCATION_TLS_PORT,
-    NATS_PUBLISH_TIMEOUT,
     PEXEC_PREFIX,
     STATUS_PREFIX,
 )
@@ -109,7 +108,7 @@ class InvocationPod:
             proxy=work["proxyURI"],
         )
         seq = await asyncio.wait_for(
-            self.work.publish(pending.function, pending.request_id, work), NATS_PUBLISH_TIMEOUT
+            self.work.publish(pending.function, pending.request_id, work), self.work.deadline
         )
         self.ctx.events.emit("work.published", requestId=pending.request_id, pod=self.pod.name, seq=seq)
 

@@ -86,8 +86,8 @@ class Components(Protocol):
 
     def running(self) -> dict[str, int]: ...
     def kill(self, name: str) -> int: ...
-    def restart(self, name: str) -> None: ...
-    def stop(self, name: str) -> None: ...
+    def restart(self, *names: str) -> None: ...  # stopped, then started together
+    def stop(self, *names: str) -> None: ...  # together (NATS servers' lame ducks overlap)
 
 
 class FaultTarget(Protocol):
@@ -186,11 +186,12 @@ class FaultInjector:
         return self._restart(name).replace("restarted", "started")
 
     def _scale(self, fault: Scale) -> str:
-        for name in fault.pods[fault.replicas :]:
-            self.processes.stop(name)
+        """Pods go and come together: the nats chart's StatefulSet has Parallel pod management (no ordinal
+        order, none waits for another to be ready), and the other roles are Deployments."""
+        self.processes.stop(*fault.pods[fault.replicas :])
         started = [name for name in fault.pods[: fault.replicas] if name not in self.processes.running()]
-        for name in started:
-            self.processes.restart(name)
+        if started:
+            self.processes.restart(*started)
         said = f"scaled {fault.role} to {fault.replicas} of {len(fault.pods)} replicas"
         if fault.role == NATS_ROLE and started:
             said += f"; {self._nats_catch_up(started[-1])}"

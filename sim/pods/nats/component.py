@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim.model.parts import NatsServer as NatsPod
+from sim.model.values import NatsValues
 from sim.nats.config import ClusterBlock
 from sim.nats.server import PID_FILE, NatsServer, ServerError, nats_folder
 from sim.nats.stack import StackKeys, server_config
@@ -75,7 +76,14 @@ def _start(ctx: Context, keys: StackKeys) -> NatsServer:
     # the old one fail, and its own routes to them make the mesh whole again).
     for client, monitor, route in [pinned, (0, 0, 0)] if any(pinned) else [pinned]:
         config = server_config(
-            keys, str(folder / "js"), client, monitor, _cluster(ctx, route), ctx.name, str(folder / PID_FILE)
+            keys,
+            str(folder / "js"),
+            client,
+            monitor,
+            _cluster(ctx, route),
+            ctx.name,
+            str(folder / PID_FILE),
+            NatsValues.from_values(ctx.values).auth_timeout,
         )
         server = NatsServer(config, folder, log_path, own_group=False)
         try:
