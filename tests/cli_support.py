@@ -49,6 +49,7 @@ def ncpsim(
     with (
         _environment(variables),
         _folder(cwd or REPO),
+        _argv(argv),
         _stdin(stdin),
         _stack_not_kept(argv),
         contextlib.redirect_stdout(out),
@@ -110,6 +111,17 @@ def _folder(cwd: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(before)
+
+
+@contextlib.contextmanager
+def _argv(argv: tuple[str, ...]) -> Iterator[None]:
+    """sys.argv as the console script's process has it: the commands `up` and `status` print name the program
+    as it was run (scenarios.paste), here the console script beside this Python."""
+    before, sys.argv = sys.argv, [NCPSIM, *argv]
+    try:
+        yield
+    finally:
+        sys.argv = before
 
 
 @contextlib.contextmanager
