@@ -1,10 +1,13 @@
 """The command line in tests: `ncpsim ARGV` run in this process, or as a real process where a test needs one.
 
 In-process (`ncpsim`) is the default: the same Program, tasks and exit codes as the console script, without
-an interpreter start and the imports (most of a command's CPU, hundreds of times in a run). A real process
-(`ncpsim_process`) is for what only a process shows: `up`, whose stack outlives the command (its zygote and
-components must not be children of the test, nor its settled signals the test's), signals and Ctrl-C, a
-terminal, the console script from outside the repository, commands pasted into a shell.
+an interpreter start and the imports (most of a command's CPU, hundreds of times in a run). `up` runs here
+too: its launch's zygote is forked by the session's shared zygote (conftest.py), so neither that zygote nor
+the components it forks is a child of the test, and the signals `up` settles are put back when it returns
+(which also spares the launch's zygote its own imports: 1-2 CPU-seconds an `up`). A real process
+(`ncpsim_process`) is for what only a process shows: a restart or a redeploy (the new component is the
+command's child), signals and Ctrl-C, a terminal, the console script from outside the repository or as the
+commands `up` prints name it, commands pasted into a shell, an `up` with a zygote of its own.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ def ncpsim(
     with (
         _environment(variables),
         _folder(cwd or REPO),
+        _argv(argv),
         _stdin(stdin),
         _stack_not_kept(argv),
         contextlib.redirect_stdout(out),
@@ -110,6 +114,17 @@ def _folder(cwd: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _argv(argv: tuple[str, ...]) -> Iterator[None]:
+    """sys.argv as the console script's process has it: the commands `up` and `status` print name the program
+    as it was run (scenarios.paste), here the console script beside this Python."""
+    before, sys.argv = sys.argv, [NCPSIM, *argv]
+    try:
+        yield
+    finally:
+        sys.argv = before
+
+
+@contextlib.contextmanager
 def _stdin(data: str | bytes | BinaryIO | None) -> Iterator[None]:
     """Standard input as the command reads it (text, and `sys.stdin.buffer` for bytes): given text or bytes,
     or an open binary file (read as far as the command reads, as a shell's `<` would give it)."""
@@ -126,11 +141,11 @@ def _stdin(data: str | bytes | BinaryIO | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _stack_not_kept(argv: tuple[str, ...]) -> Iterator[None]:
-    """A command run here must leave no process of its own behind. An `up` that brings a stack up leaves its
-    zygote a child of the running process and settles its signals (SIGINT and SIGTERM ignored until it
-    exits); a restart or a redeploy leaves the new component a child: in the field that process exits, and
-    the components outlive it. Such a command runs with ncpsim_process. Refusals, and the commands that stop
-    what they start (replay, diagnose), run here cleanly. The signals are restored either way."""
+    """A command run here must leave no process of its own behind. A restart or a redeploy leaves the new
+    component a child (in the field that process exits, and the components outlive it), and so would an
+    `up` whose zygote is not the shared one's fork: such a command runs with ncpsim_process. An `up` settles
+    its signals (SIGINT and SIGTERM ignored until the process exits, so its report and its stack agree):
+    they are restored here either way."""
     dispositions = {sig: signal.getsignal(sig) for sig in interrupts.InterruptGuard.SIGNALS}
     before = {child.pid for child in _children()}
     try:

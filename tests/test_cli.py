@@ -1,5 +1,5 @@
-"""The command line as a user runs it: `ncpsim up scenario=...` (a process: the stack outlives it), then
-status, logs, certs and down (in-process, as tests/cli_support.py runs them)."""
+"""The command line as a user types it: `ncpsim up scenario=...`, status, logs, certs and down (in-process, as
+tests/cli_support.py runs them; `up` as a process of its own is test_teardown.py's and test_printed_commands.py's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from cli_support import ncpsim, ncpsim_process
+from cli_support import ncpsim
 
 
 def ports_listening(ports: list[int]) -> list[int]:
@@ -46,7 +46,7 @@ def test_up_literal_form_then_down_leaves_nothing(
 ) -> None:
     state = Path(invoke_env["NCPSIM_HOME"]) / "cli"
     try:
-        up = ncpsim_process("up", f"scenario={scenario}", "--stack", "cli", env=invoke_env)
+        up = ncpsim("up", f"scenario={scenario}", "--stack", "cli", env=invoke_env)
         assert up.returncode == 0, up.stdout + up.stderr
         assert f"PASS {scenario}" in up.stdout
         assert "dig @127.0.0.1" in up.stdout

@@ -1,9 +1,9 @@
 """The command line around a running stack (issue 29): values with origins, set --unset and --secret, a
 status that shows the state, logs -f and events, render -f, replay's one JSON document.
 
-One stack serves the module, brought up by `ncpsim` (a process) from a folder outside the repository with a
-customer's file and a `--set`; each test acts on it as a user would, in-process but for what needs a process
-of its own (a redeploy's new proxy outlives the command, `logs -f` ends on Ctrl-C, concurrent `set`s). The
+One stack serves the module, brought up by `ncpsim up` from a folder outside the repository with a customer's
+file and a `--set`; each test acts on it as a user would, in-process but for what needs a process of its own
+(a redeploy's new proxy outlives the command, `logs -f` ends on Ctrl-C, concurrent `set`s). The
 teardown stops it and fails if anything is left running.
 """
 
@@ -53,7 +53,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
     (root / "here" / "customer.yaml").write_text(CUSTOMER)
     run = Cli(root / "here", root / "home")
     try:
-        up = run.process("up", "-f", "customer.yaml", "--set", f"{CONNECT}=true")
+        up = run("up", "-f", "customer.yaml", "--set", f"{CONNECT}=true")
         assert up.returncode == 0, up.stdout + up.stderr
         yield run
     finally:
@@ -128,6 +128,7 @@ def test_a_rollout_without_its_secret_is_refused_and_set_secret_brings_it(cli: C
     )
 
 
+@pytest.mark.usefixtures("sigint_as_on_a_terminal")  # the Ctrl-C that ends the follower must reach it
 def test_logs_follow_prints_a_curl_made_after_it_started(cli: Cli) -> None:
     status = cli.json("status", "--json")
     assert isinstance(status, dict)

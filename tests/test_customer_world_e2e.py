@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trustme
 import yaml
-from cli_support import ncpsim, ncpsim_process
+from cli_support import ncpsim
 
 from clusters.local import LocalBackend
 from scenarios.engine import run_scenario
@@ -162,7 +162,8 @@ def base(name: str, steps: list[Data], **proxy: Any) -> Data:
         "name": name,
         "summary": name,
         "seed": 5,
-        "values": {"workerCallbackProxy": wcp},
+        # one NATS server, as the catalogue's scenarios not about the NATS cluster: three wait for a leader
+        "values": {"workerCallbackProxy": wcp, "nats": {"config": {"cluster": {"enabled": False}}}},
         "topology": {
             "invocationReplicas": 1,
             "grpcProxyReplicas": 0,
@@ -266,7 +267,7 @@ def test_invoke_up_serves_the_secret_the_user_brings(tmp_path: Path, invoke_env:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     state = Path(invoke_env["NCPSIM_HOME"]) / "cli-secret"
     try:
-        up = ncpsim_process(
+        up = ncpsim(
             "up",
             f"scenario={path}",
             "--secret",

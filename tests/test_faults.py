@@ -173,9 +173,11 @@ def test_lossy_transport_close_drops_what_is_still_on_the_link() -> None:
     assert inner.closed and inner.sent == []
 
 
-@pytest.fixture
-def stack(tmp_path) -> Iterator[LocalStack]:
-    stack = LocalStack("faults", root=tmp_path)
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """One stack for the module's fault tests: each puts back what it broke (restart, start, scale back,
+    renew, clear) and calls through it afterwards, so the next starts on a healthy stack."""
+    stack = LocalStack("faults", root=tmp_path_factory.mktemp("faults"))
     try:
         assert run_scenario(
             load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True
@@ -315,6 +317,7 @@ LINK_PROTOCOLS = {
     "values": {
         "workerCallbackProxy": {"enabled": True, "workerDomain": WD, "service": {"type": "LoadBalancer"}},
         "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
+        "nats": {"config": {"cluster": {"enabled": False}}},  # one server: not about the NATS cluster
     },
     "topology": {
         "invocationReplicas": 1,

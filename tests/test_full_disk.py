@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import ncpsim, ncpsim_process
+from cli_support import ncpsim
 from stack_records import stack_processes
 
 from clusters.state import MIN_FREE, require_room
@@ -67,9 +67,7 @@ def test_up_call_down_on_a_full_tmpfs(tiny_home: Path) -> None:
     home = tiny_home / "home"
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        """`up` as a process (the stack outlives it); the rest in-process, in the same folder."""
-        ran = ncpsim_process if args[0] == "up" else ncpsim
-        return ran(*args, home=home, cwd=tiny_home)
+        return ncpsim(*args, home=home, cwd=tiny_home)
 
     up = run("up")
     try:

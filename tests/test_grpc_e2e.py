@@ -150,6 +150,9 @@ def make_state(
     values = {
         "workerCallbackProxy": {"enabled": proxy, "workerDomain": DOMAIN},
         "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
+        # One NATS server, as the catalogue's scenarios that are not about the NATS cluster have: three wait
+        # for JetStream's first meta leader (half a second, or a split vote's 4-9 s election timeout).
+        "nats": {"config": {"cluster": {"enabled": False}}},
     }
     compute = (ComputeSpec(workers=workers),) if proxy else ()
     topology = build(

@@ -287,12 +287,15 @@ def test_commands_that_write_state_refuse_an_unusable_ncpsim_home(
 
 
 # Two writers at once (item 7's "netmap.tmp missing") ------------------------------------------------------------
+# Writes per writer. The negative control, three writers sharing one temporary name as save_links once did:
+# the first FileNotFoundError of a run came at write 0-45 (20 runs, load 3-4), so 500 leave a margin of ten.
+WRITES = 500
 WRITER = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from sim.runtime.links import LinkFault, save_links
-for n in range(2000):
+for n in range({writes}):
     save_links(Path(sys.argv[1]), [LinkFault("compute-1", "10.0.0.0/8", latency_ms=n)])
 """
 
@@ -305,7 +308,7 @@ def test_link_faults_written_at_once_by_two_commands_both_succeed(tmp_path: Path
     state.mkdir()
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER.format(repo=str(REPO)), str(state)],
+            [sys.executable, "-c", WRITER.format(repo=str(REPO), writes=WRITES), str(state)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

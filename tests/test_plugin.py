@@ -15,9 +15,13 @@ pytest_plugins = ["pytester"]
 AUTOLOADED = any(ep.value == "scenarios.pytest_plugin" for ep in entry_points(group="pytest11"))
 PLUGIN_ARGS = () if AUTOLOADED else ("-p", "scenarios.pytest_plugin")
 
+# The user's stacks run one NATS server, as the catalogue's scenarios not about the NATS cluster: the chart's
+# three wait for JetStream's first leader, and 4-9 s when the first vote splits (2 launches in 20).
 USER_TESTS = """
 import json
 from pathlib import Path
+
+ONE_NATS = {"nats": {"config": {"cluster": {"enabled": False}}}}
 
 def test_catalogue_stack(ncpsim_stack):
     stack = ncpsim_stack("http-callback")
@@ -33,7 +37,8 @@ def test_catalogue_stack(ncpsim_stack):
 
 def test_values_stack_then_failure(ncpsim_stack):
     # The stack's defaults neither enable the proxy nor expose it (seed step 1 does both).
-    stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True, "service": {"type": "LoadBalancer"}}},
+    stack = ncpsim_stack(values={"workerCallbackProxy": {"enabled": True, "service": {"type": "LoadBalancer"}},
+                                 **ONE_NATS},
                          topology={"grpcProxyReplicas": 0,
                                    "computeClusters": [{"workers": [{"trust": "system"}]}]})
     Path("state2.txt").write_text(str(stack.state_dir))
@@ -47,7 +52,7 @@ def test_replay_fixture(ncpsim_replay):
     assert ncpsim_replay("split-plane-url-set").ok
 
 def test_module_stack_with_a_partial_topology(ncpsim_stack_module):
-    stack = ncpsim_stack_module(topology={"invocationReplicas": 1})  # workers and the rest: the defaults
+    stack = ncpsim_stack_module(values=ONE_NATS, topology={"invocationReplicas": 1})  # the rest: the defaults
     Path("state3.txt").write_text(str(stack.state_dir))
     assert [p["name"] for p in stack.status["pods"]] == ["invocation-service-0"]
     assert stack.fault({"kill": "invocation-service-0"}).ok
@@ -62,7 +67,7 @@ def test_a_failed_replay_shows_its_failures(ncpsim_replay):
 MUST_FAIL = '''
 name: must-fail
 summary: a scenario whose expectation cannot hold
-values: {workerCallbackProxy: {enabled: true}}
+values: {workerCallbackProxy: {enabled: true}, nats: {config: {cluster: {enabled: false}}}}
 topology: {invocationReplicas: 1, grpcProxyReplicas: 0, computeClusters: [{workers: [{count: 1}]}]}
 steps:
   - name: a direct call that goes through the proxy

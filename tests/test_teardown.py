@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
+from cli_support import ncpsim
 
 from clusters.local import LocalBackend, LocalStack, interrupts, zygote
 from clusters.local.interrupts import InterruptGuard
@@ -140,33 +141,14 @@ def invoke_up(root: Path, name: str) -> subprocess.Popen:
 
 
 def invoke_down(root: Path, name: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "down", "--stack", name],
-        check=False,
-        cwd=REPO,
-        env=cli_env(root),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    """`ncpsim down` in this process (tests/cli_support.py): the same command, without an interpreter start. It
+    starts nothing and waits on no child of its own: the components it stops are no children of the test."""
+    return ncpsim("down", "--stack", name, home=root)
 
 
 def invoke_downs(root: Path, names: list[str]) -> dict[str, tuple[int, str]]:
-    """`ncpsim down` for several stacks at once (each is an interpreter start: run them side by side)."""
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "invoke", "down", "--stack", name],
-            cwd=REPO,
-            env=cli_env(root),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for name in names
-    }
-    return {
-        name: (proc.wait(timeout=30), proc.communicate()[0].decode(errors="replace"))
-        for name, proc in procs.items()
-    }
+    """`ncpsim down` for several stacks, one after the other."""
+    return {name: ((done := invoke_down(root, name)).returncode, done.stdout + done.stderr) for name in names}
 
 
 def force_clean(root: Path) -> None:
@@ -440,15 +422,7 @@ def test_two_stacks_side_by_side_do_not_collide(root: Path) -> None:
         assert running["side-a"].keys() == running["side-b"].keys() and running["side-a"]
         assert not set(running["side-a"].values()) & set(running["side-b"].values())
         # A second `up` under a running name is refused (exit 2), and touches neither stack.
-        again = subprocess.run(
-            [sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack", "side-a"],
-            check=False,
-            cwd=REPO,
-            env=cli_env(root),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        again = ncpsim("up", "scenario=http-callback", "--stack", "side-a", home=root)
         assert again.returncode == 2 and "already running" in again.stderr
         # Down one: the other keeps every process and still answers.
         assert invoke_down(root, "side-a").returncode == 0
@@ -467,63 +441,12 @@ def test_two_stacks_side_by_side_do_not_collide(root: Path) -> None:
 
 
 # Interrupts during the replay, after every component is up ------------------------------------------
-REPLAY_SCRIPT = """
-import sys
-from pathlib import Path
-
-from clusters.local import LocalBackend
-from scenarios.engine import run_scenario
-from scenarios.load import load_scenario
-
-backend, name = LocalBackend(Path(sys.argv[1])), sys.argv[2]
-launch = backend.up
-
-
-def announced_up(*args, **kwargs):
-    stack = launch(*args, **kwargs)
-    print("up", flush=True)  # the replay starts now: the test's cue
-    return stack
-
-
-backend.up = announced_up
-try:
-    with backend.interruptible(name):
-        run_scenario(load_scenario("http-callback"), backend, name, keep=True)
-except KeyboardInterrupt:
-    sys.exit(130)
-"""
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_stop_on_interrupt_covers_the_replay(root: Path, sig: signal.Signals) -> None:
-    """The local backend's interruptible() around run_scenario (what `ncpsim up` should do): a signal after
-    every component is ready, mid-replay, still stops them all."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", REPLAY_SCRIPT, str(root), "replay-int"],
-        cwd=REPO,
-        env=cli_env(root),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == b"up\n"  # readiness from the process itself, not a sleep
-        assert LocalStack("replay-int", root=root).launcher.running()
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=EXIT_TIMEOUT)
-        assert proc.returncode == 130, out.decode(errors="replace")[-1500:]
-        assert leftovers(root, "replay-int") == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(
     root: Path, sig: signal.Signals
 ) -> None:
+    """`ncpsim up` wraps its start and replay in the backend's interruptible(): a signal after every component
+    is ready, mid-replay, still stops them all, and the command says it was interrupted (130)."""
     proc = invoke_up(root, "replay-cli")
     try:
         deadline = time.monotonic() + 30
@@ -531,10 +454,12 @@ def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(
         while not (root / "replay-cli" / "status.json").exists() and proc.poll() is None:
             assert time.monotonic() < deadline, "`ncpsim up` never finished launching"
             time.sleep(0.005)
+        assert LocalStack("replay-cli", root=root).launcher.running()
         assert proc.poll() is None, "the replay ended before the signal"
         proc.send_signal(sig)
-        proc.communicate(timeout=EXIT_TIMEOUT)
+        out, _ = proc.communicate(timeout=EXIT_TIMEOUT)
         assert proc.returncode != 0, "the report was out before the signal: this run tested nothing"
+        assert proc.returncode == 130, out.decode(errors="replace")[-1500:]
         assert leftovers(root, "replay-cli") == []
     finally:
         if proc.poll() is None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import REPO, ncpsim, ncpsim_process
+from cli_support import REPO, ncpsim
 from timeouts import CALL, COMMAND, RECORD
 
 INVOKE = str(Path(sys.executable).parent / "invoke")
@@ -35,20 +35,26 @@ ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def run_invoke(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """The tasks around the watch, in-process; the watch itself and `up` are processes."""
+    """The tasks around the watch, `up` included, in-process; the watch itself is a process."""
     return ncpsim(*args, env=env)
 
 
-@pytest.fixture
-def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home"), "TERM": "xterm-256color"}
+@pytest.fixture(scope="module")
+def stack_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """One stack for the module: the watches only read it, but the last test's, which ends with it going down."""
+    env = {
+        **os.environ,
+        "NCPSIM_HOME": str(tmp_path_factory.mktemp("watch") / "home"),
+        "TERM": "xterm-256color",
+    }
     env.pop("NO_COLOR", None)
-    up = ncpsim_process("up", "--stack", STACK, env=env)
+    # one NATS server, as the catalogue's scenarios not about the NATS cluster: three wait for a leader
+    up = run_invoke("up", "--stack", STACK, "--set", "nats.config.cluster.enabled=false", env=env)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         yield env
     finally:
-        down = run_invoke("down", "--stack", STACK, env=env)
+        down = run_invoke("down", "--stack", STACK, env=env)  # already down after the last test: said so
         assert down.returncode == 0, down.stderr
 
 
@@ -155,6 +161,60 @@ def test_watch_on_a_terminal_shows_rows_and_stops_on_ctrl_c(
         os.close(terminal.fd)
 
 
+def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
+    stack_env: dict[str, str], started: list[int]
+) -> None:
+    """Every request the proxy sees is a row, not only worker callbacks; --grep keeps what mentions it."""
+    read_end, write_end = os.pipe()
+    watch = subprocess.Popen(
+        [INVOKE, "watch", "--stack", STACK, "--json", "--grep", "curl-in-watch"],
+        cwd=REPO,
+        env=stack_env,
+        stdout=write_end,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    os.close(write_end)
+    started.append(watch.pid)
+    out = Output(read_end)
+    try:
+        status = json.loads(run_invoke("status", "--json", "--stack", STACK, env=stack_env).stdout)
+        http, pod = status["proxy"]["http"], status["pods"][0]["target"]
+        front = f"{http['name']}:{http['port']}"
+        request_ids(stack_env, "http-echo", 1)  # a callback: not shown, it does not mention the text
+        deadline = time.monotonic() + ROW_TIMEOUT
+        # The watch shows what happens from its start on (its imports take a second): curl until a row comes,
+        # each curl's row SETTLE_SECONDS after the watch read it (it waits for a callback to claim the line).
+        while not out.text and time.monotonic() < deadline:
+            subprocess.run(
+                [
+                    "curl",
+                    "-s",
+                    "--proxy",
+                    f"https://{front}",
+                    "--proxy-cacert",
+                    status["ca"]["stack"],
+                    "--resolve",
+                    f"{front}:127.0.0.1",
+                    "-A",
+                    "curl-in-watch\x1b[31m",
+                    f"{pod}/v2/nvcf/worker/request-attach",
+                ],
+                capture_output=True,
+                timeout=COMMAND,
+                check=False,
+            )
+            out.read_until(lambda text: b"\n" in text, 0.5)
+        rows = [json.loads(line) for line in out.text.decode().splitlines()]
+        assert rows and {r["kind"] for r in rows} == {"request"}, out.text
+        assert rows[0]["ua"].startswith("curl-in-watch") and rows[0]["status"] == "401"
+        assert b"\x1b" not in out.text  # what the client sent is escaped, never a terminal control
+    finally:
+        watch.send_signal(signal.SIGINT)  # Ctrl-C: the stack stays up for the next test
+        assert watch.wait(EXIT_TIMEOUT) == 0
+        os.close(read_end)
+
+
 def test_watch_into_a_pipe_prints_plain_lines_and_ends_with_the_stack(
     stack_env: dict[str, str], started: list[int]
 ) -> None:
@@ -186,56 +246,4 @@ def test_watch_into_a_pipe_prints_plain_lines_and_ends_with_the_stack(
         assert watch.wait(EXIT_TIMEOUT) == 0
         assert out.text.decode().rstrip().endswith("the stack is down")
     finally:
-        os.close(read_end)
-
-
-def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
-    stack_env: dict[str, str], started: list[int]
-) -> None:
-    """Every request the proxy sees is a row, not only worker callbacks; --grep keeps what mentions it."""
-    read_end, write_end = os.pipe()
-    watch = subprocess.Popen(
-        [INVOKE, "watch", "--stack", STACK, "--json", "--grep", "curl-in-watch"],
-        cwd=REPO,
-        env=stack_env,
-        stdout=write_end,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    os.close(write_end)
-    started.append(watch.pid)
-    out = Output(read_end)
-    try:
-        status = json.loads(run_invoke("status", "--json", "--stack", STACK, env=stack_env).stdout)
-        http, pod = status["proxy"]["http"], status["pods"][0]["target"]
-        front = f"{http['name']}:{http['port']}"
-        request_ids(stack_env, "http-echo", 1)  # a callback: not shown, it does not mention the text
-        deadline = time.monotonic() + ROW_TIMEOUT
-        while not out.text and time.monotonic() < deadline:  # the watch reads from its start: curl until seen
-            subprocess.run(
-                [
-                    "curl",
-                    "-s",
-                    "--proxy",
-                    f"https://{front}",
-                    "--proxy-cacert",
-                    status["ca"]["stack"],
-                    "--resolve",
-                    f"{front}:127.0.0.1",
-                    "-A",
-                    "curl-in-watch\x1b[31m",
-                    f"{pod}/v2/nvcf/worker/request-attach",
-                ],
-                capture_output=True,
-                timeout=COMMAND,
-                check=False,
-            )
-            out.read_until(lambda text: b"\n" in text, 2.5)
-        rows = [json.loads(line) for line in out.text.decode().splitlines()]
-        assert rows and {r["kind"] for r in rows} == {"request"}, out.text
-        assert rows[0]["ua"].startswith("curl-in-watch") and rows[0]["status"] == "401"
-        assert b"\x1b" not in out.text  # what the client sent is escaped, never a terminal control
-    finally:
-        assert run_invoke("down", "--stack", STACK, env=stack_env).returncode == 0
-        assert watch.wait(EXIT_TIMEOUT) == 0
         os.close(read_end)
