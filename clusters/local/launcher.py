@@ -6,12 +6,15 @@ reports its bindings on a ready pipe; the launcher writes them into the network 
 worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
 before their owner runs (the NATS servers' route ports) get their real ports before anything starts. Nothing here sleeps to wait for a
 component: readiness is the line on its pipe, or EOF if it died first. A restart after the launch (a
-fault, a redeploy) starts its component afresh.
+fault, a redeploy) forks its component afresh from a zygote of its own (the shared one's fork, in a run
+that has one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import os
 import re
@@ -20,9 +23,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +114,7 @@ class Launcher:
         self.state_dir = state_dir
         self.pids_dir = state_dir / "pids"
         self.logs_dir = state_dir / "logs"
-        self.children: dict[str, subprocess.Popen | Forked] = {}
+        self.children: dict[str, Forked] = {}
         self.guard = InterruptGuard()
         self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
 
@@ -201,20 +204,12 @@ class Launcher:
             write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
         return read_fd
 
-    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> subprocess.Popen | Forked:
-        """`python -m sim.runtime.run ARGS` in a session of its own: forked by the launch's zygote, or, for
-        a restart after the launch, started afresh."""
-        if self.zygote is not None:
-            return self.zygote.fork(args, ready_fd, log_fd)
-        return subprocess.Popen(
-            [sys.executable, "-m", "sim.runtime.run", *args, "--ready-fd", str(ready_fd)],
-            pass_fds=(ready_fd,),
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=self.state_dir,
-        )
+    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> Forked:
+        """`python -m sim.runtime.run ARGS` in a session of its own, forked by the zygote of the launch or
+        of the restart (`_forking`)."""
+        if self.zygote is None:
+            raise BackendError("no zygote to fork a component: start it in a launch or a restart")
+        return self.zygote.fork(args, ready_fd, log_fd)
 
     def _await_ready(
         self,
@@ -261,6 +256,29 @@ class Launcher:
 
     # Restart one component (faults, redeploys) ----------------------------------------------
     def restart(self, topology: Topology, spec: ProcessSpec) -> None:
+        with self._forking(topology, [spec.kind]):
+            self._replace(topology, spec)
+
+    def redeploy(self, topology: Topology, what: str) -> None:
+        """Replace processes as a rollout would, one after the other: new pods read the current
+        topology.json (and values)."""
+        specs = redeploy_specs(topology, what)
+        with self._forking(topology, [spec.kind for spec in specs]):
+            for spec in specs:
+                self._replace(topology, spec)
+
+    @contextlib.contextmanager
+    def _forking(self, topology: Topology, kinds: list[str]) -> Iterator[None]:
+        """A zygote for a restart, as for a launch: forked from the shared one where a run has it (a
+        fork, where a fresh interpreter that imports the runner costs 1-2 s), else started afresh."""
+        with self.guard.held():
+            self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
+        try:
+            yield
+        finally:
+            self._close_zygote()
+
+    def _replace(self, topology: Topology, spec: ProcessSpec) -> None:
         self.stop_one(spec.name)
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
         bindings = self._await_ready({spec.name: self._spawn(spec)}, timeout=ready_timeout(topology))[
@@ -268,11 +286,6 @@ class Launcher:
         ]
         netmap.bindings.update(bindings)
         netmap.save(self.state_dir / "netmap.json")
-
-    def redeploy(self, topology: Topology, what: str) -> None:
-        """Replace processes as a rollout would: new pods read the current topology.json (and values)."""
-        for spec in redeploy_specs(topology, what):
-            self.restart(topology, spec)
 
     # Stop ------------------------------------------------------------------------------------
     def running(self) -> dict[str, int]:
@@ -306,8 +319,8 @@ class Launcher:
         pidfile = self.pids_dir / f"{name}.pid"
         proc = self.children.get(name)
         if proc is not None:
-            # Our own child: the Popen is proof enough (its pid cannot be reused before we reap it). A
-            # child caught mid-exec shows an empty /proc cmdline, which _is_ours takes for a zombie.
+            # One this launcher forked: its handle (pid and start time) is proof enough. A component
+            # just forked may not show its command line yet, which _is_ours would need.
             if proc.poll() is None:
                 _terminate(proc.pid, proc)
             else:
@@ -357,12 +370,15 @@ class Launcher:
         return left
 
     def stop_all(self) -> list[str]:
-        """Stop every recorded process (and any child started by this launcher), newest phase first, then
-        any process of this stack that no record names."""
+        """Stop every recorded process (and any child started by this launcher) stage by stage, workers
+        first (_stop_order), then any process of this stack that no record names. A stage's components stop
+        together: each may take its grace period (a NATS server waits for the auth callout's answers
+        still due, up to its authorization timeout), and one after the other they added up."""
         self._close_zygote(kill=True)  # first: it forks nothing more
         names = sorted(set(self.running()) | set(self.children), key=_stop_order)
-        for name in names:
-            self.stop_one(name, graceful=False)
+        for _, stage in itertools.groupby(names, key=_stop_order):
+            with ThreadPoolExecutor(thread_name_prefix="stop") as pool:
+                list(pool.map(functools.partial(self.stop_one, graceful=False), stage))
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
             pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
         return names + _stop_strays(self.state_dir)
@@ -451,7 +467,7 @@ def _stop_strays(state_dir: Path) -> list[str]:
     return stopped
 
 
-def _terminate(pid: int, proc: subprocess.Popen | Forked | None, group: bool = True) -> None:
+def _terminate(pid: int, proc: Forked | None, group: bool = True) -> None:
     """SIGTERM the process group (with `group`, else the one process), then SIGKILL past the grace period."""
     send = os.killpg if group else os.kill
     for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
@@ -463,7 +479,7 @@ def _terminate(pid: int, proc: subprocess.Popen | Forked | None, group: bool = T
             return
 
 
-def _wait_gone(pid: int, proc: subprocess.Popen | Forked | None, timeout: float) -> bool:
+def _wait_gone(pid: int, proc: Forked | None, timeout: float) -> bool:
     if proc is None:
         return wait_exited(pid, timeout)
     try:
