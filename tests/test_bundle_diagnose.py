@@ -381,7 +381,8 @@ def test_replay_takes_a_secret_folder(tmp_path: Path) -> None:
                     "workerCallbackProxy": {
                         **PROXY,
                         "tls": {"frontend": {"existingSecret": "worker-public-tls"}},
-                    }
+                    },
+                    **ONE_NATS,
                 },
                 "topology": {
                     "grpcProxyReplicas": 0,
