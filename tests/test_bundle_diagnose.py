@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,21 +26,25 @@ from bundle_support import (
     rewrite_override,
     template_server,
 )
+from cases_support import Cases, asked, cases
 from cli_support import ncpsim, ncpsim_process
+from test_diagnose import ONE_NATS
 from timeouts import scaled
 
 from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.records import replayed_dns
-from scenarios.bundle.world import read_world
+from scenarios.bundle.world import BundleWorld, read_world
 from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import BLOCKING, CAUSES
 from scenarios.diagnose.customer import customer_values
 from scenarios.diagnose.diagnosis import Diagnosis, diagnose
 from scenarios.diagnose.facts import Customer, judge_facts, names_in_symptom
+from scenarios.diagnose.judge import Finding
 from scenarios.load import load_scenario
 from scenarios.replay import replay_one
 from scenarios.report import render_text
-from sim.model.assumptions import DNS
+from scenarios.result import ScenarioResult
+from sim.model.assumptions import DNS, Assumption
 from sim.model.values import DEFAULT_WEBHOOK_URL
 
 HEALTHY_BUDGET = scaled(15.0)  # seconds: issue 27's bound for a healthy bundle (idle; stretched by the load)
@@ -47,9 +52,11 @@ NOW = datetime.now(UTC)  # the fake clusters mint their certificates against the
 
 
 def install(kind: str) -> Install:
-    """A customer's install, healthy but for `kind`."""
+    """A customer's install, healthy but for `kind`. A broken one runs one NATS server (none of these
+    kinds is about NATS: test_diagnose.ONE_NATS says why); the healthy one, the chart's three."""
     frontend = Frontend(names=("*.example.com",)) if kind == "names" else Frontend(expired=kind == "expired")
-    found = Install(healthy(frontend), frontend=frontend, pod_pem=frontend.ca_pem)
+    more: dict[str, Any] = {} if kind == "healthy" else ONE_NATS
+    found = Install(healthy(frontend, **more), frontend=frontend, pod_pem=frontend.ca_pem)
     if kind == "wrong-domain":
         found.custom_dns = template_server("callback.example.com")  # one letter off
     elif kind == "pending":
@@ -62,6 +69,10 @@ def install(kind: str) -> Install:
         found.custom_dns = {
             "h.override": f"hosts {{\n  {LB_ADDRESS} invocation.{DOMAIN}\n  fallthrough\n}}\n"
         }
+    elif kind == "service-name":
+        found.custom_dns = rewrite_override()  # the make target's default, before #3257
+    elif kind == "forwarded":
+        found.custom_dns = {"f.server": f"{DOMAIN}:53 {{\n  forward . 10.0.0.53\n}}\n"}
     elif kind == "old-callout":
         found.callout_log = (
             "[pod/nats-auth-callout-service-0/callout] 2025-05-31T10:00:00Z INFO Authentication failed "
@@ -70,14 +81,26 @@ def install(kind: str) -> Install:
     return found
 
 
-def facts(tmp_path: Path, kind: str) -> tuple[list[str], list, list[str]]:
-    archive, _ = collect(tmp_path, install(kind))
+@pytest.fixture(scope="module")
+def bundle(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cases[str, Path]]:
+    """Each kind of install collected once (collect.sh and its fakes: about a second), its bundle shared by
+    the tests that read it (none writes into it); the kinds this run's tests ask for, two at a time."""
+
+    def collected(kind: str) -> Path:
+        return collect(tmp_path_factory.mktemp(f"bundle-{kind}"), install(kind))[0]
+
+    with cases(collected, [str(k) for k in asked(request, "kind")], "collect") as held:
+        yield held
+
+
+def judged(archive: Path) -> tuple[list[Finding], list[str], list[Assumption], BundleWorld]:
+    """What the bundle's files show, before any probe: (findings, notes, assumptions, its world)."""
     world = read_world(read_bundle(archive))
     layered = customer_values([], [], world)
     customer = Customer(layered.values, layered.locations(), NOW, world.certificates, world)
-    found, notes, _ = judge_facts(customer)
-    ranked = Diagnosis(found).ranked()
-    return [f.cause.id for f in ranked], ranked, notes
+    return (*judge_facts(customer), world)
 
 
 FACT_ROWS = [
@@ -94,47 +117,30 @@ FACT_ROWS = [
 
 @pytest.mark.parametrize(("kind", "causes", "cited"), FACT_ROWS, ids=[r[0] for r in FACT_ROWS])
 def test_the_bundle_shows_each_cause_citing_its_file(
-    tmp_path: Path, kind: str, causes: list, cited: str
+    bundle: Cases[str, Path], kind: str, causes: list, cited: str
 ) -> None:
-    ids, ranked, _ = facts(tmp_path, kind)
-    assert ids == causes
+    ranked = Diagnosis(judged(bundle(kind))[0]).ranked()
+    assert [f.cause.id for f in ranked] == causes
     if cited:
         assert any(cited in e for e in ranked[0].evidence), ranked[0].evidence
 
 
-def test_a_rewrite_to_a_service_the_compute_cluster_lacks(tmp_path: Path) -> None:
-    broken = install("healthy")
-    broken.custom_dns = rewrite_override()  # the make target's default, before #3257
-    archive, _ = collect(tmp_path, broken)
-    world = read_world(read_bundle(archive))
-    layered = customer_values([], [], world)
-    found, _, _ = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
+def test_a_rewrite_to_a_service_the_compute_cluster_lacks(bundle: Cases[str, Path]) -> None:
+    found, _, _, _ = judged(bundle("service-name"))
     assert [f.cause.id for f in found] == ["rewrite-target-unresolved"]
     assert "worker-callback-proxy.nvcf.svc.cluster.local" in found[0].evidence[0]
 
 
-def test_a_forwarded_domain_is_an_assumption_not_a_guess(tmp_path: Path) -> None:
-    forwarded = install("healthy")
-    forwarded.custom_dns = {"f.server": f"{DOMAIN}:53 {{\n  forward . 10.0.0.53\n}}\n"}
-    archive, _ = collect(tmp_path, forwarded)
-    world = read_world(read_bundle(archive))
-    layered = customer_values([], [], world)
-    found, _, _ = judge_facts(Customer(layered.values, layered.locations(), NOW, world.certificates, world))
+def test_a_forwarded_domain_is_an_assumption_not_a_guess(bundle: Cases[str, Path]) -> None:
+    found, _, _, world = judged(bundle("forwarded"))
     assert found == []
     (said,) = replayed_dns(world.compute[0], DOMAIN, world.service).assumed
     assert said.kind == DNS and f"forwards *.{DOMAIN} to 10.0.0.53" in said.what and "nslookup" in said.bring
 
 
-def test_an_exact_record_alone_is_a_finding_for_grpc(tmp_path: Path) -> None:
+def test_an_exact_record_alone_is_a_finding_for_grpc(bundle: Cases[str, Path]) -> None:
     """The customer's hosts entry for invocation.<workerDomain> only: HTTP resolves, gRPC's names do not."""
-    exact = install("healthy")
-    exact.custom_dns = {"h.override": f"hosts {{\n  {LB_ADDRESS} invocation.{DOMAIN}\n  fallthrough\n}}\n"}
-    archive, _ = collect(tmp_path, exact)
-    world = read_world(read_bundle(archive))
-    layered = customer_values([], [], world)
-    found, _, assumed = judge_facts(
-        Customer(layered.values, layered.locations(), NOW, world.certificates, world)
-    )
+    found, _, assumed, _ = judged(bundle("exact-record"))
     assert [f.cause.id for f in found] == ["rewrite-missing"] and assumed == []
     assert (
         f"only invocation.{DOMAIN} has a rule" in found[0].evidence[0]
@@ -249,25 +255,41 @@ AS_FOUND = {  # the compute cluster's DNS in the ticket, exactly as its Corefile
 
 
 @pytest.fixture(scope="module")
-def diagnosed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Diagnosis, Path]]:
-    """One in-process `diagnose --bundle` per broken install, shared by the tests that read it."""
-    done: dict[str, tuple[Diagnosis, Path]] = {}
+def diagnosed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, bundle: Cases[str, Path]
+) -> Iterator[Cases[str, tuple[Diagnosis, Path]]]:
+    """One in-process `diagnose --bundle` per broken install, shared by the tests that read it; two at a
+    time (cases_support)."""
 
     def run(kind: str) -> tuple[Diagnosis, Path]:
-        if kind not in done:
-            folder = tmp_path_factory.mktemp(kind)
-            broken = install(kind)
-            if kind == "service-name":
-                broken.custom_dns = rewrite_override()
-            archive, _ = collect(folder, broken)
-            done[kind] = (diagnose([], bundle=archive, root=folder / "state"), folder)
-        return done[kind]
+        folder = tmp_path_factory.mktemp(kind)
+        return diagnose([], bundle=bundle(kind), root=folder / "state"), folder
 
-    return run
+    with cases(run, [str(k) for k in asked(request, "kind")], "diagnosis") as held:
+        yield held
+
+
+@pytest.fixture(scope="module")
+def replayed(
+    request: pytest.FixtureRequest, diagnosed: Cases[str, tuple[Diagnosis, Path]]
+) -> Iterator[Cases[str, tuple[Path, ScenarioResult]]]:
+    """Each broken install's ticket, written (`--ticket-id SUP-42`) and replayed: (the ticket, its replay)."""
+
+    def run(kind: str) -> tuple[Path, ScenarioResult]:
+        found, folder = diagnosed(kind)
+        path = folder / "tickets" / "sup-42.yaml"
+        path.parent.mkdir()
+        write_ticket(found, path, "SUP-42")
+        return path, replay_one(load_scenario(str(path)), root=folder / "replay")
+
+    with cases(run, [str(k) for k in asked(request, "kind")], "replay") as held:
+        yield held
 
 
 @pytest.mark.parametrize(("kind", "cause", "cited"), BUNDLE_CAUSES, ids=[r[0] for r in BUNDLE_CAUSES])
-def test_diagnose_bundle_names_the_cause_first(diagnosed, kind: str, cause: str, cited: str) -> None:
+def test_diagnose_bundle_names_the_cause_first(
+    diagnosed: Cases[str, tuple[Diagnosis, Path]], kind: str, cause: str, cited: str
+) -> None:
     found, _ = diagnosed(kind)
     first = found.ranked()[0]
     assert first.cause.id == cause, [f.cause.id for f in found.ranked()]
@@ -276,12 +298,10 @@ def test_diagnose_bundle_names_the_cause_first(diagnosed, kind: str, cause: str,
 
 
 @pytest.mark.parametrize(("kind", "cause", "cited"), BUNDLE_CAUSES, ids=[r[0] for r in BUNDLE_CAUSES])
-def test_a_bundles_ticket_replays_as_seen_then_fixed(diagnosed, kind: str, cause: str, cited: str) -> None:
-    found, folder = diagnosed(kind)
-    path = folder / "tickets" / "sup-42.yaml"
-    path.parent.mkdir()
-    write_ticket(found, path, "SUP-42")
-    result = replay_one(load_scenario(str(path)), root=folder / "replay")
+def test_a_bundles_ticket_replays_as_seen_then_fixed(
+    replayed: Cases[str, tuple[Path, ScenarioResult]], kind: str, cause: str, cited: str
+) -> None:
+    path, result = replayed(kind)
     assert result.ok, render_text(result)
     failing = [s for s in result.steps if s.step.expect and s.step.expect.outcome == "failure"]
     assert failing and not any(t.outcome == "success" for t in failing[0].traces)
@@ -295,10 +315,9 @@ def test_a_bundles_ticket_replays_as_seen_then_fixed(diagnosed, kind: str, cause
         assert all(t.dns and t.dns.get("rcode") == "NXDOMAIN" for t in result.steps[1].traces)
 
 
-def test_a_healthy_bundle_exits_0_within_its_budget(tmp_path: Path) -> None:
+def test_a_healthy_bundle_exits_0_within_its_budget(tmp_path: Path, bundle: Cases[str, Path]) -> None:
     """The negative control of the three above: the same install with nothing broken."""
-    archive, _ = collect(tmp_path, install("healthy"))
-    done, seconds = run_cli(tmp_path, "--bundle", str(archive))
+    done, seconds = run_cli(tmp_path, "--bundle", str(bundle("healthy")))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no findings" in done.stdout
     assert seconds <= HEALTHY_BUDGET, seconds
@@ -327,20 +346,20 @@ def test_a_healthy_token_mode_file_whose_api_runs_elsewhere_gives_no_finding(tmp
 
 
 # -- up --bundle, replay --bundle, replay --secret -------------------------------------------------------
-def test_replay_bundle_replays_the_customers_world(tmp_path: Path) -> None:
+def test_replay_bundle_replays_the_customers_world(tmp_path: Path, bundle: Cases[str, Path]) -> None:
     """The install with its frontend one label too high fails as the customer's does (a healthy bundle's
     world passing is test_up_bundle_brings_the_customers_world_up's)."""
-    bad, _ = collect(tmp_path, install("names"), name="bad")
-    done = run(tmp_path, "replay", "--bundle", str(bad))
+    done = run(tmp_path, "replay", "--bundle", str(bundle("names")))
     assert done.returncode == 1 and "0/1 scenarios passed" in done.stdout, done.stdout + done.stderr
     assert "stand-in" in done.stderr  # said, not silent: the certificate served is not theirs
 
 
-def test_up_bundle_brings_the_customers_world_up(tmp_path: Path) -> None:
+def test_up_bundle_brings_the_customers_world_up(tmp_path: Path, bundle: Cases[str, Path]) -> None:
     """A healthy bundle's world comes up and its callbacks arrive (exit 0)."""
-    archive, _ = collect(tmp_path, install("healthy"))
     try:
-        done = ncpsim_process("up", "--bundle", str(archive), "--stack", "bundled", home=tmp_path / "home")
+        done = ncpsim_process(
+            "up", "--bundle", str(bundle("healthy")), "--stack", "bundled", home=tmp_path / "home"
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"invocation.{DOMAIN}" in done.stdout  # the customer's workerDomain, as their values say
     finally:
@@ -362,7 +381,8 @@ def test_replay_takes_a_secret_folder(tmp_path: Path) -> None:
                     "workerCallbackProxy": {
                         **PROXY,
                         "tls": {"frontend": {"existingSecret": "worker-public-tls"}},
-                    }
+                    },
+                    **ONE_NATS,
                 },
                 "topology": {
                     "grpcProxyReplicas": 0,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cases_support import Cases, asked, cases
 from cli_support import ncpsim
 
 from scenarios.diagnose.assemble import write_ticket
@@ -20,11 +22,12 @@ from scenarios.diagnose.judge import Finding, Observation, World, cause_of, judg
 from scenarios.diagnose.profiles import default_profiles, parse_workers
 from scenarios.diagnose.refusal import RenderFix, render_fix
 from scenarios.diagnose.symptoms import SYMPTOMS, rank
-from scenarios.diagnose.ticket import NO_FIX, STEP_NAME, Ticket, scenario
+from scenarios.diagnose.ticket import FIXES, NO_FIX, STEP_NAME, Ticket, scenario
 from scenarios.expect import check_refused
 from scenarios.load import load_scenario, scenario_from_data
 from scenarios.replay import replay_one
 from scenarios.report import render_text
+from scenarios.result import ScenarioResult
 from scenarios.spec import step_from
 from sim.errors import ConfigError, ScenarioError
 from sim.model.values import deep_merge
@@ -34,6 +37,11 @@ PROXY = {"enabled": True, "workerDomain": "grpc-worker.example.com", "service": 
 PEM = {"global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}}}
 
 UNKNOWN_CA = "x509: certificate signed by unknown authority"
+# One NATS server, as the catalogue's tickets run where they are not about the NATS cluster (no test here
+# is): three elect a JetStream meta leader before the first callback, 0.7 s a stack, and 4-9 s when a vote
+# splits (about one start in twenty). The chart's three run in test_bundle_diagnose's command-line tests
+# (the healthy bundle's budget, token mode) and the interrupted diagnoses.
+ONE_NATS = {"nats": {"config": {"cluster": {"enabled": False}}}}
 OUTSIDE_API = "http://api.example.com:8080/v2/nvcf/webhook/nats-auth"
 
 
@@ -483,7 +491,8 @@ def values_file(tmp_path: Path, values: dict) -> str:
 
 
 def test_healthy_values_give_no_findings_and_exit_0(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "-f", values_file(tmp_path, {"workerCallbackProxy": PROXY, **PEM}), "--json")
+    values = {"workerCallbackProxy": PROXY, **PEM, **ONE_NATS}
+    done = run_cli(tmp_path, "-f", values_file(tmp_path, values), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["findings"] == []
     # stderr is a pipe here: no progress line (on a terminal there is one: test_diagnose_interrupt.py)
@@ -495,7 +504,10 @@ def test_missing_pem_is_named_first_and_its_ticket_replays(tmp_path: Path) -> No
     through the command line: the finding, then `--write-ticket --ticket-id` and `replay scenario=FILE`.
     A Service annotation whose key holds dots and a slash must reach the ticket whole."""
     internal = {"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}
-    values = {"workerCallbackProxy": {**PROXY, "service": {"type": "LoadBalancer", "annotations": internal}}}
+    values = {
+        "workerCallbackProxy": {**PROXY, "service": {"type": "LoadBalancer", "annotations": internal}},
+        **ONE_NATS,
+    }
     ticket = tmp_path / "tickets" / "sup-1234.yaml"
     ticket.parent.mkdir()
     done = run_cli(
@@ -565,7 +577,7 @@ def corporate_secret(tmp_path: Path, expired: bool = False) -> tuple[str, str]:
     return f"worker-public-tls={folder}", ca.cert_pem.bytes().decode()
 
 
-CAUSE_ROWS = [
+CAUSE_ROWS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("worker-ca-missing", {"workerCallbackProxy": PROXY}, ()),
     ("legacy-worker-connect-off", {"workerCallbackProxy": PROXY, **PEM}, ("--workers", "1.2.9:system")),
     ("rewrite-missing", {"workerCallbackProxy": PROXY, **PEM}, ("--rewrite", "none")),
@@ -642,37 +654,43 @@ OPTIONS = {"--workers": "workers", "--rewrite": "rewrite"}
 
 
 @pytest.fixture(scope="module")
-def diagnosed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Diagnosis, Path]]:
-    """One diagnosis per cause, in-process, shared by the tests that name it and replay its ticket."""
+def diagnosed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cases[str, tuple[Diagnosis, Path]]]:
+    """One diagnosis per cause, in-process, shared by the tests that name it and replay its ticket; the
+    causes this run's tests ask for, started at once, two at a time (cases_support)."""
     rows = {cause: (values, extra) for cause, values, extra in CAUSE_ROWS}
-    done: dict[str, tuple[Diagnosis, Path]] = {}
 
     def run(cause: str) -> tuple[Diagnosis, Path]:
-        if cause not in done:
-            folder = tmp_path_factory.mktemp(cause)
-            values, extra = rows[cause]
-            options: dict[str, Any] = {
-                "workers": "1.4.0:system"
-            }  # one stack, not the default two: the suite's time
-            if extra in (("SECRET",), ("EXPIRED",)):
-                secret, pem = corporate_secret(folder, expired=extra == ("EXPIRED",))
-                options["secrets"] = [secret]
-                if extra == ("EXPIRED",):
-                    values = {**values, "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}}
-            else:
-                options.update(
-                    {OPTIONS[flag]: arg for flag, arg in zip(extra[::2], extra[1::2], strict=True)}
-                )
-            path = Path(values_file(folder, values))
-            done[cause] = (diagnose([path], root=folder / "state", **options), folder)
-        return done[cause]
+        folder = tmp_path_factory.mktemp(cause)
+        values, extra = rows[cause]
+        values = deep_merge(values, ONE_NATS)
+        options: dict[str, Any] = {
+            "workers": "1.4.0:system"
+        }  # one stack, not the default two: the suite's time
+        if extra in (("SECRET",), ("EXPIRED",)):
+            secret, pem = corporate_secret(folder, expired=extra == ("EXPIRED",))
+            options["secrets"] = [secret]
+            if extra == ("EXPIRED",):
+                values = {**values, "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": pem}}}}
+        else:
+            options.update({OPTIONS[flag]: arg for flag, arg in zip(extra[::2], extra[1::2], strict=True)})
+        path = Path(values_file(folder, values))
+        return diagnose([path], root=folder / "state", **options), folder
 
-    return run
+    with cases(run, waiting_first(asked(request, "cause")), "diagnosis") as held:
+        yield held
+
+
+def waiting_first(causes: list[object]) -> list[str]:
+    """The causes whose calls wait out their timeouts (no worker ever takes them: ticket.FIXES says how
+    long) first, so the other causes' stacks run meanwhile and none of those waits comes last."""
+    return sorted((str(c) for c in causes), key=lambda c: not (c in FIXES and FIXES[c].timeout))
 
 
 @pytest.mark.parametrize("cause", [r[0] for r in CAUSE_ROWS])
 def test_each_cause_is_named_first_with_its_fix(
-    diagnosed: Callable[[str], tuple[Diagnosis, Path]], cause: str
+    diagnosed: Cases[str, tuple[Diagnosis, Path]], cause: str
 ) -> None:
     found, _ = diagnosed(cause)
     first = found.ranked()[0]
@@ -680,7 +698,7 @@ def test_each_cause_is_named_first_with_its_fix(
     assert first.cause.section.startswith(("worker-callback-proxy.md", "control-plane-operations.md"))
 
 
-def test_old_workers_with_connect_off(diagnosed: Callable[[str], tuple[Diagnosis, Path]]) -> None:
+def test_old_workers_with_connect_off(diagnosed: Cases[str, tuple[Diagnosis, Path]]) -> None:
     """Workers before 1.3 and connect off: the finding as `diagnose --json` prints it, its fix and the
     workers' 404 NR. The diagnosis is the cause's row (the same values and workers); the command line's
     JSON and exit code for a finding are test_missing_pem_is_named_first_and_its_ticket_replays'."""
@@ -690,18 +708,45 @@ def test_old_workers_with_connect_off(diagnosed: Callable[[str], tuple[Diagnosis
     assert any("404 NR" in e for e in first["evidence"])
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A cause's ticket as written (the scenario, the files beside it) and its replay on a fresh stack."""
+
+    found: Diagnosis
+    folder: Path
+    path: Path
+    written: list[Path]
+    result: ScenarioResult
+
+
+@pytest.fixture(scope="module")
+def replayed(
+    request: pytest.FixtureRequest, diagnosed: Cases[str, tuple[Diagnosis, Path]]
+) -> Iterator[Cases[str, Replayed]]:
+    """Each asked-for cause's ticket, written and replayed, two at a time (cases_support)."""
+
+    def run(cause: str) -> Replayed:
+        found, folder = diagnosed(cause)
+        path = folder / "ticket" / f"ticket-{cause}.yaml"
+        path.parent.mkdir()
+        written = write_ticket(found, path)
+        result = replay_one(load_scenario(str(path)), root=folder / "replay")
+        return Replayed(found, folder, path, written, result)
+
+    with cases(run, waiting_first(asked(request, "cause")), "replay") as held:
+        yield held
+
+
 @pytest.mark.parametrize("cause", [r[0] for r in CAUSE_ROWS])
-def test_each_causes_ticket_replays_as_seen_then_fixed(
-    diagnosed: Callable[[str], tuple[Diagnosis, Path]], cause: str
-) -> None:
+def test_each_causes_ticket_replays_as_seen_then_fixed(replayed: Cases[str, Replayed], cause: str) -> None:
     """The written ticket replays on a fresh stack: its first step fails as the customer saw it (a render
     refusal: refused, as their helmfile sync was), its last applies the fix and passes. Secrets go as
     stand-ins, PEM as a block."""
-    found, folder = diagnosed(cause)
-    path = folder / "ticket" / f"ticket-{cause}.yaml"
-    path.parent.mkdir()
-    written = write_ticket(found, path)
-    assert yaml.safe_load(written[1].read_text()) == found.values  # the customer's values round-trip
+    done = replayed(cause)
+    path, result = done.path, done.result
+    assert (
+        yaml.safe_load(done.written[1].read_text()) == done.found.values
+    )  # the customer's values round-trip
     data = yaml.safe_load(path.read_text())
     for step in data.get("steps", []):
         assert len(step["name"]) <= STEP_NAME and (
@@ -709,10 +754,9 @@ def test_each_causes_ticket_replays_as_seen_then_fixed(
         )
     if cause in ("frontend-private-ca", "frontend-expired"):
         assert "workerCallbackCaPem: |" in path.read_text()  # the stand-in CA, pasted as a block
-        customer_key = (folder / "worker-public-tls" / "tls.key").read_bytes().strip()
+        customer_key = (done.folder / "worker-public-tls" / "tls.key").read_bytes().strip()
         tickets = [p.read_bytes() for p in path.parent.rglob("*") if p.is_file()]
         assert len(tickets) > 2 and not any(customer_key in t for t in tickets)  # stand-ins, never their key
-    result = replay_one(load_scenario(str(path)), root=folder / "replay")
     assert result.ok, render_text(result)
     first, last = result.steps[0], result.steps[-1]
     if first.step.refused is not None:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -85,6 +86,57 @@ def test_the_zygote_refuses_to_fork_beside_a_thread() -> None:
         other.join()
         a.close()
         b.close()
+
+
+@pytest.mark.usefixtures("own_zygote")
+def test_closing_a_zygote_ends_another_threads_wait_for_its_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during a diagnosis stops each probe's launch from the main thread while the probe's own
+    thread waits on its zygote's answer: that wait ends at once, as if the zygote had exited, not at the
+    zygote's timeout. The stand-in zygote never answers and its end of the socket stays open here, so
+    only the close itself can end the wait."""
+    ours, silent = socket.socketpair()
+    stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    monkeypatch.setattr(launcher_zygote, "_spawn", lambda _state: (stand_in, ours))
+    held = Zygote(tmp_path, 30, ["resolver"])
+    ready_r, ready_w = os.pipe()
+    errors: list[BackendError] = []
+
+    def fork() -> None:
+        try:
+            held.fork(["resolver"], ready_w, ready_r)
+        except BackendError as exc:
+            errors.append(exc)
+
+    waiting = threading.Thread(target=fork, daemon=True)  # daemon: a failing run leaves it to its timeout
+    try:
+        waiting.start()
+        assert waiting_in(waiting, "receive"), "the thread never waited on the zygote: nothing was tested"
+        held.close(kill=True)
+        waiting.join(5.0)
+        assert not waiting.is_alive(), "the wait outlived the zygote's close"
+        assert errors and "zygote" in str(errors[0])
+        assert stand_in.poll() is not None  # killed, as an interrupted launch's zygote is
+    finally:
+        held.close(kill=True)
+        for fd in (ready_r, ready_w):
+            os.close(fd)
+        silent.close()
+
+
+def waiting_in(thread: threading.Thread, function: str, timeout: float = 10.0) -> bool:
+    """True once `thread` runs `function` (a frame of its stack): a thread's stack has no event to wait on,
+    so look again every millisecond."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or 0)
+        while frame is not None:
+            if frame.f_code.co_name == function:
+                return True
+            frame = frame.f_back
+        time.sleep(0.001)
+    return False
 
 
 # A process with a thread, killed: its main thread is a zombie before its sockets are closed -----------

@@ -7,22 +7,23 @@ reports its bindings on a ready pipe; the launcher writes them into the network 
 worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
 before their owner runs (the NATS servers' route ports) get their real ports before anything starts.
 Nothing here sleeps to wait for a component: readiness is the line on its pipe, or EOF if it died first.
-A restart after the launch (a fault, a redeploy) starts its component afresh. Stopping goes by the
-records; what no record names is found by its command line (clusters/local/sweep.py).
+A restart after the launch (a fault, a redeploy) forks its component afresh from a zygote of its own (the
+shared one's fork, in a run that has one). Stopping goes by the records; what no record names is found by
+its command line (clusters/local/sweep.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import selectors
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from certs.store import CertStore
@@ -72,7 +73,7 @@ class Launcher:
         self.state_dir = state_dir
         self.pids_dir = state_dir / "pids"
         self.logs_dir = state_dir / "logs"
-        self.children: dict[str, subprocess.Popen | Forked] = {}
+        self.children: dict[str, Forked] = {}
         self.guard = InterruptGuard()
         self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
 
@@ -155,20 +156,12 @@ class Launcher:
             write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
         return read_fd
 
-    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> subprocess.Popen | Forked:
-        """`python -m sim.runtime.run ARGS` in a session of its own: forked by the launch's zygote, or, for
-        a restart after the launch, started afresh."""
-        if self.zygote is not None:
-            return self.zygote.fork(args, ready_fd, log_fd)
-        return subprocess.Popen(
-            [sys.executable, "-m", "sim.runtime.run", *args, "--ready-fd", str(ready_fd)],
-            pass_fds=(ready_fd,),
-            stdin=subprocess.DEVNULL,
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=self.state_dir,
-        )
+    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> Forked:
+        """`python -m sim.runtime.run ARGS` in a session of its own, forked by the zygote of the launch or
+        of the restart (`_forking`)."""
+        if self.zygote is None:
+            raise BackendError("no zygote to fork a component: start it in a launch or a restart")
+        return self.zygote.fork(args, ready_fd, log_fd)
 
     def _await_ready(self, pipes: dict[str, int], netmap: NetMap, timeout: float) -> None:
         """Each component's ready line read from its pipe. Its addresses go into the network map as soon as
@@ -213,6 +206,33 @@ class Launcher:
     def restart(self, topology: Topology, *specs: ProcessSpec) -> None:
         """Stop the components of ``specs`` and start them anew, together: one pod, or the pods a scale-up
         brings back at once (the nats StatefulSet's Parallel pod management, a Deployment's ReplicaSet)."""
+        with self._forking(topology, [spec.kind for spec in specs]):
+            self._replace(topology, *specs)
+
+    def redeploy(self, topology: Topology, what: str) -> None:
+        """Replace processes as a rollout would: new pods read the current topology.json (and values). The
+        control plane's Deployments roll one pod at a time; each compute cluster replaces its function's
+        pods on its own, so the clusters' worker hosts are replaced together."""
+        specs = redeploy_specs(topology, what)
+        with self._forking(topology, [spec.kind for spec in specs]):
+            for spec in specs:
+                if spec.kind != "workers":
+                    self._replace(topology, spec)
+            if workers := [spec for spec in specs if spec.kind == "workers"]:
+                self._replace(topology, *workers)
+
+    @contextlib.contextmanager
+    def _forking(self, topology: Topology, kinds: list[str]) -> Iterator[None]:
+        """A zygote for a restart, as for a launch: forked from the shared one where a run has it (a
+        fork, where a fresh interpreter that imports the runner costs 1-2 s), else started afresh."""
+        with self.guard.held():
+            self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
+        try:
+            yield
+        finally:
+            self._close_zygote()
+
+    def _replace(self, topology: Topology, *specs: ProcessSpec) -> None:
         self.stop(*(spec.name for spec in specs))
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
         pipes: dict[str, int] = {}
@@ -224,17 +244,6 @@ class Launcher:
                 os.close(fd)
             raise
         self._await_ready(pipes, netmap, ready_timeout(topology))
-
-    def redeploy(self, topology: Topology, what: str) -> None:
-        """Replace processes as a rollout would: new pods read the current topology.json (and values). The
-        control plane's Deployments roll one pod at a time; each compute cluster replaces its function's
-        pods on its own, so the clusters' worker hosts are replaced together."""
-        specs = redeploy_specs(topology, what)
-        for spec in specs:
-            if spec.kind != "workers":
-                self.restart(topology, spec)
-        if workers := [spec for spec in specs if spec.kind == "workers"]:
-            self.restart(topology, *workers)
 
     # Stop ------------------------------------------------------------------------------------
     def running(self) -> dict[str, int]:
@@ -277,8 +286,8 @@ class Launcher:
         pidfile = self.pids_dir / f"{name}.pid"
         proc = self.children.get(name)
         if proc is not None:
-            # Our own child: the Popen is proof enough (its pid cannot be reused before we reap it). A
-            # child caught mid-exec shows an empty /proc cmdline, which is_ours takes for a zombie.
+            # One this launcher forked: its handle (pid and start time) is proof enough. A component
+            # just forked may not show its command line yet, which is_ours would need.
             if proc.poll() is None:
                 terminate(proc.pid, proc)
             else:
@@ -308,12 +317,15 @@ class Launcher:
         return left
 
     def stop_all(self) -> list[str]:
-        """Stop every recorded process (and any child started by this launcher), newest phase first, then
-        any process of this stack that no record names."""
+        """Stop every recorded process (and any child started by this launcher) stage by stage, workers
+        first (stop_order), then any process of this stack that no record names. A stage's components stop
+        together: each may take its grace period (a NATS server waits for the auth callout's answers
+        still due, up to its authorization timeout), and one after the other they added up."""
         self._close_zygote(kill=True)  # first: it forks nothing more
         names = sorted(set(self.running()) | set(self.children), key=stop_order)
-        for name in names:
-            self.stop_one(name)
+        for _, stage in itertools.groupby(names, key=stop_order):
+            with ThreadPoolExecutor(thread_name_prefix="stop") as pool:
+                list(pool.map(self.stop_one, stage))
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
             pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
         return names + stop_strays(self.state_dir)

@@ -221,6 +221,7 @@ class Zygote:
             early = None
         self.process, sock = early or _spawn(state_dir)
         self._channel: Channel | None = Channel(sock)
+        self._talk = threading.Lock()  # one conversation at a time, and no close under one (see close)
         self._owed = 1  # answers sent to us and not read yet: {"ready": true} first
         self._preloading: dict[str, list[str]] = {}
         try:
@@ -246,15 +247,17 @@ class Zygote:
 
     @contextlib.contextmanager
     def _talking(self) -> Iterator[Channel]:
-        """The open channel, under the timeout; a zygote that does not answer is a BackendError."""
-        channel = self._channel
-        if channel is None:
-            raise BackendError("the zygote is closed")
-        channel.sock.settimeout(self.timeout)
-        try:
-            yield channel
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"the zygote did not answer: {exc}") from exc
+        """The open channel, under the timeout; a zygote that does not answer is a BackendError. Held by
+        one thread at a time: `close` from another thread waits for it (see there)."""
+        with self._talk:
+            channel = self._channel
+            if channel is None:
+                raise BackendError("the zygote is closed")
+            channel.sock.settimeout(self.timeout)
+            try:
+                yield channel
+            except (OSError, ValueError) as exc:
+                raise BackendError(f"the zygote did not answer: {exc}") from exc
 
     def _catch_up(self, channel: Channel) -> None:
         """Read the answers owed so far: its readiness, then what it preloads."""
@@ -275,14 +278,24 @@ class Zygote:
         return message
 
     def close(self, kill: bool = False) -> None:
-        """Close the socket, and the zygote ends on its own (killed if it has not within the grace
-        period); with `kill`, at once (an interrupted launch: it may still be importing)."""
-        channel, self._channel = self._channel, None
+        """Shut the socket down, and the zygote ends on its own (killed if it has not within the grace
+        period); with `kill`, at once (an interrupted launch: it may still be importing).
+
+        Another thread may be waiting on an answer (a probe stack's launch, stopped from the main thread
+        on Ctrl-C): the shutdown ends its read at once, as the zygote's exit would, and the socket is
+        closed only once that thread is done with it. Closed under its poll, the descriptor could be
+        reused meanwhile (the next pidfd), and the poll then waited out its timeout (15 s)."""
+        channel = self._channel
         if channel is not None:
-            channel.close()
+            with contextlib.suppress(OSError):
+                channel.sock.shutdown(socket.SHUT_RDWR)
         try:
             self.process.wait(0 if kill else STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        with self._talk:
+            channel, self._channel = self._channel, None
+            if channel is not None:
+                channel.close()

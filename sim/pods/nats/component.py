@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,10 @@ from sim.wire import NATS_MONITOR_PORT, NATS_PORT, NATS_ROUTE_PORT
 Ports = tuple[int, int, int]  # client, monitor, route (0: the server chooses)
 TOGETHER_WAIT = 5.0  # seconds a server waits for its peers at a launch before it starts regardless
 LAUNCH_MARK = "launching"
+
+
+class Stopped(Exception):
+    """The supervisor was told to stop while it waited to spawn its server: none is spawned."""
 
 
 def _ports(ctx: Context, pod: NatsPod) -> Ports:
@@ -65,7 +70,7 @@ def _cluster(ctx: Context, route_port: int) -> ClusterBlock | None:
     return ClusterBlock(routes, port=route_port)
 
 
-def _start(ctx: Context, keys: StackKeys) -> NatsServer:
+def _start(ctx: Context, keys: StackKeys, stopping: threading.Event) -> NatsServer:
     pod = ctx.topology.nats_server(ctx.name)
     folder = nats_folder(ctx.state_dir, ctx.name)
     pinned = _ports(ctx, pod)
@@ -87,7 +92,7 @@ def _start(ctx: Context, keys: StackKeys) -> NatsServer:
         )
         server = NatsServer(config, folder, log_path, own_group=False)
         try:
-            server.start(before_spawn=_together(ctx, pod))
+            server.start(before_spawn=_together(ctx, pod, stopping))
             return server
         except ServerError as exc:
             if (client, monitor, route) == (0, 0, 0):
@@ -100,22 +105,26 @@ async def _started(ctx: Context, keys: StackKeys) -> NatsServer:
     """Start the server in a thread. Cancelled meanwhile (SIGTERM while `ncpsim up` starts the stack),
     wait for that thread and stop what it started: the thread goes on after the cancellation, and a
     server it spawned after the group's SIGTERM would outlive this supervisor."""
-    starting = asyncio.ensure_future(asyncio.to_thread(_start, ctx, keys))
+    stopping = threading.Event()
+    starting = asyncio.ensure_future(asyncio.to_thread(_start, ctx, keys, stopping))
     try:
         return await asyncio.shield(starting)
     except asyncio.CancelledError:
+        stopping.set()  # a start still waiting for its peers spawns nothing
         with contextlib.suppress(Exception):
             server = await starting
             await asyncio.to_thread(server.stop)
         raise
 
 
-def _together(ctx: Context, pod: NatsPod) -> Callable[[], None] | None:
+def _together(ctx: Context, pod: NatsPod, stopping: threading.Event) -> Callable[[], None] | None:
     """At a launch, the servers start in the same instant, as the StatefulSet's Parallel pod management
     starts them: a JetStream campaigns for the first meta leader as soon as it has a route, and one that
     campaigns while a peer is still starting can split the vote and wait out a 4-9 s election. Each
     supervisor, its config written, says it is about to spawn (a file with its pid) and spawns once every
-    one has (None: a restart, or a single server, has no one to wait for)."""
+    one has (None: a restart, or a single server, has no one to wait for); told to stop meanwhile (a
+    launch interrupted before its peers were forked), it spawns nothing, where waiting out TOGETHER_WAIT
+    outlasted the launcher's grace period."""
     if _ports(ctx, pod)[0] or len(ctx.topology.nats_servers) < 2:
         return None
     mine = nats_folder(ctx.state_dir, ctx.name) / LAUNCH_MARK
@@ -125,7 +134,8 @@ def _together(ctx: Context, pod: NatsPod) -> Callable[[], None] | None:
         mine.write_text(str(os.getpid()))
         deadline = time.monotonic() + TOGETHER_WAIT
         while not all(_alive(path) for path in peers) and time.monotonic() < deadline:
-            time.sleep(0.001)  # a peer that never comes: start anyway, JetStream elects once it does
+            if stopping.wait(0.001):  # a peer that never comes: start anyway, JetStream elects once it does
+                raise Stopped("told to stop before its peers started")
 
     return wait_for_peers
 
