@@ -12,12 +12,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from scenarios.load import load_scenario
 
 from clusters.local import LocalStack
 from clusters.local.launcher import Launcher
 from clusters.local.process import Forked
 from clusters.state import create_stack_dir
+from scenarios.load import load_scenario
 
 EXIT_AFTER = 1.5  # seconds a stand-in component takes to exit once told (a NATS server owed callout answers)
 # Three stand-ins of one stage (the NATS servers), stopped together: about EXIT_AFTER; one after the other
