@@ -25,6 +25,9 @@ RUNNING_TIMEOUT = 60.0  # seconds until a probe stack's components run
 STOP_TIMEOUT = 60.0  # seconds the interrupted command may take to stop them all
 POLL = 0.1  # seconds between looks at the process table
 RUNNING = 5  # processes of the probe stacks seen before the signal: the control that there was work to stop
+# A run in the background (`pytest &`, a script's job) ignores SIGINT, and the command would inherit that:
+# its Ctrl-C case would then run the diagnosis to its end (exit 1) instead of testing the interruption.
+pytestmark = pytest.mark.usefixtures("sigint_as_on_a_terminal")
 VALUES = {
     "workerCallbackProxy": {
         "enabled": True,

@@ -283,8 +283,9 @@ class Zygote:
 
         Another thread may be waiting on an answer (a probe stack's launch, stopped from the main thread
         on Ctrl-C): the shutdown ends its read at once, as the zygote's exit would, and the socket is
-        closed only once that thread is done with it. Closed under its poll, the descriptor could be
-        reused meanwhile (the next pidfd), and the poll then waited out its timeout (15 s)."""
+        closed only once that thread is done with it. Closed under its wait, the descriptor was gone (or
+        already another file's, such as the next pidfd) and the wait lasted its whole timeout (15 s),
+        in about half the interrupted diagnoses."""
         channel = self._channel
         if channel is not None:
             with contextlib.suppress(OSError):
