@@ -7,6 +7,7 @@ on (the fix, or the fault) and must then fail for the stated reason, so the pass
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,11 @@ import yaml
 from cli_support import ncpsim
 
 from clusters.local import LocalBackend
+from clusters.local.launcher import Launcher
 from scenarios.engine import run_scenario
 from scenarios.load import load_scenario
 from scenarios.lookup import CATALOGUE
+from scenarios.replay import replay_all, replay_stack
 from scenarios.result import ScenarioResult
 from scenarios.secrets import with_brought_secrets
 
@@ -148,11 +151,39 @@ CONTROLS = [
 ]
 
 
-@pytest.mark.parametrize(("name", "change", "step", "reason"), CONTROLS, ids=[c[0] for c in CONTROLS])
+@pytest.fixture(scope="module")
+def controls(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[ScenarioResult, Path]]:
+    """Every control replayed once for the module, two at a time as `ncpsim replay --jobs 2` runs them (a
+    replay mostly waits on its stack's processes), each on a fresh stack stopped afterwards: (result, its
+    state folder), in CONTROLS order."""
+    root = tmp_path_factory.mktemp("controls")
+    scenarios = []
+    for n, (name, change, _, _) in enumerate(CONTROLS):
+        data = without(name, change)
+        data["name"] += f"-{n}"  # a stack of its own each, the same scenario's two controls included
+        path = root / f"{data['name']}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        scenarios.append(load_scenario(str(path)))
+    try:
+        results, _ = replay_all(scenarios, root=root / "state", out=io.StringIO(), jobs=2)
+    finally:
+        for folder in (root / "state").iterdir():  # replay stops each stack: make sure of it
+            Launcher(folder).stop_all()
+    folders = [root / "state" / replay_stack(s.name, several=True)[0] for s in scenarios]
+    return list(zip(results, folders, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("index", "step", "reason"),
+    [(n, step, reason) for n, (_, _, step, reason) in enumerate(CONTROLS)],
+    ids=[c[0] for c in CONTROLS],
+)
 def test_negative_control(
-    tmp_path: Path, name: str, change: Callable[[Data], None], step: int, reason: str
+    controls: list[tuple[ScenarioResult, Path]], index: int, step: int, reason: str
 ) -> None:
-    assert_fails_at(replay(tmp_path, without(name, change)), step, reason)
+    result, folder = controls[index]
+    assert_fails_at(result, step, reason)
+    assert not Launcher(folder).running(), "components still running after the replay"
 
 
 # -- effects the catalogue shows only in part -------------------------------------------------------
