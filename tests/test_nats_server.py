@@ -103,10 +103,10 @@ def test_a_supervisor_stopped_while_it_starts_stops_the_server_it_started(
     started: list[NatsServer] = []
     real_start = component._start
 
-    def held_start(ctx: Context, keys: component.StackKeys) -> NatsServer:
+    def held_start(ctx: Context, keys: component.StackKeys, stopping: threading.Event) -> NatsServer:
         entered.set()
         assert go.wait(30), "the test never let the start go on"
-        started.append(real_start(ctx, keys))
+        started.append(real_start(ctx, keys, stopping))
         return started[-1]
 
     monkeypatch.setattr(component, "_start", held_start)
