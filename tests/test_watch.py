@@ -161,13 +161,14 @@ def test_watch_on_a_terminal_shows_rows_and_stops_on_ctrl_c(
         os.close(terminal.fd)
 
 
-def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
-    stack_env: dict[str, str], started: list[int]
-) -> None:
-    """Every request the proxy sees is a row, not only worker callbacks; --grep keeps what mentions it."""
+def watch_into_a_pipe(
+    stack_env: dict[str, str], started: list[int], *args: str
+) -> tuple[subprocess.Popen[bytes], Output, int]:
+    """`invoke watch` on the module's stack with its output into a pipe: the process, its reader and the
+    pipe's read end (the test closes it)."""
     read_end, write_end = os.pipe()
     watch = subprocess.Popen(
-        [INVOKE, "watch", "--stack", STACK, "--json", "--grep", "curl-in-watch"],
+        [INVOKE, "watch", "--stack", STACK, *args],
         cwd=REPO,
         env=stack_env,
         stdout=write_end,
@@ -176,7 +177,14 @@ def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
     )
     os.close(write_end)
     started.append(watch.pid)
-    out = Output(read_end)
+    return watch, Output(read_end), read_end
+
+
+def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
+    stack_env: dict[str, str], started: list[int]
+) -> None:
+    """Every request the proxy sees is a row, not only worker callbacks; --grep keeps what mentions it."""
+    watch, out, read_end = watch_into_a_pipe(stack_env, started, "--json", "--grep", "curl-in-watch")
     try:
         status = json.loads(run_invoke("status", "--json", "--stack", STACK, env=stack_env).stdout)
         http, pod = status["proxy"]["http"], status["pods"][0]["target"]
@@ -218,18 +226,7 @@ def test_watch_json_shows_a_curl_through_the_proxy_and_filters(
 def test_watch_into_a_pipe_prints_plain_lines_and_ends_with_the_stack(
     stack_env: dict[str, str], started: list[int]
 ) -> None:
-    read_end, write_end = os.pipe()
-    watch = subprocess.Popen(
-        [INVOKE, "watch", "--stack", STACK],
-        cwd=REPO,
-        env=stack_env,
-        stdout=write_end,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    os.close(write_end)
-    started.append(watch.pid)
-    out = Output(read_end)
+    watch, out, read_end = watch_into_a_pipe(stack_env, started)
     # The header is printed once the watch is reading the stack's files.
     assert out.read_until(lambda text: b"\n" in text, ROW_TIMEOUT), out.text
     assert out.text.split()[:3] == [b"time", b"request", b"kind"]
