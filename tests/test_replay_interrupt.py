@@ -18,6 +18,7 @@ from cli_support import NCPSIM, REPO, ncpsim_process
 from timeouts import COMMAND
 
 SCENARIOS = ("http-callback", "upstream-plaintext", "wrong-path")
+pytestmark = pytest.mark.usefixtures("sigint_as_on_a_terminal")  # `pytest &` must not make Ctrl-C a no-op
 
 
 def naming(folder: Path) -> list[str]:
