@@ -188,8 +188,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         assert not stack.launcher.running()
 
 
-def call(stack: LocalStack, pod_index: int = 0) -> Invocation:
-    """One invocation; gives up as soon as the worker reports its callback failed."""
+def call(stack: LocalStack, pod_index: int = 0, timeout: float = 10) -> Invocation:
+    """One invocation, polled up to `timeout` s; gives up as soon as the worker reports its callback failed."""
     topology = stack.topology
     tail = StackTail(stack.state_dir)
 
@@ -207,7 +207,7 @@ def call(stack: LocalStack, pod_index: int = 0) -> Invocation:
                 "http-echo",
                 b"x",
                 poll_seconds=1,
-                timeout=10,
+                timeout=timeout,
                 give_up=give_up,
             )
         finally:

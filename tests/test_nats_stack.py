@@ -20,6 +20,7 @@ import nats.errors
 import pytest
 from nats_support import SHORT, connect, refused, run
 from stack_records import Records
+from timeouts import scaled
 
 from clusters.local import LocalBackend, LocalStack
 from clusters.local.plan import NATS_CALLOUT
@@ -30,8 +31,8 @@ from sim.nats.stack import REGION, StackKeys, mint_worker_token, worker_credenti
 from sim.runtime.faults import FaultInjector
 
 VIOLATION = "Authorization Violation"
-RECONNECT_TIMEOUT = 15.0  # seconds for every worker to be back after nats-server restarts
-CALL_TIMEOUT = 15.0
+RECONNECT_TIMEOUT = scaled(15.0)  # seconds for every worker to be back after nats-server restarts
+CALL_TIMEOUT = scaled(15.0)  # a sign-in to a server that is up
 
 
 def _up(root, name: str, sets: tuple[str, ...] = ()) -> LocalStack:  # type: ignore[no-untyped-def]
@@ -238,6 +239,22 @@ def _call_ok(stack: LocalStack) -> None:
     assert result.status == 200, result
 
 
+RECOVERY = scaled(60.0)  # seconds for NATS servers back from a kill to take work again (idle: a few)
+
+
+def _answered_after_restart(stack: LocalStack) -> None:
+    """NATS servers back from a kill elect each stream's and consumer's leader anew, a moment after they
+    are current (several on a loaded machine). The outage ends at the first invocation answered, as a
+    client retrying would see it: the API's 500 while no stream leader takes the publish (nothing else),
+    then a request its worker answers once the consumer has a leader (the 202 polled until then)."""
+    from test_faults import call
+
+    deadline = time.monotonic() + RECOVERY
+    while (answered := call(stack, timeout=max(1.0, deadline - time.monotonic()))).status == 500:
+        assert time.monotonic() < deadline, answered
+    assert answered.status == 200, answered
+
+
 def test_workers_reconnect_after_every_nats_server_is_killed_and_restarted(nkey_stack: LocalStack) -> None:
     faults = FaultInjector(nkey_stack, random.Random(1))
     workers = [w.name for w in nkey_stack.topology.workers]
@@ -255,7 +272,7 @@ def test_workers_reconnect_after_every_nats_server_is_killed_and_restarted(nkey_
     assert f"JetStream current on the {len(servers)} running servers" in said
     for worker in workers:  # its pulls start again, whether nats-py reconnected or the worker signed in anew
         records.event("worker.work.pulling", worker=worker, function="http-echo", timeout=RECONNECT_TIMEOUT)
-    _call_ok(nkey_stack)
+    _answered_after_restart(nkey_stack)
 
 
 def test_new_logins_need_the_callout_running_ones_do_not(nkey_stack: LocalStack) -> None:
@@ -277,9 +294,6 @@ async def _login(url: str, kwargs: dict) -> None:
     await nc.close()
 
 
-RECOVERY = 60.0  # seconds for a fully restarted NATS cluster's streams to take work again (a few, loaded)
-
-
 def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: LocalStack) -> None:
     """The seed: scaling the NATS StatefulSet to zero is a full outage; scaling it back ends it."""
     from test_faults import call
@@ -291,12 +305,7 @@ def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: 
     assert call(nkey_stack).status == 500  # the API could not publish the work: no server to take it
     said = faults.apply({"scale": {"role": "nats", "replicas": 3}})
     assert "JetStream current on the 3 running servers" in said  # the last one back waited for a majority
-    # After a full outage each stream elects its leader anew, a moment after the servers are current: the
-    # outage ends at the first invocation answered, as a client retrying would see it.
-    deadline = time.monotonic() + RECOVERY
-    while (answered := call(nkey_stack)).status != 200 and time.monotonic() < deadline:
-        assert answered.status == 500, answered  # still the API's "could not publish", nothing else
-    assert answered.status == 200, answered
+    _answered_after_restart(nkey_stack)
 
 
 def test_a_sigkilled_supervisor_is_told_and_its_orphan_replaced(nkey_stack: LocalStack) -> None:
@@ -314,4 +323,4 @@ def test_a_sigkilled_supervisor_is_told_and_its_orphan_replaced(nkey_stack: Loca
     assert not Path(f"/proc/{orphan}").exists() or b"nats-server" not in _cmdline(orphan)
     after = nkey_stack.status()
     assert after is not None and "nats-0" in after["running"] and "orphans" not in after
-    _call_ok(nkey_stack)
+    _answered_after_restart(nkey_stack)  # the streams and consumers nats-0 led elect anew

@@ -219,7 +219,11 @@ def test_successive_callbacks_share_one_connection_and_one_lookup() -> None:
             worker = fake_worker(server.port)
             first, second = await one_callback(worker, 1), await one_callback(worker, 2)
             assert first.connections == ["new", "reused"] and first.dns["answer"] == "10.42.0.11"
-            assert second.connections == ["reused", "reused"] and second.dns == {}
+            assert second.connections == [
+                "reused",
+                "reused",
+            ]  # and no lookup: the connection's answer is its own
+            assert second.dns == {"name": first.dns["name"], "answer": "10.42.0.11"}
             assert worker.ctx.dials == server.connections == 1
             assert worker.ctx.lookups == ["10-42-0-11.invocation.nvcf.svc.cluster.local"]
             assert route_of(work(1)).key == "http://10-42-0-11.invocation.nvcf.svc.cluster.local:8080"

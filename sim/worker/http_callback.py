@@ -138,6 +138,9 @@ async def connection(
         tls = worker.client_context() if route.tls else None
         return await _dial(worker, dial, tls), dial.addr.rpartition(":")[0]
     trace.connections.append("reused")
+    # Go looks nothing up for a kept-alive connection: the answer it was dialed with is this callback's
+    # (`connections` says it was reused), as a joined QUIC dial's is in grpc_callback.
+    trace.dns = trace.dns or {"name": route.host, "answer": idle.ip}
     try:
         await worker.ctx.cross_link(idle.ip)  # a faulty link delays or loses each request, not just dials
     except TimeoutError as exc:
