@@ -49,6 +49,12 @@ def unknown_scenario(ref: str, names: list[str]) -> str:
     )
 
 
+def catalogue_names() -> list[str]:
+    """Every catalogue scenario's name, in file-name order, without reading the files: each names itself
+    after its file (tests/test_catalogue.py holds them to it)."""
+    return sorted(path.stem for path in CATALOGUE.glob("*.yaml"))
+
+
 def catalogue() -> list[tuple[str, str]]:
     """(name, summary) of every catalogue scenario, in file-name order."""
     out = []

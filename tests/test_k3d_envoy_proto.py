@@ -13,9 +13,6 @@ import pytest
 from clusters.render.envoy import render_envoy
 from sim.proxy.policy import ProxyPolicy
 
-bootstrap_v3 = importlib.import_module("envoy_data_plane.envoy.config.bootstrap.v3")
-discovery_v3 = importlib.import_module("envoy_data_plane.envoy.service.discovery.v3")
-
 POLICIES = [ProxyPolicy(tls, connect) for tls in (True, False) for connect in (False, True)]
 
 
@@ -28,6 +25,16 @@ def type_urls(node: Any) -> set[str]:
     return set()
 
 
+@pytest.fixture(scope="module")
+def envoy_v3() -> tuple[Any, Any]:
+    """The bootstrap and discovery APIs, imported by the worker that runs these tests only (a few seconds
+    of generated classes: every worker would pay them at collection)."""
+    return (
+        importlib.import_module("envoy_data_plane.envoy.config.bootstrap.v3"),
+        importlib.import_module("envoy_data_plane.envoy.service.discovery.v3"),
+    )
+
+
 def register(urls: set[str]) -> None:
     """Importing a message's module registers it for Any unpacking; a missing one is an unknown type."""
     for url in urls:
@@ -38,7 +45,8 @@ def register(urls: set[str]) -> None:
 @pytest.mark.parametrize(
     "policy", POLICIES, ids=lambda p: f"tls={p.upstream_tls},connect={p.connect_enabled}"
 )
-def test_bootstrap_and_sds_files_parse_as_envoy_v3(policy: ProxyPolicy) -> None:
+def test_bootstrap_and_sds_files_parse_as_envoy_v3(policy: ProxyPolicy, envoy_v3: tuple[Any, Any]) -> None:
+    bootstrap_v3, discovery_v3 = envoy_v3
     config = render_envoy(policy, "grpc-worker.example.com")
     register(type_urls(config.bootstrap) | type_urls(config.sds))
     parsed = bootstrap_v3.Bootstrap.from_dict(config.bootstrap)  # raises on any unknown field
@@ -49,7 +57,8 @@ def test_bootstrap_and_sds_files_parse_as_envoy_v3(policy: ProxyPolicy) -> None:
         discovery_v3.DiscoveryResponse.from_dict(body)
 
 
-def test_the_parse_is_strict() -> None:
+def test_the_parse_is_strict(envoy_v3: tuple[Any, Any]) -> None:
+    bootstrap_v3, _ = envoy_v3
     config = render_envoy(ProxyPolicy(), "grpc-worker.example.com").bootstrap
     register(type_urls(config))
     route = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
