@@ -63,10 +63,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = markers.without_long(config, items)
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    # pytest-timeout's limit bounds a hang, as the suite's other timeouts do: it stretches with the load too
+    # (a module fixture that replays fifteen scenarios counts against its first test's limit).
+    hang = timeouts.scaled(float(config.getini("timeout") or 0))
+    for item in items:
+        if hang and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(hang))
 
 
 def pytest_report_header() -> str:
-    return f"ncpsim: timeouts scaled x{timeouts.LOAD:.2f} (load average per core at the start, never below 1)"
+    return (
+        f"ncpsim: timeouts (pytest-timeout's too) scaled x{timeouts.LOAD:.2f} (load average per core at the "
+        "start, never below 1)"
+    )
 
 
 def stack_processes_alive(stack: LocalStack) -> dict[str, int]:

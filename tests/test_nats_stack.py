@@ -8,7 +8,6 @@ worker is handed, so the refusals are nats-server's own. The teardown fails if a
 from __future__ import annotations
 
 import asyncio
-import http.client
 import os
 import random
 import signal
@@ -27,12 +26,14 @@ from clusters.local.plan import NATS_CALLOUT
 from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
 from scenarios.load import load_scenario
+from sim.nats.cluster import catch_up
 from sim.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
 from sim.runtime.faults import FaultInjector
 
 VIOLATION = "Authorization Violation"
 RECONNECT_TIMEOUT = scaled(15.0)  # seconds for every worker to be back after nats-server restarts
 CALL_TIMEOUT = scaled(15.0)  # a sign-in to a server that is up
+RECOVERY = scaled(60.0)  # seconds for NATS servers back from a kill to take work again (idle: a few)
 
 
 def _up(root, name: str, sets: tuple[str, ...] = ()) -> LocalStack:  # type: ignore[no-untyped-def]
@@ -93,14 +94,9 @@ def callout_log(stack: LocalStack) -> str:
     return (stack.state_dir / "logs" / f"{NATS_CALLOUT}.log").read_text(errors="replace")
 
 
-def _healthz(monitor: str, path: str = "/healthz") -> int:
+def _address(monitor: str) -> tuple[str, int]:
     host, port = monitor.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=SHORT)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().status
-    finally:
-        conn.close()
+    return host, int(port)
 
 
 def test_status_names_every_real_server(nkey_stack: LocalStack) -> None:
@@ -110,8 +106,11 @@ def test_status_names_every_real_server(nkey_stack: LocalStack) -> None:
     assert [s["name"] for s in servers] == ["nats-0", "nats-1", "nats-2"]  # the StatefulSet's three pods
     assert (nats["port"], nats["monitor"]) == (servers[0]["port"], servers[0]["monitor"])  # the contract's
     assert len({s["port"] for s in servers}) == 3
-    for server in servers:  # JetStream is current on each: the three formed one cluster
-        assert _healthz(server["monitor"]) == 200, server
+    # The three formed one cluster: JetStream comes current on each (/healthz), a moment after `up`, which
+    # waits only for the chart's readiness probe (js-server-only), as an operator checks it.
+    monitors = {s["name"]: _address(s["monitor"]) for s in servers}
+    caught_up = catch_up("nats-0", monitors, len(servers), timeout=RECOVERY)
+    assert caught_up.current, caught_up.describe()
     in_ps = [
         p
         for p in os.listdir("/proc")
@@ -237,9 +236,6 @@ def _call_ok(stack: LocalStack) -> None:
 
     result = call(stack)
     assert result.status == 200, result
-
-
-RECOVERY = scaled(60.0)  # seconds for NATS servers back from a kill to take work again (idle: a few)
 
 
 def _answered_after_restart(stack: LocalStack) -> None:
