@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 from nats_support import nats_components
+from timeouts import scaled
 
 import sim.worker.host
 from certs.profiles import (
@@ -58,7 +59,7 @@ from sim.worker.runtime import WorkerRuntime
 
 DOMAIN = "grpc-worker.example.com"
 COMPUTE = "ncpsim-compute-1"
-TEST_TIMEOUT = 20.0
+TEST_TIMEOUT = scaled(20.0)  # a test's hang bound, stretched by the load measured at the session's start
 # Loaded runs hung a test here past pytest-timeout (120 s): a worker's pull loop had swallowed its
 # cancellation (nats-py catches it while sending a command) and went on to its next pull, which the
 # teardown then waited out; sim.worker.nats_links.cancel_all now cancels again. Should a stack's start or

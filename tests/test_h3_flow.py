@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import trustme
 from aioquic.quic.packet import QuicErrorCode
+from timeouts import CALL
 
 from certs.volume import write_secret
 from sim.protocols import h3
@@ -47,7 +48,9 @@ async def _with_server(secret: Path, body, on_hello=None) -> None:
     harness = Harness(secret, on_hello)
     port = await harness.server.start()
     try:
-        await asyncio.wait_for(body(harness, ("127.0.0.1", port)), 10)
+        await asyncio.wait_for(
+            body(harness, ("127.0.0.1", port)), CALL
+        )  # a hang bound, stretched by the load
     finally:
         harness.server.close()
 
