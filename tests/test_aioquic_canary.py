@@ -28,6 +28,7 @@ from aioquic.quic.stream import QuicStream
 
 from certs.volume import write_secret
 from sim.protocols import h3_quic
+from sim.protocols.h3_quic import WINDOW
 
 NAME = "pod.example.test"
 HANDSHAKE_ROUNDS = 20  # datagram exchanges allowed for the in-memory handshake (it takes 3-4)
@@ -202,6 +203,47 @@ def test_install_credit_decides_max_stream_data(pki: tuple[Path, bytes]) -> None
     pair.exchange()
     assert stream_id in asked, "aioquic no longer calls _write_stream_limits for the server's streams"
     assert pair.client._streams[stream_id].max_stream_data_remote == granted
+
+
+@pytest.mark.parametrize(
+    ("granted", "wanted", "announced"),
+    [
+        (WINDOW, WINDOW, WINDOW),  # nothing read
+        (WINDOW, WINDOW + 1, WINDOW),  # one byte read: the peer still has a whole window
+        (WINDOW, WINDOW + WINDOW // 2 - 1, WINDOW),  # just short of half a window
+        (WINDOW, WINDOW + WINDOW // 2, WINDOW + WINDOW // 2),  # half a window read: announce it
+        (WINDOW, 3 * WINDOW, 3 * WINDOW),
+        (2 * WINDOW, WINDOW, 2 * WINDOW),  # never taken back
+    ],
+)
+def test_raised_credit(granted: int, wanted: int, announced: int) -> None:
+    assert h3_quic.raised_credit(granted, wanted) == announced
+
+
+def _credit_updates(pki: tuple[Path, bytes], reads: list[int]) -> list[int]:
+    """The server reads `reads` bytes in turn, each after the client sent them; the credit the client sees."""
+    read = 0
+    pair = Pair(*pki, on_server=lambda server: h3_quic._install_credit(server, lambda _: read + WINDOW))
+    pair.exchange()
+    stream_id = pair.client.get_next_available_stream_id()
+    seen = []
+    for size in reads:
+        pair.client.send_stream_data(stream_id, b"x" * size)
+        pair.exchange()
+        read += size
+        pair.client.send_stream_data(stream_id, b"")  # any packet lets the server answer
+        pair.exchange()
+        seen.append(pair.client._streams[stream_id].max_stream_data_remote)
+    return seen
+
+
+def test_credit_is_announced_per_half_window(pki: tuple[Path, bytes], monkeypatch) -> None:
+    """Small reads leave the peer's credit alone until half a window is read; then one MAX_STREAM_DATA."""
+    reads = [100] * 10 + [WINDOW // 2]
+    assert _credit_updates(pki, reads) == [WINDOW] * 10 + [WINDOW + 1000 + WINDOW // 2]
+    # Control: announcing every byte read (the hook before) moves the peer's credit on every read.
+    monkeypatch.setattr(h3_quic, "raised_credit", lambda granted, wanted: max(granted, wanted))
+    assert len(set(_credit_updates(pki, reads))) == len(reads)
 
 
 def test_quic_servers_idle_out_as_envoys_listener_does(tmp_path) -> None:

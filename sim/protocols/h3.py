@@ -50,6 +50,7 @@ from sim.protocols.h3_quic import (
     client_configuration,
     peek_server_name,
     peer_certificate,
+    raised_credit,
     server_configuration,
     trust_pem,
 )
@@ -155,11 +156,11 @@ class H3Endpoint(QuicConnectionProtocol):
         return self._raw_received.get(stream_id, 0) - stream.pending + WINDOW
 
     def _consumed(self, stream_id: int) -> None:
+        """The application read from the stream: send its new credit now if the hook would announce it."""
         limit = self._credit(stream_id)
-        granted = (
-            self.quic._streams[stream_id].max_stream_data_local if stream_id in self.quic._streams else 0
-        )
-        if limit is not None and limit - granted >= WINDOW // 2:  # batch updates: one per half window
+        stream = self.quic._streams.get(stream_id)
+        granted = stream.max_stream_data_local if stream is not None else 0
+        if limit is not None and raised_credit(granted, limit) != granted:
             self.flush_soon()
 
     def unacked(self, stream_id: int) -> int:

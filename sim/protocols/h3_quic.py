@@ -3,7 +3,9 @@ into aioquic internals that its public API does not offer.
 
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
   application has read it. `_install_credit` replaces that policy, for streams an endpoint serves, by
-  "what the application has read plus WINDOW", so a relay that stops reading stops its peer.
+  "what the application has read plus WINDOW", so a relay that stops reading stops its peer. The new limit
+  is announced once it has moved half a window (`raised_credit`), as QUICHE's and quic-go's flow controllers
+  announce theirs.
 - The server name of a ClientHello. aioquic parses it on the server side but does not keep it;
   `peek_server_name` looks at the ClientHello just before aioquic handles it (and may refuse it).
 Both reach into aioquic internals (pinned to aioquic 1.x; tests/test_aioquic_canary.py guards them).
@@ -109,6 +111,15 @@ class ReloadingServerConfig:
 
 
 # -- aioquic hooks -------------------------------------------------------------------------------
+def raised_credit(granted: int, wanted: int) -> int:
+    """The stream credit to announce: `wanted` (what the application has read plus WINDOW) once it is half a
+    window past the credit `granted`, else `granted` stands: the peer still has at least half a window to
+    send on. QUICHE sends its window update at that point (QuicFlowController, threshold half the window);
+    announcing each byte read put a MAX_STREAM_DATA packet, and the peer's ACK of it, behind nearly every
+    packet a relayed stream received."""
+    return wanted if wanted - granted >= WINDOW // 2 else granted
+
+
 def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -> None:
     """Grant stream credit from `credit(stream_id)` (None: aioquic's own policy for that stream)."""
     default = quic._write_stream_limits
@@ -118,7 +129,7 @@ def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -
         if limit is None or not stream.max_stream_data_local:
             default(builder=builder, space=space, stream=stream)
             return
-        stream.max_stream_data_local = max(stream.max_stream_data_local, limit)
+        stream.max_stream_data_local = raised_credit(stream.max_stream_data_local, limit)
         if stream.max_stream_data_local_sent != stream.max_stream_data_local:
             buf = builder.start_frame(
                 QuicFrameType.MAX_STREAM_DATA,
