@@ -46,6 +46,12 @@ PATCHED_METHODS = [
         ["delivery", "stream"],
     ),  # handler of our MAX_STREAM_DATA
     (QuicConnection, "_initialize", ["peer_cid"]),  # wrapped: h3_quic.peek_server_name
+    (
+        QuicConnection,
+        "_payload_received",
+        ["context", "plain", "crypto_frame_required"],
+    ),  # wrapped: h3_quic._install_ack_policy
+    (QuicConnection, "receive_datagram", ["data", "addr", "now"]),  # wrapped: _install_ack_policy
     (tls.Context, "_server_handle_hello", ["input_buf", "initial_buf", "handshake_buf"]),  # wrapped: peek
 ]
 
@@ -244,6 +250,64 @@ def test_credit_is_announced_per_half_window(pki: tuple[Path, bytes], monkeypatc
     # Control: announcing every byte read (the hook before) moves the peer's credit on every read.
     monkeypatch.setattr(h3_quic, "raised_credit", lambda granted, wanted: max(granted, wanted))
     assert len(set(_credit_updates(pki, reads))) == len(reads)
+
+
+@pytest.mark.parametrize(
+    ("pending", "in_order", "due"),
+    [
+        (None, True, 1.0 + h3_quic.MAX_ACK_DELAY),  # the first packet since the last ACK may wait
+        (1.02, True, 1.0),  # the second: at once
+        (None, False, 1.0),  # out of order: at once
+        (0.5, False, 1.0),
+    ],
+)
+def test_ack_deadline(pending: float | None, in_order: bool, due: float) -> None:
+    assert h3_quic.ack_deadline(1.0, pending, in_order) == pytest.approx(due)
+
+
+def _quiet_pair(pki: tuple[Path, bytes], hooked: bool) -> tuple[Pair, int]:
+    """A pair past its handshake with nothing left to acknowledge, and a client stream open."""
+    pair = Pair(*pki, on_server=h3_quic._install_ack_policy if hooked else None)
+    pair.exchange()
+    for _ in range(3):  # let every ACK timer run out
+        pair.now += 1.0
+        for side in (pair.client, pair.server):
+            side.handle_timer(pair.now)
+        pair.exchange()
+    return pair, pair.client.get_next_available_stream_id()
+
+
+def _deliver(pair: Pair, stream_id: int, data: bytes) -> float | None:
+    """The client sends `data`; the server receives it. Returns when the server will acknowledge it."""
+    pair.client.send_stream_data(stream_id, data)
+    for datagram, _ in pair.client.datagrams_to_send(now=pair.now):
+        pair.server.receive_datagram(datagram, Pair.ADDR, now=pair.now)
+    return pair.server._spaces[tls.Epoch.ONE_RTT].ack_at
+
+
+def test_application_data_is_acknowledged_every_second_packet_or_within_25_ms(pki) -> None:
+    pair, stream_id = _quiet_pair(pki, hooked=True)
+    assert _deliver(pair, stream_id, b"one") == pytest.approx(pair.now + h3_quic.MAX_ACK_DELAY)
+    pair.now += 0.002
+    assert _deliver(pair, stream_id, b"two") == pytest.approx(pair.now)  # the second packet: at once
+    # Control: aioquic's own policy acknowledges each packet 1 ms after it arrives.
+    pair, stream_id = _quiet_pair(pki, hooked=False)
+    assert _deliver(pair, stream_id, b"one") == pytest.approx(pair.now + 0.001)
+
+
+def test_data_written_carries_the_pending_ack(pki) -> None:
+    for bundled in (True, False):  # False: the control, no bundling
+        pair, stream_id = _quiet_pair(pki, hooked=True)
+        _deliver(pair, stream_id, b"request")
+        pair.server.send_stream_data(stream_id, b"response")
+        if bundled:
+            h3_quic.bundle_ack(pair.server, pair.now)
+        sent = pair.server.datagrams_to_send(now=pair.now)
+        assert len(sent) == 1
+        acked = pair.server._spaces[tls.Epoch.ONE_RTT].ack_at is None
+        assert acked == bundled, (
+            "the response packet carried the ACK" if bundled else "no ACK without bundling"
+        )
 
 
 def test_quic_servers_idle_out_as_envoys_listener_does(tmp_path) -> None:

@@ -45,7 +45,9 @@ from sim.protocols.h3_quic import (
     AlertCertificateUnknown,
     AlertUnrecognizedName,
     ReloadingServerConfig,
+    _install_ack_policy,
     _install_credit,
+    bundle_ack,
     check_server_certificate,
     client_configuration,
     peek_server_name,
@@ -147,6 +149,7 @@ class H3Endpoint(QuicConnectionProtocol):
         self._progress = asyncio.Event()
         self._flush_handle: asyncio.Handle | None = None
         _install_credit(quic, self._credit)
+        _install_ack_policy(quic)
 
     # Credit and acknowledgements --------------------------------------------------------------
     def _credit(self, stream_id: int) -> int | None:
@@ -183,6 +186,7 @@ class H3Endpoint(QuicConnectionProtocol):
     def _flush(self) -> None:
         self._flush_handle = None
         if not self.closed:
+            bundle_ack(self.quic, self._loop.time())  # what the application wrote carries the pending ACK
             self.transmit()
 
     def open_request(self, headers: Headers, end: bool = False) -> H3Stream:
