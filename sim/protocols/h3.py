@@ -148,6 +148,7 @@ class H3Endpoint(QuicConnectionProtocol):
         self._raw_received: dict[int, int] = {}
         self._progress = asyncio.Event()
         self._flush_handle: asyncio.Handle | None = None
+        self._wrote = False  # the application wrote since the last transmit
         _install_credit(quic, self._credit)
         _install_ack_policy(quic)
 
@@ -180,13 +181,22 @@ class H3Endpoint(QuicConnectionProtocol):
 
     # Sending ---------------------------------------------------------------------------------
     def flush_soon(self) -> None:
+        """The application wrote: send it, with any ACK pending, once this loop iteration is done."""
+        self._wrote = True
+        self._transmit_soon()
+
+    def _transmit_soon(self) -> None:
+        # One transmit for everything a loop iteration brought: the datagrams received (aioquic transmits after
+        # each) and what the application wrote in answer, so an ACK and a response leave in one packet.
         if self._flush_handle is None and not self.closed:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+            self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_handle = None
         if not self.closed:
-            bundle_ack(self.quic, self._loop.time())  # what the application wrote carries the pending ACK
+            if self._wrote:
+                bundle_ack(self.quic, self._loop.time())
+                self._wrote = False
             self.transmit()
 
     def open_request(self, headers: Headers, end: bool = False) -> H3Stream:
@@ -199,12 +209,16 @@ class H3Endpoint(QuicConnectionProtocol):
 
     # Receiving -------------------------------------------------------------------------------
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
-        super().datagram_received(data, addr)
+        self.quic.receive_datagram(data, addr, now=self._loop.time())  # type: ignore[arg-type]
+        self._process_events()
         # aioquic reports the close only after the draining period (3 PTO); nothing more can flow
         # once either side has closed, so say so now (a refused handshake is then seen at once).
         close = self.quic._close_event
         if close is not None:
+            self.transmit()  # our CONNECTION_CLOSE, if we are the side closing, goes before we stop
             self._terminated(close.error_code, close.reason_phrase)
+        else:
+            self._transmit_soon()
         self._wake()
 
     def quic_event_received(self, event: QuicEvent) -> None:
