@@ -1,7 +1,7 @@
 """Thin asyncio glue around aioquic's HTTP/3: every QUIC party in ncpsim (grpc-proxy pods, the proxy's
 HTTP/3 front, workers) speaks through H3Endpoint and H3Stream.
 
-Three things aioquic's own asyncio helpers do not give us, and why we need them:
+Four things aioquic's own asyncio helpers do not give us, and why we need them:
 - `connect` keeps the protocol when the handshake fails, so a caller can report *why* (a certificate
   the worker does not trust is the answer the simulator exists to show).
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
@@ -9,6 +9,8 @@ Three things aioquic's own asyncio helpers do not give us, and why we need them:
   serves, by "what the application has read plus WINDOW", so a relay that stops reading stops its peer;
   and `H3Stream.drain` waits while too much written data is still unacknowledged.
 - The server name of a ClientHello, which aioquic does not keep: sim.protocols.h3_quic's `peek_server_name`.
+- Packets as the real peers send them: ACKs delayed and riding on data (sim.protocols.h3_quic's
+  `_install_ack_policy`), and one transmit per loop iteration where aioquic transmits after each datagram.
 Configurations, the trust bundle, certificate reload and those aioquic hooks live in sim.protocols.h3_quic,
 one request stream in sim.protocols.h3_stream; their public names are re-exported here, so callers import
 everything from sim.protocols.h3.

@@ -1,4 +1,4 @@
-"""The aioquic side of sim.protocols.h3: QUIC configurations, the trust bundle, certificate reload, and two hooks
+"""The aioquic side of sim.protocols.h3: QUIC configurations, the trust bundle, certificate reload, and hooks
 into aioquic internals that its public API does not offer.
 
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
@@ -12,7 +12,7 @@ into aioquic internals that its public API does not offer.
   at once, else within 25 ms; sim.protocols.h3's H3Endpoint sends a pending ACK with the data it writes.
 - The server name of a ClientHello. aioquic parses it on the server side but does not keep it;
   `peek_server_name` looks at the ClientHello just before aioquic handles it (and may refuse it).
-Both reach into aioquic internals (pinned to aioquic 1.x; tests/test_aioquic_canary.py guards them).
+All reach into aioquic internals (pinned to aioquic 1.x; tests/test_aioquic_canary.py guards them).
 """
 
 from __future__ import annotations
