@@ -113,6 +113,9 @@ def test_stream_fields_the_glue_reads() -> None:
     stream = QuicStream(stream_id=0, max_stream_data_local=1024, max_stream_data_remote=1024)
     for field in ("stream_id", "max_stream_data_local", "max_stream_data_local_sent", "sender", "receiver"):
         assert hasattr(stream, field), f"QuicStream.{field} is gone: h3_quic's credit hook uses it"
+    assert stream.receiver.starting_offset() == 0, (
+        "QuicStreamReceiver.starting_offset is gone: H3Endpoint._credit counts what QUIC delivered with it"
+    )
     buffer = getattr(stream.sender, "_buffer", None)
     assert isinstance(buffer, (bytes, bytearray)), (
         "QuicStreamSender._buffer is gone: H3Endpoint.unacked reads it"
@@ -208,6 +211,10 @@ def test_install_credit_decides_max_stream_data(pki: tuple[Path, bytes]) -> None
     pair.client.send_stream_data(stream_id, b"x" * 1000)
     pair.exchange()
     assert stream_id in asked, "aioquic no longer calls _write_stream_limits for the server's streams"
+    delivered = pair.server._streams[stream_id].receiver.starting_offset()
+    assert delivered == 1000, (
+        "QuicStreamReceiver.starting_offset no longer counts the bytes delivered in order"
+    )
     assert pair.client._streams[stream_id].max_stream_data_remote == granted
 
 

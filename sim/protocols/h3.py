@@ -37,7 +37,6 @@ from aioquic.quic.events import (
     ProtocolNegotiated,
     QuicEvent,
     StopSendingReceived,
-    StreamDataReceived,
 )
 from aioquic.quic.events import StreamReset as QuicStreamReset
 from aioquic.quic.packet import QuicErrorCode
@@ -147,7 +146,6 @@ class H3Endpoint(QuicConnectionProtocol):
         self.close_info: tuple[int, str] | None = None  # (QUIC error code, reason) once terminated
         self.closed = False
         self.handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._raw_received: dict[int, int] = {}
         self._progress = asyncio.Event()
         self._flush_handle: asyncio.Handle | None = None
         self._wrote = False  # the application wrote since the last transmit
@@ -156,10 +154,11 @@ class H3Endpoint(QuicConnectionProtocol):
 
     # Credit and acknowledgements --------------------------------------------------------------
     def _credit(self, stream_id: int) -> int | None:
-        stream = self.streams.get(stream_id)
-        if stream is None:
+        stream, quic_stream = self.streams.get(stream_id), self.quic._streams.get(stream_id)
+        if stream is None or quic_stream is None:
             return None
-        return self._raw_received.get(stream_id, 0) - stream.pending + WINDOW
+        # What QUIC delivered in order (HTTP/3 framing included), less the payload not read yet.
+        return quic_stream.receiver.starting_offset() - stream.pending + WINDOW
 
     def _consumed(self, stream_id: int) -> None:
         """The application read from the stream: send its new credit now if the hook would announce it."""
@@ -228,8 +227,6 @@ class H3Endpoint(QuicConnectionProtocol):
             self.h3 = self.new_h3()
         elif isinstance(event, HandshakeCompleted) and not self.handshake.done():
             self.handshake.set_result(None)
-        elif isinstance(event, StreamDataReceived):
-            self._raw_received[event.stream_id] = self._raw_received.get(event.stream_id, 0) + len(event.data)
         elif isinstance(event, QuicStreamReset) and event.stream_id in self.streams:
             self.streams[event.stream_id]._on_error(
                 StreamError(f"stream reset by peer ({event.error_code:#x})")
