@@ -28,6 +28,7 @@ from aioquic.quic.stream import QuicStream
 
 from certs.volume import write_secret
 from sim.protocols import h3_quic
+from sim.protocols.h3_quic import WINDOW
 
 NAME = "pod.example.test"
 HANDSHAKE_ROUNDS = 20  # datagram exchanges allowed for the in-memory handshake (it takes 3-4)
@@ -45,6 +46,12 @@ PATCHED_METHODS = [
         ["delivery", "stream"],
     ),  # handler of our MAX_STREAM_DATA
     (QuicConnection, "_initialize", ["peer_cid"]),  # wrapped: h3_quic.peek_server_name
+    (
+        QuicConnection,
+        "_payload_received",
+        ["context", "plain", "crypto_frame_required"],
+    ),  # wrapped: h3_quic._install_ack_policy
+    (QuicConnection, "receive_datagram", ["data", "addr", "now"]),  # wrapped: _install_ack_policy
     (tls.Context, "_server_handle_hello", ["input_buf", "initial_buf", "handshake_buf"]),  # wrapped: peek
 ]
 
@@ -106,6 +113,9 @@ def test_stream_fields_the_glue_reads() -> None:
     stream = QuicStream(stream_id=0, max_stream_data_local=1024, max_stream_data_remote=1024)
     for field in ("stream_id", "max_stream_data_local", "max_stream_data_local_sent", "sender", "receiver"):
         assert hasattr(stream, field), f"QuicStream.{field} is gone: h3_quic's credit hook uses it"
+    assert stream.receiver.starting_offset() == 0, (
+        "QuicStreamReceiver.starting_offset is gone: H3Endpoint._credit counts what QUIC delivered with it"
+    )
     buffer = getattr(stream.sender, "_buffer", None)
     assert isinstance(buffer, (bytes, bytearray)), (
         "QuicStreamSender._buffer is gone: H3Endpoint.unacked reads it"
@@ -201,7 +211,110 @@ def test_install_credit_decides_max_stream_data(pki: tuple[Path, bytes]) -> None
     pair.client.send_stream_data(stream_id, b"x" * 1000)
     pair.exchange()
     assert stream_id in asked, "aioquic no longer calls _write_stream_limits for the server's streams"
+    delivered = pair.server._streams[stream_id].receiver.starting_offset()
+    assert delivered == 1000, (
+        "QuicStreamReceiver.starting_offset no longer counts the bytes delivered in order"
+    )
     assert pair.client._streams[stream_id].max_stream_data_remote == granted
+
+
+@pytest.mark.parametrize(
+    ("granted", "wanted", "announced"),
+    [
+        (WINDOW, WINDOW, WINDOW),  # nothing read
+        (WINDOW, WINDOW + 1, WINDOW),  # one byte read: the peer still has a whole window
+        (WINDOW, WINDOW + WINDOW // 2 - 1, WINDOW),  # just short of half a window
+        (WINDOW, WINDOW + WINDOW // 2, WINDOW + WINDOW // 2),  # half a window read: announce it
+        (WINDOW, 3 * WINDOW, 3 * WINDOW),
+        (2 * WINDOW, WINDOW, 2 * WINDOW),  # never taken back
+    ],
+)
+def test_raised_credit(granted: int, wanted: int, announced: int) -> None:
+    assert h3_quic.raised_credit(granted, wanted) == announced
+
+
+def _credit_updates(pki: tuple[Path, bytes], reads: list[int]) -> list[int]:
+    """The server reads `reads` bytes in turn, each after the client sent them; the credit the client sees."""
+    read = 0
+    pair = Pair(*pki, on_server=lambda server: h3_quic._install_credit(server, lambda _: read + WINDOW))
+    pair.exchange()
+    stream_id = pair.client.get_next_available_stream_id()
+    seen = []
+    for size in reads:
+        pair.client.send_stream_data(stream_id, b"x" * size)
+        pair.exchange()
+        read += size
+        pair.client.send_stream_data(stream_id, b"")  # any packet lets the server answer
+        pair.exchange()
+        seen.append(pair.client._streams[stream_id].max_stream_data_remote)
+    return seen
+
+
+def test_credit_is_announced_per_half_window(pki: tuple[Path, bytes], monkeypatch) -> None:
+    """Small reads leave the peer's credit alone until half a window is read; then one MAX_STREAM_DATA."""
+    reads = [100] * 10 + [WINDOW // 2]
+    assert _credit_updates(pki, reads) == [WINDOW] * 10 + [WINDOW + 1000 + WINDOW // 2]
+    # Control: announcing every byte read (the hook before) moves the peer's credit on every read.
+    monkeypatch.setattr(h3_quic, "raised_credit", lambda granted, wanted: max(granted, wanted))
+    assert len(set(_credit_updates(pki, reads))) == len(reads)
+
+
+@pytest.mark.parametrize(
+    ("pending", "in_order", "due"),
+    [
+        (None, True, 1.0 + h3_quic.MAX_ACK_DELAY),  # the first packet since the last ACK may wait
+        (1.02, True, 1.0),  # the second: at once
+        (None, False, 1.0),  # out of order: at once
+        (0.5, False, 1.0),
+    ],
+)
+def test_ack_deadline(pending: float | None, in_order: bool, due: float) -> None:
+    assert h3_quic.ack_deadline(1.0, pending, in_order) == pytest.approx(due)
+
+
+def _quiet_pair(pki: tuple[Path, bytes], hooked: bool) -> tuple[Pair, int]:
+    """A pair past its handshake with nothing left to acknowledge, and a client stream open."""
+    pair = Pair(*pki, on_server=h3_quic._install_ack_policy if hooked else None)
+    pair.exchange()
+    for _ in range(3):  # let every ACK timer run out
+        pair.now += 1.0
+        for side in (pair.client, pair.server):
+            side.handle_timer(pair.now)
+        pair.exchange()
+    return pair, pair.client.get_next_available_stream_id()
+
+
+def _deliver(pair: Pair, stream_id: int, data: bytes) -> float | None:
+    """The client sends `data`; the server receives it. Returns when the server will acknowledge it."""
+    pair.client.send_stream_data(stream_id, data)
+    for datagram, _ in pair.client.datagrams_to_send(now=pair.now):
+        pair.server.receive_datagram(datagram, Pair.ADDR, now=pair.now)
+    return pair.server._spaces[tls.Epoch.ONE_RTT].ack_at
+
+
+def test_application_data_is_acknowledged_every_second_packet_or_within_25_ms(pki) -> None:
+    pair, stream_id = _quiet_pair(pki, hooked=True)
+    assert _deliver(pair, stream_id, b"one") == pytest.approx(pair.now + h3_quic.MAX_ACK_DELAY)
+    pair.now += 0.002
+    assert _deliver(pair, stream_id, b"two") == pytest.approx(pair.now)  # the second packet: at once
+    # Control: aioquic's own policy acknowledges each packet 1 ms after it arrives.
+    pair, stream_id = _quiet_pair(pki, hooked=False)
+    assert _deliver(pair, stream_id, b"one") == pytest.approx(pair.now + 0.001)
+
+
+def test_data_written_carries_the_pending_ack(pki) -> None:
+    for bundled in (True, False):  # False: the control, no bundling
+        pair, stream_id = _quiet_pair(pki, hooked=True)
+        _deliver(pair, stream_id, b"request")
+        pair.server.send_stream_data(stream_id, b"response")
+        if bundled:
+            h3_quic.bundle_ack(pair.server, pair.now)
+        sent = pair.server.datagrams_to_send(now=pair.now)
+        assert len(sent) == 1
+        acked = pair.server._spaces[tls.Epoch.ONE_RTT].ack_at is None
+        assert acked == bundled, (
+            "the response packet carried the ACK" if bundled else "no ACK without bundling"
+        )
 
 
 def test_quic_servers_idle_out_as_envoys_listener_does(tmp_path) -> None:

@@ -181,3 +181,47 @@ def test_reloading_config_swaps_good_material_and_keeps_old_on_broken(tmp_path: 
     )
     assert reloading.refresh() is config  # same object: aioquic's server holds it
     assert config.certificate != original and reloading.generation == 2
+
+
+def _answered_in(pki: tuple[Path, bytes]) -> int:
+    """Datagrams the server sends for a request that came in two packets handled in one wake-up (so the second
+    makes the ACK due at once), which a task answers; the connection otherwise quiet."""
+    secret, ca = pki
+    received: list[bytes] = []
+
+    async def body(harness: Harness, addr: tuple[str, int]) -> None:
+        client = await h3.connect(addr, h3.client_configuration(NAME, ca), timeout=5)
+        try:
+            hear = client.datagram_received
+            client.datagram_received = lambda data, peer: (received.append(data), hear(data, peer))  # type: ignore[method-assign]
+            await client.ping()  # answered: the server owes nothing from the handshake on
+            received.clear()
+            headers = [
+                (b":method", b"POST"),
+                (b":scheme", b"https"),
+                (b":authority", NAME.encode()),
+                (b":path", b"/"),
+            ]
+            stream = client.open_request(headers)
+            client.transmit()  # the headers in one datagram, the body in the next, both before the server reads
+            stream.write(b"body", end=True)
+            client.transmit()
+            served = await harness.requests.get()  # this task is woken by the request, as a relay is
+            assert await served.read() == b"body"
+            assert await served.read() == b""
+            served.send_headers([(b":status", b"204")], end=True)
+            await stream.headers
+        finally:
+            h3.close_client(client)
+
+    asyncio.run(_with_server(secret, body))
+    return len(received)
+
+
+def test_an_answer_carries_the_ack_its_request_made_due(pki: tuple[Path, bytes], monkeypatch) -> None:
+    """An endpoint transmits once per loop iteration, after the tasks the datagrams woke have written: the ACK
+    the request's second packet made due leaves with the answer, in one datagram."""
+    assert _answered_in(pki) == 1
+    # Control: transmitting as each datagram is handled (aioquic's way) sends the ACK on its own first.
+    monkeypatch.setattr(h3.H3Endpoint, "_transmit_soon", h3.H3Endpoint.transmit)
+    assert _answered_in(pki) == 2

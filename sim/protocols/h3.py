@@ -1,7 +1,7 @@
 """Thin asyncio glue around aioquic's HTTP/3: every QUIC party in ncpsim (grpc-proxy pods, the proxy's
 HTTP/3 front, workers) speaks through H3Endpoint and H3Stream.
 
-Three things aioquic's own asyncio helpers do not give us, and why we need them:
+Four things aioquic's own asyncio helpers do not give us, and why we need them:
 - `connect` keeps the protocol when the handshake fails, so a caller can report *why* (a certificate
   the worker does not trust is the answer the simulator exists to show).
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
@@ -9,6 +9,8 @@ Three things aioquic's own asyncio helpers do not give us, and why we need them:
   serves, by "what the application has read plus WINDOW", so a relay that stops reading stops its peer;
   and `H3Stream.drain` waits while too much written data is still unacknowledged.
 - The server name of a ClientHello, which aioquic does not keep: sim.protocols.h3_quic's `peek_server_name`.
+- Packets as the real peers send them: ACKs delayed and riding on data (sim.protocols.h3_quic's
+  `_install_ack_policy`), and one transmit per loop iteration where aioquic transmits after each datagram.
 Configurations, the trust bundle, certificate reload and those aioquic hooks live in sim.protocols.h3_quic,
 one request stream in sim.protocols.h3_stream; their public names are re-exported here, so callers import
 everything from sim.protocols.h3.
@@ -35,7 +37,6 @@ from aioquic.quic.events import (
     ProtocolNegotiated,
     QuicEvent,
     StopSendingReceived,
-    StreamDataReceived,
 )
 from aioquic.quic.events import StreamReset as QuicStreamReset
 from aioquic.quic.packet import QuicErrorCode
@@ -45,11 +46,14 @@ from sim.protocols.h3_quic import (
     AlertCertificateUnknown,
     AlertUnrecognizedName,
     ReloadingServerConfig,
+    _install_ack_policy,
     _install_credit,
+    bundle_ack,
     check_server_certificate,
     client_configuration,
     peek_server_name,
     peer_certificate,
+    raised_credit,
     server_configuration,
     trust_pem,
 )
@@ -142,24 +146,26 @@ class H3Endpoint(QuicConnectionProtocol):
         self.close_info: tuple[int, str] | None = None  # (QUIC error code, reason) once terminated
         self.closed = False
         self.handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._raw_received: dict[int, int] = {}
         self._progress = asyncio.Event()
         self._flush_handle: asyncio.Handle | None = None
+        self._wrote = False  # the application wrote since the last transmit
         _install_credit(quic, self._credit)
+        _install_ack_policy(quic)
 
     # Credit and acknowledgements --------------------------------------------------------------
     def _credit(self, stream_id: int) -> int | None:
-        stream = self.streams.get(stream_id)
-        if stream is None:
+        stream, quic_stream = self.streams.get(stream_id), self.quic._streams.get(stream_id)
+        if stream is None or quic_stream is None:
             return None
-        return self._raw_received.get(stream_id, 0) - stream.pending + WINDOW
+        # What QUIC delivered in order (HTTP/3 framing included), less the payload not read yet.
+        return quic_stream.receiver.starting_offset() - stream.pending + WINDOW
 
     def _consumed(self, stream_id: int) -> None:
+        """The application read from the stream: send its new credit now if the hook would announce it."""
         limit = self._credit(stream_id)
-        granted = (
-            self.quic._streams[stream_id].max_stream_data_local if stream_id in self.quic._streams else 0
-        )
-        if limit is not None and limit - granted >= WINDOW // 2:  # batch updates: one per half window
+        stream = self.quic._streams.get(stream_id)
+        granted = stream.max_stream_data_local if stream is not None else 0
+        if limit is not None and raised_credit(granted, limit) != granted:
             self.flush_soon()
 
     def unacked(self, stream_id: int) -> int:
@@ -176,12 +182,22 @@ class H3Endpoint(QuicConnectionProtocol):
 
     # Sending ---------------------------------------------------------------------------------
     def flush_soon(self) -> None:
+        """The application wrote: send it, with any ACK pending, once this loop iteration is done."""
+        self._wrote = True
+        self._transmit_soon()
+
+    def _transmit_soon(self) -> None:
+        # One transmit for everything a loop iteration brought: the datagrams received (aioquic transmits after
+        # each) and what the application wrote in answer, so an ACK and a response leave in one packet.
         if self._flush_handle is None and not self.closed:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+            self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_handle = None
         if not self.closed:
+            if self._wrote:
+                bundle_ack(self.quic, self._loop.time())
+                self._wrote = False
             self.transmit()
 
     def open_request(self, headers: Headers, end: bool = False) -> H3Stream:
@@ -194,12 +210,16 @@ class H3Endpoint(QuicConnectionProtocol):
 
     # Receiving -------------------------------------------------------------------------------
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
-        super().datagram_received(data, addr)
+        self.quic.receive_datagram(data, addr, now=self._loop.time())  # type: ignore[arg-type]
+        self._process_events()
         # aioquic reports the close only after the draining period (3 PTO); nothing more can flow
         # once either side has closed, so say so now (a refused handshake is then seen at once).
         close = self.quic._close_event
         if close is not None:
+            self.transmit()  # our CONNECTION_CLOSE, if we are the side closing, goes before we stop
             self._terminated(close.error_code, close.reason_phrase)
+        else:
+            self._transmit_soon()
         self._wake()
 
     def quic_event_received(self, event: QuicEvent) -> None:
@@ -207,8 +227,6 @@ class H3Endpoint(QuicConnectionProtocol):
             self.h3 = self.new_h3()
         elif isinstance(event, HandshakeCompleted) and not self.handshake.done():
             self.handshake.set_result(None)
-        elif isinstance(event, StreamDataReceived):
-            self._raw_received[event.stream_id] = self._raw_received.get(event.stream_id, 0) + len(event.data)
         elif isinstance(event, QuicStreamReset) and event.stream_id in self.streams:
             self.streams[event.stream_id]._on_error(
                 StreamError(f"stream reset by peer ({event.error_code:#x})")

@@ -1,12 +1,18 @@
-"""The aioquic side of sim.protocols.h3: QUIC configurations, the trust bundle, certificate reload, and two hooks
+"""The aioquic side of sim.protocols.h3: QUIC configurations, the trust bundle, certificate reload, and hooks
 into aioquic internals that its public API does not offer.
 
 - Backpressure. aioquic grants a peer more stream credit as soon as data arrives, whether or not the
   application has read it. `_install_credit` replaces that policy, for streams an endpoint serves, by
-  "what the application has read plus WINDOW", so a relay that stops reading stops its peer.
+  "what the application has read plus WINDOW", so a relay that stops reading stops its peer. The new limit
+  is announced once it has moved half a window (`raised_credit`), as QUICHE's and quic-go's flow controllers
+  announce theirs.
+- Acknowledgements. aioquic acknowledges each ack-eliciting packet on its own 1 ms after it arrives, though it
+  announces a max_ack_delay of 25 ms. `_install_ack_policy` acknowledges application data as QUICHE (Envoy)
+  and quic-go (the worker library, grpc-proxy) do: every second ack-eliciting packet, a packet out of order
+  at once, else within 25 ms; sim.protocols.h3's H3Endpoint sends a pending ACK with the data it writes.
 - The server name of a ClientHello. aioquic parses it on the server side but does not keep it;
   `peek_server_name` looks at the ClientHello just before aioquic handles it (and may refuse it).
-Both reach into aioquic internals (pinned to aioquic 1.x; tests/test_aioquic_canary.py guards them).
+All reach into aioquic internals (pinned to aioquic 1.x; tests/test_aioquic_canary.py guards them).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from sim.protocols.tls import secret_stamp
 
 WINDOW = 256 * 1024  # stream credit granted beyond what the application has read
+# How long an ACK may wait: the max_ack_delay aioquic announces, QUICHE's kDefaultDelayedAckTimeMs and quic-go's
+# MaxAckDelay alike (25 ms).
+MAX_ACK_DELAY = 0.025
 QUIC_IDLE_TIMEOUT = 300.0  # Envoy's QUIC listener default (idle_timeout, 300000 ms); aioquic's own is 60 s
 _MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
 
@@ -109,6 +118,58 @@ class ReloadingServerConfig:
 
 
 # -- aioquic hooks -------------------------------------------------------------------------------
+def raised_credit(granted: int, wanted: int) -> int:
+    """The stream credit to announce: `wanted` (what the application has read plus WINDOW) once it is half a
+    window past the credit `granted`, else `granted` stands: the peer still has at least half a window to
+    send on. QUICHE sends its window update at that point (QuicFlowController, threshold half the window);
+    announcing each byte read put a MAX_STREAM_DATA packet, and the peer's ACK of it, behind nearly every
+    packet a relayed stream received."""
+    return wanted if wanted - granted >= WINDOW // 2 else granted
+
+
+def ack_deadline(now: float, pending: float | None, in_order: bool) -> float:
+    """When to acknowledge application data, an ack-eliciting packet having arrived at `now`: at once if it is
+    the second since the last ACK (`pending`: the deadline the first one set) or arrived out of order (a packet
+    is missing, so its sender should hear soon), else MAX_ACK_DELAY later, unless data going back carries the
+    ACK before (QUICHE's QuicReceivedPacketManager, quic-go's receivedPacketTracker: two packets, 25 ms)."""
+    if pending is not None or not in_order:
+        return now
+    return now + MAX_ACK_DELAY
+
+
+def _install_ack_policy(quic: QuicConnection) -> None:
+    """Acknowledge 1-RTT packets when `ack_deadline` says (aioquic: 1 ms after each). Initial and Handshake
+    packets keep aioquic's policy: they are acknowledged at once, as RFC 9000 section 13.2.1 asks."""
+    payload_received, receive_datagram = quic._payload_received, quic.receive_datagram
+    eliciting = [False]  # an ack-eliciting 1-RTT packet in the datagram being received
+
+    def note_eliciting(context: Any, plain: bytes, crypto_frame_required: bool = False) -> tuple[bool, bool]:
+        result = payload_received(context, plain, crypto_frame_required=crypto_frame_required)
+        eliciting[0] = eliciting[0] or (result[0] and context.epoch == tls.Epoch.ONE_RTT)
+        return result
+
+    def receive(data: bytes, addr: Any, now: float) -> None:
+        space = quic._spaces.get(tls.Epoch.ONE_RTT)  # made with the first packet a server receives
+        pending, largest = (space.ack_at, space.largest_received_packet) if space else (None, -1)
+        eliciting[0] = False
+        receive_datagram(data, addr, now)
+        space = quic._spaces.get(tls.Epoch.ONE_RTT)
+        if eliciting[0] and space is not None and space.ack_at is not None:
+            in_order = largest < 0 or space.largest_received_packet == largest + 1
+            space.ack_at = ack_deadline(now, pending, in_order)
+
+    quic._payload_received = note_eliciting  # type: ignore[method-assign]
+    quic.receive_datagram = receive  # type: ignore[method-assign]
+
+
+def bundle_ack(quic: QuicConnection, now: float) -> None:
+    """Let the next packet carry the pending ACK of application data, if one waits (the packet that writes
+    data: QUICHE bundles a pending ACK with it, quic-go with any packet it sends)."""
+    space = quic._spaces.get(tls.Epoch.ONE_RTT)
+    if space is not None and space.ack_at is not None and space.ack_at > now:
+        space.ack_at = now
+
+
 def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -> None:
     """Grant stream credit from `credit(stream_id)` (None: aioquic's own policy for that stream)."""
     default = quic._write_stream_limits
@@ -118,7 +179,7 @@ def _install_credit(quic: QuicConnection, credit: Callable[[int], int | None]) -
         if limit is None or not stream.max_stream_data_local:
             default(builder=builder, space=space, stream=stream)
             return
-        stream.max_stream_data_local = max(stream.max_stream_data_local, limit)
+        stream.max_stream_data_local = raised_credit(stream.max_stream_data_local, limit)
         if stream.max_stream_data_local_sent != stream.max_stream_data_local:
             buf = builder.start_frame(
                 QuicFrameType.MAX_STREAM_DATA,
