@@ -33,7 +33,8 @@ from sim.protocols.grpc_callback import (
     work_message,
 )
 from sim.protocols.grpc_tunnel import INTERNAL, STREAM, UNARY, UNAVAILABLE, GrpcError, H2Tunnel
-from sim.protocols.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig, Tasks
+from sim.protocols.h3 import H3Endpoint, H3Server, H3Stream, ReloadingServerConfig
+from sim.protocols.tasks import Tasks
 from sim.runtime.component import Context, Ready
 from sim.wire import GRPC_CALL_TAG, GRPC_CALLBACK_PORT, GRPC_CLIENT_PORT
 

@@ -19,7 +19,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from sim.protocols.h3 import Tasks
+from sim.protocols.tasks import Tasks
 
 UNARY = "/ncpsim.Echo/Unary"
 STREAM = "/ncpsim.Echo/Stream"

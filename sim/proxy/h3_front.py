@@ -31,9 +31,9 @@ from sim.protocols.h3 import (
     H3Stream,
     ReloadingServerConfig,
     StreamError,
-    Tasks,
     peek_server_name,
 )
+from sim.protocols.tasks import Tasks
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.h3_codec import StreamScopedH3
 from sim.proxy.h3_policy import H3Request, Reset, decide

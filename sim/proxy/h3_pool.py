@@ -29,11 +29,11 @@ from sim.protocols.h3 import (
     AlertCertificateUnknown,
     H3Endpoint,
     HandshakeFailed,
-    Tasks,
     client_configuration,
     close_client,
     trust_pem,
 )
+from sim.protocols.tasks import Tasks
 from sim.proxy.h3_policy import (
     MAX_CONCURRENT_STREAMS,
     MAX_CONNECTIONS,
