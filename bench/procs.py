@@ -14,7 +14,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -101,11 +101,13 @@ def rss_bytes(pids: Iterable[int]) -> int:
 
 
 class RssSampler:
-    """Samples the summed RSS of `pids()` on a thread; `peak` is the largest sum seen."""
+    """Samples the summed RSS of `groups()` (pids by role) on a thread: `peak` is the largest sum seen and
+    `peak_by_role` how that sample split among the roles (so the roles add up to the peak)."""
 
-    def __init__(self, pids: Callable[[], list[int]], interval: float = 0.2):
-        self.pids, self.interval = pids, interval
+    def __init__(self, groups: Callable[[], Mapping[str, Iterable[int]]], interval: float = 0.2):
+        self.groups, self.interval = groups, interval
         self.peak = 0
+        self.peak_by_role: dict[str, int] = {}
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -120,7 +122,9 @@ class RssSampler:
         self._sample()
 
     def _sample(self) -> None:
-        self.peak = max(self.peak, rss_bytes(self.pids()))
+        by_role = {role: rss_bytes(pids) for role, pids in self.groups().items()}
+        if sum(by_role.values()) > self.peak:
+            self.peak, self.peak_by_role = sum(by_role.values()), by_role
         self.samples += 1
 
     def _run(self) -> None:

@@ -119,6 +119,10 @@ def _details(results: dict[str, Any]) -> str:
         lines += section(results)
     if cpu := (results.get("scale") or {}).get("cpu_seconds"):
         lines.append(f"- scale, CPU seconds by component during the callbacks: {cpu}")
+    if memory := (results.get("scale") or {}).get("peak_rss_mib_by_role"):
+        lines.append(
+            f"- scale, peak RSS (MiB) by role at the peak (ncpsim-compute: the worker hosts): {memory}"
+        )
     errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and v.get("error")}
     lines += [f"- **{name} failed**: {error}" for name, error in errors.items()]
     return "\n".join(lines)
