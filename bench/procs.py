@@ -100,13 +100,30 @@ def rss_bytes(pids: Iterable[int]) -> int:
     return total
 
 
+def pss_bytes(pids: Iterable[int]) -> int:
+    """Proportional set size: each page shared by n processes counts 1/n in each, so a sum over processes
+    counts it once (RSS counts the pages forked processes share from their zygote in every one)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                total += next(int(line.split()[1]) for line in rollup if line.startswith("Pss:")) * 1024
+        except (OSError, StopIteration, ValueError):
+            continue  # gone, or a kernel without smaps_rollup
+    return total
+
+
 class RssSampler:
     """Samples the summed RSS of `groups()` (pids by role) on a thread: `peak` is the largest sum seen and
-    `peak_by_role` how that sample split among the roles (so the roles add up to the peak)."""
+    `peak_by_role` how that sample split among the roles (so the roles add up to the peak). Every
+    `pss_every`-th sample also reads the PSS sum (dearer: the kernel walks each process's pages), and
+    `peak_pss` is the largest of those."""
 
-    def __init__(self, groups: Callable[[], Mapping[str, Iterable[int]]], interval: float = 0.2):
-        self.groups, self.interval = groups, interval
-        self.peak = 0
+    def __init__(
+        self, groups: Callable[[], Mapping[str, Iterable[int]]], interval: float = 0.2, pss_every: int = 5
+    ):
+        self.groups, self.interval, self.pss_every = groups, interval, pss_every
+        self.peak = self.peak_pss = 0
         self.peak_by_role: dict[str, int] = {}
         self.samples = 0
         self._stop = threading.Event()
@@ -122,9 +139,12 @@ class RssSampler:
         self._sample()
 
     def _sample(self) -> None:
-        by_role = {role: rss_bytes(pids) for role, pids in self.groups().items()}
+        groups = self.groups()
+        by_role = {role: rss_bytes(pids) for role, pids in groups.items()}
         if sum(by_role.values()) > self.peak:
             self.peak, self.peak_by_role = sum(by_role.values()), by_role
+        if self.samples % self.pss_every == 0:
+            self.peak_pss = max(self.peak_pss, sum(pss_bytes(pids) for pids in groups.values()))
         self.samples += 1
 
     def _run(self) -> None:

@@ -1,12 +1,17 @@
-"""Scale: N compute clusters of workers, many callbacks driven concurrently; lost, wall time, peak memory (and by role).
+"""Scale: N compute clusters of workers, many callbacks driven concurrently; lost, wall time, peak memory.
 
-The topology is built with sim.model.topology.build (5 compute clusters of 400 workers for the full run). The
+The topology is built with sim.model.topology.build (10 compute clusters of 1,000 workers for the full run). The
 benchmark is the function client: `concurrency` lanes, each with a keep-alive connection to one
 invocation-service pod (lanes spread over the pods), invoke the echo function with NVCF-POLL-SECONDS 60
 and wait for the answer. A callback is lost when its invocation does not come back 200 with its own
 body. Workers do everything else as in any scenario: NATS (JetStream pull, ack), GET and POST through the
-proxy on the connections each keeps alive (a DNS lookup and a TLS handshake when it has none idle). Peak memory is the largest sum of the stack's processes' RSS (each component's whole process
-group, so nats-server beside its supervisor counts), sampled from /proc every 200 ms.
+proxy on the connections each keeps alive (a DNS lookup and a TLS handshake when it has none idle).
+
+Peak memory is the largest sum of the stack's processes' RSS (each component's whole process group, so
+nats-server beside its supervisor counts), sampled from /proc every 200 ms; by role is how that sample
+splits (ncpsim-compute: the worker hosts, one per compute cluster), and the idle fleet's RSS by role is
+read once after up. The RSS sum counts the pages the components share from the zygote that forked them
+once in every process; the peak PSS (sampled each second) counts each page once.
 """
 
 from __future__ import annotations
@@ -201,6 +206,7 @@ def measure(
         wall_seconds=round(up + result["seconds"], 2),
         peak_rss_mib=round(memory.peak / 2**20, 1),
         peak_rss_mib_by_role={k: round(v / 2**20, 1) for k, v in sorted(memory.peak_by_role.items())},
+        peak_pss_mib=round(memory.peak_pss / 2**20, 1),
         rss_samples=memory.samples,
         client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1),
         client_cpu_seconds=round(client_cpu, 1),

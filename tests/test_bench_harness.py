@@ -78,6 +78,7 @@ SAMPLE = {
         "seconds": 4.0,
         "peak_rss_mib": 300.0,
         "peak_rss_mib_by_role": {"nats": 100.0, "ncpsim-compute": 200.0},
+        "peak_pss_mib": 250.0,
     },
     "redelivery": {
         "invocations": 100,
@@ -115,6 +116,7 @@ def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
         "by role at the peak (ncpsim-compute: the worker hosts): {'nats': 100.0, 'ncpsim-compute': 200.0}"
         in text
     )
+    assert "peak PSS (shared pages counted once, sampled each second): 250.0 MiB" in text
     # Each absolute time also in the run's units: the first HTTP callback (0.55 s) is 1.1 loops of 0.5 s.
     assert "0.55 s (0.50-0.60) = 1.1 loops, 27.5 starts" in text
     assert "| catalogue replay | 30 s | 60 | 1500 |" in text
@@ -218,6 +220,7 @@ def test_spawned_group_is_stopped_and_measured(tmp_path: Path) -> None:
         pass
     assert sampler.samples >= 1 and sampler.peak > 0
     assert sampler.peak_by_role == {"sleeper": sampler.peak, "gone": 0}  # the roles add up to the peak
+    assert 0 < sampler.peak_pss <= sampler.peak  # the first sample reads PSS too; a page counts once at most
     procs.stop(proc)
     assert proc.returncode is not None and procs.group_members(proc.pid) == []
 
