@@ -39,10 +39,10 @@ CURRENT_PATH = "/healthz"  # 200 once JetStream is current: a meta leader, and t
 PID_FILE = "nats.pid"  # the chart's pid_file, which its preStop hook signals
 # Go's collector target (GOGC, 100 by default: the heap may grow to twice what is live). ncpsim's own
 # setting for a laptop, not a chart value and not observable by a client: at 10,000 workers the three
-# servers' garbage was the largest share of their memory under load. 25 took the peak of issue 32's small
-# fleet (2 clusters, 2,000 workers) from 455 to 324 MiB with no more CPU (bench/findings.md). A GOGC in
-# the environment wins.
-GO_GC_PERCENT = "25"
+# servers' garbage was the largest share of their memory under load. On issue 32's small fleet (2 clusters,
+# 2,000 workers) their peak was 455 MiB at 100, 324 at 25 and 284 at 10, their CPU within the runs' noise
+# (bench/findings.md). A GOGC in the environment wins.
+GO_GC_PERCENT = "10"
 
 
 class ServerError(RuntimeError):
