@@ -14,7 +14,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -100,12 +100,31 @@ def rss_bytes(pids: Iterable[int]) -> int:
     return total
 
 
-class RssSampler:
-    """Samples the summed RSS of `pids()` on a thread; `peak` is the largest sum seen."""
+def pss_bytes(pids: Iterable[int]) -> int:
+    """Proportional set size: each page shared by n processes counts 1/n in each, so a sum over processes
+    counts it once (RSS counts the pages forked processes share from their zygote in every one)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                total += next(int(line.split()[1]) for line in rollup if line.startswith("Pss:")) * 1024
+        except (OSError, StopIteration, ValueError):
+            continue  # gone, or a kernel without smaps_rollup
+    return total
 
-    def __init__(self, pids: Callable[[], list[int]], interval: float = 0.2):
-        self.pids, self.interval = pids, interval
-        self.peak = 0
+
+class RssSampler:
+    """Samples the summed RSS of `groups()` (pids by role) on a thread: `peak` is the largest sum seen and
+    `peak_by_role` how that sample split among the roles (so the roles add up to the peak). Every
+    `pss_every`-th sample also reads the PSS sum (dearer: the kernel walks each process's pages), and
+    `peak_pss` is the largest of those."""
+
+    def __init__(
+        self, groups: Callable[[], Mapping[str, Iterable[int]]], interval: float = 0.2, pss_every: int = 5
+    ):
+        self.groups, self.interval, self.pss_every = groups, interval, pss_every
+        self.peak = self.peak_pss = 0
+        self.peak_by_role: dict[str, int] = {}
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -120,7 +139,12 @@ class RssSampler:
         self._sample()
 
     def _sample(self) -> None:
-        self.peak = max(self.peak, rss_bytes(self.pids()))
+        groups = self.groups()
+        by_role = {role: rss_bytes(pids) for role, pids in groups.items()}
+        if sum(by_role.values()) > self.peak:
+            self.peak, self.peak_by_role = sum(by_role.values()), by_role
+        if self.samples % self.pss_every == 0:
+            self.peak_pss = max(self.peak_pss, sum(pss_bytes(pids) for pids in groups.values()))
         self.samples += 1
 
     def _run(self) -> None:

@@ -65,7 +65,9 @@ and memory from `/proc/<pid>/statm`.
 - **Scale**: `sim.model.topology.build` with the compute clusters and workers shown; the benchmark drives
   invocations (`NVCF-POLL-SECONDS: 60`) over bounded concurrent keep-alive lanes to the two pods; a
   callback is lost when its invocation does not return 200 with its own body. Peak memory is the
-  largest sum of RSS of the stack's processes, sampled every 200 ms.
+  largest sum of RSS of the stack's processes, sampled every 200 ms, and its split by role (the worker
+  hosts are `ncpsim-compute`); the RSS sum counts pages the forked components share once in each, so the
+  details also give the peak sum of PSS (each page once, sampled each second).
 - **DNS**: a UDP load generator (window of {window} queries in flight, bounded count and time) against
   the stack's resolver (compute-cluster view) and dnsmasq on the same machine with the same rewrite
   (`--address=/<workerDomain>/<proxy LB>`, `--local`, no upstream). Mix: {mix}.
@@ -119,6 +121,13 @@ def _details(results: dict[str, Any]) -> str:
         lines += section(results)
     if cpu := (results.get("scale") or {}).get("cpu_seconds"):
         lines.append(f"- scale, CPU seconds by component during the callbacks: {cpu}")
+    scale = results.get("scale") or {}
+    if memory := scale.get("peak_rss_mib_by_role"):
+        lines.append(
+            f"- scale, peak RSS (MiB) by role at the peak (ncpsim-compute: the worker hosts): {memory}"
+        )
+    if pss := scale.get("peak_pss_mib"):
+        lines.append(f"- scale, peak PSS (shared pages counted once, sampled each second): {pss} MiB")
     errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and v.get("error")}
     lines += [f"- **{name} failed**: {error}" for name, error in errors.items()]
     return "\n".join(lines)

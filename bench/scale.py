@@ -1,12 +1,17 @@
 """Scale: N compute clusters of workers, many callbacks driven concurrently; lost, wall time, peak memory.
 
-The topology is built with sim.model.topology.build (5 compute clusters of 400 workers for the full run). The
+The topology is built with sim.model.topology.build (10 compute clusters of 1,000 workers for the full run). The
 benchmark is the function client: `concurrency` lanes, each with a keep-alive connection to one
 invocation-service pod (lanes spread over the pods), invoke the echo function with NVCF-POLL-SECONDS 60
 and wait for the answer. A callback is lost when its invocation does not come back 200 with its own
 body. Workers do everything else as in any scenario: NATS (JetStream pull, ack), GET and POST through the
-proxy on the connections each keeps alive (a DNS lookup and a TLS handshake when it has none idle). Peak memory is the largest sum of the stack's processes' RSS (each component's whole process
-group, so nats-server beside its supervisor counts), sampled from /proc every 200 ms.
+proxy on the connections each keeps alive (a DNS lookup and a TLS handshake when it has none idle).
+
+Peak memory is the largest sum of the stack's processes' RSS (each component's whole process group, so
+nats-server beside its supervisor counts), sampled from /proc every 200 ms; by role is how that sample
+splits (ncpsim-compute: the worker hosts, one per compute cluster), and the idle fleet's RSS by role is
+read once after up. The RSS sum counts the pages the components share from the zygote that forked them
+once in every process; the peak PSS (sampled each second) counts each page once.
 """
 
 from __future__ import annotations
@@ -134,10 +139,10 @@ def settled_results(state_dir: Path, expected: int, timeout: float = 5.0) -> dic
         time.sleep(0.2)
 
 
-def stack_processes(bench: BenchStack) -> list[int]:
-    """Every process of the stack's components' process groups, in one pass over /proc."""
-    groups = set(bench.pids())
-    found = []
+def stack_processes(bench: BenchStack) -> dict[str, list[int]]:
+    """Every process of the stack's components' process groups by role, in one pass over /proc."""
+    roles = {pid: role(name) for name, pid in bench.stack.launcher.running().items()}
+    found: dict[str, list[int]] = {name: [] for name in roles.values()}
     for entry in Path("/proc").iterdir() if Path("/proc").exists() else []:
         if not entry.name.isdigit():
             continue
@@ -145,8 +150,8 @@ def stack_processes(bench: BenchStack) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
         except OSError:
             continue
-        if len(fields) > 2 and int(fields[2]) in groups:
-            found.append(int(entry.name))
+        if len(fields) > 2 and int(fields[2]) in roles:
+            found[roles[int(fields[2])]].append(int(entry.name))
     return found
 
 
@@ -175,6 +180,8 @@ def measure(
     with running(root, topo) as bench:
         up = time.perf_counter() - started
         before = _cpu_by_component(bench)
+        # What the idle fleet holds (every worker signed in and pulling), against the peak under load.
+        idle_rss = {k: round(rss_bytes(v) / 2**20, 1) for k, v in sorted(stack_processes(bench).items())}
         client_cpu = time.process_time()
         # The client runs on the components' event loop: it is the load, and competes with them for the cores.
         with (
@@ -190,6 +197,7 @@ def measure(
         result["up_cpu_seconds_by_role"] = by_role(before)  # start-up: every worker's sign-in
         result["worker_results"] = settled_results(bench.state_dir, result["callbacks"])
         result["processes"] = len(bench.pids())
+        result["up_rss_mib_by_role"] = idle_rss
     result.update(
         clusters=clusters,
         workers=per_cluster * clusters,
@@ -197,6 +205,8 @@ def measure(
         up_seconds=round(up, 2),
         wall_seconds=round(up + result["seconds"], 2),
         peak_rss_mib=round(memory.peak / 2**20, 1),
+        peak_rss_mib_by_role={k: round(v / 2**20, 1) for k, v in sorted(memory.peak_by_role.items())},
+        peak_pss_mib=round(memory.peak_pss / 2**20, 1),
         rss_samples=memory.samples,
         client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1),
         client_cpu_seconds=round(client_cpu, 1),

@@ -77,6 +77,8 @@ SAMPLE = {
         "up_seconds": 1.0,
         "seconds": 4.0,
         "peak_rss_mib": 300.0,
+        "peak_rss_mib_by_role": {"nats": 100.0, "ncpsim-compute": 200.0},
+        "peak_pss_mib": 250.0,
     },
     "redelivery": {
         "invocations": 100,
@@ -110,6 +112,11 @@ def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
     text = (tmp_path / "benchmarks.md").read_text()
     assert "| figure | target | measured | verdict |" in text and "2 CPUs (cpu)" in text
     assert "**dns failed**" in text
+    assert (
+        "by role at the peak (ncpsim-compute: the worker hosts): {'nats': 100.0, 'ncpsim-compute': 200.0}"
+        in text
+    )
+    assert "peak PSS (shared pages counted once, sampled each second): 250.0 MiB" in text
     # Each absolute time also in the run's units: the first HTTP callback (0.55 s) is 1.1 loops of 0.5 s.
     assert "0.55 s (0.50-0.60) = 1.1 loops, 27.5 starts" in text
     assert "| catalogue replay | 30 s | 60 | 1500 |" in text
@@ -209,11 +216,13 @@ def test_spawned_group_is_stopped_and_measured(tmp_path: Path) -> None:
     proc = procs.spawn([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log")
     assert procs.group_members(proc.pid) == [proc.pid]
     assert procs.rss_bytes([proc.pid]) > 0
+    with procs.RssSampler(lambda: {"sleeper": [proc.pid], "gone": []}, interval=0.01) as sampler:
+        pass
+    assert sampler.samples >= 1 and sampler.peak > 0
+    assert sampler.peak_by_role == {"sleeper": sampler.peak, "gone": 0}  # the roles add up to the peak
+    assert 0 < sampler.peak_pss <= sampler.peak  # the first sample reads PSS too; a page counts once at most
     procs.stop(proc)
     assert proc.returncode is not None and procs.group_members(proc.pid) == []
-    with procs.RssSampler(lambda: [proc.pid], interval=0.01) as sampler:
-        pass
-    assert sampler.samples >= 1
 
 
 def test_nginx_config_verifies_the_pod(tmp_path: Path) -> None:

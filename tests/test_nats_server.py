@@ -16,7 +16,7 @@ from nats_support import Keys, keys_fixture, server_log, start_server_fixture  #
 from sim.model.parts import CONTROL_CLUSTER
 from sim.model.topology import build
 from sim.nats.config import ServerConfig
-from sim.nats.server import NatsServer, ServerError, healthz
+from sim.nats.server import GO_GC_PERCENT, NatsServer, ServerError, healthz
 from sim.pods.nats import component
 from sim.runtime.component import Context
 
@@ -35,6 +35,8 @@ def test_starts_healthy_in_its_own_process_group(start_server: Callable[..., Nat
     assert os.getpgid(server.pid) == server.pid != os.getpgid(0)
     assert "Server is ready" in server_log(server)
     assert ep.url == f"nats://127.0.0.1:{ep.port}" and ep.monitor == f"http://127.0.0.1:{ep.monitor_port}"
+    # ncpsim's own collector target for the server (its memory at 10,000 workers), unless the user set one
+    assert psutil.Process(server.pid).environ().get("GOGC") == os.environ.get("GOGC", GO_GC_PERCENT)
 
 
 def test_fixed_ports_and_restart_keeps_them(start_server: Callable[..., NatsServer], keys: Keys) -> None:

@@ -37,6 +37,12 @@ CONFIG_NAME = "nats-server.conf"
 PROBE_PATH = "/healthz?js-server-only=true"  # NVCF's nats chart: startup, readiness and liveness probes
 CURRENT_PATH = "/healthz"  # 200 once JetStream is current: a meta leader, and this server's streams caught up
 PID_FILE = "nats.pid"  # the chart's pid_file, which its preStop hook signals
+# Go's collector target (GOGC, 100 by default: the heap may grow to twice what is live). ncpsim's own
+# setting for a laptop, not a chart value and not observable by a client: at 10,000 workers the three
+# servers' garbage was the largest share of their memory under load. On issue 32's small fleet (2 clusters,
+# 2,000 workers) their peak was 455 MiB at 100, 324 at 25 and 284 at 10, their CPU within the runs' noise
+# (bench/findings.md). A GOGC in the environment wins.
+GO_GC_PERCENT = "10"
 
 
 class ServerError(RuntimeError):
@@ -174,6 +180,7 @@ class NatsServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=self.own_group,
+            env={"GOGC": GO_GC_PERCENT, **os.environ},
         )
         try:
             self.endpoints = self._wait_ready(time.monotonic() + timeout)

@@ -207,7 +207,8 @@ class BatchPuller:
         request = b'{"batch":%d,"expires":%d}' % (batch, int(expires * 1e9))
         try:
             await self.nc.publish(self.next_subject, request, reply=self._inbox)
-            await asyncio.wait_for(pull.done.wait(), expires + PULL_SLACK)
+            async with asyncio.timeout(expires + PULL_SLACK):  # no task per pull, as wait_for makes
+                await pull.done.wait()
         except TimeoutError:
             await self.close()  # whatever still comes for it finds no one: redelivered after ack wait
         finally:

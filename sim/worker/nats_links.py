@@ -76,6 +76,20 @@ async def wait_for_nats(ctx: Context) -> None:
         await asyncio.sleep(BIND_POLL)
 
 
+class Connection:
+    """What nats-py's callbacks tell one sign-in's pull loops: the connection closed for good, or it came
+    back from a reconnect (the server forgot the pulls that were waiting). One event for both, so a
+    session waits on it without a task per state: at ten thousand workers, a task each cost memory."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.changed = asyncio.Event()
+
+    def close(self) -> None:
+        self.closed = True
+        self.changed.set()
+
+
 class WorkerLinks:
     """Every worker's connections and pull loops of one worker host; ``start`` returns once each link
     has signed in and bound its consumers, or been refused once (then it keeps trying)."""
@@ -111,27 +125,25 @@ class WorkerLinks:
         in_flight = InFlight()  # the worker's callbacks, across reconnects and re-logins
         self.in_flight.append(in_flight)
         while True:
-            closed, reconnected = asyncio.Event(), asyncio.Event()
-            nc = await self._login(link, first, closed, reconnected)
+            connection = Connection()
+            nc = await self._login(link, first, connection)
             try:
-                await self._session(link, nc, first, closed, reconnected, in_flight)
+                await self._session(link, nc, first, connection, in_flight)
             finally:
                 self.clients.remove(nc)
                 with contextlib.suppress(Exception):
                     await nc.close()
             self.ctx.events.emit("worker.nats.closed", worker=link.worker, functions=list(link.functions))
 
-    async def _login(
-        self, link: Link, first: asyncio.Event, closed: asyncio.Event, reconnected: asyncio.Event
-    ) -> Client:
+    async def _login(self, link: Link, first: asyncio.Event, connection: Connection) -> Client:
         delay = LOGIN_BACKOFF[0]
         note_reconnect = self._state_cb(link, "worker.nats.reconnected")
 
         async def on_closed() -> None:
-            closed.set()
+            connection.close()
 
         async def on_reconnected() -> None:
-            reconnected.set()
+            connection.changed.set()
             await note_reconnect()
 
         while True:
@@ -172,14 +184,13 @@ class WorkerLinks:
         link: Link,
         nc: Client,
         first: asyncio.Event,
-        closed: asyncio.Event,
-        reconnected: asyncio.Event,
+        connection: Connection,
         in_flight: InFlight,
     ) -> None:
         """Pull loops until the connection closes; after each reconnect they start over, since the
         server forgot the pulls that were waiting (they would otherwise idle until they expire)."""
-        while not closed.is_set():
-            reconnected.clear()
+        while not connection.closed:
+            connection.changed.clear()
             bound = [asyncio.Event() for _ in link.functions]
             loops = [
                 asyncio.create_task(
@@ -193,7 +204,7 @@ class WorkerLinks:
                 for function in link.functions:  # readiness a scenario can wait for (after a redeploy)
                     self.ctx.events.emit("worker.work.pulling", worker=link.worker, function=function)
                 first.set()
-                await _first_of(closed.wait(), reconnected.wait())
+                await connection.changed.wait()  # closed, or reconnected
             finally:
                 await cancel_all(loops)
 
@@ -251,13 +262,3 @@ async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
             task.cancel()
         _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN)
     await asyncio.gather(*tasks, return_exceptions=True)  # retrieve what each ended with
-
-
-async def _first_of(*waits: Awaitable[Any]) -> None:
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
