@@ -19,6 +19,7 @@ import nats.errors
 import pytest
 from nats_support import SHORT, connect, refused, run
 from stack_records import Records
+from test_faults import call  # the fault tests' one invocation, giving up on a failed callback
 from timeouts import scaled
 
 from clusters.local import LocalBackend, LocalStack
@@ -232,8 +233,6 @@ def test_token_mode_scopes_a_worker_to_its_function(token_stack: LocalStack) -> 
 
 
 def _call_ok(stack: LocalStack) -> None:
-    from test_faults import call  # the fault tests' one invocation, giving up on a failed callback
-
     result = call(stack)
     assert result.status == 200, result
 
@@ -243,8 +242,6 @@ def _answered_after_restart(stack: LocalStack) -> None:
     are current (several on a loaded machine). The outage ends at the first invocation answered, as a
     client retrying would see it: the API's 500 while no stream leader takes the publish (nothing else),
     then a request its worker answers once the consumer has a leader (the 202 polled until then)."""
-    from test_faults import call
-
     deadline = time.monotonic() + RECOVERY
     while (answered := call(stack, timeout=max(1.0, deadline - time.monotonic()))).status == 500:
         assert time.monotonic() < deadline, answered
@@ -292,8 +289,6 @@ async def _login(url: str, kwargs: dict) -> None:
 
 def test_scaling_nats_to_zero_is_a_full_outage_until_it_scales_back(nkey_stack: LocalStack) -> None:
     """The seed: scaling the NATS StatefulSet to zero is a full outage; scaling it back ends it."""
-    from test_faults import call
-
     faults = FaultInjector(nkey_stack, random.Random(1))
     said = faults.apply({"scale": {"role": "nats", "replicas": 0}})
     assert said == "scaled nats to 0 of 3 replicas"
