@@ -90,7 +90,6 @@ def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None) -> Non
 
 def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scratch) -> None:
     from clusters.local.interrupts import settle
-    from scenarios.devenv import idle_scenario
     from scenarios.engine import run_scenario
     from scenarios.load import load_scenario
     from scenarios.report import endpoints_text, input_assumptions, render_text, values_warnings
@@ -111,6 +110,8 @@ def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scra
     elif scenario:
         loaded = load_scenario(scenario_arg(scenario), files, sets=sets)
     else:
+        from scenarios.devenv import idle_scenario  # the dev environment's commands, for an idle stack only
+
         loaded = idle_scenario(files, sets)
     loaded = with_brought_secrets(loaded, secret or [])
     # Once each: the text report holds the values warnings; a stand-in is said before anything starts too.
