@@ -1,9 +1,10 @@
 """A component's QUIC dial across the simulated link, for the components that speak HTTP/3 (the worker
 hosts' gRPC callbacks, the proxy's upstream to grpc-proxy).
 
-Apart from Context (sim.runtime.component) because of what it imports: aioquic and its TLS stack are a
-third of the imports of `ncpsim up`'s replay client, which dials no QUIC, and of every component that
-does not either (the resolver, NATS, the callout, invocation-service).
+Apart from Context (sim.runtime.component) because of what it imports: with Context, aioquic and its TLS
+stack were 10 % of `ncpsim up`'s work before the stack's first component (its replay client dials no
+QUIC) and half of the zygote's before the first runner (the resolver, NATS, the callout and
+invocation-service dial none either): bench/findings.md, issue 32.
 """
 
 from __future__ import annotations
