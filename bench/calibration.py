@@ -122,6 +122,10 @@ def absolute_times(results: dict[str, Any]) -> list[tuple[str, float]]:
                 _get(results, "startup", kind, "median"),
             ),
             (f"`ncpsim up` to first {label} callback, cold", _get(results, "startup", kind, "cold_seconds")),
+            (
+                f"`ncpsim up` {label}: CPU of the command line and its zygote, median of warm runs",
+                _get(results, "startup", kind, "cli_cpu_median"),
+            ),
         ]
         for phase, at in (_get(results, "startup", kind, "phases") or {}).items():
             found.append((f"`ncpsim up` {label}: {phase.replace('_', ' ')}", at))

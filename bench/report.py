@@ -139,6 +139,10 @@ def _startup_lines(results: dict[str, Any]) -> list[str]:
         if isinstance(r, dict) and r.get("phases"):
             steps = ", ".join(f"{k.replace('_', ' ')} {v} s" for k, v in r["phases"].items())
             lines.append(f"- `ncpsim up` {kind}, median seconds after spawn: {steps}")
+        if isinstance(r, dict) and r.get("cli_cpu_median") is not None:
+            lines.append(
+                f"- `ncpsim up` {kind}, CPU of the command line and its zygote: {r['cli_cpu_median']} s"
+            )
     return lines
 
 

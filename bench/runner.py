@@ -223,7 +223,7 @@ def run(
     absent = peers.check(install_peers)
     # The warm runs measure what a user's second `ncpsim up` does: modules already byte-compiled, which
     # Python does on first import unless PYTHONDONTWRITEBYTECODE is set (as on some CI images).
-    for package in ("sim", "scenarios", "clusters", "dns", "certs"):
+    for package in ("tasks", "sim", "scenarios", "clusters", "dns", "certs"):  # tasks: the command line
         compileall.compile_dir(REPO / package, quiet=1)
     root = Path(tempfile.mkdtemp(prefix="ncpsim-bench-"))
     started = time.perf_counter()

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from scenarios.paste import try_commands
 from scenarios.result import ScenarioResult
@@ -15,6 +12,10 @@ from scenarios.spec import Scenario
 from scenarios.terminal import markup, safe
 from scenarios.trace import CallTrace
 from sim.model.assumptions import assumptions
+
+if TYPE_CHECKING:  # rich itself is imported where the report is drawn (render_text)
+    from rich.console import Console
+    from rich.table import Table
 
 ARTIFACT_NAMES = {
     "html": "sequence diagram (HTML)",
@@ -46,6 +47,10 @@ def render_text(
 ) -> str:
     """Rich text on a terminal, plain text otherwise (rich decides from the console it writes to); without a
     console, `width` (a terminal's, else 160) and `colour` say how the text is drawn."""
+    # rich is imported here, as the report is drawn: `ncpsim up` needs it only once its scenario has run,
+    # and its import was 6 % of the command line's work before the stack's first component.
+    from rich.console import Console
+
     buffer = io.StringIO()
     console = console or Console(
         file=buffer, force_terminal=colour, width=width or 160, no_color=not colour, highlight=False
@@ -130,6 +135,8 @@ def input_assumptions(scenarios: Iterable[Scenario], backend: str) -> list[str]:
 
 
 def _trace_table(traces: list[CallTrace]) -> Table:
+    from rich.table import Table  # with the report (render_text)
+
     table = Table(box=None, padding=(0, 1), show_edge=False)
     columns = ("#", "pod holding it / probe", "worker", "DNS", "proxy (access log)", "pod legs", "outcome")
     for column in columns:

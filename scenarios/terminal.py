@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import re
 
-from rich.markup import escape
-
 # Unicode's invisible controls count too: the bidirectional overrides and isolates reorder what the terminal
 # shows ("Trojan Source": `evil\u202egnp.exe` reads as `evilexe.png`), the line and paragraph separators break
 # a line in some terminals, and the zero-width ones hide characters in a name. Shown as \\uNNNN.
@@ -35,4 +33,6 @@ def _shown(match: re.Match[str]) -> str:
 
 def markup(text: object, one_line: bool = True) -> str:
     """`safe`, then escaped for rich: for strings printed where rich reads markup."""
+    from rich.markup import escape  # with what draws it: `safe` alone, on every command's path, needs no rich
+
     return escape(safe(text, one_line))

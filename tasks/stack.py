@@ -90,8 +90,6 @@ def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None) -> Non
 
 def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scratch) -> None:
     from clusters.local.interrupts import settle
-    from scenarios.devenv import idle_scenario
-    from scenarios.diagnose.plan import load_bundle_scenario
     from scenarios.engine import run_scenario
     from scenarios.load import load_scenario
     from scenarios.report import endpoints_text, input_assumptions, render_text, values_warnings
@@ -102,12 +100,18 @@ def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scra
     files, sets = [Path(f) for f in file or []], set_ or []
     # No scenario: the default topology, idle (a dev environment to poke with call, fault, set, ...).
     if bundle:  # the customer's world as the bundle shows it, said where assumed
+        # Imported here, not above: the bundle's readers (tar, the CoreDNS and records parsers, the
+        # diagnosis) were 8 % of the command line's work before its first component, for --bundle only.
+        from scenarios.diagnose.plan import load_bundle_scenario
+
         loaded, notes = load_bundle_scenario(Path(bundle), scratch, files, sets)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
     elif scenario:
         loaded = load_scenario(scenario_arg(scenario), files, sets=sets)
     else:
+        from scenarios.devenv import idle_scenario  # the dev environment's commands, for an idle stack only
+
         loaded = idle_scenario(files, sets)
     loaded = with_brought_secrets(loaded, secret or [])
     # Once each: the text report holds the values warnings; a stand-in is said before anything starts too.

@@ -166,6 +166,7 @@ MODULES: dict[str, frozenset[str] | None] = {
             "test_up_refuses_a_planted_link",
         }
     ),
+    "test_startup_imports.py": ALL,  # an `ncpsim up` process up to its first fork, and its zygote
     "test_state_root_unreadable.py": frozenset(
         {
             "test_a_stack_folder_it_cannot_read_is_one_line",

@@ -47,7 +47,14 @@ SAMPLE = {
     },
     "parameters": {"startup_runs": 5, "newconn_lanes": 4, "dns_window": 32, "dns_mix": "mix"},
     "startup": {
-        "http": {"median": 0.55, "min": 0.5, "max": 0.6, "cold_seconds": 1.5, "failed_runs": 0},
+        "http": {
+            "median": 0.55,
+            "min": 0.5,
+            "max": 0.6,
+            "cold_seconds": 1.5,
+            "failed_runs": 0,
+            "cli_cpu_median": 0.8,
+        },
         "grpc": {"median": 0.9, "min": 0.8, "max": 1.0, "cold_seconds": 1.9, "failed_runs": 0},
     },
     "catalogue": {"seconds": 30.0, "exit": 0, "passed": 16, "total": 16},
@@ -156,6 +163,8 @@ def test_absolute_times_are_found_and_rates_inverted() -> None:
     times = dict(absolute_times(SAMPLE))
     assert times["`ncpsim up` to first HTTP callback, median of warm runs"] == 0.55
     assert times["`ncpsim up` to first gRPC callback, cold"] == 1.9
+    assert times["`ncpsim up` HTTP: CPU of the command line and its zygote, median of warm runs"] == 0.8
+    assert "`ncpsim up` gRPC: CPU of the command line and its zygote, median of warm runs" not in times
     assert times["keep-alive callback via nginx (1/rate)"] == pytest.approx(1 / 57)
     assert times["keep-alive relay CPU per callback, proxy"] == pytest.approx(0.0015)
     assert times["scale: wall time (up + callbacks)"] == 5.0

@@ -45,6 +45,7 @@ from sim.proxy.h3_policy import (
 from sim.proxy.policy import upstream_reset
 from sim.proxy.san import GRPC_UPSTREAM, x509_dns_sans
 from sim.runtime.component import CONNECT_TIMEOUT, Context
+from sim.runtime.quic_dial import open_quic
 from sim.wire import DF_BODY, GRPC_CALLBACK_PORT, UpstreamFailure
 
 
@@ -200,8 +201,8 @@ class UpstreamPool:
         trust = trust_pem([self.ctx.secret(GRPC_SECRET) / "ca.crt"])
         config = client_configuration(name, trust)
         try:
-            endpoint = await self.ctx.open_quic(
-                ip, GRPC_CALLBACK_PORT, config, timeout=CONNECT_TIMEOUT, check=grpc_pod_names(name)
+            endpoint = await open_quic(
+                self.ctx, ip, GRPC_CALLBACK_PORT, config, timeout=CONNECT_TIMEOUT, check=grpc_pod_names(name)
             )
         except HandshakeFailed as exc:
             if exc.certificate_rejected:

@@ -10,15 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aioquic.quic.configuration import QuicConfiguration
-
 from dns.client import NameNotResolved, resolve_a
 from sim.model.events import EventLog
 from sim.model.netmap import LiveNetMap, Refused
 from sim.model.topology import Topology
-from sim.protocols.h3 import H3Endpoint, connect
 from sim.protocols.http1 import open_within
-from sim.runtime.links import TCP, UDP, LinkFault, attempt_timeout, datagram_delay, link_delay, load_links
+from sim.runtime.links import TCP, UDP, LinkFault, datagram_delay, link_delay, load_links
 from sim.wire import DNS_PORT, NATS_PORT
 
 # A component reports the virtual addresses it serves: {"10.42.0.11:8443/tcp": 40123, ...}
@@ -108,26 +105,11 @@ class Context:
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return self.netmap.lookup(self.cluster, ip, port, "udp")
 
-    async def open_quic(
-        self,
-        ip: str,
-        port: int,
-        config: QuicConfiguration,
-        *,
-        timeout: float,
-        check: Callable[[Any], None] | None = None,
-    ) -> H3Endpoint:
-        """QUIC to the virtual `ip:port`, across the link as the faults in force say: each datagram sent is
-        delayed or lost (asked per datagram, so a fault written later reaches a kept-alive connection),
-        and a handshake over a link that loses packets is given up after its timeoutMs, as a TCP dial is.
-        `check` judges the server's certificate (sim.protocols.h3.connect)."""
-        addr = self.udp_address(ip, port)
-
-        def fate() -> float | None:
-            return datagram_delay(self.link_fault(ip, UDP), self._datagram_rng)
-
-        give_up = attempt_timeout(self.link_fault(ip, UDP), timeout)
-        return await connect(addr, config, timeout=give_up, fate=fate, check=check)
+    def datagram_fate(self, ip: str) -> Callable[[], float | None]:
+        """Each datagram's fate on the way to `ip`: held back that many seconds, or lost (None), as the link
+        faults in force say, asked per datagram (so a fault written later reaches a kept-alive connection).
+        QUIC dials use it (sim.runtime.quic_dial), drawing from their own stream of randomness."""
+        return lambda: datagram_delay(self.link_fault(ip, UDP), self._datagram_rng)
 
     def nats_url(self) -> str:
         """nats-server as this cluster reaches it: the control plane's load-balancer address, port 4222."""

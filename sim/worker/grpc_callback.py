@@ -31,6 +31,7 @@ from sim.protocols.h3 import (
     trust_pem,
 )
 from sim.runtime.component import Context
+from sim.runtime.quic_dial import open_quic
 from sim.worker.quic_cache import IDLE_TIMEOUT, QuicCache
 from sim.worker.runtime import log_failure
 
@@ -140,7 +141,7 @@ async def _attempt(
         config = client_configuration(
             target.host, trust_pem(worker.cafiles(), worker.proxy_ca), idle_timeout=IDLE_TIMEOUT
         )
-        endpoint = await worker.ctx.open_quic(ip, target.port, config, timeout=HANDSHAKE_TIMEOUT)
+        endpoint = await open_quic(worker.ctx, ip, target.port, config, timeout=HANDSHAKE_TIMEOUT)
         _ANSWERS[endpoint] = dict(dns)
         return endpoint
 
