@@ -94,7 +94,7 @@ async def pull_loop(
     function: str,
     handle: Handler,
     on_error: Callable[[str], None],
-    started: asyncio.Event | None = None,
+    started: asyncio.Future[None] | None = None,
     in_flight: InFlight | None = None,
 ) -> None:
     """Pull one function version's work for ever, up to PULL_BATCH messages a request (as many as the
@@ -109,8 +109,8 @@ async def pull_loop(
     failing, wait = False, PULL_RETRY_FIRST
     try:
         await puller.start()
-        if started is not None:
-            started.set()
+        if started is not None and not started.done():
+            started.set_result(None)
         while True:
             reserved = await flight.reserve(PULL_BATCH)
             try:
