@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -111,6 +112,9 @@ def _threads() -> int:
 
 
 def _become(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) -> int:
+    # What the zygote preloaded stays shared: the collector never walks it again (a full collection writes
+    # to every object it walks, and each page written is copied into the child).
+    gc.freeze()
     sock.close()
     for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
