@@ -37,6 +37,12 @@ def spread(servers: Sequence[str], name: str) -> list[str]:
     return [*servers[start:], *servers[:start]]
 
 
+# The keys of the server's INFO that nats-py reads once connected (tests/test_nats_cluster.py reads them
+# from its source); a connected client keeps only these.
+INFO_READ = frozenset(
+    {"headers", "nonce", "tls_required", "version", "max_payload", "client_id", "client_ip"}
+)
+
 # One inbox generator for the clients of a process. nats-py gives each client its own NUID, whose
 # random.Random holds 2.5 KiB of state: 25 MiB across a fleet of ten thousand workers. Inboxes stay unique
 # (one sequence, one random prefix) and a server sees the same: a random ``_INBOX.<nuid>`` per
@@ -54,7 +60,7 @@ def inbox_generator() -> NUID:
 
 def new_client() -> Client:
     """A nats-py client that draws its inboxes from the process's generator (nats-py has no option for it:
-    tests/test_nats_cluster.py pins the attribute)."""
+    tests/test_nats_cluster.py pins the attribute, and the INFO keys nats-py reads)."""
     nc = Client()
     nc._nuid = inbox_generator()
     return nc
@@ -76,6 +82,9 @@ async def connect_once(url: str | Sequence[str], *, reconnect: bool = True, **op
         with contextlib.suppress(Exception):
             await nc.close()
         raise
+    # The server's INFO, as kept: only what nats-py reads once connected (a reconnect reads a new INFO
+    # whole). The rest, about 2 KiB a client, was a tenth of a worker's NATS memory.
+    nc._server_info = {k: v for k, v in nc._server_info.items() if k in INFO_READ}
     if reconnect:
         nc.options["allow_reconnect"] = True
         nc.options["max_reconnect_attempts"] = -1
