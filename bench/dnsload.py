@@ -5,7 +5,7 @@ load-balancer address (`--address`), and other names NXDOMAIN without forwarding
 upstream servers). The load generator is a plain UDP socket with a bounded window of outstanding
 queries, a bounded count and a time limit; both servers get the same query mix, and the rcodes they
 answered are counted so a difference in answers would show. Each server's CPU time per query comes
-from /proc, which does not depend on how fast the Python load generator is.
+with psutil, which does not depend on how fast the Python load generator is.
 """
 
 from __future__ import annotations

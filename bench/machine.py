@@ -6,15 +6,17 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from sim.runtime.run import event_loop
 
 
 def _cpu_model() -> str:
+    # psutil does not name the CPU; /proc/cpuinfo does on Linux.
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -24,44 +26,19 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _memory_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    return None
+def _memory_gib() -> float:
+    return round(psutil.virtual_memory().total / 2**30, 1)
 
 
 def load_average() -> list[float]:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return []
+    return [round(x, 2) for x in psutil.getloadavg()]
 
 
-def cpu_busy(seconds: float = 1.0) -> float | None:
-    """Share of all CPUs busy over `seconds`, from /proc/stat: what other work takes from the benchmark.
-
-    The load average is no guide on some virtual machines (seen here: 2.7 with every CPU idle).
+def cpu_busy(seconds: float = 1.0) -> float:
+    """Share of all CPUs busy over `seconds` (idle and I/O wait are not busy): what other work takes from
+    the benchmark. The load average is no guide on some virtual machines (seen here: 2.7 with every CPU idle).
     """
-
-    def sample() -> tuple[int, int] | None:
-        try:
-            with open("/proc/stat") as stat:
-                fields = [int(x) for x in stat.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return idle, sum(fields)
-
-    first = sample()
-    time.sleep(seconds)  # the sampling window, not a wait for readiness
-    second = sample()
-    if first is None or second is None or second[1] == first[1]:
-        return None
-    return round(1 - (second[0] - first[0]) / (second[1] - first[1]), 3)
+    return round(psutil.cpu_percent(interval=seconds) / 100, 3)  # the sampling window, not a readiness wait
 
 
 def _version(cmd: list[str]) -> str | None:
@@ -74,7 +51,7 @@ def _version(cmd: list[str]) -> str | None:
 
 
 def describe() -> dict[str, Any]:
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else psutil.cpu_count()
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "nproc": nproc,

@@ -7,7 +7,7 @@ the only worker, see bench.callbacks). The same client, the same minted work and
 every route, so the differences are the relays'. The routes take turns in ROUNDS rounds (the order
 flips each round), so a change in the machine's load during the run hits every route alike; a route's
 rate is its callbacks over its summed time. Besides throughput, the relay's own CPU time per callback is
-read from /proc: it does not depend on how fast the Python load generator is.
+read with psutil: it does not depend on how fast the Python load generator is.
 """
 
 from __future__ import annotations

@@ -30,8 +30,7 @@ METHOD = """\
 
 All traffic is on 127.0.0.1; the simulated 10.x addresses are only keys of each stack's network map,
 from which the benchmark reads the real ports. Every stack runs under a temporary `NCPSIM_HOME` with a
-unique name and is stopped at the end, as are nginx and dnsmasq. CPU times come from `/proc/<pid>/stat`
-and memory from `/proc/<pid>/statm`.
+unique name and is stopped at the end, as are nginx and dnsmasq. CPU times and memory come from psutil.
 
 - **`ncpsim up` to first callback**: the clock starts when the `ncpsim up scenario=http-callback`
   (or `grpc-callback`) process is spawned and stops at the `ts` of the first `worker.callback.result`

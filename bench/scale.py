@@ -8,7 +8,7 @@ body. Workers do everything else as in any scenario: NATS (JetStream pull, ack),
 proxy on the connections each keeps alive (a DNS lookup and a TLS handshake when it has none idle).
 
 Peak memory is the largest sum of the stack's processes' RSS (each component's whole process group, so
-nats-server beside its supervisor counts), sampled from /proc every 200 ms; by role is how that sample
+nats-server beside its supervisor counts), sampled with psutil every 200 ms; by role is how that sample
 splits (ncpsim-compute: the worker hosts, one per compute cluster), and the idle fleet's RSS by role is
 read once after up. The RSS sum counts the pages the components share from the zygote that forked them
 once in every process; the peak PSS (sampled each second) counts each page once.
@@ -31,7 +31,7 @@ from typing import Any
 import h11
 
 from bench.callbacks import PEXEC, open_stream
-from bench.procs import RssSampler, cpu_seconds, group_members, rss_bytes
+from bench.procs import RssSampler, cpu_seconds, groups_members, rss_bytes
 from bench.stacks import BenchStack, running, topology, unique_name
 from sim.model.events import CALLBACK_RESULT
 from sim.protocols.http1 import H11Stream, exchange
@@ -140,23 +140,19 @@ def settled_results(state_dir: Path, expected: int, timeout: float = 5.0) -> dic
 
 
 def stack_processes(bench: BenchStack) -> dict[str, list[int]]:
-    """Every process of the stack's components' process groups by role, in one pass over /proc."""
-    roles = {pid: role(name) for name, pid in bench.stack.launcher.running().items()}
-    found: dict[str, list[int]] = {name: [] for name in roles.values()}
-    for entry in Path("/proc").iterdir() if Path("/proc").exists() else []:
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        if len(fields) > 2 and int(fields[2]) in roles:
-            found[roles[int(fields[2])]].append(int(entry.name))
+    """Every process of the stack's components' process groups by role, in one pass over the process table."""
+    running = bench.stack.launcher.running()
+    members = groups_members(running.values())
+    found: dict[str, list[int]] = {role(name): [] for name in running}
+    for name, pgid in running.items():
+        found[role(name)].extend(members[pgid])
     return found
 
 
 def _cpu_by_component(bench: BenchStack) -> dict[str, float]:
-    return {name: cpu_seconds(group_members(pid)) for name, pid in bench.stack.launcher.running().items()}
+    running = bench.stack.launcher.running()
+    members = groups_members(running.values())
+    return {name: cpu_seconds(members[pgid]) for name, pgid in running.items()}
 
 
 def role(component: str) -> str:

@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -232,6 +235,26 @@ def test_spawned_group_is_stopped_and_measured(tmp_path: Path) -> None:
     assert 0 < sampler.peak_pss <= sampler.peak  # the first sample reads PSS too; a page counts once at most
     procs.stop(proc)
     assert proc.returncode is not None and procs.group_members(proc.pid) == []
+
+
+def test_cpu_and_memory_of_processes_as_the_kernel_counts_them() -> None:
+    """psutil's figures are the kernel's: this process's CPU as os.times() has it, a parent and the child
+    it forked found by their group, a process that is gone reads as nothing."""
+    before = os.times()
+    measured = procs.cpu_seconds([os.getpid()])
+    after = os.times()
+    assert before.user + before.system - 0.02 <= measured <= after.user + after.system + 0.02
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only waits to be counted
+        time.sleep(60)
+        os._exit(0)
+    try:
+        assert {os.getpid(), child} <= set(procs.group_members(os.getpgid(0)))
+        assert procs.groups_members([os.getpgid(0), 999_999_999])[999_999_999] == []
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert procs.cpu_seconds([child]) == procs.rss_bytes([child]) == procs.pss_bytes([child]) == 0
 
 
 def test_nginx_config_verifies_the_pod(tmp_path: Path) -> None:

@@ -11,11 +11,14 @@ from its own log, where the same server's stop at the end (`down`, no preStop) i
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import nats.aio.client
 import pytest
 
 from scenarios.result import ScenarioResult
@@ -26,7 +29,7 @@ from sim.model.parts import NATS_ROLE
 from sim.model.topology import build
 from sim.model.values import NatsValues, deep_merge, nats_replicas
 from sim.model.values_check import check
-from sim.nats.client import spread
+from sim.nats.client import INFO_READ, inbox_generator, new_client, spread
 from sim.nats.cluster import catch_up, quorum
 from sim.nats.config import ClusterBlock, ServerConfig, render
 from sim.nats.config import ConfigError as NatsConfigError
@@ -288,3 +291,36 @@ def test_losing_a_majority_refuses_invocations_until_one_is_back(
     assert (
         most_down_at_once([e for e in events if e["ts"] < end], 0.0) == 2
     )  # the reading tells the two apart
+
+
+def test_clients_of_a_process_share_one_inbox_generator_and_forked_processes_do_not() -> None:
+    """Workers of one host share the inbox generator (memory); a component forked from the same zygote
+    draws its own, or two worker hosts would subscribe the same inboxes and get each other's work."""
+    first, second = new_client(), new_client()
+    assert first._nuid is second._nuid is inbox_generator()
+    assert first.new_inbox() != second.new_inbox()
+    inbox_generator()  # made before the fork: the state a forked component inherits
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child, reports through the pipe
+        os.write(write, bytes(new_client()._nuid.next()))
+        os._exit(0)
+    os.close(write)
+    try:
+        child_next = os.read(read, 64)
+    finally:
+        os.close(read)
+        os.waitpid(child, 0)
+    parent_next = bytes(inbox_generator().next())
+    assert len(child_next) == len(parent_next) == 22
+    assert child_next[:12] != parent_next[:12]  # with the parent's generator they would be the same inbox
+
+
+def test_a_client_keeps_every_info_key_nats_py_reads() -> None:
+    """connect_once keeps only INFO_READ of the server's INFO; nats-py must read no other key (a new
+    nats-py that does would find it missing only after a reconnect, or never)."""
+    source = inspect.getsource(nats.aio.client)
+    read = set(re.findall(r'_server_info\["(\w+)"\]', source)) | set(
+        re.findall(r'"(\w+)" in self\._server_info', source)
+    )
+    assert read and read <= INFO_READ, sorted(read - INFO_READ)

@@ -15,7 +15,14 @@ from nats_support import LONG, SHORT, Keys, connect, keys_fixture, run, start_se
 
 from sim.nats.server import NatsServer
 from sim.nats.subjects import consumer_name, stream_name
-from sim.nats.workqueue import QueueSettings, WorkPuller, delivery_count, ensure_stream, publish_work
+from sim.nats.workqueue import (
+    BatchPuller,
+    QueueSettings,
+    WorkPuller,
+    delivery_count,
+    ensure_stream,
+    publish_work,
+)
 
 REGION, FVID = "r1", "cccccccc-0000-4000-8000-00000000000c"
 ACK_WAIT = 0.5  # seconds; the field's 30 s would make these tests slow
@@ -60,6 +67,39 @@ def test_unacked_work_is_redelivered_and_acked_work_is_not(
         assert (info.num_pending, info.num_ack_pending, info.num_redelivered) == (0, 0, 0)
         assert (await js.stream_info(stream_name(REGION, FVID))).state.messages == 0  # work-queue retention
         await second_conn.close()
+        await publisher.close()
+
+    run(body())
+
+
+def test_a_held_pull_hands_each_message_over_as_it_is_read(
+    start_server: Callable[..., NatsServer], keys: Keys
+) -> None:
+    """BatchPuller's subscription has neither a task nor a queue of its own (nats-py's internals it relies
+    on: a subscription given a ``future`` gets every message through ``set_result``); a batch ends the
+    pull when full, else the server's 408 at its expiry."""
+    server = queue_server(start_server, keys)
+    url = server.endpoints.url
+
+    async def body() -> None:
+        publisher, _ = await connect(url, nkeys_seed_str=keys.seed(keys.invocation))
+        js = publisher.jetstream()
+        await ensure_stream(js, REGION, FVID, QueueSettings(ack_wait=LONG, storage="memory"))
+        for i in range(3):
+            await publish_work(js, REGION, FVID, f"req-{i}", f"work {i}".encode())
+        worker, _ = await connect(url, nkeys_seed_str=keys.seed(keys.worker))
+        got: list[tuple[bytes, bool]] = []
+        puller = await BatchPuller(
+            worker, REGION, FVID, lambda msg, counted: got.append((msg.data, counted))
+        ).start()
+        sub = puller._sub
+        assert sub._wait_for_msgs_task is None and sub._pending_queue.qsize() == 0
+        assert await puller.pull(2, LONG) == 2  # full: ended without waiting for the expiry
+        assert await puller.pull(2, 0.3) == 1  # the 408 at expiry ends a pull that is not full
+        assert await puller.pull(2, 0.3) == 0
+        assert got == [(b"work 0", True), (b"work 1", True), (b"work 2", True)]
+        await puller.close()
+        await worker.close()
         await publisher.close()
 
     run(body())

@@ -26,10 +26,12 @@ CONNECT_TIMEOUT = 5.0
 RECONNECT_WAIT = 0.5  # seconds between reconnect attempts; longer than the callout's (0.1 s), so after a
 # nats-server restart the callout is usually back first: a sign-in with no callout listening is held
 # until the server's auth timeout (10 s) before it is refused
-PULL_TIMEOUT = 120.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
-# after a reconnect the worker re-issues its pulls at once, see sim.worker.nats_links; a deleted consumer
-# ends it with a 409). Each expiry and each new pull makes nats-server walk every waiting pull of the
-# consumer: at 30 s, 2,000 idle workers' expiries cost it more than the work did.
+PULL_TIMEOUT = 300.0  # seconds one pull waits for work before asking again (an idle worker's only traffic;
+# after a reconnect the worker re-issues its pulls at once, see sim.worker.nats_links; a leadership change
+# or a deleted consumer ends it with a 409). Each expiry and each new pull makes nats-server walk every
+# waiting pull of the consumer, so their cost grows with the square of the workers: at 30 s, 2,000 idle
+# workers' expiries cost it more than the work did; at 120 s one round of them cost the three servers
+# 6.2 CPU-s (2,000 workers; 150 s idle: 0.059 -> 0.0175 cores at 300 s, bench/findings.md).
 PULL_RETRY_FIRST = 0.05  # seconds before a refused pull is asked again, doubling up to RECONNECT_WAIT
 MAX_IN_FLIGHT = 64  # work messages one worker handles at once (its pulls pause beyond this)
 PULL_BATCH = 8  # messages a pull asks for at most (a worker with many functions keeps room for each)
@@ -94,7 +96,7 @@ async def pull_loop(
     function: str,
     handle: Handler,
     on_error: Callable[[str], None],
-    started: asyncio.Event | None = None,
+    started: asyncio.Future[None] | None = None,
     in_flight: InFlight | None = None,
 ) -> None:
     """Pull one function version's work for ever, up to PULL_BATCH messages a request (as many as the
@@ -109,8 +111,8 @@ async def pull_loop(
     failing, wait = False, PULL_RETRY_FIRST
     try:
         await puller.start()
-        if started is not None:
-            started.set()
+        if started is not None and not started.done():
+            started.set_result(None)
         while True:
             reserved = await flight.reserve(PULL_BATCH)
             try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from nats.aio.client import Client
@@ -163,9 +163,36 @@ class PullRefused(Exception):
 @dataclass
 class _Pull:
     batch: int
+    done: asyncio.Future[None]  # a future, not an Event: an Event holds a deque (~0.75 KiB) for its life
     delivered: int = 0
     error: str = ""
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def end(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+# What a Handoff subscription has for a pending queue: messages never wait in it (nats-py reads it only
+# for ``pending_msgs`` and a drain). tests/test_nats_workqueue.py pins both nats-py internals used here.
+_NO_QUEUE: asyncio.Queue[Msg] = asyncio.Queue()
+
+
+class Handoff:
+    """What nats-py's ``subscribe`` takes as its ``future``: each message goes to ``on_msg`` as the read
+    loop parses it, and the subscription stays. Given a ``cb`` instead, nats-py runs a task per
+    subscription that takes the messages from a queue of its own, a task switch a message and ~2 KiB a
+    worker at ten thousand workers. ``on_msg`` must not block: it runs in the connection's read loop."""
+
+    __slots__ = ("on_msg",)
+
+    def __init__(self, on_msg: Callable[[Msg], None]) -> None:
+        self.on_msg = on_msg
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, msg: Msg) -> None:
+        self.on_msg(msg)
 
 
 class BatchPuller:
@@ -194,7 +221,10 @@ class BatchPuller:
 
     async def start(self) -> BatchPuller:
         self._inbox = self.nc.new_inbox()
-        self._sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
+        self._sub = await self.nc.subscribe(
+            self._inbox, future=cast(asyncio.Future[Any], Handoff(self._on_msg))
+        )
+        self._sub._pending_queue = _NO_QUEUE  # its own (four deques, ~3 KiB) would never hold a message
         return self
 
     async def pull(self, batch: int, expires: float) -> int:
@@ -203,12 +233,12 @@ class BatchPuller:
         self.delivered = 0
         if self._sub is None:
             await self.start()
-        pull = self._current = _Pull(batch)
+        pull = self._current = _Pull(batch, asyncio.get_running_loop().create_future())
         request = b'{"batch":%d,"expires":%d}' % (batch, int(expires * 1e9))
         try:
             await self.nc.publish(self.next_subject, request, reply=self._inbox)
             async with asyncio.timeout(expires + PULL_SLACK):  # no task per pull, as wait_for makes
-                await pull.done.wait()
+                await pull.done
         except TimeoutError:
             await self.close()  # whatever still comes for it finds no one: redelivered after ack wait
         finally:
@@ -217,14 +247,14 @@ class BatchPuller:
             raise PullRefused(pull.error)
         return pull.delivered
 
-    async def _on_msg(self, msg: Msg) -> None:
+    def _on_msg(self, msg: Msg) -> None:
         pull = self._current
         status = msg.headers.get(api.Header.STATUS) if msg.headers else None
         if not status:
             if pull is not None:
                 pull.delivered += 1
                 if pull.delivered >= pull.batch:
-                    pull.done.set()
+                    pull.end()
             self.deliver(msg, pull is not None)
             return
         if pull is None or status == "100":
@@ -232,7 +262,7 @@ class BatchPuller:
         if status not in ("404", "408"):  # no messages, request timeout: the request has ended
             description = (msg.headers or {}).get(api.Header.DESCRIPTION, "")
             pull.error = f"nats: pull refused: {status} {description}".strip()
-        pull.done.set()
+        pull.end()
 
     async def close(self) -> None:
         if self._sub is not None:

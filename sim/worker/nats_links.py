@@ -76,18 +76,33 @@ async def wait_for_nats(ctx: Context) -> None:
         await asyncio.sleep(BIND_POLL)
 
 
+def settle(done: asyncio.Future[None]) -> None:
+    """Mark ``done`` (once; later calls do nothing). The links wait on futures rather than asyncio.Events:
+    an Event holds a deque (~0.75 KiB) for its life, and a worker held four of them."""
+    if not done.done():
+        done.set_result(None)
+
+
 class Connection:
     """What nats-py's callbacks tell one sign-in's pull loops: the connection closed for good, or it came
-    back from a reconnect (the server forgot the pulls that were waiting). One event for both, so a
+    back from a reconnect (the server forgot the pulls that were waiting). One signal for both, so a
     session waits on it without a task per state: at ten thousand workers, a task each cost memory."""
 
     def __init__(self) -> None:
         self.closed = False
-        self.changed = asyncio.Event()
+        self.changed = asyncio.get_running_loop().create_future()
+
+    def rearm(self) -> None:
+        """A new session starts: wait for the next change."""
+        if self.changed.done():
+            self.changed = asyncio.get_running_loop().create_future()
+
+    def change(self) -> None:
+        settle(self.changed)
 
     def close(self) -> None:
         self.closed = True
-        self.changed.set()
+        self.change()
 
 
 class WorkerLinks:
@@ -113,13 +128,13 @@ class WorkerLinks:
 
     async def start(self) -> None:
         await wait_for_nats(self.ctx)
-        first = [asyncio.Event() for _ in self.links]
+        first = [asyncio.get_running_loop().create_future() for _ in self.links]
         for link, event in zip(self.links, first, strict=True):
             task = asyncio.create_task(self._serve(link, event), name=f"nats:{link.worker}:{link.functions}")
             self.tasks.add(task)
-        await asyncio.gather(*(e.wait() for e in first))
+        await asyncio.gather(*first)
 
-    async def _serve(self, link: Link, first: asyncio.Event) -> None:
+    async def _serve(self, link: Link, first: asyncio.Future[None]) -> None:
         """Sign in, pull until the connection is closed for good (nats-py gives up on a refused
         re-login), then sign in again, as a restarted worker-utils would."""
         in_flight = InFlight()  # the worker's callbacks, across reconnects and re-logins
@@ -135,7 +150,7 @@ class WorkerLinks:
                     await nc.close()
             self.ctx.events.emit("worker.nats.closed", worker=link.worker, functions=list(link.functions))
 
-    async def _login(self, link: Link, first: asyncio.Event, connection: Connection) -> Client:
+    async def _login(self, link: Link, first: asyncio.Future[None], connection: Connection) -> Client:
         delay = LOGIN_BACKOFF[0]
         note_reconnect = self._state_cb(link, "worker.nats.reconnected")
 
@@ -143,7 +158,7 @@ class WorkerLinks:
             connection.close()
 
         async def on_reconnected() -> None:
-            connection.changed.set()
+            connection.change()
             await note_reconnect()
 
         while True:
@@ -167,7 +182,7 @@ class WorkerLinks:
                     credentials=link.describe,
                     error=str(exc) or type(exc).__name__,
                 )
-                first.set()
+                settle(first)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, LOGIN_BACKOFF[1])
         self.clients.append(nc)
@@ -183,15 +198,15 @@ class WorkerLinks:
         self,
         link: Link,
         nc: Client,
-        first: asyncio.Event,
+        first: asyncio.Future[None],
         connection: Connection,
         in_flight: InFlight,
     ) -> None:
         """Pull loops until the connection closes; after each reconnect they start over, since the
         server forgot the pulls that were waiting (they would otherwise idle until they expire)."""
         while not connection.closed:
-            connection.changed.clear()
-            bound = [asyncio.Event() for _ in link.functions]
+            connection.rearm()
+            bound = [asyncio.get_running_loop().create_future() for _ in link.functions]
             loops = [
                 asyncio.create_task(
                     pull_loop(nc, f, self._handler(link.worker), self._pull_error(link), b, in_flight),
@@ -200,11 +215,11 @@ class WorkerLinks:
                 for f, b in zip(link.functions, bound, strict=True)
             ]
             try:
-                await asyncio.gather(*(b.wait() for b in bound))
+                await asyncio.gather(*bound)
                 for function in link.functions:  # readiness a scenario can wait for (after a redeploy)
                     self.ctx.events.emit("worker.work.pulling", worker=link.worker, function=function)
-                first.set()
-                await connection.changed.wait()  # closed, or reconnected
+                settle(first)
+                await connection.changed  # closed, or reconnected
             finally:
                 await cancel_all(loops)
 
