@@ -372,6 +372,26 @@ def test_ctrl_c_while_the_early_zygote_starts_ends_it(
     assert not processes_naming(str(tmp_path / "early"))
 
 
+def test_one_interrupt_guard_per_command(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ncpsim up` creates one guard and hands it down to the launch and the replay: three guards nested
+    around one `up` (the command's, the backend's interruptible, the launcher's) was the control."""
+    made: list[InterruptGuard] = []
+    create = InterruptGuard.__init__
+
+    def counted(self: InterruptGuard) -> None:
+        create(self)
+        made.append(self)
+
+    monkeypatch.setattr(InterruptGuard, "__init__", counted)
+    try:
+        done = ncpsim("up", "scenario=http-callback", "--stack", "guarded", home=root)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(made) == 1, f"{len(made)} interrupt guards for one `ncpsim up`"
+    finally:
+        assert invoke_down(root, "guarded").returncode == 0
+    assert leftovers(root, "guarded") == []
+
+
 # A crashed component, then `ncpsim down` ---------------------------------------------------------------
 def test_down_after_a_crashed_component(root: Path) -> None:
     backend = LocalBackend(root)

@@ -7,9 +7,9 @@ reports its bindings on a ready pipe; the launcher writes them into the network 
 worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
 before their owner runs (the NATS servers' route ports) get their real ports before anything starts.
 Nothing here sleeps to wait for a component: readiness is the line on its pipe, or EOF if it died first.
-A restart after the launch (a fault, a redeploy) forks its component afresh from a zygote of its own (the
-shared one's fork, in a run that has one). Stopping goes by the records; what no record names is found by
-its command line (clusters/local/sweep.py).
+The launch's zygote stays as the stack's supervisor (sim.runtime.supervisor): a restart (a fault, a
+redeploy) forks through it, and `down` asks it to stop its children; the records and the sweep of command
+lines (clusters/local/sweep.py) are the fallback when it is gone.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from .plan import (
 )
 from .process import STOP_TIMEOUT, Forked, terminate, wait_gone
 from .sweep import is_ours, orphans, stop_strays
-from .zygote import Zygote
+from .zygote import Zygote, down
 
 # seconds a pod with a preStop hook (a NATS server in lame duck) may take to exit by itself: Kubernetes'
 # default terminationGracePeriodSeconds, which the nats chart keeps
@@ -56,12 +56,11 @@ TERMINATION_GRACE = 30.0
 def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
     """Wrap a whole `ncpsim up` (start and replay): Ctrl-C or SIGTERM at any moment stops every process the
     launcher started, then re-raises KeyboardInterrupt for the command line to report."""
-    guard = InterruptGuard()
-    with guard.installed():
+    with launcher.guard.installed():
         try:
             yield
         except KeyboardInterrupt:
-            with guard.held():  # a second Ctrl-C must not cut the cleanup short
+            with launcher.guard.held():  # a second Ctrl-C must not cut the cleanup short
                 launcher.stop_all()
             raise
 
@@ -69,12 +68,13 @@ def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
 class Launcher:
     """Starts and stops one stack's processes; remembers them in <state>/pids."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, guard: InterruptGuard | None = None):
+        """`guard`: the command's (one per command, handed down); a library caller's launch gets one."""
         self.state_dir = state_dir
         self.pids_dir = state_dir / "pids"
         self.logs_dir = state_dir / "logs"
         self.children: dict[str, Forked] = {}
-        self.guard = InterruptGuard()
+        self.guard = guard or InterruptGuard()
         self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
 
     # Start -----------------------------------------------------------------------------------
@@ -223,10 +223,10 @@ class Launcher:
 
     @contextlib.contextmanager
     def _forking(self, topology: Topology, kinds: list[str]) -> Iterator[None]:
-        """A zygote for a restart, as for a launch: forked from the shared one where a run has it (a
-        fork, where a fresh interpreter that imports the runner costs 1-2 s), else started afresh."""
+        """A restart forks through the stack's supervisor, so its components have the launch's parent; with
+        none left to reach (killed), a zygote of its own, which then supervises what it forked."""
         with self.guard.held():
-            self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
+            self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds, attach=True)
         try:
             yield
         finally:
@@ -317,18 +317,27 @@ class Launcher:
         return left
 
     def stop_all(self) -> list[str]:
-        """Stop every recorded process (and any child started by this launcher) stage by stage, workers
-        first (stop_order), then any process of this stack that no record names. A stage's components stop
-        together: each may take its grace period (a NATS server waits for the auth callout's answers
-        still due, up to its authorization timeout), and one after the other they added up."""
-        self._close_zygote(kill=True)  # first: it forks nothing more
+        """Stop every component stage by stage, workers first (stop_order): the stack's supervisor stops its
+        children and exits; what it did not stop (it is gone, or a component is not its child) is stopped by
+        the records, and, with no supervisor to ask, any process of this stack no record names (the sweep).
+        A stage's components stop together: each may take its grace period (a NATS server waits for the auth
+        callout's answers still due), and one after the other they added up."""
+        self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
         names = sorted(set(self.running()) | set(self.children), key=stop_order)
-        for _, stage in itertools.groupby(names, key=stop_order):
+        stages = [list(stage) for _, stage in itertools.groupby(names, key=stop_order)]
+        supervised = down(self.state_dir, stages, TERMINATION_GRACE + STOP_TIMEOUT * 2 * len(stages))
+        if supervised is not None:  # what it did not stop: only what still runs
+            self.children = {name: proc for name, proc in self.children.items() if proc.poll() is None}
+            left = sorted(set(self.running()) | set(self.children), key=stop_order)
+            stages = [list(stage) for _, stage in itertools.groupby(left, key=stop_order)]
+        for stage in stages:
             with ThreadPoolExecutor(thread_name_prefix="stop") as pool:
                 list(pool.map(self.stop_one, stage))
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
             pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
-        return names + stop_strays(self.state_dir)
+        if supervised is None:
+            return names + stop_strays(self.state_dir)
+        return sorted(set(names) | set(supervised), key=stop_order)
 
 
 def reserve_ports(addresses: list[str]) -> dict[str, int]:

@@ -1,8 +1,7 @@
 """Watching a component until it has exited, and no longer; stopping it (SIGTERM, a grace period, SIGKILL).
 
-A component the zygote forked has the zygote for parent, then init once the zygote is gone; so has
-every component when `ncpsim down` runs in another process than `ncpsim up`. Such a process cannot be
-waited on with waitpid. "Exited" must still mean what waitpid means: every thread gone, so every
+A component is the stack's supervisor's child (sim.runtime.supervisor), never the command's: the command
+cannot wait on it with waitpid. "Exited" must still mean what waitpid means: every thread gone, so every
 socket closed. A zombie does not: the main thread of a process killed with threads running becomes a
 zombie before the others have closed the process's files (a pod SIGKILLed that way still refused no
 connection: its listener took one and reset it). On Linux a pidfd is readable exactly when the whole

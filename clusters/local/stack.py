@@ -8,6 +8,7 @@ import signal
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from clusters.local.interrupts import InterruptGuard
 from clusters.local.launcher import Launcher, stop_on_interrupt
 from clusters.local.plan import components, spec_named
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
@@ -34,10 +35,10 @@ class LocalStack:
 
     backend = "local"
 
-    def __init__(self, name: str = "default", root: Path | None = None):
+    def __init__(self, name: str = "default", root: Path | None = None, guard: InterruptGuard | None = None):
         self.name, self.root = name, root
         self.state_dir = state_dir(name, root)
-        self.launcher = Launcher(self.state_dir)
+        self.launcher = Launcher(self.state_dir, guard)
         self.lock = StackLock(self.state_dir)  # held by up, down and redeploys (re-entrant in this process)
 
     @property
@@ -197,8 +198,9 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, root: Path | None = None):
-        self.root = root
+    def __init__(self, root: Path | None = None, guard: InterruptGuard | None = None):
+        """`guard`: the command's interrupt guard, handed to each stack's launcher."""
+        self.root, self.guard = root, guard
         self._stacks: dict[str, LocalStack] = {}  # one launcher per stack: it holds the children it started
 
     def up(self, topology: Topology, scenario: str) -> LocalStack:
@@ -206,7 +208,7 @@ class LocalBackend:
 
     def attach(self, stack: str) -> LocalStack:
         if stack not in self._stacks:
-            self._stacks[stack] = LocalStack(stack, self.root)
+            self._stacks[stack] = LocalStack(stack, self.root, self.guard)
         return self._stacks[stack]
 
     def interruptible(self, stack: str) -> AbstractContextManager[None]:

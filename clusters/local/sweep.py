@@ -3,8 +3,8 @@
 A pid file is never trusted on its own (the pid may have been reused): a recorded process is the stack's
 only if its command line says `python -m sim.runtime.run ... --state DIR`. What no record names is found
 the same way and stopped: a component whose pid file went with a crashed `ncpsim up`, what a dead
-component's group left running (a nats-server whose supervisor was SIGKILLed), the launch's zygote. The
-sweep is the fallback; the launcher stops what it recorded first.
+component's group left running (a nats-server whose supervisor was SIGKILLed), a zygote. The sweep is
+the fallback when the stack's supervisor is gone; the launcher stops what it recorded first.
 """
 
 from __future__ import annotations
