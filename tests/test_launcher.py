@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from clusters.local import LocalStack
+from clusters.local import LocalStack, launcher
 from clusters.local.launcher import Launcher
 from clusters.state import create_stack_dir
 from scenarios.load import load_scenario
@@ -65,10 +65,12 @@ def test_a_restarted_component_is_the_supervisors_child(
 
 
 @pytest.mark.usefixtures("own_zygote")
-def test_down_with_the_supervisor_killed_first_still_stops_everything(tmp_path: Path) -> None:
-    """The fallback: with the supervisor SIGKILLed (its socket left behind, refusing), `down` stops the
-    components by their records and the sweep. The negative control is the restart beforehand: with no
-    supervisor to reach it starts a zygote of its own, which then supervises the component it forked."""
+def test_down_with_the_supervisor_killed_first_still_stops_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback: with the supervisor SIGKILLed (its socket left behind, refusing), a restart starts a
+    zygote of its own, which supervises the one component it forked; `down` asks it, then sweeps what no
+    supervisor stopped. The control: the same `down` without the sweep leaves the orphans running."""
     stack = LocalStack("orphaned", root=tmp_path)
     try:
         stack.up(load_scenario("http-callback").build_topology("orphaned"), "http-callback")
@@ -80,8 +82,13 @@ def test_down_with_the_supervisor_killed_first_still_stops_everything(tmp_path: 
         [second] = supervisors(stack.state_dir)
         assert second.pid != supervisor.pid
         assert psutil.Process(stack.launcher.running()["worker-callback-proxy"]).ppid() == second.pid
-        assert psutil.Process(stack.launcher.running()["resolver"]).ppid() != second.pid  # init's now
-        assert stack_processes(stack.state_dir)
+        orphan = stack.launcher.running()["resolver"]
+        assert psutil.Process(orphan).ppid() != second.pid  # init's now
+        with monkeypatch.context() as unswept:
+            unswept.setattr(launcher, "stop_strays", lambda *_: [])
+            assert "worker-callback-proxy" in stack.down()  # the second supervisor stopped its child
+        assert psutil.pid_exists(orphan) and not supervisors(stack.state_dir), "the control stopped them"
+        assert "resolver" in stack.down()
     finally:
         stack.down()
     assert not stack.launcher.running() and not stack_processes(stack.state_dir)

@@ -29,6 +29,7 @@ from cli_support import ncpsim
 from clusters.local import LocalBackend, LocalStack, interrupts, zygote
 from clusters.local.interrupts import InterruptGuard
 from clusters.local.launcher import Launcher
+from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
 from scenarios.load import load_scenario
 from sim.nats.server import NatsServer
@@ -402,7 +403,7 @@ def test_down_after_a_crashed_component(root: Path) -> None:
         pids = {p.stem: int(p.read_text()) for p in (stack.state_dir / "pids").glob("*.pid")}
         assert "worker-callback-proxy" in pids
         os.kill(pids["worker-callback-proxy"], signal.SIGKILL)
-        stack.launcher.children["worker-callback-proxy"].wait(timeout=5)  # our child here: reap the zombie
+        assert wait_exited(pids["worker-callback-proxy"], 5)  # the supervisor reaps it
         assert "worker-callback-proxy" not in stack.launcher.running()
         done = invoke_down(root, "crash")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -514,12 +515,12 @@ def test_a_signal_at_an_exact_point_of_the_launch_stops_every_child(
     spawned: list[int] = []
     start = Launcher._start_process
 
-    def start_then_signal(self: Launcher, *args: Any, **kwargs: Any) -> Any:
-        proc = start(self, *args, **kwargs)
-        spawned.append(proc.pid)
+    def start_then_signal(self: Launcher, *args: Any, **kwargs: Any) -> int:
+        pid = start(self, *args, **kwargs)
+        spawned.append(pid)
         if len(spawned) == nth:
             os.kill(os.getpid(), sig)  # between starting a child and recording it: the launcher holds it
-        return proc
+        return pid
 
     def sigterm_reached_the_test(_signum: int, _frame: object) -> None:
         raise SigtermReachedTheTest

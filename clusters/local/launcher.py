@@ -23,7 +23,6 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from certs.store import CertStore
@@ -43,9 +42,9 @@ from .plan import (
     spawn_order,
     stop_order,
 )
-from .process import STOP_TIMEOUT, Forked, terminate, wait_gone
+from .process import STOP_TIMEOUT, wait_exited
 from .sweep import is_ours, orphans, stop_strays
-from .zygote import Zygote, down
+from .zygote import Zygote, ask, down
 
 # seconds a pod with a preStop hook (a NATS server in lame duck) may take to exit by itself: Kubernetes'
 # default terminationGracePeriodSeconds, which the nats chart keeps
@@ -73,7 +72,6 @@ class Launcher:
         self.state_dir = state_dir
         self.pids_dir = state_dir / "pids"
         self.logs_dir = state_dir / "logs"
-        self.children: dict[str, Forked] = {}
         self.guard = guard or InterruptGuard()
         self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
 
@@ -145,18 +143,17 @@ class Launcher:
         with self.guard.held():
             log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
             try:
-                proc = self._start_process(args, write_fd, log.fileno())
+                pid = self._start_process(args, write_fd, log.fileno())
             except BaseException:
                 os.close(read_fd)
                 raise
             finally:
                 os.close(write_fd)
                 log.close()
-            self.children[spec.name] = proc
-            write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
+            write_file(self.pids_dir / f"{spec.name}.pid", str(pid))  # as each starts: status reads them
         return read_fd
 
-    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> Forked:
+    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> int:
         """`python -m sim.runtime.run ARGS` in a session of its own, forked by the zygote of the launch or
         of the restart (`_forking`)."""
         if self.zygote is None:
@@ -255,18 +252,16 @@ class Launcher:
                 alive[pidfile.stem] = pid
         return alive
 
-    def reap(self, name: str) -> None:
-        """Forget a process that died (SIGKILL fault): collect our child and drop its pid file."""
-        proc = self.children.pop(name, None)
-        if proc is not None:
-            proc.wait(STOP_TIMEOUT)
+    def forget(self, name: str, pid: int) -> None:
+        """A component that was killed (SIGKILL fault): its exit awaited, its pid file dropped."""
+        wait_exited(pid, STOP_TIMEOUT)
         (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def stop(self, *names: str) -> None:
         """Stop components as Kubernetes stops their pods, together: each NATS server runs the chart's preStop
         hook first (their lame ducks overlap, as the pods of a Parallel StatefulSet terminate at once) and is
-        given the termination grace period to exit by itself; then SIGTERM, SIGKILL. A whole stack going
-        down (`stop_all`) is not graceful."""
+        given the termination grace period to exit by itself; then the supervisor stops them (SIGTERM,
+        SIGKILL), or the sweep where it cannot. A whole stack going down (`stop_all`) is not graceful."""
         running = self.running()
         hooked = {
             name: running[name]
@@ -276,35 +271,17 @@ class Launcher:
             and pre_stop(self.state_dir, name, running[name]) is not None
         }
         deadline = time.monotonic() + TERMINATION_GRACE
-        for name, pod in hooked.items():  # the NATS servers' lame ducks, then each pod's exit awaited
-            wait_gone(pod, self.children.get(name), max(deadline - time.monotonic(), 0))
+        for pod in hooked.values():  # the NATS servers' lame ducks, then each pod's exit awaited
+            wait_exited(pod, max(deadline - time.monotonic(), 0))
+        request = {"stop": [list(names)]}
+        if self.zygote is not None and self.zygote.process is None:  # a restart's, through the supervisor
+            self.zygote.ask(request)
+        else:
+            ask(self.state_dir, request, STOP_TIMEOUT * 3)
+        if set(names) & set(self.running()):  # no supervisor stopped them: it is gone, or not their parent
+            stop_strays(self.state_dir, set(names))
         for name in names:
-            self.stop_one(name)
-
-    def stop_one(self, name: str) -> None:
-        """SIGTERM one component's process group, then SIGKILL past the grace period; forget it."""
-        pidfile = self.pids_dir / f"{name}.pid"
-        proc = self.children.get(name)
-        if proc is not None:
-            # One this launcher forked: its handle (pid and start time) is proof enough. A component
-            # just forked may not show its command line yet, which is_ours would need.
-            if proc.poll() is None:
-                terminate(proc.pid, proc)
-            else:
-                self._stop_orphans(proc.pid)
-        elif pidfile.exists():
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid and is_ours(pid, self.state_dir):
-                terminate(pid, None)
-            elif pid:
-                self._stop_orphans(pid)
-        pidfile.unlink(missing_ok=True)
-        self.children.pop(name, None)
-
-    def _stop_orphans(self, pgid: int) -> None:
-        """The leader died (kill -9 of a supervisor): what it started may run on in its group."""
-        for orphan in orphans(pgid, self.state_dir):  # members of a group whose leader is gone: one by one
-            terminate(orphan, None, group=False)
+            (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def orphans_of_dead(self) -> dict[str, list[int]]:
         """Per component whose recorded process is gone, the stack's processes still in its group."""
@@ -317,27 +294,19 @@ class Launcher:
         return left
 
     def stop_all(self) -> list[str]:
-        """Stop every component stage by stage, workers first (stop_order): the stack's supervisor stops its
-        children and exits; what it did not stop (it is gone, or a component is not its child) is stopped by
-        the records, and, with no supervisor to ask, any process of this stack no record names (the sweep).
-        A stage's components stop together: each may take its grace period (a NATS server waits for the auth
-        callout's answers still due), and one after the other they added up."""
+        """Stop every component: the stack's supervisor stops its children stage by stage, workers first
+        (stop_order; a stage's components together, as each may take its grace period), and exits. Where it
+        is gone (killed, or the launch's zygote, killed as the launch was interrupted) or left something
+        running (a component it is not the parent of), every process of this stack is found by its command
+        line and stopped (the sweep)."""
         self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
-        names = sorted(set(self.running()) | set(self.children), key=stop_order)
+        names = sorted(self.running(), key=stop_order)
         stages = [list(stage) for _, stage in itertools.groupby(names, key=stop_order)]
         supervised = down(self.state_dir, stages, TERMINATION_GRACE + STOP_TIMEOUT * 2 * len(stages))
-        if supervised is not None:  # what it did not stop: only what still runs
-            self.children = {name: proc for name, proc in self.children.items() if proc.poll() is None}
-            left = sorted(set(self.running()) | set(self.children), key=stop_order)
-            stages = [list(stage) for _, stage in itertools.groupby(left, key=stop_order)]
-        for stage in stages:
-            with ThreadPoolExecutor(thread_name_prefix="stop") as pool:
-                list(pool.map(self.stop_one, stage))
+        swept = stop_strays(self.state_dir) if supervised is None or self.running() else []
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
-            pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
-        if supervised is None:
-            return names + stop_strays(self.state_dir)
-        return sorted(set(names) | set(supervised), key=stop_order)
+            pidfile.unlink(missing_ok=True)
+        return sorted(set(names) | set(supervised or []) | set(swept), key=stop_order)
 
 
 def reserve_ports(addresses: list[str]) -> dict[str, int]:

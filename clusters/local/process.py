@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import time
 
@@ -80,26 +79,3 @@ class Forked:
 
     def _exited(self, timeout: float | None) -> bool:
         return self._proc is None or wait_exited(self.pid, timeout, self._proc)
-
-
-def terminate(pid: int, proc: subprocess.Popen[bytes] | Forked | None, group: bool = True) -> None:
-    """SIGTERM the process group (with `group`, else the one process), then SIGKILL past the grace period."""
-    send = os.killpg if group else os.kill
-    for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
-        try:
-            send(pid, sig)
-        except ProcessLookupError:
-            return
-        if wait_gone(pid, proc, grace):
-            return
-
-
-def wait_gone(pid: int, proc: subprocess.Popen[bytes] | Forked | None, timeout: float) -> bool:
-    """Exited within `timeout`: our child (`proc`) is waited on, any other process watched."""
-    if proc is None:
-        return wait_exited(pid, timeout)
-    try:
-        proc.wait(timeout)
-        return True
-    except subprocess.TimeoutExpired:
-        return False

@@ -164,7 +164,7 @@ class LocalStack:
         """SIGKILL the component's process group, as a node losing the pod would."""
         pid = self.launcher.running()[name]
         os.killpg(pid, signal.SIGKILL)
-        self.launcher.reap(name)
+        self.launcher.forget(name, pid)
         return pid
 
     def restart(self, *names: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from .process import STOP_TIMEOUT, wait_gone
+from .process import STOP_TIMEOUT, wait_exited
 
 COMPONENT = "sim.runtime.run"
 ZYGOTE = "sim.runtime.zygote"
@@ -51,26 +51,33 @@ def orphans(pgid: int, state_dir: Path) -> list[int]:
     return found
 
 
-def stop_strays(state_dir: Path) -> list[str]:
-    """Stop this stack's processes that no pid file names, known by their command lines: a component
-    whose pid file went with a crashed `ncpsim up`, or a nats-server whose supervisor was stopped
-    while it started it. SIGTERM, then SIGKILL what outlives the grace period; says what it stopped."""
-    strays = []
+def stop_strays(state_dir: Path, names: set[str] | None = None) -> list[str]:
+    """Stop this stack's processes (or only the components `names`), known by their command lines: where
+    its supervisor is gone, or is not their parent (a component whose pid file went with a crashed `ncpsim
+    up`, a nats-server whose pod's supervisor was stopped while it started it). SIGTERM, then SIGKILL what
+    outlives the grace period; says what it stopped: a component's name, another process's pid."""
+    strays = {}
     for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and _is_stack_process(
-            proc.info["cmdline"] or [], state_dir
-        ):
-            strays.append(proc)
-    stopped = [f"pid {proc.pid} (in no pid file)" for proc in strays]
+        args = proc.info["cmdline"] or []
+        live = proc.info["status"] != psutil.STATUS_ZOMBIE
+        if live and _is_stack_process(args, state_dir) and (names is None or _named(args) in names):
+            strays[proc] = _named(args) or f"pid {proc.pid}"
+    stopped, left = list(strays.values()), list(strays)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for proc in strays:
+        for proc in left:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(sig)
         deadline = time.monotonic() + STOP_TIMEOUT  # exited is enough: their parent reaps them, not us
-        strays = [p for p in strays if not wait_gone(p.pid, None, max(deadline - time.monotonic(), 0))]
-        if not strays:
+        left = [p for p in left if not wait_exited(p.pid, max(deadline - time.monotonic(), 0), p)]
+        if not left:
             break
     return stopped
+
+
+def _named(args: list[str]) -> str:
+    """A component's name, from its command line (`--name NAME`), or ''."""
+    words = " ".join(a for a in args if a).split()
+    return words[words.index("--name") + 1] if "--name" in words[:-1] and COMPONENT in words else ""
 
 
 def _is_stack_process(args: list[str], state_dir: Path) -> bool:

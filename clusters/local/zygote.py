@@ -243,12 +243,15 @@ class Zygote:
             self._catch_up(channel)
         return self._preloading
 
-    def fork(self, argv: list[str], ready_fd: int, log_fd: int) -> Forked:
+    def fork(self, argv: list[str], ready_fd: int, log_fd: int) -> int:
         """A component running `sim.runtime.run` with `argv`; its ready pipe and log are passed along."""
+        return int(self.ask({"argv": argv}, [ready_fd, log_fd])["pid"])
+
+    def ask(self, request: dict, fds: list[int] | None = None) -> dict:
         with self._talking() as channel:
             self._catch_up(channel)
-            channel.send({"argv": argv}, [ready_fd, log_fd])
-            return Forked(int(self._answer(channel)["pid"]))
+            channel.send(request, fds)
+            return self._answer(channel)
 
     @contextlib.contextmanager
     def _talking(self) -> Iterator[Channel]:
@@ -308,23 +311,30 @@ class Zygote:
                 channel.close()
 
 
-def down(state_dir: Path, stages: list[list[str]], timeout: float) -> list[str] | None:
-    """The stack's supervisor stops its children, stage by stage, and exits: the names it stopped, or None
-    when there is no supervisor to ask (then the pid files and the sweep are all there is)."""
+def ask(state_dir: Path, request: dict, timeout: float) -> tuple[int, dict] | None:
+    """The stack's supervisor's pid and its answer, or None when there is none to ask."""
     sock = supervisor.connect(state_dir, timeout)
     if sock is None:
         return None
     with contextlib.closing(Channel(sock)) as channel:
         try:
             pid = int(_received(channel)["pid"])
-            channel.send({"down": stages})
-            stopped = list(_received(channel)["stopped"])
+            channel.send(request)
+            return pid, _received(channel)
         except (OSError, ValueError, KeyError):
             return None
-    if not wait_exited(pid, STOP_TIMEOUT):  # it exits once its last child is reaped and we are gone
+
+
+def down(state_dir: Path, stages: list[list[str]], timeout: float) -> list[str] | None:
+    """The stack's supervisor stops every child, `stages` first, and exits: the names it stopped, or None
+    when there is no supervisor to ask (then the sweep is all there is)."""
+    asked = ask(state_dir, {"down": stages}, timeout)
+    if asked is None:
+        return None
+    if not wait_exited(asked[0], STOP_TIMEOUT):  # it exits once its last child is reaped and we are gone
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return stopped
+            os.kill(asked[0], signal.SIGKILL)
+    return list(asked[1].get("stopped", []))
 
 
 def _received(channel: Channel) -> dict:

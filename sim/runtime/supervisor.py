@@ -10,7 +10,8 @@ folder, so a long path fits) as the launch hands over, speaking sim.runtime.fd_m
 (by the absolute path, or through /proc/self/fd where that path is longer than an address holds) and is
 greeted ``{"ready": true, "pid": N}``; then, as the launch's socket pair does: ``{"kinds": [...]}`` and
 ``{"argv": [...]}`` (a restart forks through it), ``{"ping": true}`` answered ``{"pid": N, "children":
-{NAME: PID}}``, and ``{"down": [[NAME, ...], ...]}`` (stop stages, in order) answered ``{"stopped": [...]}``.
+{NAME: PID}}``, ``{"stop": [[NAME, ...], ...]}`` (stages, in order) answered ``{"stopped": [...]}``, and
+``{"down": STAGES}``, which stops every child, the stages first, then exits once the client has gone.
 One connection is served at a time; others wait in the listen queue (a stack's commands take its lock anyway).
 
 Gone (SIGKILLed, the machine rebooted): the socket refuses or is missing, and the command line falls back to
@@ -53,6 +54,7 @@ class Children:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        self.ended: dict[str, int] = {}  # the groups of reaped children: a nats-server may outlive its leader
         self.wakeup, write = os.pipe()
         for fd in (self.wakeup, write):
             os.set_blocking(fd, False)
@@ -81,7 +83,8 @@ class Children:
                 pid = 0
             if not pid:
                 return
-            self.names.pop(pid, None)
+            if (name := self.names.pop(pid, None)) is not None:
+                self.ended[name] = pid  # its group id: never reused while a member lives
 
     def wait(self, pids: list[int], timeout: float) -> list[int]:
         """The `pids` still running after at most `timeout`."""
@@ -91,12 +94,13 @@ class Children:
             self.reap()
         return left
 
-    def stop(self, stages: list[list[str]]) -> list[str]:
-        """Each stage's process groups together: SIGTERM, SIGKILL past the grace period; then the children no
-        stage names. Returns the names stopped."""
+    def stop(self, stages: list[list[str]], everything: bool) -> list[str]:
+        """Each stage's process groups together: SIGTERM, SIGKILL past the grace period; with `everything`,
+        then the children no stage names. What a stopped name's ended group left (a nats-server whose leader
+        was SIGKILLed alone) is SIGKILLed. Returns the names of the children stopped."""
         self.reap()
         named = {name: pid for pid, name in self.names.items()}
-        rest = sorted(set(named) - {name for stage in stages for name in stage})
+        rest = sorted(set(named) - {name for stage in stages for name in stage}) if everything else []
         stopped = []
         for stage in [*stages, rest]:
             pids = [named[name] for name in stage if name in named]
@@ -107,6 +111,9 @@ class Children:
                         os.killpg(pid, sig)
                 if not (pids := self.wait(pids, STOP_TIMEOUT)):
                     break
+        for name in list(self.ended) if everything else [n for stage in stages for n in stage]:
+            with contextlib.suppress(ProcessLookupError, KeyError):
+                os.killpg(self.ended.pop(name), signal.SIGKILL)
         return stopped
 
 

@@ -180,8 +180,12 @@ class Zygote:
             return answer_zygote(sock, request["zygote"], fds)
         if "ping" in request:
             return {"pid": os.getpid(), "children": {name: pid for pid, name in self.children.names.items()}}
-        if "down" in request:
-            return {"stopped": self.children.stop(request["down"])}
+        if "stop" in request or "down" in request:
+            return {
+                "stopped": self.children.stop(
+                    request["stop"] if "stop" in request else request["down"], "down" in request
+                )
+            }
         reply = answer(sock, request, fds)
         if "pid" in reply:
             self.children.forked(reply["pid"], request["argv"])
