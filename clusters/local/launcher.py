@@ -22,8 +22,10 @@ import selectors
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
+
+import psutil
 
 from certs.store import CertStore
 from clusters.certificates import prepare_certificates
@@ -43,7 +45,7 @@ from .plan import (
     stop_order,
 )
 from .process import STOP_TIMEOUT, wait_exited
-from .sweep import is_ours, orphans, stop_strays
+from .sweep import is_ours, orphans, stop_processes, stop_strays
 from .zygote import Zygote, ask, down
 
 # seconds a pod with a preStop hook (a NATS server in lame duck) may take to exit by itself: Kubernetes'
@@ -273,6 +275,8 @@ class Launcher:
         deadline = time.monotonic() + TERMINATION_GRACE
         for pod in hooked.values():  # the NATS servers' lame ducks, then each pod's exit awaited
             wait_exited(pod, max(deadline - time.monotonic(), 0))
+        for left in self.orphans_of_dead(names).values():
+            stop_processes(left)
         request = {"stop": [list(names)]}
         if self.zygote is not None and self.zygote.process is None:  # a restart's, through the supervisor
             self.zygote.ask(request)
@@ -283,14 +287,17 @@ class Launcher:
         for name in names:
             (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
-    def orphans_of_dead(self) -> dict[str, list[int]]:
-        """Per component whose recorded process is gone, the stack's processes still in its group."""
+    def orphans_of_dead(self, names: Collection[str] | None = None) -> dict[str, list[psutil.Process]]:
+        """Per component (of `names`) whose recorded process is gone, the stack's processes still in its
+        group: what a nats-server whose pod's supervisor was SIGKILLed alone left running."""
         left = {}
         running = self.running()
         for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid and pidfile.stem not in running and (left_over := orphans(pid, self.state_dir)):
-                left[pidfile.stem] = left_over
+            pid, name = int(pidfile.read_text().strip() or 0), pidfile.stem
+            if names is not None and name not in names or not pid or name in running:
+                continue
+            if left_over := orphans(pid, self.state_dir):
+                left[name] = left_over
         return left
 
     def stop_all(self) -> list[str]:
@@ -300,6 +307,8 @@ class Launcher:
         running (a component it is not the parent of), every process of this stack is found by its command
         line and stopped (the sweep)."""
         self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
+        for left in self.orphans_of_dead().values():
+            stop_processes(left)
         names = sorted(self.running(), key=stop_order)
         stages = [list(stage) for _, stage in itertools.groupby(names, key=stop_order)]
         supervised = down(self.state_dir, stages, TERMINATION_GRACE + STOP_TIMEOUT * 2 * len(stages))

@@ -120,7 +120,7 @@ class LocalStack:
         status["down"] = [name for name in self.expected() if name not in running]
         orphans = self.launcher.orphans_of_dead()
         if orphans:  # a supervisor that died left what it ran: `fault restart NAME` or `down` stops it
-            status["orphans"] = orphans
+            status["orphans"] = {name: [proc.pid for proc in procs] for name, procs in orphans.items()}
         return status
 
     def logs(self) -> dict[str, str]:

@@ -36,7 +36,7 @@ def is_ours(pid: int, state_dir: Path) -> bool:
     return _runs(COMPONENT, args, state_dir)
 
 
-def orphans(pgid: int, state_dir: Path) -> list[int]:
+def orphans(pgid: int, state_dir: Path) -> list[psutil.Process]:
     """This stack's processes left in the process group of a component that died (a nats-server whose
     supervisor was SIGKILLed): found by group and by command line, never by the group id alone."""
     found = []
@@ -45,7 +45,7 @@ def orphans(pgid: int, state_dir: Path) -> list[int]:
             if os.getpgid(proc.info["pid"]) == pgid and _is_stack_process(
                 proc.info["cmdline"] or [], state_dir
             ):
-                found.append(proc.info["pid"])
+                found.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     return found
@@ -62,16 +62,20 @@ def stop_strays(state_dir: Path, names: set[str] | None = None) -> list[str]:
         live = proc.info["status"] != psutil.STATUS_ZOMBIE
         if live and _is_stack_process(args, state_dir) and (names is None or _named(args) in names):
             strays[proc] = _named(args) or f"pid {proc.pid}"
-    stopped, left = list(strays.values()), list(strays)
+    stop_processes(list(strays))
+    return list(strays.values())
+
+
+def stop_processes(left: list[psutil.Process]) -> None:
+    """SIGTERM, then SIGKILL what outlives the grace period (exited is enough: their parent reaps them)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for proc in left:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(sig)
-        deadline = time.monotonic() + STOP_TIMEOUT  # exited is enough: their parent reaps them, not us
+        deadline = time.monotonic() + STOP_TIMEOUT
         left = [p for p in left if not wait_exited(p.pid, max(deadline - time.monotonic(), 0), p)]
         if not left:
-            break
-    return stopped
+            return
 
 
 def _named(args: list[str]) -> str:

@@ -215,15 +215,15 @@ class Zygote:
     def __init__(self, state_dir: Path, timeout: float, kinds: Iterable[str], attach: bool = False):
         """With `attach` (a restart), the stack's supervisor where it runs: it is never killed from here."""
         self.timeout = timeout
-        early = _EARLY.pop(state_dir, None)
-        if early is not None and early[0].poll() is not None:  # it did not last: start another
-            early[1].close()
-            early = None
         running = supervisor.connect(state_dir, timeout) if attach else None
         self.process: Process | None = None
         if running is not None:
             sock = running
         else:
+            early = _EARLY.pop(state_dir, None)
+            if early is not None and early[0].poll() is not None:  # it did not last: start another
+                early[1].close()
+                early = None
             self.process, sock = early or _spawn(state_dir)
         self._channel: Channel | None = Channel(sock)
         self._talk = threading.Lock()  # one conversation at a time, and no close under one (see close)

@@ -7,16 +7,16 @@ children, and stops them on `ncpsim down`.
 
 Finding it: a listening AF_UNIX socket, `supervisor.sock` in the stack's state folder, bound (relative to the
 folder, so a long path fits) as the launch hands over, speaking sim.runtime.fd_messages. A client connects
-(by the absolute path, or through /proc/self/fd where that path is longer than an address holds) and is
-greeted ``{"ready": true, "pid": N}``; then, as the launch's socket pair does: ``{"kinds": [...]}`` and
-``{"argv": [...]}`` (a restart forks through it), ``{"ping": true}`` answered ``{"pid": N, "children":
-{NAME: PID}}``, ``{"stop": [[NAME, ...], ...]}`` (stages, in order) answered ``{"stopped": [...]}``, and
-``{"down": STAGES}``, which stops every child, the stages first, then exits once the client has gone.
-One connection is served at a time; others wait in the listen queue (a stack's commands take its lock anyway).
+(by the absolute path, or through /proc/self/fd where that one is too long for an address), is greeted
+``{"ready": true, "pid": N}``, then asks as the launch does: ``{"kinds": [...]}`` and ``{"argv": [...]}``
+(a restart forks through it); ``{"stop": [[NAME, ...], ...]}`` (stages, in order) is answered
+``{"stopped": [NAME, ...]}``; ``{"down": STAGES}`` stops every child, the stages first, and the supervisor
+exits once the client has gone. One client at a time; the others wait in the listen queue.
 
-Gone (SIGKILLed, the machine rebooted): the socket refuses or is missing, and the command line falls back to
-what it did before, the pid files and the sweep of this stack's command lines (clusters.local.sweep); a
-restart then starts a zygote of its own, which becomes the supervisor of what it forks.
+Gone (SIGKILLed, the machine rebooted): the socket refuses or is missing, and the command line sweeps the
+stack's command lines (clusters.local.sweep), as it does for what the supervisor is not the parent of (a
+component of an earlier supervisor); a restart then starts a zygote of its own, which supervises what it
+forks. The pid files stay what `status` reads.
 
 Reaping: SIGCHLD has a handler and a wakeup pipe (signal.set_wakeup_fd), so a child that exits wakes the
 loop, which collects every exited child with waitpid(WNOHANG). waitpid reports a thread-group leader only
@@ -54,7 +54,6 @@ class Children:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
-        self.ended: dict[str, int] = {}  # the groups of reaped children: a nats-server may outlive its leader
         self.wakeup, write = os.pipe()
         for fd in (self.wakeup, write):
             os.set_blocking(fd, False)
@@ -83,8 +82,7 @@ class Children:
                 pid = 0
             if not pid:
                 return
-            if (name := self.names.pop(pid, None)) is not None:
-                self.ended[name] = pid  # its group id: never reused while a member lives
+            self.names.pop(pid, None)
 
     def wait(self, pids: list[int], timeout: float) -> list[int]:
         """The `pids` still running after at most `timeout`."""
@@ -96,8 +94,7 @@ class Children:
 
     def stop(self, stages: list[list[str]], everything: bool) -> list[str]:
         """Each stage's process groups together: SIGTERM, SIGKILL past the grace period; with `everything`,
-        then the children no stage names. What a stopped name's ended group left (a nats-server whose leader
-        was SIGKILLed alone) is SIGKILLed. Returns the names of the children stopped."""
+        then the children no stage names. Returns the names of the children stopped."""
         self.reap()
         named = {name: pid for pid, name in self.names.items()}
         rest = sorted(set(named) - {name for stage in stages for name in stage}) if everything else []
@@ -111,9 +108,6 @@ class Children:
                         os.killpg(pid, sig)
                 if not (pids := self.wait(pids, STOP_TIMEOUT)):
                     break
-        for name in list(self.ended) if everything else [n for stage in stages for n in stage]:
-            with contextlib.suppress(ProcessLookupError, KeyError):
-                os.killpg(self.ended.pop(name), signal.SIGKILL)
         return stopped
 
 

@@ -178,8 +178,6 @@ class Zygote:
             return {"preloading": self.unloaded, "loaded": self.loaded}
         if "zygote" in request:
             return answer_zygote(sock, request["zygote"], fds)
-        if "ping" in request:
-            return {"pid": os.getpid(), "children": {name: pid for pid, name in self.children.names.items()}}
         if "stop" in request or "down" in request:
             return {
                 "stopped": self.children.stop(
