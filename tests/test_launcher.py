@@ -57,6 +57,11 @@ def test_a_restarted_component_is_the_supervisors_child(
         assert f"-m sim.runtime.run proxy --state {stack.state_dir} --name worker-callback-proxy " in line, (
             line
         )
+        killed = stack.kill(
+            "resolver"
+        )  # the kill fault: SIGKILLed and reaped by its parent before it answers
+        assert not psutil.pid_exists(killed), "a zombie: nobody waited on the killed component"
+        assert "resolver" not in stack.launcher.running()
     finally:
         stopped = stack.down()
     assert "worker-callback-proxy" in stopped

@@ -20,6 +20,7 @@ import json
 import os
 import selectors
 import shutil
+import signal
 import socket
 import time
 from collections.abc import Collection, Iterator
@@ -254,9 +255,13 @@ class Launcher:
                 alive[pidfile.stem] = pid
         return alive
 
-    def forget(self, name: str, pid: int) -> None:
-        """A component that was killed (SIGKILL fault): its exit awaited, its pid file dropped."""
-        wait_exited(pid, STOP_TIMEOUT)
+    def kill(self, name: str, pid: int) -> None:
+        """SIGKILL the component's process group (its supervisor does, and reaps it), its pid file dropped."""
+        asked = ask(self.state_dir, {"kill": [name]}, STOP_TIMEOUT * 3)
+        if asked is None or name not in asked[1].get("stopped", []):  # no supervisor, or not its parent
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            wait_exited(pid, STOP_TIMEOUT)
         (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def stop(self, *names: str) -> None:

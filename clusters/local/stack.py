@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -163,8 +161,7 @@ class LocalStack:
     def kill(self, name: str) -> int:
         """SIGKILL the component's process group, as a node losing the pod would."""
         pid = self.launcher.running()[name]
-        os.killpg(pid, signal.SIGKILL)
-        self.launcher.forget(name, pid)
+        self.launcher.kill(name, pid)
         return pid
 
     def restart(self, *names: str) -> None:

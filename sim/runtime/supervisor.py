@@ -10,7 +10,7 @@ folder, so a long path fits) as the launch hands over, speaking sim.runtime.fd_m
 (by the absolute path, or through /proc/self/fd where that one is too long for an address), is greeted
 ``{"ready": true, "pid": N}``, then asks as the launch does: ``{"kinds": [...]}`` and ``{"argv": [...]}``
 (a restart forks through it); ``{"stop": [[NAME, ...], ...]}`` (stages, in order) is answered
-``{"stopped": [NAME, ...]}``; ``{"down": STAGES}`` stops every child, the stages first, and the supervisor
+``{"stopped": [NAME, ...]}``, as is ``{"kill": [NAME, ...]}`` (SIGKILL, a node lost); ``{"down": STAGES}`` stops every child, the stages first, and the supervisor
 exits once the client has gone. One client at a time; the others wait in the listen queue.
 
 Gone (SIGKILLed, the machine rebooted): the socket refuses or is missing, and the command line sweeps the
@@ -46,6 +46,7 @@ from sim.runtime.fd_messages import Channel
 SOCKET = "supervisor.sock"
 ADDRESS_MAX = 100  # bytes of a socket path: Linux holds 107, macOS 103
 STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL, as the launcher's
+GRACEFUL = (signal.SIGTERM, signal.SIGKILL)
 IDLE_TIMEOUT = 300.0  # a client silent this long is dropped: the next one waits behind it
 
 
@@ -92,9 +93,11 @@ class Children:
             self.reap()
         return left
 
-    def stop(self, stages: list[list[str]], everything: bool) -> list[str]:
-        """Each stage's process groups together: SIGTERM, SIGKILL past the grace period; with `everything`,
-        then the children no stage names. Returns the names of the children stopped."""
+    def stop(
+        self, stages: list[list[str]], everything: bool, signals: tuple[int, ...] = GRACEFUL
+    ) -> list[str]:
+        """Each stage's process groups together: SIGTERM, SIGKILL past the grace period (or `signals`); with
+        `everything`, then the children no stage names. Returns the names of the children stopped."""
         self.reap()
         named = {name: pid for pid, name in self.names.items()}
         rest = sorted(set(named) - {name for stage in stages for name in stage}) if everything else []
@@ -102,7 +105,7 @@ class Children:
         for stage in [*stages, rest]:
             pids = [named[name] for name in stage if name in named]
             stopped += [name for name in stage if name in named]
-            for sig in (signal.SIGTERM, signal.SIGKILL):
+            for sig in signals:
                 for pid in pids:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, sig)

@@ -178,6 +178,8 @@ class Zygote:
             return {"preloading": self.unloaded, "loaded": self.loaded}
         if "zygote" in request:
             return answer_zygote(sock, request["zygote"], fds)
+        if "kill" in request:
+            return {"stopped": self.children.stop([request["kill"]], False, (signal.SIGKILL,))}
         if "stop" in request or "down" in request:
             return {
                 "stopped": self.children.stop(
