@@ -54,11 +54,7 @@ class LocalStack:
                 )
             check_links(self.state_dir)
             (self.state_dir / "status.json").unlink(missing_ok=True)  # until this start completes
-            try:
-                netmap = self.launcher.start(topology)
-            except BaseException:
-                self.launcher.stop_all()  # Ctrl-C or a failed component: leave nothing half-up
-                raise
+            netmap = self.launcher.start(topology)  # Ctrl-C or a failed component: it leaves nothing half-up
             status = build_status(
                 self.backend, topology, self.state_dir, scenario, endpoints(topology, netmap, self.state_dir)
             )
