@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from clusters.state import state_dir
 from sim.errors import BackendError, ConfigError
@@ -247,7 +248,7 @@ class Zygote:
         """A component running `sim.runtime.run` with `argv`; its ready pipe and log are passed along."""
         return int(self.ask({"argv": argv}, [ready_fd, log_fd])["pid"])
 
-    def ask(self, request: dict, fds: list[int] | None = None) -> dict:
+    def ask(self, request: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
         with self._talking() as channel:
             self._catch_up(channel)
             channel.send(request, fds)
@@ -275,7 +276,7 @@ class Zygote:
             if "preloading" in message:
                 self._preloading = message
 
-    def _answer(self, channel: Channel) -> dict:
+    def _answer(self, channel: Channel) -> dict[str, Any]:
         message, fds = channel.receive()
         for fd in fds:
             os.close(fd)
@@ -311,7 +312,7 @@ class Zygote:
                 channel.close()
 
 
-def ask(state_dir: Path, request: dict, timeout: float) -> tuple[int, dict] | None:
+def ask(state_dir: Path, request: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]] | None:
     """The stack's supervisor's pid and its answer, or None when there is none to ask."""
     sock = supervisor.connect(state_dir, timeout)
     if sock is None:
@@ -337,7 +338,7 @@ def down(state_dir: Path, stages: list[list[str]], timeout: float) -> list[str] 
     return list(asked[1].get("stopped", []))
 
 
-def _received(channel: Channel) -> dict:
+def _received(channel: Channel) -> dict[str, Any]:
     message, fds = channel.receive()
     for fd in fds:
         os.close(fd)
