@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sim.errors import ConfigError
+from sim.runtime.supervisor import SOCKET as SUPERVISOR_SOCKET
 
 MARKER = ".ncpsim-stack"  # written at creation: this folder is an ncpsim stack folder
 LOCK = ".lock"
@@ -51,6 +52,7 @@ OURS = (
     "pids",
     "nats",
     "rendered",
+    SUPERVISOR_SOCKET,
 )
 
 

@@ -50,10 +50,11 @@ def replay_one(
     root: Path | None = None,
     backend: Backend | None = None,
     stack: str | None = None,
+    guard: InterruptGuard | None = None,
 ) -> ScenarioResult:
     """A fresh stack for one scenario. Processes stop afterwards unless it failed and `keep` is set;
     the state folder stays either way, so the reports, logs and events can be read after the run."""
-    backend = backend or LocalBackend(root)
+    backend = backend or LocalBackend(root, guard)
     name = stack or replay_stack(scenario.name)[0]
     fresh = backend.attach(name)
     fresh.down(purge=True)  # nothing from an earlier replay
@@ -98,6 +99,7 @@ def replay_many(
     jobs: int = 1,
     secrets: Sequence[str] = (),
     loaded: Sequence[Scenario] = (),
+    guard: InterruptGuard | None = None,
 ) -> bool:
     """`ncpsim replay`: every named scenario (the whole catalogue when None), then those `loaded` already
     (a support bundle's world); True when all pass.
@@ -110,7 +112,7 @@ def replay_many(
     scenarios = [with_brought_secrets(s, list(secrets)) for s in [*scenarios, *loaded]]
     for line in values_warnings(scenarios) + input_assumptions(scenarios, LocalBackend.name):
         print(line, file=sys.stderr)
-    results, total = replay_all(scenarios, keep=keep, output=output, root=root, stack=stack, jobs=jobs)
+    results, total = replay_all(scenarios, keep, output, root, stack=stack, jobs=jobs, guard=guard)
     if output == "json":
         print(json.dumps(_document(results, total), indent=2, default=str))
     if junit:
@@ -137,6 +139,7 @@ def replay_all(
     out: TextIO | None = None,
     stack: str | None = None,
     jobs: int = 1,
+    guard: InterruptGuard | None = None,
 ) -> tuple[list[ScenarioResult], float]:
     """Replay each scenario on a stack of its own, `jobs` at a time, printing each report in catalogue order
     as soon as it and those before it are done; (results, seconds in all)."""
@@ -146,7 +149,7 @@ def replay_all(
     names = [replay_stack(s.name, stack, several=len(scenarios) > 1) for s in scenarios]
     results: list[ScenarioResult] = []
     started = time.monotonic()
-    guard = InterruptGuard()  # SIGTERM as Ctrl-C: the scenarios run in threads, which no signal reaches
+    guard = guard or InterruptGuard()  # SIGTERM as Ctrl-C: the scenarios run in threads, no signal reaches
     with guard.installed():
         try:
             with (
@@ -155,7 +158,7 @@ def replay_all(
             ):
                 # Stacks are isolated (own ports, own state folder); a thread only waits on its own processes.
                 futures = [
-                    pool.submit(replay_one, s, keep, root, stack=name)
+                    pool.submit(replay_one, s, keep, root, stack=name, guard=guard)
                     for s, (name, _) in zip(scenarios, names, strict=True)
                 ]
                 try:

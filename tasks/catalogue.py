@@ -75,6 +75,7 @@ def replay(
     """
     import tempfile
 
+    from clusters.local.interrupts import InterruptGuard
     from scenarios.diagnose.plan import load_bundle_scenario
     from scenarios.replay import jobs_arg, replay_many, scenario_names
     from sim.errors import ConfigError
@@ -110,6 +111,7 @@ def replay(
             jobs=jobs_arg(jobs),
             secrets=secret or [],
             loaded=[loaded] if loaded is not None else [],
+            guard=InterruptGuard(),  # the command's one: its launches and its cleanup share it
         )
     if not ok:
         raise Exit(code=EXIT_FAILED)

@@ -113,14 +113,15 @@ def scenario_arg(scenario: str | None, usage: str = "ncpsim up scenario=grpc-cal
     return value
 
 
-def backend_named(name: str):
-    """The one place a backend is chosen; every task then drives the Stack it returns."""
+def backend_named(name: str, guard=None):
+    """The one place a backend is chosen; every task then drives the Stack it returns. `guard`: the
+    command's interrupt guard (clusters.local.interrupts), which the local backend's launches use."""
     from sim.errors import ConfigError
 
     if name == "local":
         from clusters.local import LocalBackend
 
-        return LocalBackend()
+        return LocalBackend(guard=guard)
     if name == "k3d":
         from clusters.k3d.stack import K3dBackend
 

@@ -67,12 +67,12 @@ def up(
     from clusters.local.interrupts import InterruptGuard
     from clusters.local.zygote import early_for
 
-    guard = InterruptGuard()  # from now on this process owns a child: Ctrl-C and SIGTERM clean up
+    guard = InterruptGuard()  # the command's one guard, handed down: Ctrl-C and SIGTERM clean up
     with guard.installed(), early_for(stack, guard):  # the launch's zygote imports while _up does
-        _up(scenario, file, set_, backend, stack, json_, secret, bundle)
+        _up(scenario, file, set_, backend, stack, json_, secret, bundle, guard)
 
 
-def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None) -> None:
+def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None, guard=None) -> None:
     import tempfile
 
     from sim.errors import ConfigError
@@ -82,13 +82,13 @@ def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None) -> Non
             "--bundle brings up the customer's world itself: give a scenario or --bundle, not both"
         )
     if not bundle:  # no scratch folder: a signal before the guard is in would leave it behind
-        _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, None)
+        _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, None, guard)
         return
     with tempfile.TemporaryDirectory(prefix="ncpsim-bundle-") as scratch:  # the bundle's stand-in Secrets
-        _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, Path(scratch))
+        _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, Path(scratch), guard)
 
 
-def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scratch) -> None:
+def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scratch, guard) -> None:
     from clusters.local.interrupts import settle
     from scenarios.engine import run_scenario
     from scenarios.load import load_scenario
@@ -96,7 +96,7 @@ def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scra
     from scenarios.result import to_json
     from scenarios.secrets import with_brought_secrets
 
-    chosen = backend_named(backend)
+    chosen = backend_named(backend, guard)
     files, sets = [Path(f) for f in file or []], set_ or []
     # No scenario: the default topology, idle (a dev environment to poke with call, fault, set, ...).
     if bundle:  # the customer's world as the bundle shows it, said where assumed

@@ -91,11 +91,12 @@ def diagnose(
     """
     from clusters.local.interrupts import InterruptGuard
 
-    with InterruptGuard().installed():  # SIGTERM as Ctrl-C: the probe stacks and the scratch folder go
-        _diagnose(file, set, symptom, workers, json_, write_ticket, rewrite, secret, bundle, ticket_id)
+    guard = InterruptGuard()  # the command's one: SIGTERM as Ctrl-C, the probe stacks and the scratch go
+    with guard.installed():
+        _diagnose(file, set, symptom, workers, json_, write_ticket, rewrite, secret, bundle, ticket_id, guard)
 
 
-def _diagnose(file, set, symptom, workers, json_, write_ticket, rewrite, secret, bundle, ticket_id):
+def _diagnose(file, set, symptom, workers, json_, write_ticket, rewrite, secret, bundle, ticket_id, guard):
     from scenarios.diagnose.assemble import write_ticket as write
     from scenarios.diagnose.diagnosis import diagnose as run
     from scenarios.diagnose.report import text
@@ -117,6 +118,7 @@ def _diagnose(file, set, symptom, workers, json_, write_ticket, rewrite, secret,
         secrets=secret or [],
         bundle=Path(bundle) if bundle else None,
         progress=sys.stderr,
+        guard=guard,
     )
     print(json.dumps(found.to_json(), indent=2) if json_ else text(found))
     if write_ticket and found.findings:

@@ -116,7 +116,12 @@ MODULES: dict[str, frozenset[str] | None] = {
         }
     ),
     "test_k3d_pod.py": frozenset({"test_entrypoint_names_its_kinds"}),
-    "test_launcher.py": frozenset({"test_a_restart_forks_its_component_from_a_zygote"}),
+    "test_launcher.py": frozenset(
+        {
+            "test_a_restarted_component_is_the_supervisors_child",
+            "test_down_with_the_supervisor_killed_first_still_stops_everything",
+        }
+    ),
     "test_log_expect.py": frozenset({"test_proxy_access_log_passes_and_a_changed_bound_fails"}),
     "test_nats_api_location.py": ALL,
     "test_nats_auth.py": ALL,

@@ -29,6 +29,7 @@ from cli_support import ncpsim
 from clusters.local import LocalBackend, LocalStack, interrupts, zygote
 from clusters.local.interrupts import InterruptGuard
 from clusters.local.launcher import Launcher
+from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
 from scenarios.load import load_scenario
 from sim.nats.server import NatsServer
@@ -372,6 +373,26 @@ def test_ctrl_c_while_the_early_zygote_starts_ends_it(
     assert not processes_naming(str(tmp_path / "early"))
 
 
+def test_one_interrupt_guard_per_command(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ncpsim up` creates one guard and hands it down to the launch and the replay: three guards nested
+    around one `up` (the command's, the backend's interruptible, the launcher's) was the control."""
+    made: list[InterruptGuard] = []
+    create = InterruptGuard.__init__
+
+    def counted(self: InterruptGuard) -> None:
+        create(self)
+        made.append(self)
+
+    monkeypatch.setattr(InterruptGuard, "__init__", counted)
+    try:
+        done = ncpsim("up", "scenario=http-callback", "--stack", "guarded", home=root)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(made) == 1, f"{len(made)} interrupt guards for one `ncpsim up`"
+    finally:
+        assert invoke_down(root, "guarded").returncode == 0
+    assert leftovers(root, "guarded") == []
+
+
 # A crashed component, then `ncpsim down` ---------------------------------------------------------------
 def test_down_after_a_crashed_component(root: Path) -> None:
     backend = LocalBackend(root)
@@ -382,7 +403,7 @@ def test_down_after_a_crashed_component(root: Path) -> None:
         pids = {p.stem: int(p.read_text()) for p in (stack.state_dir / "pids").glob("*.pid")}
         assert "worker-callback-proxy" in pids
         os.kill(pids["worker-callback-proxy"], signal.SIGKILL)
-        stack.launcher.children["worker-callback-proxy"].wait(timeout=5)  # our child here: reap the zombie
+        assert wait_exited(pids["worker-callback-proxy"], 5)  # the supervisor reaps it
         assert "worker-callback-proxy" not in stack.launcher.running()
         done = invoke_down(root, "crash")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -494,12 +515,12 @@ def test_a_signal_at_an_exact_point_of_the_launch_stops_every_child(
     spawned: list[int] = []
     start = Launcher._start_process
 
-    def start_then_signal(self: Launcher, *args: Any, **kwargs: Any) -> Any:
-        proc = start(self, *args, **kwargs)
-        spawned.append(proc.pid)
+    def start_then_signal(self: Launcher, *args: Any, **kwargs: Any) -> int:
+        pid = start(self, *args, **kwargs)
+        spawned.append(pid)
         if len(spawned) == nth:
             os.kill(os.getpid(), sig)  # between starting a child and recording it: the launcher holds it
-        return proc
+        return pid
 
     def sigterm_reached_the_test(_signum: int, _frame: object) -> None:
         raise SigtermReachedTheTest

@@ -38,22 +38,28 @@ def test_forked_components_lead_their_own_sessions_and_carry_their_command_lines
         for name, pid in running.items():
             proc = psutil.Process(pid)
             assert os.getsid(pid) == pid, f"{name} does not lead a session of its own"
-            assert proc.ppid() != os.getpid(), f"{name} is the launcher's child, not the zygote's"
             line = " ".join(a for a in proc.cmdline() if a)
             assert "-m sim.runtime.run " in line and f"--state {stack.state_dir} --name {name} " in line, line
             assert proc.cwd() == str(stack.state_dir)
             assert "--ready-fd" not in line  # the title is the command a user would run
-        zygotes = [
-            p
-            for p in psutil.process_iter(["cmdline"])
-            if "sim.runtime.zygote" in " ".join(p.info["cmdline"] or ())
-        ]
-        assert not [p for p in zygotes if str(stack.state_dir) in " ".join(p.info["cmdline"] or ())]
+        # one supervisor for the stack, after the launch: every component's parent
+        [supervisor] = supervisors(stack.state_dir)
+        assert {psutil.Process(pid).ppid() for pid in running.values()} == {supervisor.pid}
         for name, path in stack.logs().items():
             assert "Traceback" not in Path(path).read_text(errors="replace"), name
     finally:
         stack.down()
     assert not stack.launcher.running()
+    assert not supervisors(stack.state_dir), "the supervisor outlived `down`"
+
+
+def supervisors(state_dir: Path) -> list[psutil.Process]:
+    """The zygotes whose title names the stack's folder."""
+    return [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "-m sim.runtime.zygote --state " + str(state_dir) in " ".join(p.info["cmdline"] or ())
+    ]
 
 
 @pytest.mark.usefixtures("own_zygote")

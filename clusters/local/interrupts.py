@@ -41,6 +41,7 @@ class InterruptGuard:
     def __init__(self) -> None:
         self._depth = 0
         self._pending = False
+        self._installs = 0  # one command's guard is handed down: installed again below, it is already in
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self._depth:
@@ -50,15 +51,17 @@ class InterruptGuard:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield  # only the main thread may set handlers; there the caller owns interruption
+        if threading.current_thread() is not threading.main_thread() or self._installs:
+            yield  # only the main thread may set handlers (there the caller owns interruption); or it has
             return
+        self._installs += 1
         previous = {sig: h for sig in self.SIGNALS if (h := signal.getsignal(sig)) is not signal.SIG_IGN}
         for sig in previous:
             signal.signal(sig, self._on_signal)
         try:
             yield
         finally:
+            self._installs -= 1
             for sig, handler in previous.items():
                 if _settled:
                     signal.signal(sig, signal.SIG_IGN)
@@ -67,6 +70,11 @@ class InterruptGuard:
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
+        """Signals wait until the block ends; in the main thread only, the one they interrupt (another
+        thread's launch, a replay's or a probe's, is stopped from there)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
         self._depth += 1
         try:
             yield

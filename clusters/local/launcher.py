@@ -7,9 +7,9 @@ reports its bindings on a ready pipe; the launcher writes them into the network 
 worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
 before their owner runs (the NATS servers' route ports) get their real ports before anything starts.
 Nothing here sleeps to wait for a component: readiness is the line on its pipe, or EOF if it died first.
-A restart after the launch (a fault, a redeploy) forks its component afresh from a zygote of its own (the
-shared one's fork, in a run that has one). Stopping goes by the records; what no record names is found by
-its command line (clusters/local/sweep.py).
+The launch's zygote stays as the stack's supervisor (sim.runtime.supervisor): a restart (a fault, a
+redeploy) forks through it, and `down` asks it to stop its children; the records and the sweep of command
+lines (clusters/local/sweep.py) are the fallback when it is gone.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ import json
 import os
 import selectors
 import shutil
+import signal
 import socket
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Collection, Iterator
 from pathlib import Path
+
+import psutil
 
 from certs.store import CertStore
 from clusters.certificates import prepare_certificates
@@ -43,9 +45,9 @@ from .plan import (
     spawn_order,
     stop_order,
 )
-from .process import STOP_TIMEOUT, Forked, terminate, wait_gone
-from .sweep import is_ours, orphans, stop_strays
-from .zygote import Zygote
+from .process import STOP_TIMEOUT, wait_exited
+from .sweep import is_ours, orphans, stop_processes, stop_strays
+from .zygote import Zygote, ask, down
 
 # seconds a pod with a preStop hook (a NATS server in lame duck) may take to exit by itself: Kubernetes'
 # default terminationGracePeriodSeconds, which the nats chart keeps
@@ -56,12 +58,11 @@ TERMINATION_GRACE = 30.0
 def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
     """Wrap a whole `ncpsim up` (start and replay): Ctrl-C or SIGTERM at any moment stops every process the
     launcher started, then re-raises KeyboardInterrupt for the command line to report."""
-    guard = InterruptGuard()
-    with guard.installed():
+    with launcher.guard.installed():
         try:
             yield
         except KeyboardInterrupt:
-            with guard.held():  # a second Ctrl-C must not cut the cleanup short
+            with launcher.guard.held():  # a second Ctrl-C must not cut the cleanup short
                 launcher.stop_all()
             raise
 
@@ -69,12 +70,12 @@ def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
 class Launcher:
     """Starts and stops one stack's processes; remembers them in <state>/pids."""
 
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, guard: InterruptGuard | None = None):
+        """`guard`: the command's (one per command, handed down); a library caller's launch gets one."""
         self.state_dir = state_dir
         self.pids_dir = state_dir / "pids"
         self.logs_dir = state_dir / "logs"
-        self.children: dict[str, Forked] = {}
-        self.guard = InterruptGuard()
+        self.guard = guard or InterruptGuard()
         self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
 
     # Start -----------------------------------------------------------------------------------
@@ -145,18 +146,17 @@ class Launcher:
         with self.guard.held():
             log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
             try:
-                proc = self._start_process(args, write_fd, log.fileno())
+                pid = self._start_process(args, write_fd, log.fileno())
             except BaseException:
                 os.close(read_fd)
                 raise
             finally:
                 os.close(write_fd)
                 log.close()
-            self.children[spec.name] = proc
-            write_file(self.pids_dir / f"{spec.name}.pid", str(proc.pid))  # as each starts: status reads them
+            write_file(self.pids_dir / f"{spec.name}.pid", str(pid))  # as each starts: status reads them
         return read_fd
 
-    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> Forked:
+    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> int:
         """`python -m sim.runtime.run ARGS` in a session of its own, forked by the zygote of the launch or
         of the restart (`_forking`)."""
         if self.zygote is None:
@@ -223,10 +223,10 @@ class Launcher:
 
     @contextlib.contextmanager
     def _forking(self, topology: Topology, kinds: list[str]) -> Iterator[None]:
-        """A zygote for a restart, as for a launch: forked from the shared one where a run has it (a
-        fork, where a fresh interpreter that imports the runner costs 1-2 s), else started afresh."""
+        """A restart forks through the stack's supervisor, so its components have the launch's parent; with
+        none left to reach (killed), a zygote of its own, which then supervises what it forked."""
         with self.guard.held():
-            self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
+            self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds, attach=True)
         try:
             yield
         finally:
@@ -255,18 +255,20 @@ class Launcher:
                 alive[pidfile.stem] = pid
         return alive
 
-    def reap(self, name: str) -> None:
-        """Forget a process that died (SIGKILL fault): collect our child and drop its pid file."""
-        proc = self.children.pop(name, None)
-        if proc is not None:
-            proc.wait(STOP_TIMEOUT)
+    def kill(self, name: str, pid: int) -> None:
+        """SIGKILL the component's process group (its supervisor does, and reaps it), its pid file dropped."""
+        asked = ask(self.state_dir, {"kill": [name]}, STOP_TIMEOUT * 3)
+        if asked is None or name not in asked[1].get("stopped", []):  # no supervisor, or not its parent
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            wait_exited(pid, STOP_TIMEOUT)
         (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
     def stop(self, *names: str) -> None:
         """Stop components as Kubernetes stops their pods, together: each NATS server runs the chart's preStop
         hook first (their lame ducks overlap, as the pods of a Parallel StatefulSet terminate at once) and is
-        given the termination grace period to exit by itself; then SIGTERM, SIGKILL. A whole stack going
-        down (`stop_all`) is not graceful."""
+        given the termination grace period to exit by itself; then the supervisor stops them (SIGTERM,
+        SIGKILL), or the sweep where it cannot. A whole stack going down (`stop_all`) is not graceful."""
         running = self.running()
         hooked = {
             name: running[name]
@@ -276,59 +278,49 @@ class Launcher:
             and pre_stop(self.state_dir, name, running[name]) is not None
         }
         deadline = time.monotonic() + TERMINATION_GRACE
-        for name, pod in hooked.items():  # the NATS servers' lame ducks, then each pod's exit awaited
-            wait_gone(pod, self.children.get(name), max(deadline - time.monotonic(), 0))
+        for pod in hooked.values():  # the NATS servers' lame ducks, then each pod's exit awaited
+            wait_exited(pod, max(deadline - time.monotonic(), 0))
+        for left in self.orphans_of_dead(names).values():
+            stop_processes(left)
+        request = {"stop": [list(names)]}
+        if self.zygote is not None and self.zygote.process is None:  # a restart's, through the supervisor
+            self.zygote.ask(request)
+        else:
+            ask(self.state_dir, request, STOP_TIMEOUT * 3)
+        if set(names) & set(self.running()):  # no supervisor stopped them: it is gone, or not their parent
+            stop_strays(self.state_dir, set(names))
         for name in names:
-            self.stop_one(name)
+            (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
-    def stop_one(self, name: str) -> None:
-        """SIGTERM one component's process group, then SIGKILL past the grace period; forget it."""
-        pidfile = self.pids_dir / f"{name}.pid"
-        proc = self.children.get(name)
-        if proc is not None:
-            # One this launcher forked: its handle (pid and start time) is proof enough. A component
-            # just forked may not show its command line yet, which is_ours would need.
-            if proc.poll() is None:
-                terminate(proc.pid, proc)
-            else:
-                self._stop_orphans(proc.pid)
-        elif pidfile.exists():
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid and is_ours(pid, self.state_dir):
-                terminate(pid, None)
-            elif pid:
-                self._stop_orphans(pid)
-        pidfile.unlink(missing_ok=True)
-        self.children.pop(name, None)
-
-    def _stop_orphans(self, pgid: int) -> None:
-        """The leader died (kill -9 of a supervisor): what it started may run on in its group."""
-        for orphan in orphans(pgid, self.state_dir):  # members of a group whose leader is gone: one by one
-            terminate(orphan, None, group=False)
-
-    def orphans_of_dead(self) -> dict[str, list[int]]:
-        """Per component whose recorded process is gone, the stack's processes still in its group."""
+    def orphans_of_dead(self, names: Collection[str] | None = None) -> dict[str, list[psutil.Process]]:
+        """Per component (of `names`) whose recorded process is gone, the stack's processes still in its
+        group: what a nats-server whose pod's supervisor was SIGKILLed alone left running."""
         left = {}
         running = self.running()
         for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid and pidfile.stem not in running and (left_over := orphans(pid, self.state_dir)):
-                left[pidfile.stem] = left_over
+            pid, name = int(pidfile.read_text().strip() or 0), pidfile.stem
+            if names is not None and name not in names or not pid or name in running:
+                continue
+            if left_over := orphans(pid, self.state_dir):
+                left[name] = left_over
         return left
 
     def stop_all(self) -> list[str]:
-        """Stop every recorded process (and any child started by this launcher) stage by stage, workers
-        first (stop_order), then any process of this stack that no record names. A stage's components stop
-        together: each may take its grace period (a NATS server waits for the auth callout's answers
-        still due, up to its authorization timeout), and one after the other they added up."""
-        self._close_zygote(kill=True)  # first: it forks nothing more
-        names = sorted(set(self.running()) | set(self.children), key=stop_order)
-        for _, stage in itertools.groupby(names, key=stop_order):
-            with ThreadPoolExecutor(thread_name_prefix="stop") as pool:
-                list(pool.map(self.stop_one, stage))
+        """Stop every component: the stack's supervisor stops its children stage by stage, workers first
+        (stop_order; a stage's components together, as each may take its grace period), and exits. Where it
+        is gone (killed, or the launch's zygote, killed as the launch was interrupted) or left something
+        running (a component it is not the parent of), every process of this stack is found by its command
+        line and stopped (the sweep)."""
+        self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
+        for left in self.orphans_of_dead().values():
+            stop_processes(left)
+        names = sorted(self.running(), key=stop_order)
+        stages = [list(stage) for _, stage in itertools.groupby(names, key=stop_order)]
+        supervised = down(self.state_dir, stages, TERMINATION_GRACE + STOP_TIMEOUT * 2 * len(stages))
+        swept = stop_strays(self.state_dir) if supervised is None or self.running() else []
         for pidfile in self.pids_dir.glob("*.pid") if self.pids_dir.exists() else []:
-            pidfile.unlink(missing_ok=True)  # stale files of processes that were already gone
-        return names + stop_strays(self.state_dir)
+            pidfile.unlink(missing_ok=True)
+        return sorted(set(names) | set(supervised or []) | set(swept), key=stop_order)
 
 
 def reserve_ports(addresses: list[str]) -> dict[str, int]:

@@ -1,8 +1,7 @@
 """Watching a component until it has exited, and no longer; stopping it (SIGTERM, a grace period, SIGKILL).
 
-A component the zygote forked has the zygote for parent, then init once the zygote is gone; so has
-every component when `ncpsim down` runs in another process than `ncpsim up`. Such a process cannot be
-waited on with waitpid. "Exited" must still mean what waitpid means: every thread gone, so every
+A component is the stack's supervisor's child (sim.runtime.supervisor), never the command's: the command
+cannot wait on it with waitpid. "Exited" must still mean what waitpid means: every thread gone, so every
 socket closed. A zombie does not: the main thread of a process killed with threads running becomes a
 zombie before the others have closed the process's files (a pod SIGKILLed that way still refused no
 connection: its listener took one and reset it). On Linux a pidfd is readable exactly when the whole
@@ -13,7 +12,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import time
 
@@ -81,26 +79,3 @@ class Forked:
 
     def _exited(self, timeout: float | None) -> bool:
         return self._proc is None or wait_exited(self.pid, timeout, self._proc)
-
-
-def terminate(pid: int, proc: subprocess.Popen[bytes] | Forked | None, group: bool = True) -> None:
-    """SIGTERM the process group (with `group`, else the one process), then SIGKILL past the grace period."""
-    send = os.killpg if group else os.kill
-    for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, STOP_TIMEOUT)):
-        try:
-            send(pid, sig)
-        except ProcessLookupError:
-            return
-        if wait_gone(pid, proc, grace):
-            return
-
-
-def wait_gone(pid: int, proc: subprocess.Popen[bytes] | Forked | None, timeout: float) -> bool:
-    """Exited within `timeout`: our child (`proc`) is waited on, any other process watched."""
-    if proc is None:
-        return wait_exited(pid, timeout)
-    try:
-        proc.wait(timeout)
-        return True
-    except subprocess.TimeoutExpired:
-        return False

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from clusters.local.interrupts import InterruptGuard
 from clusters.local.launcher import Launcher, stop_on_interrupt
 from clusters.local.plan import components, spec_named
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
@@ -34,10 +33,10 @@ class LocalStack:
 
     backend = "local"
 
-    def __init__(self, name: str = "default", root: Path | None = None):
+    def __init__(self, name: str = "default", root: Path | None = None, guard: InterruptGuard | None = None):
         self.name, self.root = name, root
         self.state_dir = state_dir(name, root)
-        self.launcher = Launcher(self.state_dir)
+        self.launcher = Launcher(self.state_dir, guard)
         self.lock = StackLock(self.state_dir)  # held by up, down and redeploys (re-entrant in this process)
 
     @property
@@ -55,11 +54,7 @@ class LocalStack:
                 )
             check_links(self.state_dir)
             (self.state_dir / "status.json").unlink(missing_ok=True)  # until this start completes
-            try:
-                netmap = self.launcher.start(topology)
-            except BaseException:
-                self.launcher.stop_all()  # Ctrl-C or a failed component: leave nothing half-up
-                raise
+            netmap = self.launcher.start(topology)  # Ctrl-C or a failed component: it leaves nothing half-up
             status = build_status(
                 self.backend, topology, self.state_dir, scenario, endpoints(topology, netmap, self.state_dir)
             )
@@ -119,7 +114,7 @@ class LocalStack:
         status["down"] = [name for name in self.expected() if name not in running]
         orphans = self.launcher.orphans_of_dead()
         if orphans:  # a supervisor that died left what it ran: `fault restart NAME` or `down` stops it
-            status["orphans"] = orphans
+            status["orphans"] = {name: [proc.pid for proc in procs] for name, procs in orphans.items()}
         return status
 
     def logs(self) -> dict[str, str]:
@@ -162,8 +157,7 @@ class LocalStack:
     def kill(self, name: str) -> int:
         """SIGKILL the component's process group, as a node losing the pod would."""
         pid = self.launcher.running()[name]
-        os.killpg(pid, signal.SIGKILL)
-        self.launcher.reap(name)
+        self.launcher.kill(name, pid)
         return pid
 
     def restart(self, *names: str) -> None:
@@ -197,8 +191,9 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, root: Path | None = None):
-        self.root = root
+    def __init__(self, root: Path | None = None, guard: InterruptGuard | None = None):
+        """`guard`: the command's interrupt guard, handed to each stack's launcher."""
+        self.root, self.guard = root, guard
         self._stacks: dict[str, LocalStack] = {}  # one launcher per stack: it holds the children it started
 
     def up(self, topology: Topology, scenario: str) -> LocalStack:
@@ -206,7 +201,7 @@ class LocalBackend:
 
     def attach(self, stack: str) -> LocalStack:
         if stack not in self._stacks:
-            self._stacks[stack] = LocalStack(stack, self.root)
+            self._stacks[stack] = LocalStack(stack, self.root, self.guard)
         return self._stacks[stack]
 
     def interruptible(self, stack: str) -> AbstractContextManager[None]:

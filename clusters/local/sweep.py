@@ -3,8 +3,8 @@
 A pid file is never trusted on its own (the pid may have been reused): a recorded process is the stack's
 only if its command line says `python -m sim.runtime.run ... --state DIR`. What no record names is found
 the same way and stopped: a component whose pid file went with a crashed `ncpsim up`, what a dead
-component's group left running (a nats-server whose supervisor was SIGKILLed), the launch's zygote. The
-sweep is the fallback; the launcher stops what it recorded first.
+component's group left running (a nats-server whose supervisor was SIGKILLed), a zygote. The sweep is
+the fallback when the stack's supervisor is gone; the launcher stops what it recorded first.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from .process import STOP_TIMEOUT, wait_gone
+from .process import STOP_TIMEOUT, wait_exited
 
 COMPONENT = "sim.runtime.run"
 ZYGOTE = "sim.runtime.zygote"
@@ -36,7 +36,7 @@ def is_ours(pid: int, state_dir: Path) -> bool:
     return _runs(COMPONENT, args, state_dir)
 
 
-def orphans(pgid: int, state_dir: Path) -> list[int]:
+def orphans(pgid: int, state_dir: Path) -> list[psutil.Process]:
     """This stack's processes left in the process group of a component that died (a nats-server whose
     supervisor was SIGKILLed): found by group and by command line, never by the group id alone."""
     found = []
@@ -45,32 +45,43 @@ def orphans(pgid: int, state_dir: Path) -> list[int]:
             if os.getpgid(proc.info["pid"]) == pgid and _is_stack_process(
                 proc.info["cmdline"] or [], state_dir
             ):
-                found.append(proc.info["pid"])
+                found.append(proc)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     return found
 
 
-def stop_strays(state_dir: Path) -> list[str]:
-    """Stop this stack's processes that no pid file names, known by their command lines: a component
-    whose pid file went with a crashed `ncpsim up`, or a nats-server whose supervisor was stopped
-    while it started it. SIGTERM, then SIGKILL what outlives the grace period; says what it stopped."""
-    strays = []
+def stop_strays(state_dir: Path, names: set[str] | None = None) -> list[str]:
+    """Stop this stack's processes (or only the components `names`), known by their command lines: where
+    its supervisor is gone, or is not their parent (a component whose pid file went with a crashed `ncpsim
+    up`, a nats-server whose pod's supervisor was stopped while it started it). SIGTERM, then SIGKILL what
+    outlives the grace period; says what it stopped: a component's name, another process's pid."""
+    strays = {}
     for proc in psutil.process_iter(["cmdline", "status"]):
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and _is_stack_process(
-            proc.info["cmdline"] or [], state_dir
-        ):
-            strays.append(proc)
-    stopped = [f"pid {proc.pid} (in no pid file)" for proc in strays]
+        args = proc.info["cmdline"] or []
+        live = proc.info["status"] != psutil.STATUS_ZOMBIE
+        if live and _is_stack_process(args, state_dir) and (names is None or _named(args) in names):
+            strays[proc] = _named(args) or f"pid {proc.pid}"
+    stop_processes(list(strays))
+    return list(strays.values())
+
+
+def stop_processes(left: list[psutil.Process]) -> None:
+    """SIGTERM, then SIGKILL what outlives the grace period (exited is enough: their parent reaps them)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for proc in strays:
+        for proc in left:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(sig)
-        deadline = time.monotonic() + STOP_TIMEOUT  # exited is enough: their parent reaps them, not us
-        strays = [p for p in strays if not wait_gone(p.pid, None, max(deadline - time.monotonic(), 0))]
-        if not strays:
-            break
-    return stopped
+        deadline = time.monotonic() + STOP_TIMEOUT
+        left = [p for p in left if not wait_exited(p.pid, max(deadline - time.monotonic(), 0), p)]
+        if not left:
+            return
+
+
+def _named(args: list[str]) -> str:
+    """A component's name, from its command line (`--name NAME`), or ''."""
+    words = " ".join(a for a in args if a).split()
+    return words[words.index("--name") + 1] if "--name" in words[:-1] and COMPONENT in words else ""
 
 
 def _is_stack_process(args: list[str], state_dir: Path) -> bool:

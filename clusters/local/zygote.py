@@ -1,4 +1,5 @@
-"""The launcher's end of `sim.runtime.zygote`: start it, ask it for components, stop it."""
+"""The launcher's end of `sim.runtime.zygote`: start it (or reach the stack's supervisor it became), ask it
+for components, ask it to stop them."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from clusters.state import state_dir
 from sim.errors import BackendError, ConfigError
+from sim.runtime import supervisor
 from sim.runtime.fd_messages import Channel
 
 from .interrupts import InterruptGuard
-from .process import Forked
+from .process import Forked, wait_exited
 
 STOP_TIMEOUT = 3.0
 # The order a launch forks its components in, by kind (clusters.local.plan.spawn_order), which is also
@@ -47,6 +50,7 @@ def _spawn(state_dir: Path) -> tuple[Process, socket.socket]:
 def _start(
     state_dir: Path, order: Iterable[str] = LAUNCH_ORDER
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    _SUPERVISING[:] = [process for process in _SUPERVISING if process.poll() is None]
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
@@ -64,6 +68,10 @@ def _start(
     finally:
         theirs.close()
     return process, ours
+
+
+# Supervisors this process started (a launch's zygote, once the launch is done): they outlive it.
+_SUPERVISING: list[subprocess.Popen[bytes]] = []
 
 
 def _folder(state_dir: Path) -> Path:
@@ -143,6 +151,7 @@ class Shared:
             "order": list(LAUNCH_ORDER),
             "env": dict(os.environ),
             "cwd": str(_folder(state_dir)),
+            "state": str(state_dir),
         }
         ours, theirs = socket.socketpair()
         try:
@@ -153,7 +162,7 @@ class Shared:
                 channel = self.start()
                 channel.sock.settimeout(STOP_TIMEOUT * 10)  # at most its imports, once
                 channel.send({"zygote": spec}, [theirs.fileno()])
-                while "pid" not in (message := self._receive(channel)) and "error" not in message:
+                while "ready" in (message := _received(channel)):
                     pass  # its own readiness answer comes first
                 self.broken = False
             return Forked(int(message["pid"])), ours  # KeyError on an error answer: handled below
@@ -165,15 +174,6 @@ class Shared:
             raise
         finally:
             theirs.close()
-
-    @staticmethod
-    def _receive(channel: Channel) -> dict:
-        message, fds = channel.receive()
-        for fd in fds:
-            os.close(fd)
-        if message is None:
-            raise OSError("the shared zygote exited")
-        return message
 
     def close(self) -> None:
         if self._channel is None or self.process is None:
@@ -213,13 +213,19 @@ class Zygote:
     launcher's own preparation. It is told the launch's `kinds` at once, so it preloads only their
     runners; the answer is read before the first fork's, and the launch goes on preparing meanwhile."""
 
-    def __init__(self, state_dir: Path, timeout: float, kinds: Iterable[str]):
+    def __init__(self, state_dir: Path, timeout: float, kinds: Iterable[str], attach: bool = False):
+        """With `attach` (a restart), the stack's supervisor where it runs: it is never killed from here."""
         self.timeout = timeout
-        early = _EARLY.pop(state_dir, None)
-        if early is not None and early[0].poll() is not None:  # it did not last: start another
-            early[1].close()
-            early = None
-        self.process, sock = early or _spawn(state_dir)
+        running = supervisor.connect(state_dir, timeout) if attach else None
+        self.process: Process | None = None
+        if running is not None:
+            sock = running
+        else:
+            early = _EARLY.pop(state_dir, None)
+            if early is not None and early[0].poll() is not None:  # it did not last: start another
+                early[1].close()
+                early = None
+            self.process, sock = early or _spawn(state_dir)
         self._channel: Channel | None = Channel(sock)
         self._talk = threading.Lock()  # one conversation at a time, and no close under one (see close)
         self._owed = 1  # answers sent to us and not read yet: {"ready": true} first
@@ -238,12 +244,15 @@ class Zygote:
             self._catch_up(channel)
         return self._preloading
 
-    def fork(self, argv: list[str], ready_fd: int, log_fd: int) -> Forked:
+    def fork(self, argv: list[str], ready_fd: int, log_fd: int) -> int:
         """A component running `sim.runtime.run` with `argv`; its ready pipe and log are passed along."""
+        return int(self.ask({"argv": argv}, [ready_fd, log_fd])["pid"])
+
+    def ask(self, request: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
         with self._talking() as channel:
             self._catch_up(channel)
-            channel.send({"argv": argv}, [ready_fd, log_fd])
-            return Forked(int(self._answer(channel)["pid"]))
+            channel.send(request, fds)
+            return self._answer(channel)
 
     @contextlib.contextmanager
     def _talking(self) -> Iterator[Channel]:
@@ -267,19 +276,20 @@ class Zygote:
             if "preloading" in message:
                 self._preloading = message
 
-    def _answer(self, channel: Channel) -> dict:
+    def _answer(self, channel: Channel) -> dict[str, Any]:
         message, fds = channel.receive()
         for fd in fds:
             os.close(fd)
         if message is None:
-            raise BackendError(f"the zygote exited ({self.process.wait(STOP_TIMEOUT)}) before it answered")
+            code = "" if self.process is None else f" ({self.process.wait(STOP_TIMEOUT)})"
+            raise BackendError(f"the zygote exited{code} before it answered")
         if "error" in message:
             raise BackendError(f"the zygote could not start a component:\n{message['error']}")
         return message
 
     def close(self, kill: bool = False) -> None:
-        """Shut the socket down, and the zygote ends on its own (killed if it has not within the grace
-        period); with `kill`, at once (an interrupted launch: it may still be importing).
+        """Shut the socket down: the zygote goes on as the stack's supervisor (and ends once it has no child);
+        with `kill`, it is killed at once (an interrupted launch: it may still be importing).
 
         Another thread may be waiting on an answer (a probe stack's launch, stopped from the main thread
         on Ctrl-C): the shutdown ends its read at once, as the zygote's exit would, and the socket is
@@ -290,13 +300,48 @@ class Zygote:
         if channel is not None:
             with contextlib.suppress(OSError):
                 channel.sock.shutdown(socket.SHUT_RDWR)
-        try:
-            self.process.wait(0 if kill else STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
+        if kill and self.process is not None:  # while it launches; after that it supervises the stack
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        elif isinstance(self.process, subprocess.Popen):  # our child: reaped when it ends (see _start)
+            _SUPERVISING.append(self.process)
         with self._talk:
             channel, self._channel = self._channel, None
             if channel is not None:
                 channel.close()
+
+
+def ask(state_dir: Path, request: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]] | None:
+    """The stack's supervisor's pid and its answer, or None when there is none to ask."""
+    sock = supervisor.connect(state_dir, timeout)
+    if sock is None:
+        return None
+    with contextlib.closing(Channel(sock)) as channel:
+        try:
+            pid = int(_received(channel)["pid"])
+            channel.send(request)
+            return pid, _received(channel)
+        except (OSError, ValueError, KeyError):
+            return None
+
+
+def down(state_dir: Path, stages: list[list[str]], timeout: float) -> list[str] | None:
+    """The stack's supervisor stops every child, `stages` first, and exits: the names it stopped, or None
+    when there is no supervisor to ask (then the sweep is all there is)."""
+    asked = ask(state_dir, {"down": stages}, timeout)
+    if asked is None:
+        return None
+    if not wait_exited(asked[0], STOP_TIMEOUT):  # it exits once its last child is reaped and we are gone
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(asked[0], signal.SIGKILL)
+    return list(asked[1].get("stopped", []))
+
+
+def _received(channel: Channel) -> dict[str, Any]:
+    message, fds = channel.receive()
+    for fd in fds:
+        os.close(fd)
+    if message is None:
+        raise OSError("the supervisor closed the connection")
+    return message

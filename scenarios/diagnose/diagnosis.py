@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from clusters.local.interrupts import InterruptGuard
 from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.world import BundleWorld, read_world
 from scenarios.diagnose.causes import BLOCKING
@@ -98,6 +99,7 @@ def diagnose(
     bundle: Path | None = None,
     now: datetime | None = None,
     progress: TextIO | None = None,
+    guard: InterruptGuard | None = None,
 ) -> Diagnosis:
     """The customer's files judged, their world probed on the local backend, every finding ranked. A
     `progress` terminal shows which probe runs (nothing is written to it when it is a pipe)."""
@@ -130,7 +132,7 @@ def diagnose(
             profiles = parse_workers(workers) if workers else default_profiles(world)
             compute = {"dnsRewrite": dns.to_topology()} if dns else {}
             probes = [Probe(p.label, layered.values, compute, brought=tuple(secrets)) for p in profiles]
-        probed = observe(probes, root, Path(scratch), progress) if probes else []
+        probed = observe(probes, root, Path(scratch), progress, guard) if probes else []
     result = _ranked(facts, issues, probed, world, symptom, profiles)
     result.warnings = [str(u) for u in layered.unknown]
     result.values, result.refused = customer_only(layered), issues

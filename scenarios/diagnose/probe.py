@@ -54,13 +54,19 @@ class Probed:
 
 
 def observe(
-    probes: list[Probe], root: Path | None, scratch: Path, progress: TextIO | None = None
+    probes: list[Probe],
+    root: Path | None,
+    scratch: Path,
+    progress: TextIO | None = None,
+    guard: InterruptGuard | None = None,
 ) -> list[Probed]:
     """Every probe's stack, PARALLEL_PROBES at a time (each is isolated: own ports, own state folder),
     so a diagnosis with its what-if probes costs about what two stacks cost one after the other. A
-    `progress` terminal gets `[n/N] probe ...` as each starts (nothing when it is a pipe)."""
+    `progress` terminal gets `[n/N] probe ...` as each starts (nothing when it is a pipe). `guard`: the
+    command's (SIGTERM as Ctrl-C: both stop the probe stacks, issue 31)."""
     state = root or scratch / "state"
-    backend = LocalBackend(state)
+    guard = guard or InterruptGuard()
+    backend = LocalBackend(state, guard)
     names = [f"diagnose-{n}" for n in range(len(probes))]
     shown = Progress(len(probes), progress, live_from=1) if progress is not None else None
     started, stopping, lock = iter(range(1, len(probes) + 1)), threading.Event(), threading.Lock()
@@ -73,7 +79,6 @@ def observe(
                 shown.show(next(started), describe(probe))
         return _probe(backend, scratch, name, probe)
 
-    guard = InterruptGuard()  # SIGTERM as Ctrl-C: both stop the probe stacks (issue 31)
     several = zygote.shared(state) if len(probes) > 1 else contextlib.nullcontext()
     with guard.installed(), several, ThreadPoolExecutor(PARALLEL_PROBES, thread_name_prefix="probe") as pool:
         futures: list[Future[Probed]] = []

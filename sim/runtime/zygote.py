@@ -12,18 +12,17 @@ the ready pipe as ``--ready-fd``, default signal handlers, the state folder as i
 and that command line as its process title, for ps and for `ncpsim down`.
 
 Fork-safety: the zygote has one thread and no event loop (checked before every fork), so a child
-inherits no lock another thread held. It ends when the launcher closes its end of the socket;
-components outlive it, as they outlive `ncpsim up`. It ignores SIGCHLD, so the kernel reaps children
-that end before it does; a child sets SIGCHLD back (nats-server's supervisor waits on its own child).
+inherits no lock another thread held. When the launcher closes its end of the socket, the zygote stays as
+the stack's supervisor (sim.runtime.supervisor): it reaps its children and forks restarts until none is left.
 
 Protocol, on an AF_UNIX stream socket pair (sim.runtime.fd_messages), answers in the order of the
-requests: the zygote first sends ``{"ready": true}``. ``{"kinds": [...]}``, the kinds the launch forks
+requests: the zygote first sends ``{"ready": true, "pid": N}``. ``{"kinds": [...]}``, the kinds the launch forks
 once it knows them, is answered ``{"preloading": [...], "loaded": [...]}``: the runners still to load,
 now only of those kinds (an HTTP scenario has no grpc-proxy pod, and grpcio's imports came before the
 proxy's), and those already in. Each ``{"argv": [...]}`` (the arguments of `sim.runtime.run`, without
 ``--ready-fd``) carries the ready pipe's write end and the log file as SCM_RIGHTS, and is answered
 ``{"pid": N}`` or ``{"error": text}``. ``{"zygote": {"title": LINE, "order": [...], "env": {...}, "cwd":
-DIR}}`` carries one end of a new socket pair and is answered ``{"pid": N}``: a child that is a zygote
+DIR, "state": DIR}}`` carries one end of a new socket pair and is answered ``{"pid": N}``: a child that is a zygote
 itself, for another launch, on that socket (clusters.local.zygote.shared: a run of many launches pays the
 imports once, not once per launch). It is what a new `python -m sim.runtime.zygote` would have been, with
 the runners already in: the launch's environment and folder, a session and a title of its own.
@@ -42,11 +41,12 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from setproctitle import setproctitle
 
-from sim.runtime import run
+from sim.runtime import run, supervisor
 from sim.runtime.fd_messages import Channel
 
 COMMAND = ("-m", "sim.runtime.run")  # what a forked child's title says it runs, after sys.executable
@@ -83,6 +83,8 @@ def _fork(become: Callable[[], int]) -> int:
     if pid == 0:  # the component
         code = 1
         try:
+            if _zygote is not None:
+                _zygote.children.in_child()
             os.close(session_r)
             os.setsid()
             os.close(session_w)  # the zygote's read returns: the session exists before the pid is told
@@ -156,37 +158,60 @@ def _become_zygote(sock: socket.socket, spec: dict[str, Any], socket_fd: int) ->
     os.environ.clear()
     os.environ.update(spec["env"])
     os.chdir(spec["cwd"])
-    return _serve_launch(Channel(socket.socket(fileno=socket_fd)), tuple(spec["order"]))
+    return _serve_launch(Channel(socket.socket(fileno=socket_fd)), tuple(spec["order"]), Path(spec["state"]))
 
 
-def serve(channel: Channel, order: tuple[str, ...] = ()) -> None:
-    """Between requests, load the runners in the launch's `order` (then any other, until the launch names
-    its kinds), so the first components fork while later ones' imports (the proxy's aioquic) are still to
-    come; a request that arrives meanwhile waits for at most one runner's imports, and loads its own runner
-    first if it is not in yet."""
-    unloaded = [kind for kind in order if kind in run.RUNNERS]
-    unloaded += [kind for kind in run.RUNNERS if kind not in unloaded]
-    loaded: list[str] = []
-    while True:
-        while unloaded and not channel.pending():
-            kind = unloaded.pop(0)
-            with contextlib.suppress(Exception):  # a runner that cannot load says why when it is asked for
-                load(kind)
-                loaded.append(kind)
-        request, fds = channel.receive()
-        if request is None:
-            return  # the launcher is done launching
-        try:
-            if "kinds" in request:  # the launch forks only these: nothing else is worth its imports
-                unloaded = [kind for kind in unloaded if kind in request["kinds"]]
-                channel.send({"preloading": unloaded, "loaded": loaded})
-            elif "zygote" in request:
-                channel.send(answer_zygote(channel.sock, request["zygote"], fds))
-            else:
-                channel.send(answer(channel.sock, request, fds))
-        finally:
-            for fd in fds:
-                os.close(fd)
+class Zygote:
+    """What the zygote keeps from one connection to the next: the runners loaded and still to load, and
+    its children (sim.runtime.supervisor)."""
+
+    def __init__(self, order: tuple[str, ...] = ()) -> None:
+        self.unloaded = [kind for kind in order if kind in run.RUNNERS]
+        self.unloaded += [kind for kind in run.RUNNERS if kind not in self.unloaded]
+        self.loaded: list[str] = []
+        self.children = supervisor.Children()
+
+    def serve(self, channel: Channel) -> None:
+        """Between requests, load the runners in the launch's order (then any other, until the launch names
+        its kinds), so the first components fork while later ones' imports (the proxy's aioquic) are still to
+        come; a request that arrives meanwhile waits for at most one runner's imports, and loads its own
+        runner first if it is not in yet."""
+        while True:
+            while self.unloaded and not channel.pending():
+                kind = self.unloaded.pop(0)
+                with contextlib.suppress(
+                    Exception
+                ):  # a runner that cannot load says why when it is asked for
+                    load(kind)
+                    self.loaded.append(kind)
+            request, fds = channel.receive()
+            if request is None:
+                return  # the client is done
+            self.children.reap()
+            try:
+                channel.send(self.answer(channel.sock, request, fds))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+    def answer(self, sock: socket.socket, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        if "kinds" in request:  # the launch forks only these: nothing else is worth its imports
+            self.unloaded = [kind for kind in self.unloaded if kind in request["kinds"]]
+            return {"preloading": self.unloaded, "loaded": self.loaded}
+        if "zygote" in request:
+            return answer_zygote(sock, request["zygote"], fds)
+        if "kill" in request:
+            return {"stopped": self.children.stop([request["kill"]], False, (signal.SIGKILL,))}
+        if "stop" in request or "down" in request:
+            return {
+                "stopped": self.children.stop(
+                    request["stop"] if "stop" in request else request["down"], "down" in request
+                )
+            }
+        reply = answer(sock, request, fds)
+        if "pid" in reply:
+            self.children.forked(reply["pid"], request["argv"])
+        return reply
 
 
 def answer(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -210,15 +235,22 @@ def answer_zygote(sock: socket.socket, spec: dict[str, Any], fds: list[int]) -> 
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _serve_launch(channel: Channel, order: tuple[str, ...]) -> int:
+def _serve_launch(channel: Channel, order: tuple[str, ...], state_dir: Path) -> int:
+    """Serve the launch, then, as its supervisor, the stack (sim.runtime.supervisor) until no child is left."""
+    global _zygote
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the zygote; Ctrl-C is the launcher's
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    _zygote = Zygote(order)
     try:
-        channel.send({"ready": True})
-        serve(channel, order)
-    except OSError:  # the launcher went away (an interrupted launch): nothing left to serve
-        return 1
+        channel.send({"ready": True, "pid": os.getpid()})
+        _zygote.serve(channel)
+    except OSError:  # the launcher went away (an interrupted launch): its children are still ours
+        pass
+    channel.close()
+    supervisor.supervise(state_dir, _zygote.children, _zygote.serve)
     return 0
+
+
+_zygote: Zygote | None = None  # this process's, once it serves: a forked child lets go of its children
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,10 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket-fd", required=True, type=int)
     parser.add_argument("--order", default="", help="component kinds, comma-separated: runners load in it")
     args = parser.parse_args(argv)
-    return _serve_launch(
-        Channel(socket.socket(fileno=args.socket_fd)), tuple(filter(None, args.order.split(",")))
-    )
+    order = tuple(filter(None, args.order.split(",")))
+    return _serve_launch(Channel(socket.socket(fileno=args.socket_fd)), order, Path(args.state))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    os._exit(main())  # as a forked one ends: its output is /dev/null, and the finalization of every runner's
+    # modules took a tenth of a second of each `ncpsim down`
