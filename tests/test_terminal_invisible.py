@@ -43,7 +43,9 @@ def test_a_replay_report_shows_bidi_controls_escaped(tmp_path: Path) -> None:
     hostile = "evil\\u202egnp.exe\\u2066\\u200bx\\u2028y"  # as YAML writes it
     scenario = tmp_path / "bidi.yaml"
     scenario.write_text(
-        f'name: bidi\nsummary: "{hostile}"\nvalues: {{workerCallbackProxy: {{enabled: true}}}}\n'
+        f'name: bidi\nsummary: "{hostile}"\n'
+        # one NATS server: three wait for JetStream's first leader (4-9 s when the first vote splits)
+        "values: {workerCallbackProxy: {enabled: true}, nats: {config: {cluster: {enabled: false}}}}\n"
         f'steps:\n  - name: "{hostile}"\n    setValues: {{}}\n'
     )
     replayed = ncpsim("replay", str(scenario), home=tmp_path / "home")
