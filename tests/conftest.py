@@ -40,20 +40,24 @@ def pytest_configure(config: pytest.Config) -> None:
 # files in collection order (--no-loadscope-reorder in pyproject.toml): these start first, so no worker is
 # left with one of them at the end while the other has finished. A stale guess costs time, never a result.
 LONGEST_FIRST = (
+    "test_teardown.py",
+    "test_catalogue.py",
     "test_diagnose.py",
     "test_bundle_diagnose.py",
-    "test_teardown.py",
-    "test_customer_world_e2e.py",
-    "test_catalogue.py",
-    "test_nats_stack.py",
-    "test_grpc_e2e.py",
-    "test_devenv.py",
     "test_printed_commands.py",
+    "test_nats_stack.py",
     "test_cli_state.py",
-    "test_runbook_registry.py",
-    "test_types.py",
-    "test_faults.py",
+    "test_customer_world_e2e.py",
     "test_nats_cluster.py",
+    "test_hostile_files.py",
+    "test_devenv.py",
+    "test_k3d_render.py",
+    "test_runbook_registry.py",
+    "test_faults.py",
+    "test_state_folder.py",
+    "test_types.py",
+    "test_zygote.py",
+    "test_grpc_e2e.py",
 )
 
 

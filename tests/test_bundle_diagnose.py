@@ -357,9 +357,7 @@ def test_replay_bundle_replays_the_customers_world(tmp_path: Path, bundle: Cases
 def test_up_bundle_brings_the_customers_world_up(tmp_path: Path, bundle: Cases[str, Path]) -> None:
     """A healthy bundle's world comes up and its callbacks arrive (exit 0)."""
     try:
-        done = ncpsim_process(
-            "up", "--bundle", str(bundle("healthy")), "--stack", "bundled", home=tmp_path / "home"
-        )
+        done = ncpsim("up", "--bundle", str(bundle("healthy")), "--stack", "bundled", home=tmp_path / "home")
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"invocation.{DOMAIN}" in done.stdout  # the customer's workerDomain, as their values say
     finally:

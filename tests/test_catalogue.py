@@ -94,7 +94,7 @@ def test_replayed_elsewhere_is_replayed_there(name: str, module: str) -> None:
     if module == RUNBOOK_REGISTRY:  # it replays every catalogue file that names a runbook
         assert is_runbook(name) and '"runbook:" in p.read_text()' in there
     else:
-        assert f'ncpsim_replay, "{name}")' in there
+        assert f'parametrize("scenario", ["{name}"])' in there  # its module fixture replays what tests name
 
 
 def test_whole_catalogue_within_budget(run: Run) -> None:

@@ -38,6 +38,7 @@ seed: 7
 values:
   workerCallbackProxy: {enabled: true, workerDomain: grpc-worker.example.com, service: {type: LoadBalancer}}
   global: {nvcaOperator: {agent: {workerCallbackCaPem: "@stack-ca"}}}
+  nats: {config: {cluster: {enabled: false}}}   # one NATS server: not about the NATS cluster
 topology:
   invocationReplicas: 1
   grpcProxyReplicas: 1
@@ -183,6 +184,7 @@ seed: 9
 values:
   workerCallbackProxy: {enabled: true, workerDomain: grpc-worker.example.com, service: {type: LoadBalancer}}
   global: {nvcaOperator: {agent: {workerCallbackCaPem: "@stack-ca"}}}
+  nats: {config: {cluster: {enabled: false}}}   # one NATS server: not about the NATS cluster
 topology:
   invocationReplicas: 1
   grpcProxyReplicas: 0

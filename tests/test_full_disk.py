@@ -18,6 +18,9 @@ from clusters.state import MIN_FREE, require_room
 from sim.errors import ConfigError
 from sim.model.events import EventLog
 
+# One NATS server: nothing here is about the NATS cluster (three wait for JetStream's first leader).
+ONE_NATS_SERVER = ("--set", "nats.config.cluster.enabled=false")
+
 
 class Stats:
     def __init__(self, free: int):
@@ -69,7 +72,7 @@ def test_up_call_down_on_a_full_tmpfs(tiny_home: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return ncpsim(*args, home=home, cwd=tiny_home)
 
-    up = run("up")
+    up = run("up", *ONE_NATS_SERVER)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         filler = tiny_home / "fill"
@@ -85,7 +88,7 @@ def test_up_call_down_on_a_full_tmpfs(tiny_home: Path) -> None:
         )
         assert not stack_processes(tiny_home / "home" / "default")
         filler.unlink()
-        again = run("up", "--stack", "after")
+        again = run("up", "--stack", "after", *ONE_NATS_SERVER)
         assert again.returncode == 0, again.stdout + again.stderr
     finally:
         run("down", "--all")

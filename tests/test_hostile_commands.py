@@ -200,7 +200,9 @@ def refused(case: Case, folder: Path, stack: str = "") -> str:
 @pytest.fixture(scope="module")
 def running(ncpsim_stack_module) -> Iterator[tuple[Path, str]]:  # type: ignore[no-untyped-def]
     stack = ncpsim_stack_module(
-        topology={"invocationReplicas": 1, "computeClusters": [{"workers": [{"count": 1}]}]}
+        # one NATS server: no command here is about the NATS cluster (three wait for JetStream's first leader)
+        values={"nats": {"config": {"cluster": {"enabled": False}}}},
+        topology={"invocationReplicas": 1, "computeClusters": [{"workers": [{"count": 1}]}]},
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NCPSIM_HOME", str(stack.state_dir.parent))

@@ -14,13 +14,17 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nats.aio.client
 import pytest
+from cases_support import Cases, asked, cases
 
+from clusters.local.launcher import Launcher
+from scenarios.load import load_scenario
+from scenarios.replay import replay_one
 from scenarios.result import ScenarioResult
 from sim.errors import ConfigError
 from sim.model.events import read_events
@@ -240,17 +244,41 @@ def most_down_at_once(events: list[dict[str, Any]], since: float) -> int:
     return most
 
 
-def replayed(replay: Callable[..., ScenarioResult], name: str) -> tuple[ScenarioResult, list[dict[str, Any]]]:
-    result = replay(name)
+Replayed = tuple[ScenarioResult, list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def replays(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cases[str, Replayed]]:
+    """Each catalogue scenario this run's tests ask for, replayed once on a fresh stack (stopped after, as
+    `ncpsim replay` does), both at once: each mostly waits on its servers' lame ducks, elections and the
+    API's publish attempts, not on the CPU (cases_support)."""
+    root = tmp_path_factory.mktemp("nats-replays")
+
+    def run(name: str) -> Replayed:
+        result = replay_one(load_scenario(name), root=root)
+        assert result.status is not None, "\n".join(result.failures)
+        return result, read_events(Path(result.status["stateDir"]))
+
+    with cases(run, [str(n) for n in asked(request, "scenario")], "nats-replay") as held:
+        yield held
+
+
+def replayed(replays: Cases[str, Replayed], name: str) -> Replayed:
+    result, events = replays(name)
     assert result.ok, "\n".join(result.failures)
-    assert result.status is not None
-    return result, read_events(Path(result.status["stateDir"]))
+    assert not Launcher(Path(result.status["stateDir"])).running(), (
+        "components still running after the replay"
+    )
+    return result, events
 
 
+@pytest.mark.parametrize("scenario", ["nats-rolling-restart"])
 def test_a_rolling_restart_during_20_invocations_keeps_quorum_and_answers_all(
-    ncpsim_replay: Callable[..., ScenarioResult],
+    replays: Cases[str, Replayed], scenario: str
 ) -> None:
-    result, events = replayed(ncpsim_replay, "nats-rolling-restart")
+    result, events = replayed(replays, scenario)
     rollout = result.steps[0]
     assert [t.outcome for t in rollout.traces] == ["success"] * 20  # none lost, all answered
     assert "rolled out nats in reverse ordinal order" in rollout.note
@@ -278,10 +306,11 @@ def lifetimes(log: str) -> list[str]:
     return [life for life in lives if "Server Exiting" in life]
 
 
+@pytest.mark.parametrize("scenario", ["nats-quorum-lost"])
 def test_losing_a_majority_refuses_invocations_until_one_is_back(
-    ncpsim_replay: Callable[..., ScenarioResult],
+    replays: Cases[str, Replayed], scenario: str
 ) -> None:
-    result, events = replayed(ncpsim_replay, "nats-quorum-lost")
+    result, events = replayed(replays, scenario)
     refused = result.steps[3]
     assert [t.client_status for t in refused.traces] == [500, 500]
     assert {e["error"] for e in events if e["kind"] == "invoke.unqueued"}  # the pods said why

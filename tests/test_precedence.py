@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import ncpsim, ncpsim_process
+from cli_support import ncpsim
 
 from scenarios.load import load_scenario, scenario_from_data
 from sim.errors import ConfigError
@@ -365,7 +365,7 @@ def test_customer_file_wins_end_to_end(tmp_path: Path) -> None:
     typo = write(tmp_path / "typo.yaml", "workerCallbackProxy:\n  workerDomian: elsewhere.example\n")
     env = {**os.environ, "NCPSIM_HOME": str(tmp_path / "home")}
     try:
-        up = ncpsim_process(
+        up = ncpsim(
             "up",
             "-f",
             str(customer),

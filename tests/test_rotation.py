@@ -35,6 +35,7 @@ SCENARIO = {
     "values": {
         "workerCallbackProxy": {"enabled": True, "workerDomain": WD, "service": {"type": "LoadBalancer"}},
         "global": {"nvcaOperator": {"agent": {"workerCallbackCaPem": "@stack-ca"}}},
+        "nats": {"config": {"cluster": {"enabled": False}}},  # one NATS server: not about the NATS cluster
     },
     "topology": {
         "invocationReplicas": 2,

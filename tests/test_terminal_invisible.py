@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_support import ncpsim_process
+from cli_support import ncpsim
 
 from scenarios.terminal import markup, safe
 
@@ -43,10 +43,12 @@ def test_a_replay_report_shows_bidi_controls_escaped(tmp_path: Path) -> None:
     hostile = "evil\\u202egnp.exe\\u2066\\u200bx\\u2028y"  # as YAML writes it
     scenario = tmp_path / "bidi.yaml"
     scenario.write_text(
-        f'name: bidi\nsummary: "{hostile}"\nvalues: {{workerCallbackProxy: {{enabled: true}}}}\n'
+        f'name: bidi\nsummary: "{hostile}"\n'
+        # one NATS server: three wait for JetStream's first leader (4-9 s when the first vote splits)
+        "values: {workerCallbackProxy: {enabled: true}, nats: {config: {cluster: {enabled: false}}}}\n"
         f'steps:\n  - name: "{hostile}"\n    setValues: {{}}\n'
     )
-    replayed = ncpsim_process("replay", str(scenario), home=tmp_path / "home")
+    replayed = ncpsim("replay", str(scenario), home=tmp_path / "home")
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     raw = [c for c in replayed.stdout + replayed.stderr if c in "\u202e\u2066\u200b\u2028"]
     assert raw == [], replayed.stdout

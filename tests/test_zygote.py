@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_support import ncpsim
 
 from clusters.local import LocalStack
 from clusters.local import zygote as launcher_zygote
@@ -185,20 +186,10 @@ def test_a_component_gone_before_it_is_watched_counts_as_exited() -> None:
 
 
 def test_a_component_that_refuses_its_event_loop_is_one_line(invoke_env: dict[str, str]) -> None:
+    """In-process (cli_support): the launch's zygote, forked from the session's, takes the command's
+    environment, so the components read the bogus loop as an `ncpsim up` process's would."""
     env = {**invoke_env, "NCPSIM_EVENT_LOOP": "bogus"}
-
-    def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "invoke", *args],
-            cwd=Path(__file__).resolve().parents[1],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    done, down = invoke("up", "scenario=http-callback"), invoke("down")
+    done, down = ncpsim("up", "scenario=http-callback", env=env), ncpsim("down", env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "exited before it was ready" in done.stderr
     assert "NCPSIM_EVENT_LOOP='bogus': choose one of uvloop, asyncio" in done.stderr
