@@ -35,6 +35,7 @@ from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
 from sim.model.topology import Topology
 from sim.nats.server import pre_stop
+from sim.runtime.supervisor import STOP_TIMEOUT
 
 from .interrupts import InterruptGuard
 from .plan import (
@@ -45,7 +46,7 @@ from .plan import (
     spawn_order,
     stop_order,
 )
-from .process import STOP_TIMEOUT, wait_exited
+from .process import wait_exited
 from .sweep import is_ours, orphans, stop_processes, stop_strays
 from .zygote import Zygote, ask, down
 
