@@ -1,15 +1,11 @@
 """The local backend's launcher: starts a stack's processes on 127.0.0.1 (clusters/local/plan.py says
-which), each in its own process group, records them in <state>/pids, restarts and stops them.
+which), records them in <state>/pids, restarts and stops them, through the stack's supervisor.
 
-Everything starts at once, forked by one preloaded zygote per launch (clusters/local/zygote.py), so
-the imports are paid once: phase 1 (resolver, the NATS servers, callout, pods, proxy) binds port 0 and
+Everything starts at once: phase 1 (resolver, the NATS servers, callout, pods, proxy) binds port 0 and
 reports its bindings on a ready pipe; the launcher writes them into the network map, where the phase 2
 worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
 before their owner runs (the NATS servers' route ports) get their real ports before anything starts.
 Nothing here sleeps to wait for a component: readiness is the line on its pipe, or EOF if it died first.
-The launch's zygote stays as the stack's supervisor (sim.runtime.supervisor): a restart (a fault, a
-redeploy) forks through it, and `down` asks it to stop its children; the records and the sweep of command
-lines (clusters/local/sweep.py) are the fallback when it is gone.
 """
 
 from __future__ import annotations
@@ -134,20 +130,14 @@ class Launcher:
 
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
-        args = [
-            spec.kind,
-            "--state",
-            str(self.state_dir),
-            "--name",
-            spec.name,
-            "--cluster",
-            spec.cluster,
-        ]
+        args = [spec.kind, "--state", str(self.state_dir), "--name", spec.name, "--cluster", spec.cluster]
         # Started and recorded as one step: an interrupt in between would orphan the child.
         with self.guard.held():
             log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
             try:
-                pid = self._start_process(args, write_fd, log.fileno())
+                if self.zygote is None:
+                    raise BackendError("no zygote to fork a component: start it in a launch or a restart")
+                pid = self.zygote.fork(args, write_fd, log.fileno())
             except BaseException:
                 os.close(read_fd)
                 raise
@@ -156,13 +146,6 @@ class Launcher:
                 log.close()
             write_file(self.pids_dir / f"{spec.name}.pid", str(pid))  # as each starts: status reads them
         return read_fd
-
-    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> int:
-        """`python -m sim.runtime.run ARGS` in a session of its own, forked by the zygote of the launch or
-        of the restart (`_forking`)."""
-        if self.zygote is None:
-            raise BackendError("no zygote to fork a component: start it in a launch or a restart")
-        return self.zygote.fork(args, ready_fd, log_fd)
 
     def _await_ready(self, pipes: dict[str, int], netmap: NetMap, timeout: float) -> None:
         """Each component's ready line read from its pipe. Its addresses go into the network map as soon as
@@ -247,14 +230,13 @@ class Launcher:
         self._await_ready(pipes, netmap, ready_timeout(topology))
 
     # Stop ------------------------------------------------------------------------------------
+    def _recorded(self) -> dict[str, int]:
+        pidfiles = sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []
+        return {pidfile.stem: int(pidfile.read_text().strip() or 0) for pidfile in pidfiles}
+
     def running(self) -> dict[str, int]:
         """Recorded processes that are still alive (pid files whose process is ours and running)."""
-        alive = {}
-        for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid and is_ours(pid, self.state_dir):
-                alive[pidfile.stem] = pid
-        return alive
+        return {name: pid for name, pid in self._recorded().items() if pid and is_ours(pid, self.state_dir)}
 
     def kill(self, name: str, pid: int) -> None:
         """SIGKILL the component's process group (its supervisor does, and reaps it), its pid file dropped."""
@@ -267,9 +249,9 @@ class Launcher:
 
     def stop(self, *names: str) -> None:
         """Stop components as Kubernetes stops their pods, together: each NATS server runs the chart's preStop
-        hook first (their lame ducks overlap, as the pods of a Parallel StatefulSet terminate at once) and is
-        given the termination grace period to exit by itself; then the supervisor stops them (SIGTERM,
-        SIGKILL), or the sweep where it cannot. A whole stack going down (`stop_all`) is not graceful."""
+        hook first (their lame ducks overlap, as a Parallel StatefulSet's pods terminate at once) and has the
+        termination grace period to exit by itself; then the supervisor stops them, or the sweep where it
+        cannot. A whole stack going down (`stop_all`) is not graceful."""
         running = self.running()
         hooked = {
             name: running[name]
@@ -281,8 +263,7 @@ class Launcher:
         deadline = time.monotonic() + TERMINATION_GRACE
         for pod in hooked.values():  # the NATS servers' lame ducks, then each pod's exit awaited
             wait_exited(pod, max(deadline - time.monotonic(), 0))
-        for left in self.orphans_of_dead(names).values():
-            stop_processes(left)
+        self._stop_orphans(names)
         request = {"stop": [list(names)]}
         if self.zygote is not None and self.zygote.process is None:  # a restart's, through the supervisor
             self.zygote.ask(request)
@@ -296,25 +277,23 @@ class Launcher:
     def orphans_of_dead(self, names: Collection[str] | None = None) -> dict[str, list[psutil.Process]]:
         """Per component (of `names`) whose recorded process is gone, the stack's processes still in its
         group: what a nats-server whose pod's supervisor was SIGKILLed alone left running."""
-        left = {}
-        running = self.running()
-        for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
-            pid, name = int(pidfile.read_text().strip() or 0), pidfile.stem
-            if names is not None and name not in names or not pid or name in running:
-                continue
-            if left_over := orphans(pid, self.state_dir):
+        left, running = {}, self.running()
+        for name, pid in self._recorded().items():
+            picked = (names is None or name in names) and pid and name not in running
+            if picked and (left_over := orphans(pid, self.state_dir)):
                 left[name] = left_over
         return left
 
-    def stop_all(self) -> list[str]:
-        """Stop every component: the stack's supervisor stops its children stage by stage, workers first
-        (stop_order; a stage's components together, as each may take its grace period), and exits. Where it
-        is gone (killed, or the launch's zygote, killed as the launch was interrupted) or left something
-        running (a component it is not the parent of), every process of this stack is found by its command
-        line and stopped (the sweep)."""
-        self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
-        for left in self.orphans_of_dead().values():
+    def _stop_orphans(self, names: Collection[str] | None = None) -> None:
+        for left in self.orphans_of_dead(names).values():
             stop_processes(left)
+
+    def stop_all(self) -> list[str]:
+        """Stop every component: the stack's supervisor stops its children stage by stage (stop_order; a
+        stage's components together, as each may take its grace period) and exits; the sweep stops what it
+        did not (it is gone, killed with an interrupted launch, or is not their parent)."""
+        self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
+        self._stop_orphans()
         names = sorted(self.running(), key=stop_order)
         stages = [list(stage) for _, stage in itertools.groupby(names, key=stop_order)]
         supervised = down(self.state_dir, stages, TERMINATION_GRACE + STOP_TIMEOUT * 2 * len(stages))
