@@ -51,19 +51,6 @@ from .zygote import Zygote, ask, down
 TERMINATION_GRACE = 30.0
 
 
-@contextlib.contextmanager
-def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
-    """Wrap a whole `ncpsim up` (start and replay): Ctrl-C or SIGTERM at any moment stops every process the
-    launcher started, then re-raises KeyboardInterrupt for the command line to report."""
-    with launcher.guard.installed():
-        try:
-            yield
-        except KeyboardInterrupt:
-            with launcher.guard.held():  # a second Ctrl-C must not cut the cleanup short
-                launcher.stop_all()
-            raise
-
-
 class Launcher:
     """Starts and stops one stack's processes; remembers them in <state>/pids."""
 
@@ -74,6 +61,19 @@ class Launcher:
         self.logs_dir = state_dir / "logs"
         self.guard = guard or InterruptGuard()
         self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
+
+    @contextlib.contextmanager
+    def stopping_all_on(self, *errors: type[BaseException]) -> Iterator[None]:
+        """Ctrl-C or SIGTERM become KeyboardInterrupt (the guard); on `errors` every process is stopped, a
+        second Ctrl-C deferred until that is done, then the error re-raised. Around a whole `ncpsim up`
+        (start and replay), on KeyboardInterrupt; around a start, on anything."""
+        with self.guard.installed():
+            try:
+                yield
+            except errors:
+                with self.guard.held():
+                    self.stop_all()
+                raise
 
     # Start -----------------------------------------------------------------------------------
     def prepare(self, topology: Topology) -> NetMap:
@@ -96,31 +96,26 @@ class Launcher:
 
     def start(self, topology: Topology) -> NetMap:
         """Start every component; interrupted or failed part-way, stop what was started and re-raise."""
-        with self.guard.installed():
+        with self.stopping_all_on(BaseException):
+            with self.guard.held():  # started and recorded as one step, as every child is
+                kinds = (spec.kind for _, spec in spawn_order(topology))
+                self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
+            netmap = self.prepare(topology)
+            # Worker hosts start with phase one: they import while the control plane starts, then
+            # wait for the nats-server binding in the network map (written below) before reporting ready.
+            phases: list[dict[str, int]] = [{}, {}]
             try:
-                with self.guard.held():  # started and recorded as one step, as every child is
-                    kinds = (spec.kind for _, spec in spawn_order(topology))
-                    self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
-                netmap = self.prepare(topology)
-                # Worker hosts start with phase one: they import while the control plane starts, then
-                # wait for the nats-server binding in the network map (written below) before reporting ready.
-                phases: list[dict[str, int]] = [{}, {}]
-                try:
-                    for index, spec in spawn_order(topology):
-                        phases[index][spec.name] = self._spawn(spec)
-                except BaseException:
-                    for pipes in phases:
-                        for fd in pipes.values():
-                            os.close(fd)
-                    raise
-                finally:
-                    self._close_zygote()
-                for pipes in phases:
-                    self._await_ready(pipes, netmap, ready_timeout(topology))
+                for index, spec in spawn_order(topology):
+                    phases[index][spec.name] = self._spawn(spec)
             except BaseException:
-                with self.guard.held():  # a second Ctrl-C must not cut the cleanup short
-                    self.stop_all()
+                for pipes in phases:
+                    for fd in pipes.values():
+                        os.close(fd)
                 raise
+            finally:
+                self._close_zygote()
+            for pipes in phases:
+                self._await_ready(pipes, netmap, ready_timeout(topology))
         return netmap
 
     def _close_zygote(self, kill: bool = False) -> None:

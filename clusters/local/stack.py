@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from clusters.local.interrupts import InterruptGuard
-from clusters.local.launcher import Launcher, stop_on_interrupt
+from clusters.local.launcher import Launcher
 from clusters.local.plan import components, spec_named
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
 from clusters.state import (
@@ -198,4 +198,4 @@ class LocalBackend:
         return self._stacks[stack]
 
     def interruptible(self, stack: str) -> AbstractContextManager[None]:
-        return stop_on_interrupt(self.attach(stack).launcher)
+        return self.attach(stack).launcher.stopping_all_on(KeyboardInterrupt)

@@ -180,15 +180,16 @@ class Zygote:
             self.unloaded = [kind for kind in self.unloaded if kind in request["kinds"]]
             return {"preloading": self.unloaded, "loaded": self.loaded}
         if "zygote" in request:
-            return answer_zygote(sock, request["zygote"], fds)
+            try:
+                [socket_fd] = fds
+                return {"pid": _fork(lambda: _become_zygote(sock, request["zygote"], socket_fd))}
+            except Exception as exc:  # noqa: BLE001 - told to the launcher, which starts a zygote of its own
+                return {"error": f"{type(exc).__name__}: {exc}"}
         if "kill" in request:
             return {"stopped": self.children.stop([request["kill"]], False, (signal.SIGKILL,))}
         if "stop" in request or "down" in request:
-            return {
-                "stopped": self.children.stop(
-                    request["stop"] if "stop" in request else request["down"], "down" in request
-                )
-            }
+            stages = request["stop"] if "stop" in request else request["down"]
+            return {"stopped": self.children.stop(stages, "down" in request)}
         reply = answer(sock, request, fds)
         if "pid" in reply:
             self.children.forked(reply["pid"], request["argv"])
@@ -205,14 +206,6 @@ def answer(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> dict
     try:
         return {"pid": fork_component(sock, request["argv"], ready_fd, log_fd)}
     except Exception as exc:  # noqa: BLE001 - told to the launcher, which raises it
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def answer_zygote(sock: socket.socket, spec: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-    try:
-        [socket_fd] = fds
-        return {"pid": _fork(lambda: _become_zygote(sock, spec, socket_fd))}
-    except Exception as exc:  # noqa: BLE001 - told to the launcher, which starts a zygote of its own
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
