@@ -119,35 +119,24 @@ def _killpg(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-def address(state_dir: Path, folder_fd: int | None = None) -> str:
-    """The socket's path as a client connects to it: absolute where it fits, else through the folder's
-    descriptor (Linux's /proc); '' when neither can name it."""
-    path = str(state_dir / SOCKET)
-    if len(os.fsencode(path)) <= ADDRESS_MAX:
-        return path
-    return (
-        f"/proc/self/fd/{folder_fd}/{SOCKET}"
-        if folder_fd is not None and Path("/proc/self/fd").is_dir()
-        else ""
-    )
-
-
 def connect(state_dir: Path, timeout: float) -> socket.socket | None:
-    """A connection to the stack's supervisor, or None when there is none to reach."""
+    """A connection to the stack's supervisor, or None when there is none to reach: by the socket's absolute
+    path where it fits in an address, else through the folder's descriptor (Linux's /proc)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
     try:
         folder = os.open(state_dir, os.O_RDONLY)
-    except OSError:
-        return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(address(state_dir, folder) or "\0unreachable")
+        try:
+            path = str(state_dir / SOCKET)
+            sock.connect(
+                path if len(os.fsencode(path)) <= ADDRESS_MAX else f"/proc/self/fd/{folder}/{SOCKET}"
+            )
+        finally:
+            os.close(folder)
         return sock
     except OSError:
         sock.close()
         return None
-    finally:
-        os.close(folder)
 
 
 def _bind(state_dir: Path) -> tuple[socket.socket, int] | None:
