@@ -19,7 +19,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import psutil
@@ -103,25 +103,32 @@ class Launcher:
             netmap = self.prepare(topology)
             # Worker hosts start with phase one: they import while the control plane starts, then
             # wait for the nats-server binding in the network map (written below) before reporting ready.
-            phases: list[dict[str, int]] = [{}, {}]
+            order = spawn_order(topology)
             try:
-                for index, spec in spawn_order(topology):
-                    phases[index][spec.name] = self._spawn(spec)
-            except BaseException:
-                for pipes in phases:
-                    for fd in pipes.values():
-                        os.close(fd)
-                raise
+                pipes = self._spawn_all(spec for _, spec in order)
             finally:
                 self._close_zygote()
-            for pipes in phases:
-                self._await_ready(pipes, netmap, ready_timeout(topology))
+            for phase in (0, 1):
+                ready = {spec.name: pipes[spec.name] for index, spec in order if index == phase}
+                self._await_ready(ready, netmap, ready_timeout(topology))
         return netmap
 
     def _close_zygote(self, kill: bool = False) -> None:
         zygote, self.zygote = self.zygote, None
         if zygote is not None:
             zygote.close(kill)
+
+    def _spawn_all(self, specs: Iterable[ProcessSpec]) -> dict[str, int]:
+        """Each component forked and recorded: its ready pipe's read end by name (all closed if one fails)."""
+        pipes: dict[str, int] = {}
+        try:
+            for spec in specs:
+                pipes[spec.name] = self._spawn(spec)
+        except BaseException:
+            for fd in pipes.values():
+                os.close(fd)
+            raise
+        return pipes
 
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
@@ -214,15 +221,7 @@ class Launcher:
     def _replace(self, topology: Topology, *specs: ProcessSpec) -> None:
         self.stop(*(spec.name for spec in specs))
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-        pipes: dict[str, int] = {}
-        try:
-            for spec in specs:
-                pipes[spec.name] = self._spawn(spec)
-        except BaseException:
-            for fd in pipes.values():
-                os.close(fd)
-            raise
-        self._await_ready(pipes, netmap, ready_timeout(topology))
+        self._await_ready(self._spawn_all(specs), netmap, ready_timeout(topology))
 
     # Stop ------------------------------------------------------------------------------------
     def _recorded(self) -> dict[str, int]:
