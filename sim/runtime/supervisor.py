@@ -46,6 +46,7 @@ class Children:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        self.listener: socket.socket | None = None  # supervise's, once the launch is done
         self.wakeup, write = os.pipe()
         for fd in (self.wakeup, write):
             os.set_blocking(fd, False)
@@ -57,7 +58,10 @@ class Children:
         self.names[pid] = argv[argv.index("--name") + 1] if "--name" in argv else argv[0]
 
     def in_child(self) -> None:
-        """In a freshly forked child: none of this is its own."""
+        """In a freshly forked child: none of this is its own. The listener above all: a component holding
+        it keeps the socket accepting after the supervisor is gone, and every client waits its timeout."""
+        if self.listener is not None:
+            self.listener.close()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.close(self.wakeup)
@@ -159,7 +163,7 @@ def supervise(state_dir: Path, children: Children, serve: Callable[[Channel], No
     """After the launch: serve clients one at a time until no child is left (see the module's docstring)."""
     children.reap()
     bound = _bind(state_dir) if children.names else None
-    listener = bound[0] if bound else None
+    listener = children.listener = bound[0] if bound else None
     try:
         while children.names:
             waiting = [children.wakeup] + ([listener] if listener else [])
