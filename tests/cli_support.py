@@ -4,10 +4,11 @@ In-process (`ncpsim`) is the default: the same Program, tasks and exit codes as 
 an interpreter start and the imports (most of a command's CPU, hundreds of times in a run). `up` runs here
 too: its launch's zygote is forked by the session's shared zygote (conftest.py), so neither that zygote nor
 the components it forks is a child of the test, and the signals `up` settles are put back when it returns
-(which also spares the launch's zygote its own imports: 1-2 CPU-seconds an `up`). A real process
-(`ncpsim_process`) is for what only a process shows: a restart or a redeploy (the new component is the
-command's child), signals and Ctrl-C, a terminal, the console script from outside the repository or as the
-commands `up` prints name it, commands pasted into a shell, an `up` with a zygote of its own.
+(which also spares the launch's zygote its own imports: 1-2 CPU-seconds an `up`). A restart or a redeploy
+runs here too: the stack's supervisor forks the new component. A real process (`ncpsim_process`) is for
+what only a process shows: signals and Ctrl-C, a terminal, the console script from outside the repository
+or as the commands `up` prints name it, commands pasted into a shell, an `up` with a zygote of its own, a
+restart whose stack's supervisor is gone (the zygote it starts stays as the supervisor).
 """
 
 from __future__ import annotations
@@ -141,9 +142,10 @@ def _stdin(data: str | bytes | BinaryIO | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _stack_not_kept(argv: tuple[str, ...]) -> Iterator[None]:
-    """A command run here must leave no process of its own behind. A restart or a redeploy leaves the new
-    component a child (in the field that process exits, and the components outlive it), and so would an
-    `up` whose zygote is not the shared one's fork: such a command runs with ncpsim_process. An `up` settles
+    """A command run here must leave no process of its own behind. A zygote this process starts itself (an
+    `up` whose zygote is not the shared one's fork, a restart with no supervisor to reach) stays as the
+    stack's supervisor, a child (in the field that process exits, and the supervisor outlives it): such a
+    command runs with ncpsim_process. An `up` settles
     its signals (SIGINT and SIGTERM ignored until the process exits, so its report and its stack agree):
     they are restored here either way."""
     dispositions = {sig: signal.getsignal(sig) for sig in interrupts.InterruptGuard.SIGNALS}

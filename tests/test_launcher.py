@@ -75,11 +75,14 @@ def test_down_with_the_supervisor_killed_first_still_stops_everything(
 ) -> None:
     """The fallback: with the supervisor SIGKILLed (its socket left behind, refusing), a restart starts a
     zygote of its own, which supervises the one component it forked; `down` asks it, then sweeps what no
-    supervisor stopped. The control: the same `down` without the sweep leaves the orphans running."""
+    supervisor stopped. The control: the same `down` without the sweep leaves the orphans running. The
+    resolver was restarted through the supervisor first: forked while it listened, it must not hold the
+    listener open (then the socket accepted with nobody to answer, and the restart below timed out)."""
     stack = LocalStack("orphaned", root=tmp_path)
     try:
         stack.up(load_scenario("http-callback").build_topology("orphaned"), "http-callback")
         [supervisor] = supervisors(stack.state_dir)
+        stack.restart("resolver")
         supervisor.kill()
         supervisor.wait(10)
         assert (stack.state_dir / "supervisor.sock").exists()  # left behind: refused, not trusted

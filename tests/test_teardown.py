@@ -28,8 +28,8 @@ from cli_support import ncpsim
 
 from clusters.local import LocalBackend, LocalStack, interrupts, zygote
 from clusters.local.interrupts import InterruptGuard
-from clusters.local.launcher import Launcher
 from clusters.local.process import wait_exited
+from clusters.local.zygote import Zygote
 from scenarios.engine import run_scenario
 from scenarios.load import load_scenario
 from sim.nats.server import NatsServer
@@ -513,9 +513,9 @@ def test_a_signal_at_an_exact_point_of_the_launch_stops_every_child(
     launcher puts the handlers it found back. In this process, as the early-zygote test above: a SIGTERM the
     launcher let through meets the test's own handler, not the default that would end the test run."""
     spawned: list[int] = []
-    start = Launcher._start_process
+    start = Zygote.fork
 
-    def start_then_signal(self: Launcher, *args: Any, **kwargs: Any) -> int:
+    def start_then_signal(self: Zygote, *args: Any, **kwargs: Any) -> int:
         pid = start(self, *args, **kwargs)
         spawned.append(pid)
         if len(spawned) == nth:
@@ -525,7 +525,7 @@ def test_a_signal_at_an_exact_point_of_the_launch_stops_every_child(
     def sigterm_reached_the_test(_signum: int, _frame: object) -> None:
         raise SigtermReachedTheTest
 
-    monkeypatch.setattr(Launcher, "_start_process", start_then_signal)
+    monkeypatch.setattr(Zygote, "fork", start_then_signal)
     monkeypatch.setattr(tempfile, "tempdir", str(cli_env(root)["TMPDIR"]))  # a temporary file left shows
     before = signal.signal(signal.SIGTERM, sigterm_reached_the_test)
     try:

@@ -1,15 +1,11 @@
 """The local backend's launcher: starts a stack's processes on 127.0.0.1 (clusters/local/plan.py says
-which), each in its own process group, records them in <state>/pids, restarts and stops them.
+which), records them in <state>/pids, restarts and stops them, through the stack's supervisor.
 
-Everything starts at once, forked by one preloaded zygote per launch (clusters/local/zygote.py), so
-the imports are paid once: phase 1 (resolver, the NATS servers, callout, pods, proxy) binds port 0 and
+Everything starts at once: phase 1 (resolver, the NATS servers, callout, pods, proxy) binds port 0 and
 reports its bindings on a ready pipe; the launcher writes them into the network map, where the phase 2
 worker hosts find the NATS servers before they report ready themselves. The few addresses peers dial
 before their owner runs (the NATS servers' route ports) get their real ports before anything starts.
 Nothing here sleeps to wait for a component: readiness is the line on its pipe, or EOF if it died first.
-The launch's zygote stays as the stack's supervisor (sim.runtime.supervisor): a restart (a fault, a
-redeploy) forks through it, and `down` asks it to stop its children; the records and the sweep of command
-lines (clusters/local/sweep.py) are the fallback when it is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import psutil
@@ -35,6 +31,7 @@ from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
 from sim.model.topology import Topology
 from sim.nats.server import pre_stop
+from sim.runtime.supervisor import STOP_TIMEOUT
 
 from .interrupts import InterruptGuard
 from .plan import (
@@ -45,26 +42,13 @@ from .plan import (
     spawn_order,
     stop_order,
 )
-from .process import STOP_TIMEOUT, wait_exited
+from .process import wait_exited
 from .sweep import is_ours, orphans, stop_processes, stop_strays
 from .zygote import Zygote, ask, down
 
 # seconds a pod with a preStop hook (a NATS server in lame duck) may take to exit by itself: Kubernetes'
 # default terminationGracePeriodSeconds, which the nats chart keeps
 TERMINATION_GRACE = 30.0
-
-
-@contextlib.contextmanager
-def stop_on_interrupt(launcher: Launcher) -> Iterator[None]:
-    """Wrap a whole `ncpsim up` (start and replay): Ctrl-C or SIGTERM at any moment stops every process the
-    launcher started, then re-raises KeyboardInterrupt for the command line to report."""
-    with launcher.guard.installed():
-        try:
-            yield
-        except KeyboardInterrupt:
-            with launcher.guard.held():  # a second Ctrl-C must not cut the cleanup short
-                launcher.stop_all()
-            raise
 
 
 class Launcher:
@@ -77,6 +61,19 @@ class Launcher:
         self.logs_dir = state_dir / "logs"
         self.guard = guard or InterruptGuard()
         self.zygote: Zygote | None = None  # during a launch: forks the components, imports paid once
+
+    @contextlib.contextmanager
+    def stopping_all_on(self, *errors: type[BaseException]) -> Iterator[None]:
+        """Ctrl-C or SIGTERM become KeyboardInterrupt (the guard); on `errors` every process is stopped, a
+        second Ctrl-C deferred until that is done, then the error re-raised. Around a whole `ncpsim up`
+        (start and replay), on KeyboardInterrupt; around a start, on anything."""
+        with self.guard.installed():
+            try:
+                yield
+            except errors:
+                with self.guard.held():
+                    self.stop_all()
+                raise
 
     # Start -----------------------------------------------------------------------------------
     def prepare(self, topology: Topology) -> NetMap:
@@ -99,31 +96,21 @@ class Launcher:
 
     def start(self, topology: Topology) -> NetMap:
         """Start every component; interrupted or failed part-way, stop what was started and re-raise."""
-        with self.guard.installed():
+        with self.stopping_all_on(BaseException):
+            with self.guard.held():  # started and recorded as one step, as every child is
+                kinds = (spec.kind for _, spec in spawn_order(topology))
+                self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
+            netmap = self.prepare(topology)
+            # Worker hosts start with phase one: they import while the control plane starts, then
+            # wait for the nats-server binding in the network map (written below) before reporting ready.
+            order = spawn_order(topology)
             try:
-                with self.guard.held():  # started and recorded as one step, as every child is
-                    kinds = (spec.kind for _, spec in spawn_order(topology))
-                    self.zygote = Zygote(self.state_dir, ready_timeout(topology), kinds)
-                netmap = self.prepare(topology)
-                # Worker hosts start with phase one: they import while the control plane starts, then
-                # wait for the nats-server binding in the network map (written below) before reporting ready.
-                phases: list[dict[str, int]] = [{}, {}]
-                try:
-                    for index, spec in spawn_order(topology):
-                        phases[index][spec.name] = self._spawn(spec)
-                except BaseException:
-                    for pipes in phases:
-                        for fd in pipes.values():
-                            os.close(fd)
-                    raise
-                finally:
-                    self._close_zygote()
-                for pipes in phases:
-                    self._await_ready(pipes, netmap, ready_timeout(topology))
-            except BaseException:
-                with self.guard.held():  # a second Ctrl-C must not cut the cleanup short
-                    self.stop_all()
-                raise
+                pipes = self._spawn_all(spec for _, spec in order)
+            finally:
+                self._close_zygote()
+            for phase in (0, 1):
+                ready = {spec.name: pipes[spec.name] for index, spec in order if index == phase}
+                self._await_ready(ready, netmap, ready_timeout(topology))
         return netmap
 
     def _close_zygote(self, kill: bool = False) -> None:
@@ -131,22 +118,28 @@ class Launcher:
         if zygote is not None:
             zygote.close(kill)
 
+    def _spawn_all(self, specs: Iterable[ProcessSpec]) -> dict[str, int]:
+        """Each component forked and recorded: its ready pipe's read end by name (all closed if one fails)."""
+        pipes: dict[str, int] = {}
+        try:
+            for spec in specs:
+                pipes[spec.name] = self._spawn(spec)
+        except BaseException:
+            for fd in pipes.values():
+                os.close(fd)
+            raise
+        return pipes
+
     def _spawn(self, spec: ProcessSpec) -> int:
         read_fd, write_fd = os.pipe()
-        args = [
-            spec.kind,
-            "--state",
-            str(self.state_dir),
-            "--name",
-            spec.name,
-            "--cluster",
-            spec.cluster,
-        ]
+        args = [spec.kind, "--state", str(self.state_dir), "--name", spec.name, "--cluster", spec.cluster]
         # Started and recorded as one step: an interrupt in between would orphan the child.
         with self.guard.held():
             log = open(self.logs_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
             try:
-                pid = self._start_process(args, write_fd, log.fileno())
+                if self.zygote is None:
+                    raise BackendError("no zygote to fork a component: start it in a launch or a restart")
+                pid = self.zygote.fork(args, write_fd, log.fileno())
             except BaseException:
                 os.close(read_fd)
                 raise
@@ -155,13 +148,6 @@ class Launcher:
                 log.close()
             write_file(self.pids_dir / f"{spec.name}.pid", str(pid))  # as each starts: status reads them
         return read_fd
-
-    def _start_process(self, args: list[str], ready_fd: int, log_fd: int) -> int:
-        """`python -m sim.runtime.run ARGS` in a session of its own, forked by the zygote of the launch or
-        of the restart (`_forking`)."""
-        if self.zygote is None:
-            raise BackendError("no zygote to fork a component: start it in a launch or a restart")
-        return self.zygote.fork(args, ready_fd, log_fd)
 
     def _await_ready(self, pipes: dict[str, int], netmap: NetMap, timeout: float) -> None:
         """Each component's ready line read from its pipe. Its addresses go into the network map as soon as
@@ -235,25 +221,16 @@ class Launcher:
     def _replace(self, topology: Topology, *specs: ProcessSpec) -> None:
         self.stop(*(spec.name for spec in specs))
         netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-        pipes: dict[str, int] = {}
-        try:
-            for spec in specs:
-                pipes[spec.name] = self._spawn(spec)
-        except BaseException:
-            for fd in pipes.values():
-                os.close(fd)
-            raise
-        self._await_ready(pipes, netmap, ready_timeout(topology))
+        self._await_ready(self._spawn_all(specs), netmap, ready_timeout(topology))
 
     # Stop ------------------------------------------------------------------------------------
+    def _recorded(self) -> dict[str, int]:
+        pidfiles = sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []
+        return {pidfile.stem: int(pidfile.read_text().strip() or 0) for pidfile in pidfiles}
+
     def running(self) -> dict[str, int]:
         """Recorded processes that are still alive (pid files whose process is ours and running)."""
-        alive = {}
-        for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
-            pid = int(pidfile.read_text().strip() or 0)
-            if pid and is_ours(pid, self.state_dir):
-                alive[pidfile.stem] = pid
-        return alive
+        return {name: pid for name, pid in self._recorded().items() if pid and is_ours(pid, self.state_dir)}
 
     def kill(self, name: str, pid: int) -> None:
         """SIGKILL the component's process group (its supervisor does, and reaps it), its pid file dropped."""
@@ -266,9 +243,9 @@ class Launcher:
 
     def stop(self, *names: str) -> None:
         """Stop components as Kubernetes stops their pods, together: each NATS server runs the chart's preStop
-        hook first (their lame ducks overlap, as the pods of a Parallel StatefulSet terminate at once) and is
-        given the termination grace period to exit by itself; then the supervisor stops them (SIGTERM,
-        SIGKILL), or the sweep where it cannot. A whole stack going down (`stop_all`) is not graceful."""
+        hook first (their lame ducks overlap, as a Parallel StatefulSet's pods terminate at once) and has the
+        termination grace period to exit by itself; then the supervisor stops them, or the sweep where it
+        cannot. A whole stack going down (`stop_all`) is not graceful."""
         running = self.running()
         hooked = {
             name: running[name]
@@ -280,8 +257,7 @@ class Launcher:
         deadline = time.monotonic() + TERMINATION_GRACE
         for pod in hooked.values():  # the NATS servers' lame ducks, then each pod's exit awaited
             wait_exited(pod, max(deadline - time.monotonic(), 0))
-        for left in self.orphans_of_dead(names).values():
-            stop_processes(left)
+        self._stop_orphans(names)
         request = {"stop": [list(names)]}
         if self.zygote is not None and self.zygote.process is None:  # a restart's, through the supervisor
             self.zygote.ask(request)
@@ -295,25 +271,23 @@ class Launcher:
     def orphans_of_dead(self, names: Collection[str] | None = None) -> dict[str, list[psutil.Process]]:
         """Per component (of `names`) whose recorded process is gone, the stack's processes still in its
         group: what a nats-server whose pod's supervisor was SIGKILLed alone left running."""
-        left = {}
-        running = self.running()
-        for pidfile in sorted(self.pids_dir.glob("*.pid")) if self.pids_dir.exists() else []:
-            pid, name = int(pidfile.read_text().strip() or 0), pidfile.stem
-            if names is not None and name not in names or not pid or name in running:
-                continue
-            if left_over := orphans(pid, self.state_dir):
+        left, running = {}, self.running()
+        for name, pid in self._recorded().items():
+            picked = (names is None or name in names) and pid and name not in running
+            if picked and (left_over := orphans(pid, self.state_dir)):
                 left[name] = left_over
         return left
 
-    def stop_all(self) -> list[str]:
-        """Stop every component: the stack's supervisor stops its children stage by stage, workers first
-        (stop_order; a stage's components together, as each may take its grace period), and exits. Where it
-        is gone (killed, or the launch's zygote, killed as the launch was interrupted) or left something
-        running (a component it is not the parent of), every process of this stack is found by its command
-        line and stopped (the sweep)."""
-        self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
-        for left in self.orphans_of_dead().values():
+    def _stop_orphans(self, names: Collection[str] | None = None) -> None:
+        for left in self.orphans_of_dead(names).values():
             stop_processes(left)
+
+    def stop_all(self) -> list[str]:
+        """Stop every component: the stack's supervisor stops its children stage by stage (stop_order; a
+        stage's components together, as each may take its grace period) and exits; the sweep stops what it
+        did not (it is gone, killed with an interrupted launch, or is not their parent)."""
+        self._close_zygote(kill=True)  # first: a launch's zygote forks nothing more
+        self._stop_orphans()
         names = sorted(self.running(), key=stop_order)
         stages = [list(stage) for _, stage in itertools.groupby(names, key=stop_order)]
         supervised = down(self.state_dir, stages, TERMINATION_GRACE + STOP_TIMEOUT * 2 * len(stages))

@@ -1,11 +1,9 @@
-"""Watching a component until it has exited, and no longer; stopping it (SIGTERM, a grace period, SIGKILL).
-
-A component is the stack's supervisor's child (sim.runtime.supervisor), never the command's: the command
-cannot wait on it with waitpid. "Exited" must still mean what waitpid means: every thread gone, so every
-socket closed. A zombie does not: the main thread of a process killed with threads running becomes a
-zombie before the others have closed the process's files (a pod SIGKILLed that way still refused no
-connection: its listener took one and reset it). On Linux a pidfd is readable exactly when the whole
-thread group has exited; elsewhere the process table is polled, where a zombie is the best sign there is.
+"""Watching a process that is not this one's child (a component, a zygote the shared one forked) until it
+has exited, and no longer. "Exited" must mean what waitpid means: every thread gone, so every socket
+closed. A zombie does not: the main thread of a process killed with threads running becomes a zombie
+before the others have closed the process's files (a pod SIGKILLed that way still refused no connection:
+its listener took one and reset it). On Linux a pidfd is readable exactly when the whole thread group has
+exited; elsewhere the process table is polled, where a zombie is the best sign there is.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ import time
 import psutil
 
 POLL_INTERVAL = 0.005  # seconds, where there is no pidfd
-STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
 
 
 def wait_exited(pid: int, timeout: float | None, process: psutil.Process | None = None) -> bool:
@@ -29,22 +26,18 @@ def wait_exited(pid: int, timeout: float | None, process: psutil.Process | None 
     except ProcessLookupError:
         return True
     except (AttributeError, OSError):  # not Linux, or an old kernel
-        return _poll_exited(pid, timeout, process)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while _running(pid, process):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_INTERVAL)
+        return True
     try:
         if process is not None and not process.is_running():
             return True  # the pidfd is a newer process's: ours was gone before it was opened
         return bool(select.select([pidfd], [], [], timeout)[0])
     finally:
         os.close(pidfd)
-
-
-def _poll_exited(pid: int, timeout: float | None, process: psutil.Process | None) -> bool:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while _running(pid, process):
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL_INTERVAL)
-    return True
 
 
 def _running(pid: int, process: psutil.Process | None) -> bool:
@@ -58,24 +51,21 @@ def _running(pid: int, process: psutil.Process | None) -> bool:
 
 
 class Forked:
-    """A component the zygote forked, with what the launcher asks of a child: its pid, poll and wait.
-    Held as a psutil.Process (pid plus start time), so a pid the system reused is never taken for it."""
+    """A zygote the shared one forked, held as the launcher holds a zygote it started (pid, poll, wait);
+    as a psutil.Process (pid plus start time), so a pid the system reused is never taken for it."""
 
     def __init__(self, pid: int):
         self.pid = pid
         try:
             self._proc: psutil.Process | None = psutil.Process(pid)
-        except psutil.NoSuchProcess:  # it ended at once (e.g. refused its arguments) and was reaped
+        except psutil.NoSuchProcess:  # it ended at once and was reaped
             self._proc = None
 
     def poll(self) -> int | None:
         """None while it runs; 0 once it has exited (its exit code went to its parent)."""
-        return 0 if self._exited(0) else None
+        return 0 if self._proc is None or wait_exited(self.pid, 0, self._proc) else None
 
     def wait(self, timeout: float | None = None) -> int:
-        if not self._exited(timeout):
+        if self._proc is not None and not wait_exited(self.pid, timeout, self._proc):
             raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
         return 0
-
-    def _exited(self, timeout: float | None) -> bool:
-        return self._proc is None or wait_exited(self.pid, timeout, self._proc)

@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from clusters.local.interrupts import InterruptGuard
-from clusters.local.launcher import Launcher, stop_on_interrupt
+from clusters.local.launcher import Launcher
 from clusters.local.plan import components, spec_named
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint
 from clusters.state import (
@@ -55,10 +55,7 @@ class LocalStack:
             check_links(self.state_dir)
             (self.state_dir / "status.json").unlink(missing_ok=True)  # until this start completes
             netmap = self.launcher.start(topology)  # Ctrl-C or a failed component: it leaves nothing half-up
-            status = build_status(
-                self.backend, topology, self.state_dir, scenario, endpoints(topology, netmap, self.state_dir)
-            )
-            write_file(self.state_dir / "status.json", json.dumps(status, indent=2))
+            self._write_status(topology, netmap, scenario)
         return self
 
     def redeploy(self, topology: Topology, what: str) -> Topology:
@@ -72,12 +69,12 @@ class LocalStack:
         path = self.state_dir / "status.json"
         if path.exists():
             netmap = NetMap(**json.loads((self.state_dir / "netmap.json").read_text()))
-            topology = self.topology
-            scenario = json.loads(path.read_text()).get("scenario", "")
-            status = build_status(
-                self.backend, topology, self.state_dir, scenario, endpoints(topology, netmap, self.state_dir)
-            )
-            write_file(path, json.dumps(status, indent=2))
+            self._write_status(self.topology, netmap, json.loads(path.read_text()).get("scenario", ""))
+
+    def _write_status(self, topology: Topology, netmap: NetMap, scenario: str) -> None:
+        ends = endpoints(topology, netmap, self.state_dir)
+        status = build_status(self.backend, topology, self.state_dir, scenario, ends)
+        write_file(self.state_dir / "status.json", json.dumps(status, indent=2))
 
     def expected(self) -> list[str]:
         """The components this stack's topology runs (empty when there is no readable topology.json)."""
@@ -98,18 +95,14 @@ class LocalStack:
         running = sorted(self.launcher.running())
         path = self.state_dir / "status.json"
         status: Json
-        if path.is_file() and not path.is_symlink():
+        complete = path.is_file() and not path.is_symlink()
+        if complete:
             status = json.loads(path.read_text())
-            status["complete"] = True
         elif running:
-            status = {
-                "backend": self.backend,
-                "stack": self.name,
-                "stateDir": str(self.state_dir),
-                "complete": False,
-            }
+            status = {"backend": self.backend, "stack": self.name, "stateDir": str(self.state_dir)}
         else:
             return None
+        status["complete"] = complete
         status["running"] = running
         status["down"] = [name for name in self.expected() if name not in running]
         orphans = self.launcher.orphans_of_dead()
@@ -205,4 +198,4 @@ class LocalBackend:
         return self._stacks[stack]
 
     def interruptible(self, stack: str) -> AbstractContextManager[None]:
-        return stop_on_interrupt(self.attach(stack).launcher)
+        return self.attach(stack).launcher.stopping_all_on(KeyboardInterrupt)

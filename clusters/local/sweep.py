@@ -1,23 +1,19 @@
-"""This stack's processes known by their command lines, never by a pid alone: the record's check and the sweep.
-
-A pid file is never trusted on its own (the pid may have been reused): a recorded process is the stack's
-only if its command line says `python -m sim.runtime.run ... --state DIR`. What no record names is found
-the same way and stopped: a component whose pid file went with a crashed `ncpsim up`, what a dead
-component's group left running (a nats-server whose supervisor was SIGKILLed), a zygote. The sweep is
-the fallback when the stack's supervisor is gone; the launcher stops what it recorded first.
+"""This stack's processes known by their command lines, never by a pid alone (it may have been reused):
+the record's check, and the sweep, the fallback for what the stack's supervisor did not stop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 
 import psutil
 
-from .process import STOP_TIMEOUT, wait_exited
+from sim.runtime.supervisor import escalate
+
+from .process import wait_exited
 
 COMPONENT = "sim.runtime.run"
 ZYGOTE = "sim.runtime.zygote"
@@ -68,14 +64,17 @@ def stop_strays(state_dir: Path, names: set[str] | None = None) -> list[str]:
 
 def stop_processes(left: list[psutil.Process]) -> None:
     """SIGTERM, then SIGKILL what outlives the grace period (exited is enough: their parent reaps them)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for proc in left:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.send_signal(sig)
-        deadline = time.monotonic() + STOP_TIMEOUT
-        left = [p for p in left if not wait_exited(p.pid, max(deadline - time.monotonic(), 0), p)]
-        if not left:
-            return
+
+    def still_running(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+        deadline = time.monotonic() + timeout
+        return [p for p in procs if not wait_exited(p.pid, max(deadline - time.monotonic(), 0), p)]
+
+    escalate(left, _send, still_running)
+
+
+def _send(proc: psutil.Process, sig: int) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        proc.send_signal(sig)
 
 
 def _named(args: list[str]) -> str:

@@ -1,5 +1,5 @@
-"""The launcher's end of `sim.runtime.zygote`: start it (or reach the stack's supervisor it became), ask it
-for components, ask it to stop them."""
+"""The launcher's end of `sim.runtime.zygote`: start a launch's zygote (or reach the stack's supervisor it
+became), ask it for components, ask it to stop them."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from clusters.state import state_dir
 from sim.errors import BackendError, ConfigError
 from sim.runtime import supervisor
 from sim.runtime.fd_messages import Channel
+from sim.runtime.supervisor import STOP_TIMEOUT
 
 from .interrupts import InterruptGuard
 from .process import Forked, wait_exited
 
-STOP_TIMEOUT = 3.0
 # The order a launch forks its components in, by kind (clusters.local.plan.spawn_order), which is also
 # the order the zygote loads their runners in. grpc-proxy's and the proxy's are the heaviest imports
 # (grpcio, aioquic): worker hosts come before them, so their NATS sign-in overlaps those imports.
@@ -50,7 +50,7 @@ def _spawn(state_dir: Path) -> tuple[Process, socket.socket]:
 def _start(
     state_dir: Path, order: Iterable[str] = LAUNCH_ORDER
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    _SUPERVISING[:] = [process for process in _SUPERVISING if process.poll() is None]
+    _reap_supervisors()
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
@@ -70,8 +70,13 @@ def _start(
     return process, ours
 
 
-# Supervisors this process started (a launch's zygote, once the launch is done): they outlive it.
+# Supervisors this process started (a launch's zygote, once the launch is done): they outlive the launch,
+# and are reaped once they exit (a Popen dropped while its process runs, or never reaped, warns).
 _SUPERVISING: list[subprocess.Popen[bytes]] = []
+
+
+def _reap_supervisors() -> None:
+    _SUPERVISING[:] = [process for process in _SUPERVISING if process.poll() is None]
 
 
 def _folder(state_dir: Path) -> Path:
@@ -83,44 +88,31 @@ def _folder(state_dir: Path) -> Path:
 _EARLY: dict[Path, tuple[Process, socket.socket]] = {}
 
 
-def start_early(state_dir: Path) -> None:
-    """Start the zygote of a launch of `state_dir` now, so its imports overlap the caller's own (ncpsim up
-    has a third of a second of them, and the scenario's checks, before it launches). The launch adopts it;
-    `discard_early` ends one that no launch took. It ends by itself, too, when this process does and its
-    end of the socket pair closes, but only once the import it is in is done: so `early_for` ends it."""
-    if state_dir not in _EARLY and state_dir.parent.is_dir():
-        _EARLY[state_dir] = _spawn(state_dir)
-
-
-def start_early_for(stack: str) -> None:
-    """start_early for the local stack named `stack`; nothing for a name or a NCPSIM_HOME the launch will
-    refuse, with its own message, later (a folder it may not enter included: the early start is only a head
-    start, so its failure is the launch's to report)."""
-    with contextlib.suppress(ConfigError, OSError):
-        start_early(state_dir(stack))
-
-
-def discard_early() -> None:
-    while _EARLY:
-        process, sock = _EARLY.popitem()[1]
-        sock.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 @contextlib.contextmanager
 def early_for(stack: str, guard: InterruptGuard) -> Iterator[None]:
-    """Within it, a launch of the local stack `stack` adopts a zygote that is already importing
-    (start_early_for); on the way out, however it comes, one no launch adopted is ended: a config error,
-    Ctrl-C before the launch, or a Ctrl-C that `guard` deferred while the zygote started, which is raised
-    as the start ends and so must already be inside the cleanup."""
+    """Within it, a launch of the local stack `stack` adopts a zygote started now, so its imports overlap the
+    command's own (`ncpsim up` has a third of a second of them, and the scenario's checks, before it
+    launches). On the way out, however it comes, one no launch adopted is ended (it would end by itself
+    once this process does, but only after the import it is in): a config error, Ctrl-C before the launch,
+    or a Ctrl-C `guard` deferred while it started, raised as the start ends, so already inside the cleanup.
+    A name or NCPSIM_HOME the launch will refuse starts none: the head start is not worth a message."""
     try:
-        with guard.held():  # started and recorded in _EARLY as one step
-            start_early_for(stack)
+        with guard.held(), contextlib.suppress(ConfigError, OSError):  # started and recorded as one step
+            folder = state_dir(stack)
+            if folder not in _EARLY and folder.parent.is_dir():
+                _EARLY[folder] = _spawn(folder)
         yield
     finally:
-        discard_early()
+        while _EARLY:
+            process, sock = _EARLY.popitem()[1]
+            sock.close()
+            _kill(process)
+
+
+def _kill(process: Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 class Shared:
@@ -146,13 +138,8 @@ class Shared:
         """A zygote for the launch of `state_dir`, or None if the shared one cannot fork it (then the
         launch starts one of its own: slower, the same components; and later launches do too)."""
         title = " ".join([sys.executable, *command(state_dir, LAUNCH_ORDER)])
-        spec = {
-            "title": title,
-            "order": list(LAUNCH_ORDER),
-            "env": dict(os.environ),
-            "cwd": str(_folder(state_dir)),
-            "state": str(state_dir),
-        }
+        spec = {"title": title, "order": LAUNCH_ORDER, "env": dict(os.environ), "state": str(state_dir)}
+        spec["cwd"] = str(_folder(state_dir))
         ours, theirs = socket.socketpair()
         try:
             with self._lock:
@@ -182,9 +169,7 @@ class Shared:
         try:
             self.process.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+            _kill(self.process)
 
 
 _SHARED: Shared | None = None
@@ -209,7 +194,7 @@ def shared(root: Path) -> Iterator[None]:
 
 
 class Zygote:
-    """One launch's zygote: started at once (or earlier, see start_early), so its imports overlap the
+    """One launch's zygote: started at once (or earlier, see early_for), so its imports overlap the
     launcher's own preparation. It is told the launch's `kinds` at once, so it preloads only their
     runners; the answer is read before the first fork's, and the launch goes on preparing meanwhile."""
 
@@ -218,15 +203,13 @@ class Zygote:
         self.timeout = timeout
         running = supervisor.connect(state_dir, timeout) if attach else None
         self.process: Process | None = None
-        if running is not None:
-            sock = running
-        else:
+        if running is None:
             early = _EARLY.pop(state_dir, None)
             if early is not None and early[0].poll() is not None:  # it did not last: start another
                 early[1].close()
                 early = None
-            self.process, sock = early or _spawn(state_dir)
-        self._channel: Channel | None = Channel(sock)
+            self.process, running = early or _spawn(state_dir)
+        self._channel: Channel | None = Channel(running)
         self._talk = threading.Lock()  # one conversation at a time, and no close under one (see close)
         self._owed = 1  # answers sent to us and not read yet: {"ready": true} first
         self._preloading: dict[str, list[str]] = {}
@@ -301,9 +284,7 @@ class Zygote:
             with contextlib.suppress(OSError):
                 channel.sock.shutdown(socket.SHUT_RDWR)
         if kill and self.process is not None:  # while it launches; after that it supervises the stack
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+            _kill(self.process)
         elif isinstance(self.process, subprocess.Popen):  # our child: reaped when it ends (see _start)
             _SUPERVISING.append(self.process)
         with self._talk:
@@ -335,6 +316,7 @@ def down(state_dir: Path, stages: list[list[str]], timeout: float) -> list[str] 
     if not wait_exited(asked[0], STOP_TIMEOUT):  # it exits once its last child is reaped and we are gone
         with contextlib.suppress(ProcessLookupError):
             os.kill(asked[0], signal.SIGKILL)
+    _reap_supervisors()  # ours, if this process started it
     return list(asked[1].get("stopped", []))
 
 

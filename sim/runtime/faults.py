@@ -1,12 +1,10 @@
 """Faults a scenario injects into a running local stack, seeded so a replay repeats them exactly.
 
-Process faults act on the launcher (SIGKILL a pod, restart it, scale a role to zero and back, stop and
-start DNS); link faults are written to <state>/faults.json (sim.runtime.links), which every component's
-Context consults on each dial, query, request and datagram (latency, and losses that time out as a dead
-link would), on TCP, UDP or both; `expire` swaps a Secret to a certificate whose validity ended
-yesterday; `pod-cert` makes a pod serve a certificate for the wrong name or from another CA. Every
-argument is checked against the stack's topology first (sim.runtime.fault_args): nothing is reported
-done that was not.
+Process faults act on the backend's processes (SIGKILL a pod, restart it, scale a role to zero and back,
+stop and start DNS); link faults go to <state>/faults.json, which every component reads (sim.runtime.links);
+`expire` swaps a Secret to a certificate whose validity ended yesterday; `pod-cert` makes a pod serve a
+certificate for the wrong name or from another CA. Every argument is checked against the stack's topology
+first (sim.runtime.fault_args): nothing is reported done that was not.
 """
 
 from __future__ import annotations
@@ -66,8 +64,7 @@ def misissue_pod_certificate(store: CertStore, fault: PodCert) -> str:
 
 
 def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
-    if which not in EXPIRABLE:
-        raise ScenarioError(f"expire: {which!r}; choose one of {', '.join(EXPIRABLE)}")
+    """`which` is one of EXPIRABLE: scenarios/schema.json checked the step's choice."""
     now = datetime.now(UTC)
     store.issue(
         EXPIRABLE[which](worker_domain),

@@ -1,33 +1,22 @@
 """The stack's supervisor: the launch's zygote, kept for the life of the stack as the one parent of its components.
 
-Why: a component used to have one of three parents (the zygote, init once the zygote was gone, or whichever
-command restarted it), so nothing could wait on it and every stop went by pid files and command-line sweeps.
-Now the zygote that forks a launch's components stays after the launch, forks every restart too, reaps its
-children, and stops them on `ncpsim down`.
+It forks every component, restarts included, reaps them, and stops them for `ncpsim down`, `fault kill`
+and a restart's stop; a stop goes by the stack's command lines (clusters.local.sweep) only when it is gone
+(SIGKILLed, the machine rebooted) or is not the parent (a component of an earlier supervisor: a restart
+with none to reach starts a zygote of its own, which supervises what it forks). The pid files stay what
+`status` reads.
 
-Finding it: a listening AF_UNIX socket, `supervisor.sock` in the stack's state folder, bound (relative to the
-folder, so a long path fits) as the launch hands over, speaking sim.runtime.fd_messages. A client connects
-(by the absolute path, or through /proc/self/fd where that one is too long for an address), is greeted
-``{"ready": true, "pid": N}``, then asks as the launch does: ``{"kinds": [...]}`` and ``{"argv": [...]}``
-(a restart forks through it); ``{"stop": [[NAME, ...], ...]}`` (stages, in order) is answered
-``{"stopped": [NAME, ...]}``, as is ``{"kill": [NAME, ...]}`` (SIGKILL, a node lost); ``{"down": STAGES}`` stops every child, the stages first, and the supervisor
-exits once the client has gone. One client at a time; the others wait in the listen queue.
+Found by a listening AF_UNIX socket, `supervisor.sock` in the stack's folder, bound once the launch hands
+over (`ncpsim up` closes its end of the launch's socket pair: the launch is done, or `up` died). A client
+(connect) is greeted ``{"ready": true, "pid": N}`` and asks as a launch does (sim.runtime.zygote), or
+``{"stop": [[NAME, ...], ...]}`` (stages, in order), ``{"kill": [NAME, ...]}`` (SIGKILL, a node lost) or
+``{"down": STAGES}`` (every child, the stages first), each answered ``{"stopped": [NAME, ...]}``. One
+client at a time; the others wait in the listen queue. It exits once it has no child and no client, and
+unlinks the socket if it is still its own.
 
-Gone (SIGKILLed, the machine rebooted): the socket refuses or is missing, and the command line sweeps the
-stack's command lines (clusters.local.sweep), as it does for what the supervisor is not the parent of (a
-component of an earlier supervisor); a restart then starts a zygote of its own, which supervises what it
-forks. The pid files stay what `status` reads.
-
-Reaping: SIGCHLD has a handler and a wakeup pipe (signal.set_wakeup_fd), so a child that exits wakes the
-loop, which collects every exited child with waitpid(WNOHANG). waitpid reports a thread-group leader only
-once all its threads are gone: reaped means every socket of it is closed. A stop waits on the same pipe.
-
-Handing over: `ncpsim up` holds the launch's socket pair while it forks; when it closes its end (the launch
-is done, or `up` died), the zygote binds the socket and serves. Ctrl-C during `up` still stops everything:
-the launcher kills the zygote while it launches, and asks the supervisor to stop the stack after that.
-
-Stopping: it exits once it has no child left and no client connected: after `down`, or once the sweep (or
-anything else) has stopped its last component. It unlinks the socket it bound, if it is still its own.
+Reaping: SIGCHLD wakes the loop through a wakeup pipe (signal.set_wakeup_fd), which collects every exited
+child with waitpid(WNOHANG). waitpid reports a thread-group leader only once all its threads are gone:
+reaped means every socket of it is closed. A stop waits on the same pipe.
 """
 
 from __future__ import annotations
@@ -40,14 +29,16 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from sim.runtime.fd_messages import Channel
 
 SOCKET = "supervisor.sock"
 ADDRESS_MAX = 100  # bytes of a socket path: Linux holds 107, macOS 103
-STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL, as the launcher's
+STOP_TIMEOUT = 3.0  # SIGTERM grace before SIGKILL
 GRACEFUL = (signal.SIGTERM, signal.SIGKILL)
 IDLE_TIMEOUT = 300.0  # a client silent this long is dropped: the next one waits behind it
+T = TypeVar("T")
 
 
 class Children:
@@ -55,6 +46,7 @@ class Children:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        self.listener: socket.socket | None = None  # supervise's, once the launch is done
         self.wakeup, write = os.pipe()
         for fd in (self.wakeup, write):
             os.set_blocking(fd, False)
@@ -66,7 +58,10 @@ class Children:
         self.names[pid] = argv[argv.index("--name") + 1] if "--name" in argv else argv[0]
 
     def in_child(self) -> None:
-        """In a freshly forked child: none of this is its own."""
+        """In a freshly forked child: none of this is its own. The listener above all: a component holding
+        it keeps the socket accepting after the supervisor is gone, and every client waits its timeout."""
+        if self.listener is not None:
+            self.listener.close()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.close(self.wakeup)
@@ -96,53 +91,56 @@ class Children:
     def stop(
         self, stages: list[list[str]], everything: bool, signals: tuple[int, ...] = GRACEFUL
     ) -> list[str]:
-        """Each stage's process groups together: SIGTERM, SIGKILL past the grace period (or `signals`); with
-        `everything`, then the children no stage names. Returns the names of the children stopped."""
+        """Each stage's process groups together (escalate); with `everything`, then the children no stage
+        names. Returns the names of the children stopped."""
         self.reap()
         named = {name: pid for pid, name in self.names.items()}
         rest = sorted(set(named) - {name for stage in stages for name in stage}) if everything else []
         stopped = []
         for stage in [*stages, rest]:
-            pids = [named[name] for name in stage if name in named]
             stopped += [name for name in stage if name in named]
-            for sig in signals:
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(pid, sig)
-                if not (pids := self.wait(pids, STOP_TIMEOUT)):
-                    break
+            escalate([named[name] for name in stage if name in named], _killpg, self.wait, signals)
         return stopped
 
 
-def address(state_dir: Path, folder_fd: int | None = None) -> str:
-    """The socket's path as a client connects to it: absolute where it fits, else through the folder's
-    descriptor (Linux's /proc); '' when neither can name it."""
-    path = str(state_dir / SOCKET)
-    if len(os.fsencode(path)) <= ADDRESS_MAX:
-        return path
-    return (
-        f"/proc/self/fd/{folder_fd}/{SOCKET}"
-        if folder_fd is not None and Path("/proc/self/fd").is_dir()
-        else ""
-    )
+def escalate(
+    targets: list[T],
+    send: Callable[[T, int], None],
+    running: Callable[[list[T], float], list[T]],
+    signals: tuple[int, ...] = GRACEFUL,
+) -> None:
+    """How a stack's processes stop, by their supervisor or by the sweep: each signal to every target still
+    `running` after the last one's grace period (SIGTERM, then SIGKILL)."""
+    for sig in signals:
+        for target in targets:
+            send(target, sig)
+        if not (targets := running(targets, STOP_TIMEOUT)):
+            return
+
+
+def _killpg(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
 
 
 def connect(state_dir: Path, timeout: float) -> socket.socket | None:
-    """A connection to the stack's supervisor, or None when there is none to reach."""
+    """A connection to the stack's supervisor, or None when there is none to reach: by the socket's absolute
+    path where it fits in an address, else through the folder's descriptor (Linux's /proc)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
     try:
         folder = os.open(state_dir, os.O_RDONLY)
-    except OSError:
-        return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(address(state_dir, folder) or "\0unreachable")
+        try:
+            path = str(state_dir / SOCKET)
+            sock.connect(
+                path if len(os.fsencode(path)) <= ADDRESS_MAX else f"/proc/self/fd/{folder}/{SOCKET}"
+            )
+        finally:
+            os.close(folder)
         return sock
     except OSError:
         sock.close()
         return None
-    finally:
-        os.close(folder)
 
 
 def _bind(state_dir: Path) -> tuple[socket.socket, int] | None:
@@ -165,7 +163,7 @@ def supervise(state_dir: Path, children: Children, serve: Callable[[Channel], No
     """After the launch: serve clients one at a time until no child is left (see the module's docstring)."""
     children.reap()
     bound = _bind(state_dir) if children.names else None
-    listener = bound[0] if bound else None
+    listener = children.listener = bound[0] if bound else None
     try:
         while children.names:
             waiting = [children.wakeup] + ([listener] if listener else [])

@@ -1,31 +1,24 @@
 """A preloaded parent that forks a stack's components, so a launch pays the interpreter and imports once.
 
-Why: a component is a short program on 0.1-0.25 s of CPU for the interpreter and its imports, about
-1.2 s per stack; started together on two cores, that was most of `ncpsim up`'s first second and most
-of what a replay of the catalogue costs. The launcher starts one zygote as a launch begins (`ncpsim up`
-before its own imports), then asks it for one child per component; the zygote imports the runners in
-the order a launch needs them, forking each component as soon as its runner is in, so the first
-components start while later ones' imports are still loading. A child is
-what `python -m sim.runtime.run KIND ...` would have been: a session of its own (setsid, done before
-its pid is reported, so the launcher's killpg always finds the group), its log as stdout and stderr,
-the ready pipe as ``--ready-fd``, default signal handlers, the state folder as its working directory,
-and that command line as its process title, for ps and for `ncpsim down`.
+Why: a component is a short program on 0.1-0.25 s of CPU for the interpreter and its imports, about 1.2 s
+per stack; started together on two cores, that was most of `ncpsim up`'s first second. The launcher starts
+one zygote as a launch begins (clusters.local.zygote), which imports the runners in the order the launch
+needs them, forking each component as soon as its runner is in. A child is what `python -m sim.runtime.run
+KIND ...` would have been: a session of its own (setsid, before its pid is reported, so killpg always finds
+the group), its log as stdout and stderr, the ready pipe as ``--ready-fd``, default signal handlers, the
+state folder as its working directory, and that command line as its title (for ps and the sweep). Once the
+launch is done the zygote stays as the stack's supervisor (sim.runtime.supervisor).
 
-Fork-safety: the zygote has one thread and no event loop (checked before every fork), so a child
-inherits no lock another thread held. When the launcher closes its end of the socket, the zygote stays as
-the stack's supervisor (sim.runtime.supervisor): it reaps its children and forks restarts until none is left.
+Fork-safety: the zygote has one thread and no event loop (checked before every fork), so a child inherits
+no lock another thread held.
 
-Protocol, on an AF_UNIX stream socket pair (sim.runtime.fd_messages), answers in the order of the
-requests: the zygote first sends ``{"ready": true, "pid": N}``. ``{"kinds": [...]}``, the kinds the launch forks
-once it knows them, is answered ``{"preloading": [...], "loaded": [...]}``: the runners still to load,
-now only of those kinds (an HTTP scenario has no grpc-proxy pod, and grpcio's imports came before the
-proxy's), and those already in. Each ``{"argv": [...]}`` (the arguments of `sim.runtime.run`, without
-``--ready-fd``) carries the ready pipe's write end and the log file as SCM_RIGHTS, and is answered
-``{"pid": N}`` or ``{"error": text}``. ``{"zygote": {"title": LINE, "order": [...], "env": {...}, "cwd":
-DIR, "state": DIR}}`` carries one end of a new socket pair and is answered ``{"pid": N}``: a child that is a zygote
-itself, for another launch, on that socket (clusters.local.zygote.shared: a run of many launches pays the
-imports once, not once per launch). It is what a new `python -m sim.runtime.zygote` would have been, with
-the runners already in: the launch's environment and folder, a session and a title of its own.
+Protocol (sim.runtime.fd_messages), answered in order after the greeting ``{"ready": true, "pid": N}``:
+``{"kinds": [...]}``, the kinds the launch forks, is answered ``{"preloading": [...], "loaded": [...]}``
+(only their runners still load: an HTTP scenario has no grpc-proxy, whose grpcio came before the proxy's
+imports). ``{"argv": [...]}`` (`sim.runtime.run`'s arguments, without ``--ready-fd``) carries the ready
+pipe and the log file as SCM_RIGHTS and is answered ``{"pid": N}`` or ``{"error": text}``. ``{"zygote":
+{"title", "order", "env", "cwd", "state"}}`` carries one end of a new socket pair and is answered ``{"pid":
+N}``: a zygote for another launch, forked with the runners already in (clusters.local.zygote.shared).
 """
 
 from __future__ import annotations
@@ -52,11 +45,6 @@ from sim.runtime.fd_messages import Channel
 COMMAND = ("-m", "sim.runtime.run")  # what a forked child's title says it runs, after sys.executable
 
 
-def load(kind: str) -> None:
-    """A runner's imports, in the zygote: every component of the kind forked later shares the pages."""
-    run.load_runner(kind)
-
-
 def title(argv: list[str]) -> str:
     return " ".join([sys.executable, *COMMAND, *argv])
 
@@ -64,11 +52,6 @@ def title(argv: list[str]) -> str:
 def fork_component(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) -> int:
     """Fork one component; returns its pid once it leads a session of its own."""
     return _fork(lambda: _become(sock, argv, ready_fd, log_fd))
-
-
-def fork_zygote(sock: socket.socket, spec: dict[str, Any], socket_fd: int) -> int:
-    """Fork a zygote for another launch, serving on `socket_fd`; returns its pid once it leads a session."""
-    return _fork(lambda: _become_zygote(sock, spec, socket_fd))
 
 
 def _fork(become: Callable[[], int]) -> int:
@@ -179,10 +162,8 @@ class Zygote:
         while True:
             while self.unloaded and not channel.pending():
                 kind = self.unloaded.pop(0)
-                with contextlib.suppress(
-                    Exception
-                ):  # a runner that cannot load says why when it is asked for
-                    load(kind)
+                with contextlib.suppress(Exception):  # one that cannot load says why when asked for
+                    run.load_runner(kind)
                     self.loaded.append(kind)
             request, fds = channel.receive()
             if request is None:
@@ -199,15 +180,16 @@ class Zygote:
             self.unloaded = [kind for kind in self.unloaded if kind in request["kinds"]]
             return {"preloading": self.unloaded, "loaded": self.loaded}
         if "zygote" in request:
-            return answer_zygote(sock, request["zygote"], fds)
+            try:
+                [socket_fd] = fds
+                return {"pid": _fork(lambda: _become_zygote(sock, request["zygote"], socket_fd))}
+            except Exception as exc:  # noqa: BLE001 - told to the launcher, which starts a zygote of its own
+                return {"error": f"{type(exc).__name__}: {exc}"}
         if "kill" in request:
             return {"stopped": self.children.stop([request["kill"]], False, (signal.SIGKILL,))}
         if "stop" in request or "down" in request:
-            return {
-                "stopped": self.children.stop(
-                    request["stop"] if "stop" in request else request["down"], "down" in request
-                )
-            }
+            stages = request["stop"] if "stop" in request else request["down"]
+            return {"stopped": self.children.stop(stages, "down" in request)}
         reply = answer(sock, request, fds)
         if "pid" in reply:
             self.children.forked(reply["pid"], request["argv"])
@@ -218,20 +200,12 @@ def answer(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> dict
     """Load the component's runner, then fork it: its pid, or the error for the launcher to raise."""
     try:
         ready_fd, log_fd = fds
-        load(request["argv"][0])
+        run.load_runner(request["argv"][0])  # its imports stay shared with every child forked later
     except Exception:  # noqa: BLE001 - an import error is the launcher's to report, traceback and all
         return {"error": traceback.format_exc()}
     try:
         return {"pid": fork_component(sock, request["argv"], ready_fd, log_fd)}
     except Exception as exc:  # noqa: BLE001 - told to the launcher, which raises it
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def answer_zygote(sock: socket.socket, spec: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-    try:
-        [socket_fd] = fds
-        return {"pid": fork_zygote(sock, spec, socket_fd)}
-    except Exception as exc:  # noqa: BLE001 - told to the launcher, which starts a zygote of its own
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
