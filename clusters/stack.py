@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 from sim.model.assumptions import assumptions
 from sim.model.topology import Topology
 from sim.model.values import proxy_settings
-from sim.runtime.faults import Components
 from sim.wire import (
     GRPC_CALLBACK_PORT,
     GRPC_SUFFIX,
@@ -29,6 +28,15 @@ from sim.wire import (
 
 Json = dict[str, Any]
 COMMAND_TURN = 60.0  # how long a command that changes a stack waits for the one before it to finish
+
+
+class Components(Protocol):
+    """Process control a backend offers fault steps (the local backend's processes; not k3d yet)."""
+
+    def running(self) -> dict[str, int]: ...
+    def kill(self, name: str) -> int: ...
+    def restart(self, *names: str) -> None: ...  # stopped, then started together
+    def stop(self, *names: str) -> None: ...  # together (NATS servers' lame ducks overlap)
 
 
 class Stack(Protocol):

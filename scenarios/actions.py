@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from certs.rotate import rotate
 from certs.store import CertStore
+from scenarios.faults import FaultInjector
 from scenarios.spec import Step
-from sim.runtime.faults import FaultInjector
 
 if TYPE_CHECKING:
     from sim.model.layering import Layered

@@ -18,6 +18,7 @@ from scenarios import calls, origins
 from scenarios.actions import fault_later, rotate_step, runbook_step
 from scenarios.conditions import wait_until
 from scenarios.expect import Facts, check_log, check_refused, evaluate, log_matches
+from scenarios.faults import FaultInjector
 from scenarios.probe import probe_call
 from scenarios.result import ScenarioResult, StepResult, to_json
 from scenarios.rollout import Rollout
@@ -31,7 +32,6 @@ from sim.model.events import CALLBACK_RESULT, POD_REQUEST, STEP_START
 from sim.model.parts import CONTROL_CLUSTER
 from sim.model.topology import Topology
 from sim.runtime.component import Context
-from sim.runtime.faults import FaultInjector
 
 SETTLE_TIMEOUT = 5.0  # how long to wait for the last log lines of finished calls
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scenarios.fault_args import FaultArgumentError, parse_fault
 from scenarios.lookup import resolve_ref
 from scenarios.spec import Scenario, step_from
 from scenarios.validate import Origin, file_problem, located
@@ -17,7 +18,6 @@ from sim.errors import ConfigError, ScenarioError
 from sim.model.layering import STEP, Layer, Layered, defaults_layer, layer, parse_set, scenario_layer, then
 from sim.model.topology import Topology
 from sim.model.values_file import file_layer, load_values_file
-from sim.runtime.fault_args import FaultArgumentError, parse_fault
 
 
 def _values_origin(origin: Origin, prefix: str) -> Origin:
@@ -118,7 +118,7 @@ def scenario_from_data(
 def _check_faults(
     scenario: Scenario, raw_steps: list[dict[str, Any]], origin: Origin, topology: Topology | None
 ) -> None:
-    """Every fault's arguments against the topology it will act on (sim.runtime.fault_args): a component,
+    """Every fault's arguments against the topology it will act on (scenarios.fault_args): a component,
     role or cluster it does not have, a scale past its count, what ncpsim does not model, with FILE:LINE."""
     faults = [(index, raw["fault"]) for index, raw in enumerate(raw_steps) if "fault" in raw]
     if not faults:

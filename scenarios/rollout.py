@@ -17,13 +17,13 @@ from clusters.local.plan import NATS_CALLOUT
 from clusters.stack import Stack
 from clusters.state import write_file
 from scenarios import origins
+from scenarios.faults import FaultInjector
 from scenarios.spec import Scenario, Step
 from sim.errors import ScenarioError
 from sim.model.layering import parse_key
 from sim.model.topology import Topology
 from sim.model.values import deep_merge, proxy_settings
 from sim.model.values_check import check
-from sim.runtime.faults import FaultInjector
 
 SESSION = "session"  # the scenario a dev-environment command's steps run in (scenarios/devenv.py)
 ROLLS_OUT_PROXY = ("proxy", "all")

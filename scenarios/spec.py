@@ -137,7 +137,7 @@ class Step:
     probe: Probe | None = None
     wait: Wait | None = None
     expects: tuple[Expect, ...] = ()
-    fault: dict[str, Any] | None = None  # sim.runtime.faults action, e.g. {"kill": "invocation-service-0"}
+    fault: dict[str, Any] | None = None  # scenarios.faults action, e.g. {"kill": "invocation-service-0"}
     fault_after_ms: int | None = None  # with invoke: fire the fault this long after the calls start
     rotate: str | None = None  # certs.rotate kind
     runbook: dict[str, str] | None = None  # {"name": ..., "variant": "right" | "wrong"[, "install": ...]}

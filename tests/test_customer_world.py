@@ -199,8 +199,8 @@ def test_pod_cert_fault_serves_the_wrong_certificate_and_keeps_the_trusted_ca(tm
     from certs.profiles import INVOCATION_SECRET, invocation_profile
     from certs.store import CertStore
     from certs.volume import load_secret
-    from sim.runtime.fault_args import PodCert
-    from sim.runtime.faults import misissue_pod_certificate
+    from scenarios.fault_args import PodCert
+    from scenarios.faults import misissue_pod_certificate
 
     store = CertStore(tmp_path)
     store.ensure_cas()
@@ -357,8 +357,8 @@ def test_the_stacks_own_secrets_keep_their_issuer_and_a_broken_one_is_renewed(tm
     from certs.store import CertStore
     from certs.volume import load_secret
     from clusters.certificates import prepare_certificates
-    from sim.runtime.fault_args import PodCert
-    from sim.runtime.faults import misissue_pod_certificate
+    from scenarios.fault_args import PodCert
+    from scenarios.faults import misissue_pod_certificate
 
     store = CertStore(tmp_path)
     t = build("t", values())

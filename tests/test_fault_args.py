@@ -1,4 +1,4 @@
-"""A fault step's arguments checked against the topology (sim.runtime.fault_args), from tables.
+"""A fault step's arguments checked against the topology (scenarios.fault_args), from tables.
 
 What the schema cannot say needs the topology: which components, roles and clusters it has, how many pods
 a role runs. Each refusal names the key under the step's `fault` and what to do instead; nothing ncpsim
@@ -12,11 +12,7 @@ from typing import Any
 import pytest
 
 from clusters.local.plan import phase_one, phase_two
-from scenarios.load import load_scenario
-from sim.errors import ScenarioError
-from sim.model.parts import WorkerSpec
-from sim.model.topology import ComputeSpec, Topology, build
-from sim.runtime.fault_args import (
+from scenarios.fault_args import (
     ClearLinks,
     Expire,
     FaultArgumentError,
@@ -27,6 +23,10 @@ from sim.runtime.fault_args import (
     component_names,
     parse_fault,
 )
+from scenarios.load import load_scenario
+from sim.errors import ScenarioError
+from sim.model.parts import WorkerSpec
+from sim.model.topology import ComputeSpec, Topology, build
 from sim.runtime.links import LinkFault
 
 WD = "grpc-worker.example.com"

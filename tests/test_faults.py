@@ -12,13 +12,13 @@ import yaml
 
 from clusters.local import LocalBackend, LocalStack
 from scenarios.engine import run_scenario
+from scenarios.faults import FaultInjector
 from scenarios.load import load_scenario
 from scenarios.tail import StackTail
 from sim.client.http_client import Invocation, invoke_http
 from sim.model.parts import CONTROL_CLUSTER
 from sim.protocols.lossy import LossyTransport
 from sim.runtime.component import Context
-from sim.runtime.faults import FaultInjector
 from sim.runtime.links import LinkFault, LinkState, attempt_timeout, datagram_delay, link_delay
 
 

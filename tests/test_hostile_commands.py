@@ -40,7 +40,7 @@ def step(name: str, fault: str, says: str) -> Case:
 
 # -- on a running stack ---------------------------------------------------------------------------------
 ON_STACK = [
-    # Mistyped faults (the round-three list): the schema and sim.runtime.fault_args refuse each at its line.
+    # Mistyped faults (the round-three list): the schema and scenarios.fault_args refuse each at its line.
     step("scale-as-integer", "{scale: 3}", "fault.scale: 3 is not of type 'object'"),
     step("link-empty", "{link: {}}", "fault.link.from: is required"),
     step("link-empty-string", '{link: ""}', "fault.link: '' is not of type 'object'"),

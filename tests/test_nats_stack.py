@@ -26,10 +26,10 @@ from clusters.local import LocalBackend, LocalStack
 from clusters.local.plan import NATS_CALLOUT
 from clusters.local.process import wait_exited
 from scenarios.engine import run_scenario
+from scenarios.faults import FaultInjector
 from scenarios.load import load_scenario
 from sim.nats.cluster import catch_up
 from sim.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
-from sim.runtime.faults import FaultInjector
 
 VIOLATION = "Authorization Violation"
 RECONNECT_TIMEOUT = scaled(15.0)  # seconds for every worker to be back after nats-server restarts

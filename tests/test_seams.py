@@ -10,8 +10,8 @@ import pytest
 
 from clusters.k3d.stack import K3dBackend, K3dStack
 from clusters.local import LocalBackend, LocalStack
-from clusters.stack import Backend, Stack
-from sim.runtime.faults import Components, FaultTarget
+from clusters.stack import Backend, Components, Stack
+from scenarios.faults import FaultTarget
 
 
 def never_up(backend: Backend, name: str) -> Stack:

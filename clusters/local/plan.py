@@ -3,7 +3,7 @@
 One process per pod, per NATS server, per compute cluster hosting workers (its worker host), and one each
 for the resolver, the auth callout and the proxy. Phase one is the control plane: it binds its ports and
 reports them; phase two, the worker hosts, needs phase one's NATS addresses before it reports ready. A
-fault, a redeploy and `ncpsim status` name the processes as this plan does (sim.runtime.fault_args holds
+fault, a redeploy and `ncpsim status` name the processes as this plan does (scenarios.fault_args holds
 the same names for faults; tests/test_fault_args.py holds the two together).
 """
 

@@ -4,7 +4,7 @@ Process faults act on the backend's processes (SIGKILL a pod, restart it, scale 
 stop and start DNS); link faults go to <state>/faults.json, which every component reads (sim.runtime.links);
 `expire` swaps a Secret to a certificate whose validity ended yesterday; `pod-cert` makes a pod serve a
 certificate for the wrong name or from another CA. Every argument is checked against the stack's topology
-first (sim.runtime.fault_args): nothing is reported done that was not.
+first (scenarios.fault_args): nothing is reported done that was not.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from certs.profiles import PUBLIC, STACK, frontend_profile, grpc_profile, invocation_profile
-from sim.errors import ScenarioError
-from sim.model.parts import NATS_ROLE
-from sim.runtime.fault_args import (
+from clusters.stack import Components
+from scenarios.fault_args import (
     POD_CERTIFICATES,
     ClearLinks,
     Expire,
@@ -30,6 +29,8 @@ from sim.runtime.fault_args import (
     Scale,
     parse_fault,
 )
+from sim.errors import ScenarioError
+from sim.model.parts import NATS_ROLE
 from sim.runtime.links import LinkFault, load_links, save_links
 
 if TYPE_CHECKING:
@@ -76,15 +77,6 @@ def expire_certificate(store: CertStore, which: str, worker_domain: str) -> str:
         # What a user poking a warmed-up stack would otherwise take for the fault not working.
         said += "; workers' kept-alive connections keep their session, new handshakes fail"
     return said
-
-
-class Components(Protocol):
-    """Process control a backend offers fault steps (the local backend's processes; not k3d yet)."""
-
-    def running(self) -> dict[str, int]: ...
-    def kill(self, name: str) -> int: ...
-    def restart(self, *names: str) -> None: ...  # stopped, then started together
-    def stop(self, *names: str) -> None: ...  # together (NATS servers' lame ducks overlap)
 
 
 class FaultTarget(Protocol):
