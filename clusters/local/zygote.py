@@ -138,8 +138,13 @@ class Shared:
         """A zygote for the launch of `state_dir`, or None if the shared one cannot fork it (then the
         launch starts one of its own: slower, the same components; and later launches do too)."""
         title = " ".join([sys.executable, *command(state_dir, LAUNCH_ORDER)])
-        spec = {"title": title, "order": LAUNCH_ORDER, "env": dict(os.environ), "state": str(state_dir)}
-        spec["cwd"] = str(_folder(state_dir))
+        spec = {
+            "title": title,
+            "order": LAUNCH_ORDER,
+            "env": dict(os.environ),
+            "state": str(state_dir),
+            "cwd": str(_folder(state_dir)),
+        }
         ours, theirs = socket.socketpair()
         try:
             with self._lock:
