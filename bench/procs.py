@@ -88,6 +88,16 @@ def parents(pids: Iterable[int]) -> set[int]:
     return found
 
 
+def gone(pids: Iterable[int], timeout: float = STOP_GRACE) -> list[int]:
+    """Wait until none of `pids` is alive (children or not), at most `timeout`; those still alive."""
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return [proc.pid for proc in alive]
+
+
 def group_members(pgid: int) -> list[int]:
     """Live processes whose process group is `pgid` (a helper and the children it forked)."""
     return groups_members([pgid])[pgid]

@@ -39,6 +39,7 @@ from bench.callbacks import PEXEC, open_stream
 from bench.procs import (
     MemorySampler,
     cpu_seconds,
+    gone,
     groups_members,
     machine_used_bytes,
     parents,
@@ -221,6 +222,7 @@ def measure(
         held = _held(bench)
     # The cross-check least disturbed by the rest of the machine: what `down` gave back, within a second or
     # two, against the PSS sum just before it (the bench's own client is in neither).
+    gone(held.pop("pids"))  # their memory is back once they have exited, not when `down` returns
     held["freed_by_down_mib"] = round((held.pop("machine_used") - machine_used_bytes()) / 2**20, 1)
     result.update(held)
     result.update(
@@ -244,13 +246,15 @@ def measure(
     return result
 
 
-def _held(bench: BenchStack) -> dict[str, float]:
+def _held(bench: BenchStack) -> dict[str, Any]:
     """The stack's PSS sum and the machine's used memory at the end of the run, before `down`."""
-    shares = [pss_shares(pids) for pids in stack_processes(bench).values()]
+    processes = stack_processes(bench)
+    shares = [pss_shares(pids) for pids in processes.values()]
     return {
         "end_pss_mib": round(sum(total for total, _ in shares) / 2**20, 1),
         "end_pss_anon_mib": round(sum(anon for _, anon in shares) / 2**20, 1),
         "machine_used": machine_used_bytes(),
+        "pids": [pid for pids in processes.values() for pid in pids],
     }
 
 

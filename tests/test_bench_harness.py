@@ -262,8 +262,10 @@ def test_spawned_group_is_stopped_and_measured(tmp_path: Path) -> None:
     assert sampler.peak_pss_by_role == {"sleeper": sampler.peak_pss, "gone": 0}
     assert sampler.peak_machine >= sampler.peak_pss  # the machine holds the sleeper and everything else
     assert sampler.kernel_at_peak.get("PageTables", 0) > 0 or not Path("/proc/meminfo").exists()
+    assert procs.gone([proc.pid], timeout=0.05) == [proc.pid]  # still running
     procs.stop(proc)
     assert proc.returncode is not None and procs.group_members(proc.pid) == []
+    assert procs.gone([proc.pid]) == []
 
 
 def test_cpu_and_memory_of_processes_as_the_kernel_counts_them() -> None:
