@@ -148,7 +148,8 @@ def _scale_lines(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"- scale, memory the machine got back at `down`: {freed} MiB, against a PSS sum of "
             f"{scale.get('end_pss_mib')} MiB just before it, {scale.get('end_pss_anon_mib')} MiB of it "
-            "anonymous (the rest is code the page cache keeps)"
+            "anonymous (the rest is code the page cache keeps); the kernel's part of it (MiB): "
+            f"{scale.get('kernel_freed_by_down_mib')}"
         )
     return lines
 

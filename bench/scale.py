@@ -41,6 +41,7 @@ from bench.procs import (
     cpu_seconds,
     gone,
     groups_members,
+    kernel_bytes,
     machine_used_bytes,
     parents,
     pss_bytes,
@@ -197,12 +198,7 @@ def measure(
         up = time.perf_counter() - started
         before = _cpu_by_component(bench)
         # What the idle fleet holds (every worker signed in and pulling), against the peak under load.
-        idle = stack_processes(bench)
-        idle_memory = {
-            "up_rss_mib_by_role": _mib({k: rss_bytes(v) for k, v in idle.items()}),
-            "up_pss_mib_by_role": _mib({k: pss_bytes(v) for k, v in idle.items()}),
-            "up_machine_used_mib": round((machine_used_bytes() - machine_before) / 2**20, 1),
-        }
+        idle_memory = _idle(bench, machine_before)
         client_cpu = time.process_time()
         # The client runs on the components' event loop: it is the load, and competes with them for the cores.
         with (
@@ -220,11 +216,7 @@ def measure(
         result["processes"] = len(bench.pids())
         result.update(idle_memory)
         held = _held(bench)
-    # The cross-check least disturbed by the rest of the machine: what `down` gave back, within a second or
-    # two, against the PSS sum just before it (the bench's own client is in neither).
-    gone(held.pop("pids"))  # their memory is back once they have exited, not when `down` returns
-    held["freed_by_down_mib"] = round((held.pop("machine_used") - machine_used_bytes()) / 2**20, 1)
-    result.update(held)
+    result.update(_given_back(held))
     result.update(
         clusters=clusters,
         workers=per_cluster * clusters,
@@ -246,6 +238,29 @@ def measure(
     return result
 
 
+def _idle(bench: BenchStack, machine_before: int) -> dict[str, Any]:
+    idle = stack_processes(bench)
+    return {
+        "up_rss_mib_by_role": _mib({k: rss_bytes(v) for k, v in idle.items()}),
+        "up_pss_mib_by_role": _mib({k: pss_bytes(v) for k, v in idle.items()}),
+        "up_machine_used_mib": round((machine_used_bytes() - machine_before) / 2**20, 1),
+    }
+
+
+def _given_back(held: dict[str, Any]) -> dict[str, Any]:
+    """The cross-check least disturbed by the rest of the machine: what `down` gave back, within a second or
+    two, against the PSS sum just before it (the bench's own client is in neither), and the kernel's part
+    of it (the fleet's sockets and page tables, which no process's PSS holds)."""
+    gone(held["pids"])  # their memory is back once they have exited, not when `down` returns
+    freed, after = held["machine_used"] - machine_used_bytes(), kernel_bytes()
+    return {
+        "end_pss_mib": held["end_pss_mib"],
+        "end_pss_anon_mib": held["end_pss_anon_mib"],
+        "freed_by_down_mib": round(freed / 2**20, 1),
+        "kernel_freed_by_down_mib": _mib({k: v - after.get(k, 0) for k, v in held["kernel"].items()}),
+    }
+
+
 def _held(bench: BenchStack) -> dict[str, Any]:
     """The stack's PSS sum and the machine's used memory at the end of the run, before `down`."""
     processes = stack_processes(bench)
@@ -254,6 +269,7 @@ def _held(bench: BenchStack) -> dict[str, Any]:
         "end_pss_mib": round(sum(total for total, _ in shares) / 2**20, 1),
         "end_pss_anon_mib": round(sum(anon for _, anon in shares) / 2**20, 1),
         "machine_used": machine_used_bytes(),
+        "kernel": kernel_bytes(),
         "pids": [pid for pids in processes.values() for pid in pids],
     }
 

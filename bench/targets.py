@@ -149,6 +149,8 @@ def _scale_peak(r: dict[str, Any]) -> tuple[float, str]:
     RSS sum and the machine's delta; where the platform has no PSS, the RSS sum (it can only overstate)."""
     rss, pss, machine = r["peak_rss_mib"], r.get("peak_pss_mib"), r.get("peak_machine_used_mib")
     cross = f", machine +{machine:.0f}" if machine is not None else ""
+    if (freed := r.get("freed_by_down_mib")) is not None:
+        cross += f", down gave back {freed:.0f}"
     if not pss:
         return rss, f"peak RSS {rss:.0f} MiB (no PSS on this platform{cross})"
     return pss, f"peak PSS {pss:.0f} MiB (RSS sum {rss:.0f}{cross})"

@@ -92,6 +92,10 @@ SAMPLE = {
         "peak_pss_mib_by_role": {"nats": 80.0, "ncpsim-compute": 150.0, "supervisor": 20.0},
         "peak_machine_used_mib": 280.0,
         "kernel_mib_at_machine_peak": {"PageTables": 3.0, "SUnreclaim": 40.0},
+        "end_pss_mib": 240.0,
+        "end_pss_anon_mib": 230.0,
+        "freed_by_down_mib": 255.0,
+        "kernel_freed_by_down_mib": {"PageTables": 2.0, "SUnreclaim": 12.0},
     },
     "redelivery": {
         "invocations": 100,
@@ -151,7 +155,9 @@ def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
         in text
     )
     assert "peak PSS (MiB) by role at the peak (the verdict's figure): {'nats': 80.0," in text
-    assert "peak PSS 250 MiB (RSS sum 300, machine +280)" in text
+    assert "peak PSS 250 MiB (RSS sum 300, machine +280, down gave back 255)" in text
+    assert "got back at `down`: 255.0 MiB, against a PSS sum of 240.0 MiB just before it, 230.0 MiB" in text
+    assert "the kernel's part of it (MiB): {'PageTables': 2.0, 'SUnreclaim': 12.0}" in text
     assert "less before `up`: 280.0 MiB; the kernel's allocations then (MiB): {'PageTables': 3.0," in text
     # Each absolute time also in the run's units: the first HTTP callback (0.55 s) is 1.1 loops of 0.5 s.
     assert "0.55 s (0.50-0.60) = 1.1 loops, 27.5 starts" in text
