@@ -79,6 +79,25 @@ def groups_members(pgids: Iterable[int]) -> dict[int, list[int]]:
     return found
 
 
+def parents(pids: Iterable[int]) -> set[int]:
+    """The parents of the live processes among `pids`."""
+    found = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found.add(psutil.Process(pid).ppid())
+    return found
+
+
+def gone(pids: Iterable[int], timeout: float = STOP_GRACE) -> list[int]:
+    """Wait until none of `pids` is alive (children or not), at most `timeout`; those still alive."""
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return [proc.pid for proc in alive]
+
+
 def group_members(pgid: int) -> list[int]:
     """Live processes whose process group is `pgid` (a helper and the children it forked)."""
     return groups_members([pgid])[pgid]
@@ -105,24 +124,86 @@ def pss_bytes(pids: Iterable[int]) -> int:
     """Proportional set size: each page shared by n processes counts 1/n in each, so a sum over processes
     counts it once (RSS counts the pages forked processes share from their zygote in every one). Zero
     where the platform has no PSS (psutil reports it on Linux only)."""
-    return int(_each(pids, lambda proc: getattr(proc.memory_full_info(), "pss", 0)))
+    return pss_shares(pids)[0]
 
 
-class RssSampler:
-    """Samples the summed RSS of `groups()` (pids by role) on a thread: `peak` is the largest sum seen and
-    `peak_by_role` how that sample split among the roles (so the roles add up to the peak). Every
-    `pss_every`-th sample also reads the PSS sum (dearer: the kernel walks each process's pages), and
-    `peak_pss` is the largest of those."""
+def pss_shares(pids: Iterable[int]) -> tuple[int, int]:
+    """The PSS sum and its anonymous part (heap, stacks, what the forks wrote: Pss_Anon and Pss_Shmem of
+    /proc/PID/smaps_rollup). The rest is file pages (the programs' and libraries' code), which the page
+    cache keeps after the processes exit: a machine's delta across `up` and `down` sees only the anonymous
+    part. Where smaps_rollup cannot be read, psutil's PSS and no anonymous part."""
+    pss = anon = 0
+    for pid in pids:
+        if rollup := _rollup(pid):
+            pss += rollup.get("Pss", 0)
+            anon += rollup.get("Pss_Anon", 0) + rollup.get("Pss_Shmem", 0)
+        else:
+            pss += int(_each([pid], lambda proc: getattr(proc.memory_full_info(), "pss", 0)))
+    return pss, anon
+
+
+def _rollup(pid: int) -> dict[str, int]:
+    """/proc/PID/smaps_rollup in bytes (Linux 4.14+), empty where there is none or the process is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        if rest.strip().endswith("kB"):
+            found[name] = int(rest.split()[0]) * 1024
+    return found
+
+
+def machine_used_bytes() -> int:
+    """What the machine has given out: total less what the kernel says is available to a new program
+    (MemTotal - MemAvailable on Linux). Unlike a sum over processes it also holds the kernel's share
+    (page tables, socket buffers, unreclaimable slab) and every other process's, so a delta across a run
+    is the fleet's cost to the machine only when nothing else on it moved."""
+    memory = psutil.virtual_memory()
+    return int(memory.total - memory.available)
+
+
+KERNEL_FIELDS = ("PageTables", "SUnreclaim", "KernelStack", "Shmem")
+
+
+def kernel_bytes(meminfo: Path = Path("/proc/meminfo")) -> dict[str, int]:
+    """The kernel's own allocations that a machine delta holds and no process's PSS does (Linux; empty
+    elsewhere): what explains a gap between the two."""
+    try:
+        lines = meminfo.read_text().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        if name in KERNEL_FIELDS:
+            found[name] = int(rest.split()[0]) * 1024  # /proc/meminfo counts kB
+    return found
+
+
+class MemorySampler:
+    """Samples the memory of `groups()` (pids by role) on a thread, three ways. RSS sum every sample:
+    `peak` is the largest and `peak_by_role` how that sample split (the roles add up to the peak); it counts
+    every page the zygote's forks share once in each process. PSS sum every `pss_every`-th sample (dearer:
+    the kernel walks each process's pages): `peak_pss`, its split `peak_pss_by_role` and its anonymous part
+    `peak_pss_anon`, each page once. The
+    machine's used memory (`machine_used_bytes`) every sample: `peak_machine` is its largest, with the
+    kernel's allocations at that moment in `kernel_at_peak`."""
 
     def __init__(
         self, groups: Callable[[], Mapping[str, Iterable[int]]], interval: float = 0.2, pss_every: int = 5
     ):
         self.groups, self.interval, self.pss_every = groups, interval, pss_every
-        self.peak = self.peak_pss = 0
+        self.peak = self.peak_pss = self.peak_machine = 0
+        self.peak_pss_anon = 0  # the anonymous part of the peak PSS sample (pss_shares)
         self.peak_by_role: dict[str, int] = {}
+        self.peak_pss_by_role: dict[str, int] = {}
+        self.kernel_at_peak: dict[str, int] = {}
         self.samples = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -139,7 +220,12 @@ class RssSampler:
         if sum(by_role.values()) > self.peak:
             self.peak, self.peak_by_role = sum(by_role.values()), by_role
         if self.samples % self.pss_every == 0:
-            self.peak_pss = max(self.peak_pss, sum(pss_bytes(pids) for pids in groups.values()))
+            shares = {role: pss_shares(pids) for role, pids in groups.items()}
+            if (pss := sum(total for total, _ in shares.values())) > self.peak_pss:
+                self.peak_pss, self.peak_pss_anon = pss, sum(anon for _, anon in shares.values())
+                self.peak_pss_by_role = {role: total for role, (total, _) in shares.items()}
+        if (used := machine_used_bytes()) > self.peak_machine:
+            self.peak_machine, self.kernel_at_peak = used, kernel_bytes()
         self.samples += 1
 
     def _run(self) -> None:

@@ -63,10 +63,15 @@ unique name and is stopped at the end, as are nginx and dnsmasq. CPU times and m
   exchanges (new QUIC session + `POST /v1/proxy`) via the proxy vs straight to the pod.
 - **Scale**: `sim.model.topology.build` with the compute clusters and workers shown; the benchmark drives
   invocations (`NVCF-POLL-SECONDS: 60`) over bounded concurrent keep-alive lanes to the two pods; a
-  callback is lost when its invocation does not return 200 with its own body. Peak memory is the
-  largest sum of RSS of the stack's processes, sampled every 200 ms, and its split by role (the worker
-  hosts are `ncpsim-compute`); the RSS sum counts pages the forked components share once in each, so the
-  details also give the peak sum of PSS (each page once, sampled each second).
+  callback is lost when its invocation does not return 200 with its own body. Peak memory is judged on
+  the largest sum of PSS of the stack's processes (every component's process group and the stack's
+  supervisor, the zygote that forked them; sampled each second): each page shared among the forks counts
+  once, split among the processes that map it, so the sum is what the fleet takes from the machine. Also
+  shown: the largest sum of RSS (sampled every 200 ms), which counts every page the forked components
+  share from the zygote once in each of them, and the machine's used memory (MemTotal - MemAvailable) at
+  its largest less before `up`, which adds the kernel's share (page tables, socket buffers, slab), the
+  benchmark's own client and anything else the machine did meanwhile; each with its split by role (the
+  worker hosts are `ncpsim-compute`).
 - **DNS**: a UDP load generator (window of {window} queries in flight, bounded count and time) against
   the stack's resolver (compute-cluster view) and dnsmasq on the same machine with the same rewrite
   (`--address=/<workerDomain>/<proxy LB>`, `--local`, no upstream). Mix: {mix}.
@@ -116,20 +121,37 @@ def _calibration(results: dict[str, Any]) -> str:
 
 def _details(results: dict[str, Any]) -> str:
     lines = ["## Details", ""]
-    for section in (_startup_lines, _relay_lines, _dns_lines, _quic_lines):
+    for section in (_startup_lines, _relay_lines, _dns_lines, _quic_lines, _scale_lines):
         lines += section(results)
-    if cpu := (results.get("scale") or {}).get("cpu_seconds"):
+    errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and v.get("error")}
+    lines += [f"- **{name} failed**: {error}" for name, error in errors.items()]
+    return "\n".join(lines)
+
+
+def _scale_lines(results: dict[str, Any]) -> list[str]:
+    scale, lines = results.get("scale") or {}, []
+    if cpu := scale.get("cpu_seconds"):
         lines.append(f"- scale, CPU seconds by component during the callbacks: {cpu}")
-    scale = results.get("scale") or {}
+    if pss := scale.get("peak_pss_mib_by_role"):
+        lines.append(f"- scale, peak PSS (MiB) by role at the peak (the verdict's figure): {pss}")
     if memory := scale.get("peak_rss_mib_by_role"):
         lines.append(
             f"- scale, peak RSS (MiB) by role at the peak (ncpsim-compute: the worker hosts): {memory}"
         )
-    if pss := scale.get("peak_pss_mib"):
-        lines.append(f"- scale, peak PSS (shared pages counted once, sampled each second): {pss} MiB")
-    errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and v.get("error")}
-    lines += [f"- **{name} failed**: {error}" for name, error in errors.items()]
-    return "\n".join(lines)
+    if (machine := scale.get("peak_machine_used_mib")) is not None:
+        kernel = scale.get("kernel_mib_at_machine_peak") or "not read"
+        lines.append(
+            f"- scale, the machine's used memory at its peak less before `up`: {machine} MiB; the kernel's "
+            f"allocations then (MiB): {kernel}"
+        )
+    if (freed := scale.get("freed_by_down_mib")) is not None:
+        lines.append(
+            f"- scale, memory the machine got back at `down`: {freed} MiB, against a PSS sum of "
+            f"{scale.get('end_pss_mib')} MiB just before it, {scale.get('end_pss_anon_mib')} MiB of it "
+            "anonymous (the rest is code the page cache keeps); the kernel's part of it (MiB): "
+            f"{scale.get('kernel_freed_by_down_mib')}"
+        )
+    return lines
 
 
 def _startup_lines(results: dict[str, Any]) -> list[str]:

@@ -7,11 +7,16 @@ and wait for the answer. A callback is lost when its invocation does not come ba
 body. Workers do everything else as in any scenario: NATS (JetStream pull, ack), GET and POST through the
 proxy on the connections each keeps alive (a DNS lookup and a TLS handshake when it has none idle).
 
-Peak memory is the largest sum of the stack's processes' RSS (each component's whole process group, so
-nats-server beside its supervisor counts), sampled with psutil every 200 ms; by role is how that sample
-splits (ncpsim-compute: the worker hosts, one per compute cluster), and the idle fleet's RSS by role is
-read once after up. The RSS sum counts the pages the components share from the zygote that forked them
-once in every process; the peak PSS (sampled each second) counts each page once.
+Memory is read three ways, sampled with psutil every 200 ms over the stack's processes (each component's
+whole process group, so nats-server beside its NATS supervisor counts, and the stack's supervisor, the
+launch's zygote that forked them): the sum of PSS (each page shared among the forks counted once, split
+among the processes that map it; read each second), the sum of RSS (a shared page counted in every process
+that maps it), and the machine's used memory (MemTotal - MemAvailable) less what it was before `up`. The
+verdict is on the peak PSS: it is what the fleet takes from the machine. The RSS sum overstates it by the
+zygote's preloaded pages once per component; the machine's delta adds the kernel's share of the fleet
+(page tables, socket buffers), the benchmark's own client and whatever else the machine was doing, so it
+is a cross-check, shown with the kernel's allocations at its peak. By role is how each peak sample splits
+(ncpsim-compute: the worker hosts, one per compute cluster); the idle fleet's is read once after up.
 """
 
 from __future__ import annotations
@@ -31,13 +36,25 @@ from typing import Any
 import h11
 
 from bench.callbacks import PEXEC, open_stream
-from bench.procs import RssSampler, cpu_seconds, groups_members, rss_bytes
+from bench.procs import (
+    MemorySampler,
+    cpu_seconds,
+    gone,
+    groups_members,
+    kernel_bytes,
+    machine_used_bytes,
+    parents,
+    pss_bytes,
+    pss_shares,
+    rss_bytes,
+)
 from bench.stacks import BenchStack, running, topology, unique_name
 from sim.model.events import CALLBACK_RESULT
 from sim.protocols.http1 import H11Stream, exchange
 from sim.runtime.run import event_loop, loop_factory
 
 POLL_SECONDS = 60
+SUPERVISOR = "supervisor"  # the role of the stack's zygote in the memory figures
 CALL_TIMEOUT = POLL_SECONDS + 5.0
 
 
@@ -140,12 +157,15 @@ def settled_results(state_dir: Path, expected: int, timeout: float = 5.0) -> dic
 
 
 def stack_processes(bench: BenchStack) -> dict[str, list[int]]:
-    """Every process of the stack's components' process groups by role, in one pass over the process table."""
+    """Every process of the stack's components' process groups by role, in one pass over the process table,
+    and the stack's supervisor (the launch's zygote, their parent): it holds the preloaded pages its forks
+    share, so without it a PSS sum would leave out its share of them."""
     running = bench.stack.launcher.running()
     members = groups_members(running.values())
     found: dict[str, list[int]] = {role(name): [] for name in running}
     for name, pgid in running.items():
         found[role(name)].extend(members[pgid])
+    found[SUPERVISOR] = sorted(parents(running.values()) - {os.getpid(), 1})
     return found
 
 
@@ -172,16 +192,17 @@ def measure(
 ) -> dict[str, Any]:
     per_cluster = workers // clusters
     topo = topology(unique_name("scale"), invocation=2, clusters=clusters, workers_per_cluster=per_cluster)
+    machine_before = machine_used_bytes()  # the machine before `up`: the fleet's cost is the delta
     started = time.perf_counter()
     with running(root, topo) as bench:
         up = time.perf_counter() - started
         before = _cpu_by_component(bench)
         # What the idle fleet holds (every worker signed in and pulling), against the peak under load.
-        idle_rss = {k: round(rss_bytes(v) / 2**20, 1) for k, v in sorted(stack_processes(bench).items())}
+        idle_memory = _idle(bench, machine_before)
         client_cpu = time.process_time()
         # The client runs on the components' event loop: it is the load, and competes with them for the cores.
         with (
-            RssSampler(lambda: stack_processes(bench)) as memory,
+            MemorySampler(lambda: stack_processes(bench)) as memory,
             asyncio.Runner(loop_factory=loop_factory(os.environ.get("NCPSIM_EVENT_LOOP"))) as loop,
         ):
             result = loop.run(drive(bench, callbacks, concurrency, deadline))
@@ -193,7 +214,9 @@ def measure(
         result["up_cpu_seconds_by_role"] = by_role(before)  # start-up: every worker's sign-in
         result["worker_results"] = settled_results(bench.state_dir, result["callbacks"])
         result["processes"] = len(bench.pids())
-        result["up_rss_mib_by_role"] = idle_rss
+        result.update(idle_memory)
+        held = _held(bench)
+    result.update(_given_back(held))
     result.update(
         clusters=clusters,
         workers=per_cluster * clusters,
@@ -201,14 +224,58 @@ def measure(
         up_seconds=round(up, 2),
         wall_seconds=round(up + result["seconds"], 2),
         peak_rss_mib=round(memory.peak / 2**20, 1),
-        peak_rss_mib_by_role={k: round(v / 2**20, 1) for k, v in sorted(memory.peak_by_role.items())},
+        peak_rss_mib_by_role=_mib(memory.peak_by_role),
         peak_pss_mib=round(memory.peak_pss / 2**20, 1),
-        rss_samples=memory.samples,
+        peak_pss_mib_by_role=_mib(memory.peak_pss_by_role),
+        peak_pss_anon_mib=round(memory.peak_pss_anon / 2**20, 1),
+        peak_machine_used_mib=round((memory.peak_machine - machine_before) / 2**20, 1),
+        kernel_mib_at_machine_peak=_mib(memory.kernel_at_peak),
+        memory_samples=memory.samples,
         client_rss_mib=round(rss_bytes([os.getpid()]) / 2**20, 1),
         client_cpu_seconds=round(client_cpu, 1),
         event_loop=event_loop(os.environ.get("NCPSIM_EVENT_LOOP")),
     )
     return result
+
+
+def _idle(bench: BenchStack, machine_before: int) -> dict[str, Any]:
+    idle = stack_processes(bench)
+    return {
+        "up_rss_mib_by_role": _mib({k: rss_bytes(v) for k, v in idle.items()}),
+        "up_pss_mib_by_role": _mib({k: pss_bytes(v) for k, v in idle.items()}),
+        "up_machine_used_mib": round((machine_used_bytes() - machine_before) / 2**20, 1),
+    }
+
+
+def _given_back(held: dict[str, Any]) -> dict[str, Any]:
+    """The cross-check least disturbed by the rest of the machine: what `down` gave back, within a second or
+    two, against the PSS sum just before it (the bench's own client is in neither), and the kernel's part
+    of it (the fleet's sockets and page tables, which no process's PSS holds)."""
+    gone(held["pids"])  # their memory is back once they have exited, not when `down` returns
+    freed, after = held["machine_used"] - machine_used_bytes(), kernel_bytes()
+    return {
+        "end_pss_mib": held["end_pss_mib"],
+        "end_pss_anon_mib": held["end_pss_anon_mib"],
+        "freed_by_down_mib": round(freed / 2**20, 1),
+        "kernel_freed_by_down_mib": _mib({k: v - after.get(k, 0) for k, v in held["kernel"].items()}),
+    }
+
+
+def _held(bench: BenchStack) -> dict[str, Any]:
+    """The stack's PSS sum and the machine's used memory at the end of the run, before `down`."""
+    processes = stack_processes(bench)
+    shares = [pss_shares(pids) for pids in processes.values()]
+    return {
+        "end_pss_mib": round(sum(total for total, _ in shares) / 2**20, 1),
+        "end_pss_anon_mib": round(sum(anon for _, anon in shares) / 2**20, 1),
+        "machine_used": machine_used_bytes(),
+        "kernel": kernel_bytes(),
+        "pids": [pid for pids in processes.values() for pid in pids],
+    }
+
+
+def _mib(by_name: dict[str, int]) -> dict[str, float]:
+    return {k: round(v / 2**20, 1) for k, v in sorted(by_name.items())}
 
 
 def main() -> None:

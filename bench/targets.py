@@ -144,26 +144,34 @@ def _quic_row(results: dict[str, Any]) -> Row:
 SCALE_TARGET = "0 lost, <= 300 s, <= 2 GiB"
 
 
+def _scale_peak(r: dict[str, Any]) -> tuple[float, str]:
+    """The peak the verdict is on, and how it reads: PSS (what the fleet takes from the machine) beside the
+    RSS sum and the machine's delta; where the platform has no PSS, the RSS sum (it can only overstate)."""
+    rss, pss, machine = r["peak_rss_mib"], r.get("peak_pss_mib"), r.get("peak_machine_used_mib")
+    cross = f", machine +{machine:.0f}" if machine is not None else ""
+    if (freed := r.get("freed_by_down_mib")) is not None:
+        cross += f", down gave back {freed:.0f}"
+    if not pss:
+        return rss, f"peak RSS {rss:.0f} MiB (no PSS on this platform{cross})"
+    return pss, f"peak PSS {pss:.0f} MiB (RSS sum {rss:.0f}{cross})"
+
+
 def _scale_row(results: dict[str, Any]) -> Row:
+    figure = "scale: lost, wall time (up + callbacks), peak memory of the stack"
     r = _get(results, "scale")
     if not r or "lost" not in r:
-        return Row("scale: lost, wall time, peak RSS", SCALE_TARGET, "not measured", None)
+        return Row(figure, SCALE_TARGET, "not measured", None)
     done = f"{r['callbacks']}/{r['requested']} callbacks" + (
         " (deadline hit)" if r.get("deadline_hit") else ""
     )
+    peak, peak_text = _scale_peak(r)
     measured = (
         f"{r['clusters']} clusters, {r['workers']} workers, {done}: {r['lost']} lost, "
         f"{r['wall_seconds']:.1f} s{_in_units(results, r['wall_seconds'])} ({r['up_seconds']:.1f} s up + "
-        f"{r['seconds']:.1f} s callbacks), "
-        f"peak {r['peak_rss_mib']:.0f} MiB"
+        f"{r['seconds']:.1f} s callbacks), {peak_text}"
     )
-    met = (
-        r["lost"] == 0
-        and r["callbacks"] == r["requested"]
-        and r["wall_seconds"] <= 300
-        and r["peak_rss_mib"] <= 2048
-    )
-    return Row("scale: lost, wall time (up + callbacks), peak RSS of the stack", SCALE_TARGET, measured, met)
+    met = r["lost"] == 0 and r["callbacks"] == r["requested"] and r["wall_seconds"] <= 300 and peak <= 2048
+    return Row(figure, SCALE_TARGET, measured, met)
 
 
 def _redelivery_row(results: dict[str, Any]) -> Row:

@@ -89,6 +89,13 @@ SAMPLE = {
         "peak_rss_mib": 300.0,
         "peak_rss_mib_by_role": {"nats": 100.0, "ncpsim-compute": 200.0},
         "peak_pss_mib": 250.0,
+        "peak_pss_mib_by_role": {"nats": 80.0, "ncpsim-compute": 150.0, "supervisor": 20.0},
+        "peak_machine_used_mib": 280.0,
+        "kernel_mib_at_machine_peak": {"PageTables": 3.0, "SUnreclaim": 40.0},
+        "end_pss_mib": 240.0,
+        "end_pss_anon_mib": 230.0,
+        "freed_by_down_mib": 255.0,
+        "kernel_freed_by_down_mib": {"PageTables": 2.0, "SUnreclaim": 12.0},
     },
     "redelivery": {
         "invocations": 100,
@@ -115,6 +122,27 @@ def test_judge_marks_each_target() -> None:
     assert verdicts["DNS queries/s, resolver / dnsmasq"] is None  # the section failed: not measured
 
 
+def test_scale_verdict_is_on_pss_and_on_rss_only_without_it() -> None:
+    """The peak judged is the PSS sum; the RSS sum (which counts the zygote's shared pages once per
+    component) only where the platform reads no PSS, since it can only overstate."""
+
+    def scale_met(**memory: float) -> bool | None:
+        results = {"scale": {**SAMPLE["scale"], **memory}}
+        return next(row.met for row in judge(results) if row.figure.startswith("scale:"))
+
+    assert scale_met(peak_rss_mib=2300.0, peak_pss_mib=1900.0) is True
+    assert scale_met(peak_rss_mib=2300.0, peak_pss_mib=2100.0) is False
+    assert scale_met(peak_rss_mib=2300.0, peak_pss_mib=0.0) is False  # no PSS read: the RSS sum is judged
+    assert scale_met(peak_rss_mib=1900.0, peak_pss_mib=0.0) is True
+
+
+def test_kernel_allocations_read_from_meminfo(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  1000 kB\nPageTables:    8 kB\nSUnreclaim:  2 kB\nShmem: 0 kB\n")
+    assert procs.kernel_bytes(meminfo) == {"PageTables": 8192, "SUnreclaim": 2048, "Shmem": 0}
+    assert procs.kernel_bytes(tmp_path / "absent") == {}
+
+
 def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
     report.write(dict(SAMPLE), tmp_path, "ncpsim bench --quick")
     written = json.loads((tmp_path / "benchmarks.json").read_text())
@@ -126,7 +154,11 @@ def test_report_writes_json_and_markdown(tmp_path: Path) -> None:
         "by role at the peak (ncpsim-compute: the worker hosts): {'nats': 100.0, 'ncpsim-compute': 200.0}"
         in text
     )
-    assert "peak PSS (shared pages counted once, sampled each second): 250.0 MiB" in text
+    assert "peak PSS (MiB) by role at the peak (the verdict's figure): {'nats': 80.0," in text
+    assert "peak PSS 250 MiB (RSS sum 300, machine +280, down gave back 255)" in text
+    assert "got back at `down`: 255.0 MiB, against a PSS sum of 240.0 MiB just before it, 230.0 MiB" in text
+    assert "the kernel's part of it (MiB): {'PageTables': 2.0, 'SUnreclaim': 12.0}" in text
+    assert "less before `up`: 280.0 MiB; the kernel's allocations then (MiB): {'PageTables': 3.0," in text
     # Each absolute time also in the run's units: the first HTTP callback (0.55 s) is 1.1 loops of 0.5 s.
     assert "0.55 s (0.50-0.60) = 1.1 loops, 27.5 starts" in text
     assert "| catalogue replay | 30 s | 60 | 1500 |" in text
@@ -228,13 +260,18 @@ def test_spawned_group_is_stopped_and_measured(tmp_path: Path) -> None:
     proc = procs.spawn([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log")
     assert procs.group_members(proc.pid) == [proc.pid]
     assert procs.rss_bytes([proc.pid]) > 0
-    with procs.RssSampler(lambda: {"sleeper": [proc.pid], "gone": []}, interval=0.01) as sampler:
+    with procs.MemorySampler(lambda: {"sleeper": [proc.pid], "gone": []}, interval=0.01) as sampler:
         pass
     assert sampler.samples >= 1 and sampler.peak > 0
     assert sampler.peak_by_role == {"sleeper": sampler.peak, "gone": 0}  # the roles add up to the peak
     assert 0 < sampler.peak_pss <= sampler.peak  # the first sample reads PSS too; a page counts once at most
+    assert sampler.peak_pss_by_role == {"sleeper": sampler.peak_pss, "gone": 0}
+    assert sampler.peak_machine >= sampler.peak_pss  # the machine holds the sleeper and everything else
+    assert sampler.kernel_at_peak.get("PageTables", 0) > 0 or not Path("/proc/meminfo").exists()
+    assert procs.gone([proc.pid], timeout=0.05) == [proc.pid]  # still running
     procs.stop(proc)
     assert proc.returncode is not None and procs.group_members(proc.pid) == []
+    assert procs.gone([proc.pid]) == []
 
 
 def test_cpu_and_memory_of_processes_as_the_kernel_counts_them() -> None:
