@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import REPO, ncpsim, ncpsim_process
+from cli_support import REPO, ncpsim
 from stack_records import stack_processes
 from timeouts import COMMAND
 
@@ -82,14 +82,14 @@ def test_idle_stack_poked_as_a_user_would(home: Path) -> None:
     assert during.returncode == 1, during.stdout + during.stderr
     assert "2/4 calls succeeded" in during.stdout and "FAILED" in during.stdout
 
-    restart = ncpsim_process("fault", "restart", "invocation-service-0", home=home)  # outlives the command
+    restart = ncpsim("fault", "restart", "invocation-service-0", home=home)  # the supervisor forks it
     assert restart.returncode == 0, restart.stdout + restart.stderr
 
     after = ncpsim("call", "http-echo", "--count", "4", "--json", home=home)
     assert after.returncode == 0, after.stdout + after.stderr
     assert [c["outcome"] for c in calls(after)] == ["success"] * 4
 
-    changed = ncpsim_process(
+    changed = ncpsim(
         "set", "workerCallbackProxy.invocation.connect.enabled=true", "--redeploy", "proxy", home=home
     )
     assert changed.returncode == 0, changed.stdout + changed.stderr
