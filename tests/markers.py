@@ -156,11 +156,11 @@ MODULES: dict[str, frozenset[str] | None] = {
     "test_replay_parallel.py": ALL,
     "test_report_failing.py": ALL,
     "test_rotation.py": ALL,
-    "test_runbook_nats.py": frozenset({"test_log_sampling_runs"}),
     "test_runbook_registry.py": frozenset(
         {
             "test_catalogue_scenarios_pass_through_the_replay_engine",
             "test_every_runbook_right_passes_and_wrong_names_mistake_and_fix",
+            "test_log_sampling_logs_every_sign_in_only_once_sampling_is_off",
         }
     ),
     "test_runbook_values.py": frozenset({"test_ncpsim_replay_with_f_shows_it"}),
