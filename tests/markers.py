@@ -52,6 +52,7 @@ MODULES: dict[str, frozenset[str] | None] = {
             "test_junit_has_one_testcase_per_scenario",
             "test_reports_say_what_was_assumed",
             "test_stacks_are_stopped_and_reports_kept",
+            "test_two_at_a_time_each_on_its_own_stack_reported_in_catalogue_order",
             "test_whole_catalogue_within_budget",
         }
     ),
@@ -153,7 +154,6 @@ MODULES: dict[str, frozenset[str] | None] = {
     ),
     "test_proxy_listener.py": ALL,
     "test_replay_interrupt.py": ALL,
-    "test_replay_parallel.py": ALL,
     "test_report_failing.py": ALL,
     "test_rotation.py": ALL,
     "test_runbook_registry.py": frozenset(
