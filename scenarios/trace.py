@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -73,7 +73,9 @@ class CallTrace:
         return "holder" if pods == {self.pod} else "other"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The trace's fields, for a JSON document: not deep-copied as dataclasses.asdict would (a report
+        serializes every trace of a replay at once, and nothing mutates what it is handed)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def join(trace: CallTrace, events: list[Event], access: list[dict[str, str]]) -> CallTrace:

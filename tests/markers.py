@@ -52,6 +52,7 @@ MODULES: dict[str, frozenset[str] | None] = {
             "test_junit_has_one_testcase_per_scenario",
             "test_reports_say_what_was_assumed",
             "test_stacks_are_stopped_and_reports_kept",
+            "test_two_at_a_time_each_on_its_own_stack_reported_in_catalogue_order",
             "test_whole_catalogue_within_budget",
         }
     ),
@@ -153,14 +154,13 @@ MODULES: dict[str, frozenset[str] | None] = {
     ),
     "test_proxy_listener.py": ALL,
     "test_replay_interrupt.py": ALL,
-    "test_replay_parallel.py": ALL,
     "test_report_failing.py": ALL,
     "test_rotation.py": ALL,
-    "test_runbook_nats.py": frozenset({"test_log_sampling_runs"}),
     "test_runbook_registry.py": frozenset(
         {
             "test_catalogue_scenarios_pass_through_the_replay_engine",
             "test_every_runbook_right_passes_and_wrong_names_mistake_and_fix",
+            "test_log_sampling_logs_every_sign_in_only_once_sampling_is_off",
         }
     ),
     "test_runbook_values.py": frozenset({"test_ncpsim_replay_with_f_shows_it"}),

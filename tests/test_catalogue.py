@@ -37,6 +37,7 @@ def is_runbook(name: str) -> bool:
 REPLAYED_ELSEWHERE = {
     "nats-rolling-restart": "test_nats_cluster.py",
     "nats-quorum-lost": "test_nats_cluster.py",
+    "proxy-access-log": "test_log_expect.py",  # beside its negative control (a changed bound fails)
     **{n: RUNBOOK_REGISTRY for n in CATALOGUED if is_runbook(n) and n not in RUNBOOKS_KEPT},
 }
 NAMES = [name for name in CATALOGUED if name not in REPLAYED_ELSEWHERE]
@@ -93,8 +94,12 @@ def test_replayed_elsewhere_is_replayed_there(name: str, module: str) -> None:
     there = (REPO / "tests" / module).read_text()
     if module == RUNBOOK_REGISTRY:  # it replays every catalogue file that names a runbook
         assert is_runbook(name) and '"runbook:" in p.read_text()' in there
-    else:
-        assert f'parametrize("scenario", ["{name}"])' in there  # its module fixture replays what tests name
+    else:  # its module fixture replays what tests name, or a test replays the catalogue's file itself
+        replays = (
+            f'parametrize("scenario", ["{name}"])',
+            f'REPO / "scenarios" / "catalogue" / "{name}.yaml")',
+        )
+        assert any(replay in there for replay in replays), name
 
 
 def test_whole_catalogue_within_budget(run: Run) -> None:
@@ -119,6 +124,21 @@ def test_stacks_are_stopped_and_reports_kept(run: Run) -> None:
         assert not Launcher(folder).running(), f"{name}: processes left running"
         for kind in ("html", "mermaid", "json"):
             assert Path(result.artifacts[kind]).is_file(), (name, kind)
+
+
+def test_two_at_a_time_each_on_its_own_stack_reported_in_catalogue_order(run: Run) -> None:
+    """`ncpsim replay --jobs 2`: the stacks side by side, each with its own bindings, none left running
+    (test_stacks_are_stopped_and_reports_kept), and the reports printed in the order given, not the order
+    the replays ended in."""
+    assert list(run.results) == NAMES
+    reported = [
+        line.split()[1].rstrip(":") for line in run.text.splitlines() if line.startswith(("PASS ", "FAIL "))
+    ]
+    assert reported == NAMES
+    assert f"{len(NAMES)}/{len(NAMES)} scenarios passed" in run.text and "(2 at a time)" in run.text
+    stacked = [r for r in run.results.values() if not (r.scenario.stackless or r.scenario.expect_error)]
+    netmaps = [netmap.read_text() for netmap in run.root.glob("*/netmap.json")]
+    assert len(netmaps) == len(stacked) and len(set(netmaps)) == len(netmaps)  # each stack its own ports
 
 
 def test_invoke_scenarios_lists_every_file_with_a_summary() -> None:

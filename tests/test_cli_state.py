@@ -2,9 +2,9 @@
 status that shows the state, logs -f and events, render -f, replay's one JSON document.
 
 One stack serves the module, brought up by `ncpsim up` from a folder outside the repository with a customer's
-file and a `--set`; each test acts on it as a user would, in-process but for what needs a process of its own
-(a redeploy's new proxy outlives the command, `logs -f` ends on Ctrl-C, concurrent `set`s). The
-teardown stops it and fails if anything is left running.
+file and a `--set`; each test acts on it as a user would, in-process (a restart or a redeploy too: the stack's
+supervisor forks the new component, so it is nobody's child here) but for what needs a process of its own
+(`logs -f` ends on Ctrl-C, concurrent `set`s). The teardown stops it and fails if anything is left running.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from cli_support import NCPSIM, ncpsim, ncpsim_process
+from cli_support import NCPSIM, ncpsim
 from stack_records import Records, stack_processes
 from timeouts import COMMAND, RECORD
 
@@ -35,10 +35,6 @@ class Cli:
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
         return ncpsim(*args, home=self.home, cwd=self.here)
-
-    def process(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """For a command that leaves processes running (up, a redeploy): the console script, as a user runs it."""
-        return ncpsim_process(*args, home=self.home, cwd=self.here)
 
     def json(self, *args: str) -> object:
         done = self(*args)
@@ -66,13 +62,13 @@ def test_values_name_each_origin_and_unset_restores_the_default(cli: Cli) -> Non
     assert shown["workerCallbackProxy.workerDomain"]["from"] == "customer.yaml:3"
     assert shown[CONNECT] == {"key": CONNECT, "value": True, "from": f"--set {CONNECT}=true"}
     assert "nats.workerAuth" not in shown  # a default is not a value anyone set
-    assert cli.process("set", "nats.workerAuth=token", "--unset", CONNECT).returncode == 0  # restarts NATS
+    assert cli("set", "nats.workerAuth=token", "--unset", CONNECT).returncode == 0  # restarts NATS
     shown = {v["key"]: v for v in cli.json("values", "--json")}  # type: ignore[union-attr]
     assert shown["nats.workerAuth"]["from"].startswith("ncpsim set nats.workerAuth=token")
     assert not any(key.startswith("workerCallbackProxy.invocation.connect") for key in shown)
     everything = {v["key"]: v for v in cli.json("values", "--all", "--json")}  # type: ignore[union-attr]
     assert everything["adminIssuerProxy.enabled"]["from"] == "default"
-    assert cli.process("set", "--unset", "nats.workerAuth").returncode == 0
+    assert cli("set", "--unset", "nats.workerAuth").returncode == 0
 
 
 def test_status_shows_faults_values_processes_and_the_frontend(cli: Cli) -> None:
@@ -116,12 +112,12 @@ def test_a_rollout_without_its_secret_is_refused_and_set_secret_brings_it(cli: C
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
     assert cli("call", "http-echo").returncode == 0  # the running proxy keeps serving
     assert cli.json("status", "--json")["frontend"]["issuer"] == "stack"  # type: ignore[index]
-    switched = cli.process("set", change, "--secret", f"acme-tls={folder}", "--redeploy", "proxy")
+    switched = cli("set", change, "--secret", f"acme-tls={folder}", "--redeploy", "proxy")
     assert switched.returncode == 0, switched.stdout + switched.stderr
     frontend = cli.json("status", "--json")["frontend"]  # type: ignore[index]
     assert frontend["secret"] == "acme-tls" and frontend["issuer"] != "stack"  # the customer's CA
     assert (
-        cli.process(
+        cli(
             "set", "--unset", "workerCallbackProxy.tls.frontend.existingSecret", "--redeploy", "proxy"
         ).returncode
         == 0

@@ -8,6 +8,8 @@ steps each command writes, and the command-line words invoke is given (`invoke` 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -16,12 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import REPO, ncpsim, ncpsim_process
+from cli_support import REPO, ncpsim
+from invoke import Program
 from stack_records import stack_processes
 from timeouts import COMMAND
 
 from scenarios.devenv import call_step, fault_step, rotate_step, set_step, stack_flag, unknown_key_warnings
 from sim.errors import ConfigError
+from tasks import cli
 
 INVOKE = str(Path(sys.executable).parent / "invoke")
 # For the stacks that only serve other tasks: one NATS server, as the catalogue's scenarios not about the NATS
@@ -82,14 +86,14 @@ def test_idle_stack_poked_as_a_user_would(home: Path) -> None:
     assert during.returncode == 1, during.stdout + during.stderr
     assert "2/4 calls succeeded" in during.stdout and "FAILED" in during.stdout
 
-    restart = ncpsim_process("fault", "restart", "invocation-service-0", home=home)  # outlives the command
+    restart = ncpsim("fault", "restart", "invocation-service-0", home=home)  # the supervisor forks it
     assert restart.returncode == 0, restart.stdout + restart.stderr
 
     after = ncpsim("call", "http-echo", "--count", "4", "--json", home=home)
     assert after.returncode == 0, after.stdout + after.stderr
     assert [c["outcome"] for c in calls(after)] == ["success"] * 4
 
-    changed = ncpsim_process(
+    changed = ncpsim(
         "set", "workerCallbackProxy.invocation.connect.enabled=true", "--redeploy", "proxy", home=home
     )
     assert changed.returncode == 0, changed.stdout + changed.stderr
@@ -257,8 +261,12 @@ def test_stack_flag_only_for_other_stacks() -> None:
         (["fault", "clear-links"], "{'action': 'clear-links', 'target': None}"),
     ],
 )
-def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str) -> None:
-    """invoke itself has no optional positional arguments; tasks.py gives them from the words present."""
+def test_optional_positional_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], parsed: str
+) -> None:
+    """invoke itself has no optional positional arguments; tasks.py gives them from the words present. Run
+    by invoke's own Program in this process, the probe loaded as `invoke -c` loads it, the words read from
+    sys.argv as the `invoke` console script's are."""
     probe = tmp_path / "probe_tasks.py"
     probe.write_text(
         "import sys\n"
@@ -274,16 +282,17 @@ def test_optional_positional_words(tmp_path: Path, argv: list[str], parsed: str)
         "def fault(c, action=None, target=None):\n"
         "    print({'action': action, 'target': target})\n"
     )
-    done = subprocess.run(
-        [INVOKE, "-c", "probe_tasks", *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == parsed
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader puts the probe's folder first
+    monkeypatch.setattr(sys, "argv", [INVOKE, "-c", "probe_tasks", *argv])
+    monkeypatch.setattr(cli, "_command_line", None)  # as in a process of its own: no ncpsim run named one
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            Program().run(sys.argv, exit=False)  # a parse error is printed to stderr, and nothing runs
+    finally:
+        sys.modules.pop("probe_tasks", None)
+    assert out.getvalue().strip() == parsed, err.getvalue()
 
 
 # -- the command line's rough edges (issue 15) -----------------------------------------------------------

@@ -1,7 +1,7 @@
 """Every command `ncpsim up` prints under "Try it:" works when pasted into a shell (issues 15 and 29).
 
 Each stack is brought up by `ncpsim up` from a folder outside the repository with NCPSIM_HOME set: the default
-stack's and one that redeploys by a real process, the others in-process (tests/cli_support.py, its sys.argv
+stack's by a real process, the others in-process (tests/cli_support.py, its sys.argv
 the console script's, so they print the same program); each printed command runs as printed, through `bash -c`, in the same folder
 but in a shell where NCPSIM_HOME is not set (a command pasted elsewhere must still find the stack), with
 nothing substituted.
@@ -148,10 +148,8 @@ def test_public_frontend_commands_trust_the_public_ca(shell_env: dict[str, str])
             )
         )
 
-    # a process: the scenario's redeploy leaves a new proxy that outlives the command
-    commands = up_and_paste(
-        shell_env, "public-frontend-cert", before_down=with_the_stack_ca, run=ncpsim_process
-    )
+    # in-process, the scenario's redeploy too: the stack's supervisor forks the new proxy
+    commands = up_and_paste(shell_env, "public-frontend-cert", before_down=with_the_stack_ca)
     openssl = next(c for c in commands if c.startswith("openssl"))
     assert "/certs/ca/public/ca.crt" in openssl
     assert wrong and wrong[0].returncode != 0

@@ -1,33 +1,12 @@
-"""`ncpsim replay --jobs N`: stacks side by side, each isolated, reports in catalogue order, none left."""
+"""`ncpsim replay --jobs N`'s argument. The replays themselves, side by side, each isolated, reported in the
+order given, none left running: test_catalogue, whose module fixture replays the catalogue two at a time."""
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
-
 import pytest
 
-from clusters.local.launcher import Launcher
-from scenarios.load import load_scenario
-from scenarios.replay import jobs_arg, replay_all
+from scenarios.replay import jobs_arg
 from sim.errors import ConfigError
-
-NAMES = ["http-callback", "grpc-callback", "wrong-path"]
-
-
-def test_parallel_replays_pass_in_order_and_leave_nothing_running(tmp_path: Path) -> None:
-    out = io.StringIO()
-    results, _ = replay_all([load_scenario(n) for n in NAMES], root=tmp_path, out=out, jobs=2)
-    assert [r.scenario.name for r in results] == NAMES
-    assert all(r.ok for r in results), [r.failures for r in results]
-    text = out.getvalue()
-    assert [text.index(f"PASS {n}") for n in NAMES] == sorted(text.index(f"PASS {n}") for n in NAMES)
-    assert "3/3 scenarios passed" in text and "(2 at a time)" in text
-    ports = set()
-    for folder in tmp_path.iterdir():
-        assert Launcher(folder).running() == {}, folder
-        ports.add((folder / "netmap.json").read_text())
-    assert len(ports) == len(NAMES)  # each stack had its own bindings
 
 
 @pytest.mark.parametrize(("given", "jobs"), [(None, 1), ("1", 1), ("3", 3), (2, 2)])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_support import ncpsim, ncpsim_process
+from cli_support import ncpsim
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 HEADER_FILL = (0xEE, 0xF2, 0xF7)  # scenarios.sequence_html: the lane headers' fill
@@ -64,9 +64,10 @@ def failed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Failed]:
     env = {**os.environ, "NCPSIM_HOME": str(root / "state")}
     stack = "replay-deliberately-failing"
     try:
-        # --keep leaves the failed stack running after the command: a process, as a user runs it
+        # --keep leaves the failed stack running after the command (its zygote the shared one's fork, so
+        # nothing of it is a child of the test)
         junit = str(root / "junit.xml")
-        done = ncpsim_process("replay", f"scenario={scenario}", "--keep", "--junit", junit, env=env)
+        done = ncpsim("replay", f"scenario={scenario}", "--keep", "--junit", junit, env=env)
         status = json.loads(ncpsim("status", "--json", "--stack", stack, env=env).stdout or "{}")
         yield Failed(done, root / "junit.xml", root / "state" / stack, status.get("running", []))
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,15 +12,35 @@ from sim import runbooks
 from sim.errors import ScenarioError
 from sim.model.events import of_kind, read_events
 
+Rehearse = Callable[[str, str], runbooks.RunbookReport]
+
+
+@pytest.fixture(scope="module")
+def rehearsed(tmp_path_factory: pytest.TempPathFactory) -> Rehearse:
+    """Each runbook's rehearsal, right and wrong, run once for the module's tests that read it (nats-log-sampling
+    signs 300 workers in on a real nats-server, each way)."""
+
+    @functools.cache
+    def rehearse(name: str, variant: str) -> runbooks.RunbookReport:
+        return runbooks.run(name, variant, tmp_path_factory.mktemp(f"{name}-{variant}"))
+
+    return rehearse
+
 
 @pytest.mark.parametrize("name", sorted(runbooks.RUNBOOKS))
-def test_every_runbook_right_passes_and_wrong_names_mistake_and_fix(name: str, tmp_path: Path) -> None:
-    right = runbooks.run(name, "right", tmp_path)
-    wrong = runbooks.run(name, "wrong", tmp_path)
+def test_every_runbook_right_passes_and_wrong_names_mistake_and_fix(name: str, rehearsed: Rehearse) -> None:
+    right, wrong = rehearsed(name, "right"), rehearsed(name, "wrong")
     assert (right.ok, right.outcome, right.mistake, right.fix_step) == (True, "success", None, None)
     assert (wrong.ok, wrong.outcome) == (False, "failure")
     assert wrong.mistake and wrong.fix_step and wrong.name == name
     assert wrong.as_dict()["mistake"] == wrong.mistake and "mistake:" in wrong.summary()
+
+
+def test_log_sampling_logs_every_sign_in_only_once_sampling_is_off(rehearsed: Rehearse) -> None:
+    wrong, right = rehearsed("nats-log-sampling", "wrong"), rehearsed("nats-log-sampling", "right")
+    assert wrong.extra["logged"] == 102 and "198 of 300" in (wrong.mistake or "")
+    assert right.ok and right.extra["logged"] == 300
+    assert sum('"Sending webhook request"' in line for line in right.log_lines) == 300
 
 
 def test_unknown_name_and_variant() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from certs.profiles import FRONTEND_SECRET, PUBLIC, PUBLIC_FRONTEND_SECRET, STACK, frontend_profile
 from sim.errors import ConfigError, NcpsimError
-from sim.model.values import DEFAULTS, ProxySettings, deep_merge, proxy_settings
+from sim.model.values import DEFAULTS, ProxySettings, deep_merge, lookup, merged_lookup, proxy_settings
 from sim.model.values_check import ValuesIssue, check, validate
 from sim.model.values_file import load_values_file
 
@@ -80,6 +80,17 @@ def test_deep_merge_properties(base: dict, override: dict) -> None:
     for key, value in override.items():
         if not isinstance(value, dict):
             assert merged[key] == value
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.dictionaries(_KEYS, _trees, max_size=3),
+    st.dictionaries(_KEYS, _trees, max_size=3),
+    st.lists(_KEYS, min_size=1, max_size=3).map(tuple),
+)
+def test_merged_lookup_reads_what_the_merge_holds(base: dict, override: dict, path: tuple[str, ...]) -> None:
+    missing = object()
+    assert merged_lookup(base, override, path, missing) == lookup(deep_merge(base, override), path, missing)
 
 
 # -- validation: one row per rule, failing and passing ------------------------------------------------------

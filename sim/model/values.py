@@ -170,6 +170,40 @@ def lookup(values: Any, parts: KeyPath, default: Any = None) -> Any:
     return node
 
 
+_ABSENT = object()
+
+
+def merged_lookup(
+    base: Mapping[str, Any], override: Mapping[str, Any], parts: KeyPath, default: Any = None
+) -> Any:
+    """``lookup(deep_merge(base, override), parts, default)`` without copying either tree: a stack's
+    effective settings are read many times over a launch and a replay, each time for a few keys."""
+    # the two trees' nodes at the path so far; _ABSENT where one has none
+    below: Any = base
+    above: Any = override
+    for part in parts:
+        if above is not _ABSENT:
+            if not isinstance(above, Mapping):
+                return default
+            if part in above:
+                value = above[part]
+                under = below[part] if isinstance(below, Mapping) and part in below else _ABSENT
+                # mappings merge key by key, anything else replaces (deep_merge): the lower tree goes on
+                # only under a mapping over a mapping
+                merging = isinstance(value, Mapping) and isinstance(under, Mapping)
+                below, above = (under if merging else _ABSENT), value
+                continue
+            above = _ABSENT  # a key the upper tree lacks is the lower one's, if it has it
+        if not isinstance(below, Mapping) or part not in below:
+            return default
+        below = below[part]
+    if above is _ABSENT:
+        return below
+    if isinstance(above, Mapping) and isinstance(below, Mapping):
+        return deep_merge(below, above)
+    return above
+
+
 def quoted(text: str) -> str:
     """JSON-quoted and cut short: a block of text (or a 10,000-character name) stays a readable one line."""
     shown = json.dumps(text, ensure_ascii=False)
@@ -211,10 +245,9 @@ class ProxySettings:
 
 def proxy_settings(values: Mapping[str, Any]) -> ProxySettings:
     """What the stack would deploy for these values (expects values that pass ``validate``)."""
-    merged = deep_merge(DEFAULTS, values)
 
     def get(parts: KeyPath) -> Any:
-        return lookup(merged, parts, lookup(DEFAULTS, parts))
+        return merged_lookup(DEFAULTS, values, parts, lookup(DEFAULTS, parts))
 
     domain = str(get(WORKER_DOMAIN))
     ref, secret = get(ISSUER_REF), get(EXISTING_SECRET)
@@ -241,8 +274,8 @@ def proxy_settings(values: Mapping[str, Any]) -> ProxySettings:
 # -- the NATS values, read in one place ------------------------------------------------------------
 def nats_replicas(values: Mapping[str, Any]) -> int:
     """How many nats-servers the StatefulSet runs: one without clustering (expects valid values)."""
-    merged = deep_merge(DEFAULTS, values)
-    return int(lookup(merged, NATS_REPLICAS)) if lookup(merged, NATS_CLUSTER) is True else 1
+    clustered = merged_lookup(DEFAULTS, values, NATS_CLUSTER) is True
+    return int(merged_lookup(DEFAULTS, values, NATS_REPLICAS)) if clustered else 1
 
 
 STREAM_REPLICAS = 3  # R3 on a cluster of three or more; every server of a smaller one
