@@ -8,9 +8,11 @@ worker is handed, so the refusals are nats-server's own. The teardown fails if a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,7 @@ from scenarios.faults import FaultInjector
 from scenarios.load import load_scenario
 from sim.nats.cluster import catch_up
 from sim.nats.stack import REGION, StackKeys, mint_worker_token, worker_credentials
+from sim.wire import NATS_MONITOR_PORT, NATS_PORT
 
 VIOLATION = "Authorization Violation"
 RECONNECT_TIMEOUT = scaled(15.0)  # seconds for every worker to be back after nats-server restarts
@@ -320,3 +323,35 @@ def test_a_sigkilled_supervisor_is_told_and_its_orphan_replaced(nkey_stack: Loca
     after = nkey_stack.status()
     assert after is not None and "nats-0" in after["running"] and "orphans" not in after
     _answered_after_restart(nkey_stack)  # the streams and consumers nats-0 led elect anew
+
+
+def _bound(stack: LocalStack, address: str) -> int:
+    """The real port the network map binds a pod's port (its network-map key) to."""
+    return int(json.loads((stack.state_dir / "netmap.json").read_text())["bindings"][address])
+
+
+def test_a_server_back_on_a_taken_monitor_port_keeps_the_client_port_its_workers_reconnect_to(
+    token_stack: LocalStack,
+) -> None:
+    """Seen on a loaded machine: while nats-0 was stopped, another process's socket took its freed monitor
+    port; it came back on three new ports, and its workers, reconnecting to the client port they first
+    dialed (nats-py keeps the real address), never found it (no pull for 40 s). The port taken is the
+    monitor's here; the server keeps its client port, and every worker pulls again."""
+    pod = token_stack.topology.nats_server("nats-0")
+    client, monitor = (_bound(token_stack, pod.address(port)) for port in (NATS_PORT, NATS_MONITOR_PORT))
+    faults = FaultInjector(token_stack, random.Random(1))
+    faults.apply({"stop": "nats-0"})
+    records = Records(token_stack.state_dir)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", monitor))
+        squatter.listen()
+        assert "JetStream current" in faults.apply({"start": "nats-0"})
+        taken = records.event("nats.port_taken")
+    assert "address already in use" in taken["error"], taken
+    assert _bound(token_stack, pod.address(NATS_PORT)) == client
+    assert _bound(token_stack, pod.address(NATS_MONITOR_PORT)) != monitor
+    for worker in token_stack.topology.workers:
+        records.event(
+            "worker.work.pulling", worker=worker.name, function="http-echo", timeout=RECONNECT_TIMEOUT
+        )
+    _answered_after_restart(token_stack)

@@ -77,9 +77,13 @@ def _start(ctx: Context, keys: StackKeys, stopping: threading.Event) -> NatsServ
     if not pinned[0]:  # a fresh stack: no work left over from an earlier `ncpsim up`
         shutil.rmtree(folder / "js", ignore_errors=True)
     log_path = ctx.state_dir / "logs" / f"{ctx.name}.log"
-    # A pinned port taken meanwhile by another process: the server takes free ones (its peers' routes to
-    # the old one fail, and its own routes to them make the mesh whole again).
-    for client, monitor, route in [pinned, (0, 0, 0)] if any(pinned) else [pinned]:
+    # A pinned port taken meanwhile by another process (a port freed by the stop is anyone's next ephemeral
+    # port: seen on a loaded machine, the monitor's taken within 4 s): the server keeps the client port its
+    # clients reconnect to (nats-py holds the real address it first dialed, as a client holds a Service's)
+    # and takes free ones for the rest (its peers' routes to the old one fail, and its own routes to them
+    # make the mesh whole again); the client port taken too, it takes three free ones.
+    tries = [pinned, (pinned[0], 0, 0), (0, 0, 0)] if any(pinned) else [pinned]
+    for client, monitor, route in dict.fromkeys(tries):
         config = server_config(
             keys,
             str(folder / "js"),
@@ -97,7 +101,8 @@ def _start(ctx: Context, keys: StackKeys, stopping: threading.Event) -> NatsServ
         except ServerError as exc:
             if (client, monitor, route) == (0, 0, 0):
                 raise
-            ctx.events.emit("nats.port_taken", ports=[client, monitor, route], error=str(exc)[:200])
+            fatal = str(exc).splitlines()[-1]  # the log's last line: nats-server's [FTL], past the old run's
+            ctx.events.emit("nats.port_taken", ports=[client, monitor, route], error=fatal[:300])
     raise AssertionError("unreachable")
 
 
