@@ -19,6 +19,7 @@ from scenarios.diagnose.assemble import write_ticket
 from scenarios.diagnose.causes import CAUSES
 from scenarios.diagnose.diagnosis import Diagnosis, diagnose
 from scenarios.diagnose.judge import Finding, Observation, World, cause_of, judge
+from scenarios.diagnose.probe import probe_timeout
 from scenarios.diagnose.profiles import default_profiles, parse_workers
 from scenarios.diagnose.refusal import RenderFix, render_fix
 from scenarios.diagnose.symptoms import SYMPTOMS, rank
@@ -764,3 +765,15 @@ def test_each_causes_ticket_replays_as_seen_then_fixed(replayed: Cases[str, Repl
     else:
         assert first.traces and not any(t.outcome == "success" for t in first.traces)
     assert last.traces and all(t.outcome == "success" for t in last.traces)
+
+
+@pytest.mark.parametrize(
+    ("load", "cores", "seconds"),
+    [(0.3, 2, 2.0), (2.0, 2, 2.0), (10.0, 2, 10.0), (6.0, 4, 3.0), (4.0, 0, 8.0)],
+)
+def test_a_probe_call_waits_longer_on_a_loaded_machine_and_no_less_idle(
+    load: float, cores: int, seconds: float
+) -> None:
+    """A healthy gRPC probe ran past 2 s at load 10 on two cores, and the diagnosis named a cause it had not
+    seen; the probe's deadline grows with the run queue per core, never below 2 s."""
+    assert probe_timeout(load, cores) == pytest.approx(seconds)

@@ -10,6 +10,7 @@ probe runs; Ctrl-C or SIGTERM stops every probe stack, as `ncpsim up` stops its 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -37,7 +38,9 @@ from sim.model.events import WORKER_NATS_CONNECTED, WORKER_NATS_REFUSED, of_kind
 from sim.model.values import lookup
 
 PARALLEL_PROBES = 2  # probe stacks at once: start-up is CPU-bound, and two cores are the common laptop floor
-PROBE_TIMEOUT = 2  # seconds a probe call waits: a healthy callback takes milliseconds, a failed one is told
+PROBE_TIMEOUT = (
+    2.0  # seconds a probe call waits idle: a healthy callback takes milliseconds, a failed one is told
+)
 STOP_ROUND = 0.2  # seconds between sweeps of the probe stacks while interrupted probes wind down
 STOP_WAIT = 60.0  # seconds an interrupted probe may take to wind down before its stack is purged anyway
 FAILED = "Authentication failed"  # the callout's line for a refused login, with its reason
@@ -125,7 +128,8 @@ def _stop_probes(
 def _probe(backend: LocalBackend, scratch: Path, name: str, probe: Probe) -> Probed:
     profile = parse_label(probe.label)
     path = scratch / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(probe_scenario(probe, profile), sort_keys=False))
+    timeout = probe_timeout(os.getloadavg()[0], os.cpu_count() or 1)
+    path.write_text(yaml.safe_dump(probe_scenario(probe, profile, timeout), sort_keys=False))
     scenario = with_brought_secrets(load_scenario(str(path)), list(probe.brought))  # the customer's own certs
     stack = backend.attach(name)
     try:
@@ -160,9 +164,16 @@ def callout_refusals(log: str | None) -> list[str]:
     return [line[line.index(FAILED) :].strip() for line in lines if FAILED in line]
 
 
-def probe_scenario(probe: Probe, profile: Profile) -> dict[str, Any]:
+def probe_timeout(load: float, cores: int) -> float:
+    """PROBE_TIMEOUT stretched by the machine's load (its run queue per core, never below 1): at load 10 on
+    two cores a healthy gRPC probe ran past 2 s (DEADLINE_EXCEEDED), and the diagnosis named a pod-unreachable
+    that was not there. A diagnosis names only what it saw; idle, nothing changes."""
+    return PROBE_TIMEOUT * max(1.0, load / max(cores, 1))
+
+
+def probe_scenario(probe: Probe, profile: Profile, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
     grpc = lookup(probe.values, ("workerCallbackProxy", "enabled"), False)  # gRPC needs the proxy's H3 front
-    call = {"count": 1, "timeout": PROBE_TIMEOUT}
+    call = {"count": 1, "timeout": round(timeout, 1)}
     functions = ("http-echo", "grpc-echo") if grpc else ("http-echo",)
     steps = [
         {
