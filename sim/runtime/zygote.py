@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
 import os
 import signal
@@ -97,27 +96,10 @@ def _threads() -> int:
         return threading.active_count()
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
-MMAP_THRESHOLD = 128 * 1024  # glibc's initial value, held: it otherwise grows after the first large free
-
-
-def pin_mmap_threshold() -> bool:
-    """Keep glibc serving large blocks from mmap. uvloop gives each TLS connection a 256 KiB read buffer
-    of which a kept-alive connection touches a few pages; from mmap only those pages are resident, and
-    they go back to the system when the connection closes. Left to itself, glibc raises the threshold
-    after the first such buffer is freed and serves the next ones from the heap, where more of each
-    stays resident. Not glibc (musl, macOS): nothing to do, False."""
-    try:
-        return bool(ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-    except (OSError, AttributeError):
-        return False
-
-
 def _become(sock: socket.socket, argv: list[str], ready_fd: int, log_fd: int) -> int:
     # What the zygote preloaded stays shared: the collector never walks it again (a full collection writes
     # to every object it walks, and each page written is copied into the child).
     gc.freeze()
-    pin_mmap_threshold()
     sock.close()
     for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
