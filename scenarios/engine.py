@@ -12,6 +12,7 @@ import random
 import time
 from pathlib import Path
 
+from clusters.local.interrupts import run_cancelled_by_signal
 from clusters.stack import Backend, Stack
 from clusters.state import create_stack_dir, refuse_link, write_file
 from scenarios import calls, origins
@@ -212,7 +213,7 @@ def run_scenario(scenario: Scenario, backend: Backend, stack_name: str, keep: bo
         result.up_seconds = time.monotonic() - started
         replay = Replay(scenario, stack)
         try:
-            result.steps = asyncio.run(replay.run())
+            result.steps = run_cancelled_by_signal(replay.run())
         finally:
             replay.close()
         result.first_callback_seconds = first_callback(replay.tail, started)

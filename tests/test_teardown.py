@@ -26,7 +26,7 @@ import psutil
 import pytest
 from cli_support import ncpsim
 
-from clusters.local import LocalBackend, LocalStack, interrupts, zygote
+from clusters.local import LocalBackend, LocalStack, zygote
 from clusters.local.interrupts import InterruptGuard
 from clusters.local.process import wait_exited
 from clusters.local.zygote import Zygote
@@ -194,7 +194,7 @@ def moments(seed: int = SEED, count: int = MOMENTS) -> list[Moment]:
 
 @dataclass
 class Interrupted:
-    code: int | None
+    code: int | None  # None: it did not end within EXIT_TIMEOUT (then killed)
     output: str
     phase: str | None  # where `ncpsim up` was when signalled; None if it had already ended
 
@@ -256,12 +256,15 @@ def interrupt(root: Path, wave: list[Moment], length: float) -> dict[str, Interr
             proc.send_signal(m.sig)
     results = {}
     for name, (_, proc, _) in started.items():
+        code: int | None
         try:
             out, _ = proc.communicate(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
+            code = proc.returncode
+        except subprocess.TimeoutExpired:  # reported as a hang, not as the -9 of the kill that ends it
             proc.kill()
             out, _ = proc.communicate()
-        results[name] = Interrupted(proc.returncode, out.decode(errors="replace")[-800:], phases[name])
+            code = None
+        results[name] = Interrupted(code, out.decode(errors="replace")[-800:], phases[name])
     return results
 
 
@@ -297,7 +300,7 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
             phase = "ended" if got.phase is None else "settled" if got.code == 0 else got.phase
             phases[phase] = phases.get(phase, 0) + 1
             if got.code is None:
-                problems.append(f"{where}: `ncpsim up` did not end:\n{got.output}")
+                problems.append(f"{where}: `ncpsim up` did not end within {EXIT_TIMEOUT:.0f}s:\n{got.output}")
             elif got.code == 0:
                 problems += [f"{where}: {line}" for line in up_and_complete(root, m.stack)]
             else:  # 130 from the guard, -SIG before it is installed, 1 from invoke's own parsing
@@ -313,39 +316,6 @@ def test_interrupted_up_leaves_nothing_behind(root: Path, record_property: Any) 
     interrupted = sum(n for phase, n in phases.items() if phase not in ("ended", "settled"))
     assert not problems, f"phases {phases}, window {length:.3f}s\n" + "\n".join(problems)
     assert interrupted >= MOMENTS // 2, f"only {interrupted} moments interrupted a start: {phases}"
-
-
-def test_a_signal_ignored_from_the_start_stays_ignored() -> None:
-    """`ncpsim up &` in a script starts with SIGINT ignored: the guard leaves it so (and still turns
-    SIGTERM into cleanup), then puts every handler back."""
-    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        guard = InterruptGuard()
-        with guard.installed():
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            assert signal.getsignal(signal.SIGTERM) == guard._on_signal
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        assert signal.getsignal(signal.SIGTERM) == before[1]
-    finally:
-        signal.signal(signal.SIGINT, before[0])
-
-
-def test_a_settled_command_ignores_signals_to_its_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After `ncpsim up` has printed its report: a signal is ignored inside the guards and stays ignored
-    as each comes off, so the exit code (0) and the stack (up) agree."""
-    monkeypatch.setattr(interrupts, "_settled", False)
-    before = {sig: signal.getsignal(sig) for sig in InterruptGuard.SIGNALS}
-    try:
-        with InterruptGuard().installed(), InterruptGuard().installed():
-            interrupts.settle()
-            os.kill(os.getpid(), signal.SIGTERM)  # raised as KeyboardInterrupt by an unsettled guard
-            os.kill(os.getpid(), signal.SIGINT)
-        for sig in InterruptGuard.SIGNALS:
-            assert signal.getsignal(sig) is signal.SIG_IGN
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 def test_ctrl_c_while_the_early_zygote_starts_ends_it(
