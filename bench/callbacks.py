@@ -23,11 +23,13 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 import h11
+from nats.js.errors import ServiceUnavailableError
 
 from bench.stacks import BenchStack
 from sim.model.parts import Pod
 from sim.nats.client import connect_once
 from sim.nats.stack import REGION, StackKeys
+from sim.nats.work import PULL_RETRY_FIRST, RECONNECT_WAIT
 from sim.nats.workqueue import WorkPuller
 from sim.protocols.http1 import H11Stream, exchange, open_within
 from sim.protocols.request_attach import H1_TYPE
@@ -100,19 +102,30 @@ class Minter:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._drain:
-            self._drain.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-                await self._drain
-        if self._client:
-            await self._client.aclose()
-        if self._nats is not None:
-            await self._nats.close()
+        try:
+            if self._drain:
+                self._drain.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                    await self._drain
+        finally:  # a pump that failed still leaves no connection open
+            if self._client:
+                await self._client.aclose()
+            if self._nats is not None:
+                await self._nats.close()
 
     async def _pump(self, puller: WorkPuller) -> None:
-        """Take every work message as it comes (acked at once: the bench does the callbacks itself)."""
+        """Take every work message as it comes (acked at once: the bench does the callbacks itself). A
+        JetStream still electing its consumer's leader answers a pull with 503 for a moment: pulled again
+        soon, then less often, as a worker's pull loop does (sim/nats/work.py)."""
+        wait = PULL_RETRY_FIRST
         while True:
-            msg = await puller.fetch(CALL_TIMEOUT)
+            try:
+                msg = await puller.fetch(CALL_TIMEOUT)
+            except ServiceUnavailableError:
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, RECONNECT_WAIT)
+                continue
+            wait = PULL_RETRY_FIRST
             if msg is not None:
                 await msg.ack()
                 await self.queue.put(json.loads(msg.data))

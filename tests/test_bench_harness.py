@@ -23,11 +23,12 @@ from pathlib import Path
 import h11
 import pytest
 import trustme
+from nats.js.errors import ServiceUnavailableError
 
 from bench import calibration, dnsload, peers, procs, report, startup
 from bench import nginx as bench_nginx
 from bench.calibration import Yardstick, absolute_times, describe, yardstick
-from bench.callbacks import open_stream
+from bench.callbacks import Minter, open_stream
 from bench.nginx import NginxSite, nginx, render
 from bench.relay import keepalive, nginx_site
 from bench.stacks import running, topology, unique_name
@@ -418,6 +419,46 @@ def test_nginx_relays_kept_alive_callbacks(
     assert asyncio.run(_three_callbacks_through_nginx(tmp_path, site, pod)) == statuses, case
     if upstream_connections is not None:
         assert pod.connections == upstream_connections, case
+
+
+class ElectingPuller:
+    """A work pull whose consumer has no leader yet for its first `refusals` pulls (JetStream's 503)."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.pulls = refusals, 0
+
+    async def fetch(self, timeout: float) -> object:
+        self.pulls += 1
+        if self.pulls <= self.refusals:
+            raise ServiceUnavailableError
+        if self.pulls > self.refusals + 1:
+            await asyncio.sleep(timeout)  # nothing more to pull
+            return None
+        return FakeWork()
+
+
+class FakeWork:
+    data = b'{"requestId": "r-1"}'
+
+    async def ack(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("refusals", [0, 3])
+def test_the_minters_pull_waits_out_a_jetstream_electing_its_leader(refusals: int) -> None:
+    """CI on a fresh machine: the first pull of a just-started stack got 503, the pump ended, and the bench
+    waited 30 s for work that had come. It pulls again, as a worker's pull loop does."""
+    puller = ElectingPuller(refusals)
+
+    async def first_work() -> dict[str, str]:
+        minter = Minter(None, None)  # type: ignore[arg-type]  # the pump reads neither
+        pump = asyncio.create_task(minter._pump(puller))  # type: ignore[arg-type]
+        try:
+            return await asyncio.wait_for(minter.queue.get(), 5)
+        finally:
+            pump.cancel()
+
+    assert asyncio.run(first_work()) == {"requestId": "r-1"}
 
 
 @pytest.mark.timeout(60)
