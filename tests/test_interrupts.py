@@ -18,7 +18,11 @@ from clusters.local.interrupts import InterruptGuard, run_cancelled_by_signal
 
 @pytest.fixture(autouse=True)
 def handlers_put_back() -> Iterator[None]:
+    """Each test starts with Python's own SIGINT handler, as on a terminal, even where the suite runs as a
+    shell's background job (SIGINT ignored from the start, which the guard then leaves so); the tests of
+    an ignored signal ignore it themselves. Every handler is put back afterwards."""
     before = {sig: signal.getsignal(sig) for sig in InterruptGuard.SIGNALS}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     for sig, handler in before.items():
         signal.signal(sig, handler)
