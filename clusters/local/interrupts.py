@@ -119,7 +119,7 @@ class _SignalCancels:
 
     def __init__(self) -> None:
         self.received: list[signal.Signals] = []
-        self._task: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._previous = {
             sig: h for sig in InterruptGuard.SIGNALS if (h := signal.getsignal(sig)) is not signal.SIG_IGN
         }
@@ -131,9 +131,7 @@ class _SignalCancels:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
     async def running(self, main: Coroutine[Any, Any, T]) -> T:
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = asyncio.get_running_loop(), task
+        self._task = asyncio.current_task()
         if self.received:  # signalled while the loop was being made
             main.close()
             raise asyncio.CancelledError
@@ -145,6 +143,5 @@ class _SignalCancels:
             self.restore()
             signal.raise_signal(signum)
         elif self._task is not None:
-            loop, task = self._task
             with contextlib.suppress(RuntimeError):  # the loop has closed: raised after it instead
-                loop.call_soon_threadsafe(task.cancel)
+                self._task.get_loop().call_soon_threadsafe(self._task.cancel)
