@@ -82,7 +82,7 @@ def test_static_nkey_mode(start_server: Callable[..., NatsServer], keys: Keys) -
         await nc.close()
 
     run(body())
-    assert "authentication error" in server_log(server)
+    assert "authentication error" in server_log(server, wait_for="authentication error")
 
 
 def test_callout_nkey_mode(
@@ -106,14 +106,17 @@ def test_callout_nkey_mode(
             await service.stop()
 
     run(body())
-    lines, log = callout_lines(caplog), server_log(server)
+    lines = callout_lines(caplog)
     for reason in (
         "nkey not found in mappings",
         "missing token in auth request",
         "plugin webhook not found for account APP",
     ):
         assert reason in lines
-        assert f"Auth callout service returned an error: {reason}" in log
+        refusal = (
+            f"Auth callout service returned an error: {reason}"  # logged a moment after the client has it
+        )
+        assert refusal in server_log(server, wait_for=refusal)
     assert '"account": "APP", "client_name": "worker-nkey", "plugin": "nkey"' in lines
     assert lines.count("Authentication successful") == 1  # invocation-service bypassed the callout
 
@@ -167,15 +170,19 @@ def test_token_mode_scopes_a_worker_to_its_function(
             await service.stop()
 
     run(body())
-    lines, log = callout_lines(caplog), server_log(server)
+    # nats-server logs each a moment after the client has seen it: read once both are in
+    refusal = "Auth callout service returned an error: webhook authentication failed"
+    violation = f'"APP/user:worker-{FV_A}" - Subscription Violation - Subject "rq.{REGION}.{FV_B}.>"'
+    server_log(server, wait_for=refusal)
+    lines, log = callout_lines(caplog), server_log(server, wait_for=violation)
     assert (
         f'"account": "APP", "client_name": "worker-a", "plugin": "webhook", "user_id": "worker-{FV_A}"'
         in lines
     )
     assert 'Authentication denied {"status_code": 403}' in lines
-    assert "Auth callout service returned an error: webhook authentication failed" in log
+    assert refusal in log
     assert "plugin webhook not found for account Worker" in lines
-    assert f'"APP/user:worker-{FV_A}" - Subscription Violation - Subject "rq.{REGION}.{FV_B}.>"' in log
+    assert violation in log
 
 
 def test_token_mode_over_http_webhook(
@@ -219,7 +226,7 @@ def test_no_callout_running_times_the_login_out(start_server: Callable[..., Nats
 
     waited = run(body())
     assert 0.4 < waited < 0.5 + SHORT
-    assert "authentication error" in server_log(server)
+    assert "authentication error" in server_log(server, wait_for="authentication error")
 
 
 @pytest.mark.parametrize(
@@ -261,7 +268,7 @@ def test_server_checks_the_callouts_signatures(
             await nc.close()
 
     run(body())
-    assert "authentication error" in server_log(server)
+    assert "authentication error" in server_log(server, wait_for="authentication error")
 
 
 def test_connected_workers_outlive_the_callout(start_server: Callable[..., NatsServer], keys: Keys) -> None:
