@@ -22,7 +22,7 @@ from sim.nats.client import connect_once
 from sim.nats.publisher import WorkPublisher
 from sim.nats.server import NatsServer
 from sim.nats.stack import REGION, StackKeys, server_config
-from sim.nats.workqueue import WorkPuller
+from sim.nats.workqueue import WorkPuller, ensure_stream
 
 TOPOLOGY, _ = one_server(load_scenario("http-callback").build_topology("default"))  # k3d runs one nats-server
 SHORT = 5.0
@@ -204,9 +204,11 @@ def test_kube_context_dials_the_real_network_and_reaches_nats(tmp_path: Path) ->
             bus_address=f"127.0.0.1:{server.endpoints.port}",
         )
         assert ctx.udp_address("10.42.0.41", 10084) == ("10.42.0.41", 10084)
-        publisher = WorkPublisher(ctx, "invocation-service")
-        await publisher.publish("http-echo", "r1", {"requestId": "r1"})  # creates the streams first
+        # The API makes the function's stream when it is deployed (sim.pods.nats.api); the pod only publishes.
         reader = await connect_once(ctx.nats_url(), reconnect=False, nkeys_seed_str=keys.internal["nvcf-api"])
+        await ensure_stream(reader.jetstream(), REGION, "http-echo")
+        publisher = WorkPublisher(ctx, "invocation-service")
+        await publisher.publish("http-echo", "r1", {"requestId": "r1"})
         msg = await (await WorkPuller(reader, REGION, "http-echo").start()).fetch(SHORT)
         assert msg is not None
         await reader.close()

@@ -34,7 +34,7 @@ from sim.model.topology import build
 from sim.model.values import NatsValues, deep_merge, nats_replicas
 from sim.model.values_check import check
 from sim.nats.client import INFO_READ, inbox_generator, new_client, spread
-from sim.nats.cluster import catch_up, quorum
+from sim.nats.cluster import Group, Reading, behind, catch_up, groups, quorum
 from sim.nats.config import ClusterBlock, ServerConfig, render
 from sim.nats.config import ConfigError as NatsConfigError
 from sim.nats.server import lame_duck
@@ -204,11 +204,95 @@ def test_quorum_is_a_majority(servers: int, needed: int) -> None:
     assert quorum(servers) == needed
 
 
+STREAM = "stream 'APP > rq_ncpsim_http-echo'"
+CONSUMER = "consumer 'APP > rq_ncpsim_http-echo > rq_ncpsim_http-echo_workers'"
+# /jsz?streams=true&consumers=true from nats-2 (2.15.1) leading both groups of one function, trimmed
+JSZ = {
+    "meta_cluster": {"leader": "nats-2", "replicas": [{"name": "nats-0", "current": True}]},
+    "account_details": [
+        {
+            "name": "APP",
+            "stream_detail": [
+                {
+                    "name": "rq_ncpsim_http-echo",
+                    "cluster": {
+                        "leader": "nats-2",
+                        "replicas": [
+                            {"name": "nats-0", "current": True},
+                            {"name": "nats-1", "current": False},
+                        ],
+                    },
+                    "consumer_detail": [
+                        {"name": "rq_ncpsim_http-echo_workers", "cluster": {"leader": "nats-2"}}
+                    ],
+                }
+            ],
+        }
+    ],
+}
+
+
+def test_groups_reads_the_meta_group_each_stream_and_each_consumer_from_jsz() -> None:
+    assert groups(JSZ) == (
+        Group("meta", "nats-2", {"nats-0": True}),
+        Group(STREAM, "nats-2", {"nats-0": True, "nats-1": False}),
+        Group(CONSUMER, "nats-2", {}),
+    )
+    assert groups({}) == ()  # JetStream not up yet: nothing to read
+
+
+def led(server: str, *members: str, behind_: tuple[str, ...] = ()) -> Reading:
+    return Reading("", (Group(STREAM, server, {m: m not in behind_ for m in members}),))
+
+
+def follows(leader: str) -> Reading:
+    return Reading("", (Group(STREAM, leader, {leader: True}),))
+
+
+@pytest.mark.parametrize(
+    ("readings", "said"),
+    [
+        ({"nats-1": led("nats-1", "nats-2"), "nats-2": follows("nats-1")}, []),
+        # the restarted server reads healthy but its leader has not heard it catch up: the handover would miss
+        (
+            {"nats-1": led("nats-1", "nats-2", behind_=("nats-2",)), "nats-2": follows("")},
+            [f"{STREAM}: nats-2 not caught up with its leader nats-1"],
+        ),
+        # a member that is not running (nats-0, stopped) is not waited for
+        ({"nats-1": led("nats-1", "nats-0", "nats-2", behind_=("nats-0",)), "nats-2": follows("nats-1")}, []),
+        # the leader the others name is not among the running: an election is due
+        (
+            {"nats-1": follows("nats-0"), "nats-2": follows("nats-0")},
+            [f"{STREAM}: no leader among the running servers"],
+        ),
+        (
+            {
+                "nats-1": led("nats-1", "nats-2"),
+                "nats-2": Reading("JetStream is still recovering meta layer"),
+            },
+            ["nats-2: JetStream is still recovering meta layer"],
+        ),
+    ],
+)
+def test_behind_names_what_keeps_jetstream_from_being_current(
+    readings: dict[str, Reading], said: list[str]
+) -> None:
+    assert behind(readings) == said
+
+
 def test_catch_up_waits_for_every_running_server_and_not_without_quorum() -> None:
-    answers = {("h", 1): [503, 200], ("h", 2): [503, 503, 200]}
+    current = {"nats-1": led("nats-1", "nats-2"), "nats-2": follows("nats-1")}
+    answers = {
+        ("h", 1): [
+            Reading("JetStream is not current with the meta leader"),
+            led("nats-1", "nats-2", behind_=("nats-2",)),
+            current["nats-1"],
+        ],
+        ("h", 2): [follows(""), current["nats-2"]],
+    }
     asked: list[tuple[str, int]] = []
 
-    def probe(host: str, port: int) -> int:
+    def probe(host: str, port: int) -> Reading:
         asked.append((host, port))
         queue = answers[(host, port)]
         return queue.pop(0) if len(queue) > 1 else queue[0]
@@ -221,10 +305,13 @@ def test_catch_up_waits_for_every_running_server_and_not_without_quorum() -> Non
     )
     alone = catch_up("nats-1", {"nats-1": ("h", 1)}, 3, probe=probe)
     assert alone.current is None and "no quorum" in alone.describe() and "1 of 3" in alone.describe()
+    lagging = {("h", 1): led("nats-1", "nats-2", behind_=("nats-2",)), ("h", 2): follows("nats-1")}
     stuck = catch_up(
-        "nats-2", {"nats-1": ("h", 9), "nats-2": ("h", 9)}, 3, timeout=0.05, probe=lambda h, p: 503
+        "nats-2", {"nats-1": ("h", 1), "nats-2": ("h", 2)}, 3, timeout=0.05, probe=lambda h, p: lagging[h, p]
     )
-    assert stuck.current is False and "not current" in stuck.describe()
+    assert stuck.current is False and stuck.describe().endswith(
+        f"after 0 s: {STREAM}: nats-2 not caught up with its leader nats-1"
+    )
     assert catch_up("nats-0", {"nats-0": ("h", 1)}, 1, probe=probe).current is True
 
 

@@ -69,28 +69,17 @@ class WorkPublisher:
         self._warm = asyncio.create_task(asyncio.to_thread(_load), name=f"{self.ctx.name}:nats-warm")
 
     async def _client(self) -> Any:
+        """The pod's connection: it only publishes. The streams are the API's, made when a function is
+        deployed (sim.pods.nats.api), so a publish waits on no JetStream request but its own."""
         async with self._lock:
             if self._nc is None or self._nc.is_closed:
-                from .stack import REGION, StackKeys
+                from .stack import StackKeys
                 from .work import connect
-                from .workqueue import QueueSettings, ensure_stream
 
                 seed = StackKeys.of(self.ctx.topology).internal[self.role]
-                nc = await connect(
+                self._nc = await connect(
                     self.ctx.nats_servers(), f"{self.role}/{self.ctx.name}", {"nkeys_seed_str": seed}
                 )
-                # The streams may not exist yet where no one made them (a k3d pod); idempotent.
-                values = NatsValues.from_values(self.ctx.values)
-                settings = QueueSettings(ack_wait=values.ack_wait, replicas=values.stream_replicas)
-                js = nc.jetstream()
-                try:
-                    for function in self.ctx.topology.functions:
-                        await ensure_stream(js, REGION, function, settings)
-                except BaseException:  # JetStream unavailable (no quorum): the next publish tries anew
-                    with contextlib.suppress(Exception):
-                        await nc.close()
-                    raise
-                self._nc = nc
             return self._nc
 
     async def publish(self, function: str, request_id: str, work: Mapping[str, Any]) -> int:

@@ -36,6 +36,7 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.05
 CONFIG_NAME = "nats-server.conf"
 PROBE_PATH = "/healthz?js-server-only=true"  # NVCF's nats chart: startup, readiness and liveness probes
 CURRENT_PATH = "/healthz"  # 200 once JetStream is current: a meta leader, and this server's streams caught up
+JSZ_PATH = "/jsz?streams=true&consumers=true"  # each Raft group as this server sees it: leader, replicas' lag
 PID_FILE = "nats.pid"  # the chart's pid_file, which its preStop hook signals
 # Go's collector target (GOGC, 100 by default: the heap may grow to twice what is live). ncpsim's own
 # setting for a laptop, not a chart value and not observable by a client: at 10,000 workers the three
@@ -111,16 +112,22 @@ def lame_duck(pid_file: Path, group: int, binary: Path | None = None) -> int | N
     return pid
 
 
-def healthz(host: str, port: int, timeout: float = _PROBE_TIMEOUT, path: str = PROBE_PATH) -> int:
-    """HTTP status of GET ``path`` (the readiness probe's), or 0 when nothing answers."""
+def monitor(host: str, port: int, path: str, timeout: float = _PROBE_TIMEOUT) -> tuple[int, bytes]:
+    """HTTP status and body of GET ``path`` on a server's monitor port, or (0, b"") when nothing answers."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("GET", path)
-        return conn.getresponse().status
+        response = conn.getresponse()
+        return response.status, response.read()
     except OSError:
-        return 0
+        return 0, b""
     finally:
         conn.close()
+
+
+def healthz(host: str, port: int, timeout: float = _PROBE_TIMEOUT, path: str = PROBE_PATH) -> int:
+    """HTTP status of GET ``path`` (the readiness probe's), or 0 when nothing answers."""
+    return monitor(host, port, path, timeout)[0]
 
 
 class NatsServer:
