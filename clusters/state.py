@@ -181,10 +181,17 @@ def adopt(stack_dir: Path) -> bool:
     if stack_dir.is_symlink() or not stack_dir.is_dir():
         return False
     entries = list(stack_dir.iterdir())
-    if any(entry.name not in OURS or entry.is_symlink() for entry in entries):
+    if any(not _ours(entry.name) or entry.is_symlink() for entry in entries):
         return False
     write_file(stack_dir / MARKER, json.dumps({"ncpsim": "stack", "name": stack_dir.name}) + "\n")
     return True
+
+
+def _ours(name: str) -> bool:
+    """A name ncpsim writes under a stack folder, or the temporary its marker is written to: two commands
+    that start at once both create the folder, and one may look while the other's marker is on its way. Any
+    other temporary is a write cut short, which write_file never leaves (the folder is then not ours)."""
+    return name in OURS or (name.startswith(f".{MARKER}.") and name.endswith(".tmp"))
 
 
 def is_stack_dir(stack_dir: Path) -> bool:

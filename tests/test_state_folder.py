@@ -166,6 +166,26 @@ def test_a_folder_holding_only_what_ncpsim_writes_is_adopted(tmp_path: Path) -> 
     assert not (tmp_path / "state" / STACK).exists()
 
 
+@pytest.mark.parametrize(
+    ("entry", "ours"),
+    [
+        ("..ncpsim-stack.k2j3x.tmp", True),
+        (".status.json.0q9z.tmp", False),  # a write cut short (tests/test_write_file.py)
+        (".bashrc.tmp", False),
+    ],
+)
+def test_a_folder_another_command_is_marking_is_adopted(tmp_path: Path, entry: str, ours: bool) -> None:
+    """Two `up`s at once both create the folder: one may look in while the other's marker is still the
+    temporary it is written to (clusters.state.write_file), which must not read as someone else's file;
+    any other temporary still does."""
+    from clusters.state import adopt
+
+    folder = tmp_path / STACK
+    folder.mkdir()
+    (folder / entry).write_text("")
+    assert adopt(folder) is ours
+
+
 # Symbolic links planted where ncpsim writes (item 5) -----------------------------------------------------------
 @pytest.mark.parametrize(
     "name",
