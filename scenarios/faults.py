@@ -39,6 +39,12 @@ if TYPE_CHECKING:
 
 # What stopping a running NATS pod does first, as the chart's preStop hook (clusters.local.launcher)
 LAME_DUCK = " after its lame duck (leaderships handed over, clients moved to the other servers)"
+# What ncpsim's rollout waits for that the chart's does not (sim.nats.cluster says why), said where it acts.
+OPERATORS_WAIT = (
+    "each next server stopped only once every stream's and consumer's leader saw the others caught up, as an "
+    "operator would wait; the chart's readiness probe does not, and a handover to a server still catching up "
+    "leaves that stream without a leader for an election (4-9 s)"
+)
 EXPIRABLE = {
     "frontend": lambda wd: frontend_profile(wd, STACK),
     "public-frontend": lambda wd: frontend_profile(wd, PUBLIC),
@@ -160,7 +166,8 @@ class FaultInjector:
         """`kubectl rollout restart statefulset/nats`: one pod at a time, in reverse ordinal order, each
         ready (and caught up) before the next, so a majority keeps running throughout."""
         said = [self._restart(name) for name in reversed(fault.pods)]
-        return f"rolled out {fault.role} in reverse ordinal order: " + "; ".join(said)
+        wait = f" ({OPERATORS_WAIT})" if fault.role == NATS_ROLE and len(fault.pods) > 1 else ""
+        return f"rolled out {fault.role} in reverse ordinal order{wait}: " + "; ".join(said)
 
     def _stop(self, name: str) -> str:
         drained = name in self.stack.topology.members(NATS_ROLE) and name in self.processes.running()

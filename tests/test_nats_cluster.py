@@ -369,6 +369,7 @@ def test_a_rolling_restart_during_20_invocations_keeps_quorum_and_answers_all(
     rollout = result.steps[0]
     assert [t.outcome for t in rollout.traces] == ["success"] * 20  # none lost, all answered
     assert "rolled out nats in reverse ordinal order" in rollout.note
+    assert "the chart's readiness probe does not" in rollout.note  # the wait ncpsim adds is said
     assert rollout.note.index("nats-2") < rollout.note.index("nats-1") < rollout.note.index("nats-0")
     start, end = (
         next(e["ts"] for e in events if e["kind"] == "step.start" and e["step"] == n) for n in (1, 2)
