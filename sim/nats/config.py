@@ -25,9 +25,9 @@ Why it looks like this (public NVCF chart ``deploy/helm/nats``, nats-server docs
   the others; a SIGTERM meanwhile is ignored. The chart's duration is 30 s (nats-server's minimum) with a
   10 s grace period, which is there for several servers entering lame duck together, so that their clients
   do not reconnect to each other; a rolling restart stops one at a time, and ncpsim's grace period is
-  0.1 s (LAME_DUCK_GRACE), so a stopping server is gone a second or two after the signal rather than ten. What
-  the field's 10 s gives a server restarted just before, time to catch up, ncpsim waits for explicitly
-  (sim.nats.cluster).
+  0.1 s (LAME_DUCK_GRACE), so a stopping server is gone a second or two after the signal rather than ten.
+  Neither gives a server restarted just before time to catch up (the leaderships go at once, JetStream a
+  second later): ncpsim's rollout waits for that explicitly (sim.nats.cluster).
 """
 
 from __future__ import annotations

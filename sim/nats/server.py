@@ -119,7 +119,7 @@ def monitor(host: str, port: int, path: str, timeout: float = _PROBE_TIMEOUT) ->
         conn.request("GET", path)
         response = conn.getresponse()
         return response.status, response.read()
-    except OSError:
+    except (OSError, http.client.HTTPException):  # a server stopping mid-answer is one not answering
         return 0, b""
     finally:
         conn.close()
