@@ -35,7 +35,9 @@ _PROBE_TIMEOUT = 0.5
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.05
 CONFIG_NAME = "nats-server.conf"
 PROBE_PATH = "/healthz?js-server-only=true"  # NVCF's nats chart: startup, readiness and liveness probes
-CURRENT_PATH = "/healthz"  # 200 once JetStream is current: a meta leader, and this server's streams caught up
+# 200 once JetStream looks current to this server: a meta leader, its streams applied what they committed (not
+# that their leaders heard from it: sim.nats.cluster reads that from the leaders' /jsz)
+CURRENT_PATH = "/healthz"
 JSZ_PATH = "/jsz?streams=true&consumers=true"  # each Raft group as this server sees it: leader, replicas' lag
 PID_FILE = "nats.pid"  # the chart's pid_file, which its preStop hook signals
 # Go's collector target (GOGC, 100 by default: the heap may grow to twice what is live). ncpsim's own
