@@ -57,8 +57,24 @@ async def http_call(
     trace.body_ok = inv.status == 200 and inv.body == body
     trace.outcome = "success" if trace.body_ok else "failure"
     if not trace.body_ok:
-        trace.error = inv.error or f"client got {inv.status}"
+        trace.error = inv.error or client_got(inv.status, inv.body)
     return trace
+
+
+def client_got(status: int, body: bytes, most: int = 300) -> str:
+    """A call's failure as the client saw it: the status, and for an error the API's own words (the
+    problem's ``detail``, or a plain-text body), so a report says why without a look in the pod's log."""
+    said = f"client got {status}"
+    if status < 400 or not body:
+        return said
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):  # not a problem+json document: a plain-text answer
+        detail = body.decode("utf-8", "replace")
+    detail = " ".join(str(detail or "").split())
+    if not detail:
+        return said
+    return f"{said}: {detail[:most]}{'...' if len(detail) > most else ''}"
 
 
 async def grpc_call(
