@@ -8,6 +8,7 @@ their origins) and the frontend certificate the proxy serves. Added keys only: t
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,33 +44,103 @@ def live(stack: Stack, running: dict[str, int] | None) -> Json:
 
 
 def components(running: dict[str, int]) -> dict[str, Json]:
-    """Each running component's pid, uptime and the real ports it listens on (what `ss -ltnp` would show)."""
+    """Each running component's pid, uptime and the real ports it listens on (what `ss -ltnup` would show)."""
     found: dict[str, Json] = {}
     now = time.time()
+    sockets = machine_sockets()
+    children = _children_of() if running else {}
     for name, pid in sorted(running.items()):
         entry: Json = {"pid": pid, "uptimeSeconds": None, "ports": []}
         try:
             process = psutil.Process(pid)
             entry["uptimeSeconds"] = round(now - process.create_time(), 1)
-            entry["ports"] = sorted(_listening(process))
+            tree = [pid, *_descendants(pid, children)]  # nats-server runs under its supervisor
+            entry["ports"] = sorted(_listening(tree, sockets))
         except (psutil.Error, OSError):
             pass  # gone between the pid file and now: the pid says which it was
         found[name] = entry
     return found
 
 
-def _listening(process: psutil.Process) -> set[str]:
-    ports = set()
-    for each in [process, *process.children(recursive=True)]:  # nats-server runs under its supervisor
+# /proc/net/{tcp,udp}[6]'s `st` column: a TCP socket in LISTEN; a UDP socket bound and not connected (`ss`'s
+# UNCONN). A connected UDP socket (a QUIC client's) listens on nothing, as `ss -lu` agrees.
+LISTEN, UNCONNECTED = "0A", "07"
+TABLES = (("tcp", "tcp"), ("tcp6", "tcp"), ("udp", "udp"), ("udp6", "udp"))
+
+
+def listening_sockets(table: str, proto: str) -> dict[str, str]:
+    """Socket inode -> "port/proto" for the listening sockets of one /proc/net table's text."""
+    wanted = LISTEN if proto == "tcp" else UNCONNECTED
+    found = {}
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 9 and fields[3] == wanted:
+            found[fields[9]] = f"{int(fields[1].rsplit(':', 1)[1], 16)}/{proto}"
+    return found
+
+
+def machine_sockets() -> dict[str, str] | None:
+    """The machine's listening sockets by inode, each table read once; None where there is no /proc/net
+    (macOS): psutil then asks process by process. psutil's own per-process call parses all four tables
+    again for every process, which made `ncpsim status` take a quarter of a second."""
+    found: dict[str, str] = {}
+    for name, proto in TABLES:
         try:
-            connections = each.net_connections(kind="inet")
+            found.update(listening_sockets((Path("/proc/net") / name).read_text(), proto))
+        except FileNotFoundError:
+            if name == "tcp":
+                return None
+    return found
+
+
+def _children_of() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for process in psutil.process_iter(["ppid"]):
+        children.setdefault(process.info["ppid"] or 0, []).append(process.pid)
+    return children
+
+
+def _descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        found.append(child := todo.pop())
+        todo += children.get(child, [])
+    return found
+
+
+def _listening(pids: list[int], sockets: dict[str, str] | None) -> set[str]:
+    ports = set()
+    for pid in pids:
+        if sockets is not None:
+            ports |= {sockets[inode] for inode in _socket_inodes(pid) if inode in sockets}
+            continue
+        try:
+            connections = psutil.Process(pid).net_connections(kind="inet")
         except (psutil.Error, OSError):
             continue
         for conn in connections:
             udp = conn.type == 2  # SOCK_DGRAM: a bound UDP socket has no state
-            if conn.laddr and (udp or conn.status == psutil.CONN_LISTEN):
+            if conn.laddr and (udp and not conn.raddr or conn.status == psutil.CONN_LISTEN):
                 ports.add(f"{conn.laddr.port}/{'udp' if udp else 'tcp'}")
     return ports
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets a process holds, from its descriptors' links ("socket:[12345]")."""
+    fds = Path("/proc") / str(pid) / "fd"
+    inodes = set()
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return inodes  # gone, or not ours to read
+    for fd in names:
+        try:
+            link = os.readlink(fds / fd)
+        except OSError:
+            continue  # closed while we looked
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    return inodes
 
 
 def workers(topology: Topology) -> list[Json]:
