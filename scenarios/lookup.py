@@ -22,7 +22,7 @@ def resolve_ref(ref: str) -> Path:
         return candidate
     path = CATALOGUE / f"{ref}.yaml"
     if not _exists(path):
-        raise ScenarioError(unknown_scenario(ref, [name for name, _ in catalogue()]))
+        raise ScenarioError(unknown_scenario(ref, catalogue_names()))
     return path
 
 

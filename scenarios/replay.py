@@ -23,7 +23,7 @@ from clusters.stack import Backend
 from clusters.state import state_root
 from scenarios.engine import run_scenario
 from scenarios.load import customer_layers, load_scenario
-from scenarios.lookup import catalogue
+from scenarios.lookup import catalogue_names
 from scenarios.report import input_assumptions, render_text, values_warnings
 from scenarios.result import ScenarioResult, to_json
 from scenarios.secrets import with_brought_secrets
@@ -71,13 +71,13 @@ def replay_one(
 
 def scenario_names(words: Sequence[str]) -> list[str]:
     """Each word as it is (a name or a path), a glob (`nats-*`) as the catalogue names it matches."""
-    known: list[str] = []  # read at the first glob: parsing every catalogue file costs a third of a second
+    known: list[str] = []  # listed at the first glob
     names: list[str] = []
     for word in words:
         if not any(ch in word for ch in "*?["):
             names.append(word)
             continue
-        known = known or [name for name, _ in catalogue()]
+        known = known or catalogue_names()
         matched = fnmatch.filter(known, word)
         if not matched:
             raise ConfigError(
@@ -106,7 +106,7 @@ def replay_many(
 
     The customer's files and `--set`s sit above each scenario's values, and each `--secret NAME=DIR` is
     Secret NAME in every scenario; unknown keys are warned about once, on stderr, before anything starts."""
-    names = [name for name, _ in catalogue()] if names is None else names
+    names = catalogue_names() if names is None else names
     customer = customer_layers(values_file, sets)  # read once, laid over every scenario
     scenarios = [load_scenario(name, allow_expected_error=True, customer=customer) for name in names]
     scenarios = [with_brought_secrets(s, list(secrets)) for s in [*scenarios, *loaded]]
