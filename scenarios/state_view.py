@@ -128,7 +128,7 @@ def _listening(pids: list[int], sockets: dict[str, str] | None) -> set[str]:
 def _socket_inodes(pid: int) -> set[str]:
     """The inodes of the sockets a process holds, from its descriptors' links ("socket:[12345]")."""
     fds = Path("/proc") / str(pid) / "fd"
-    inodes = set()
+    inodes: set[str] = set()
     try:
         names = os.listdir(fds)
     except OSError:

@@ -178,7 +178,7 @@ def test_running_workers_keep_the_nkey_after_the_switch() -> None:
 )
 def test_done_wrong_runs_name_the_mistake_and_fix(name: str, fix: str, log_text: str | None) -> None:
     right, wrong = RUNS[name]("right", None), RUNS[name]("wrong", None)
-    assert right.ok
+    assert right.ok, f"{right.mistake}\n" + "\n".join([*right.steps, str(dict(right.end_state))])
     assert any("Authentication successful" in line and "worker-" in line for line in right.log_lines)
     assert not wrong.ok and wrong.fix_step == fix and wrong.mistake
     if log_text:
