@@ -17,8 +17,8 @@ from typing import TextIO
 
 from rich.console import Console
 
+from clusters.interrupts import InterruptGuard
 from clusters.local import LocalBackend, zygote
-from clusters.local.interrupts import InterruptGuard
 from clusters.stack import Backend
 from clusters.state import state_root
 from scenarios.engine import run_scenario

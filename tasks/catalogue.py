@@ -75,7 +75,7 @@ def replay(
     """
     import tempfile
 
-    from clusters.local.interrupts import InterruptGuard
+    from clusters.interrupts import InterruptGuard
     from scenarios.diagnose.plan import load_bundle_scenario
     from scenarios.replay import jobs_arg, replay_many, scenario_names
     from sim.errors import ConfigError

@@ -115,7 +115,7 @@ def scenario_arg(scenario: str | None, usage: str = "ncpsim up scenario=grpc-cal
 
 def backend_named(name: str, guard=None):
     """The one place a backend is chosen; every task then drives the Stack it returns. `guard`: the
-    command's interrupt guard (clusters.local.interrupts), which the local backend's launches use."""
+    command's interrupt guard (clusters.interrupts), which the local backend's launches use."""
     from sim.errors import ConfigError
 
     if name == "local":

@@ -64,7 +64,7 @@ def up(
     if backend != "local":
         _up(scenario, file, set_, backend, stack, json_, secret, bundle)
         return
-    from clusters.local.interrupts import InterruptGuard
+    from clusters.interrupts import InterruptGuard
     from clusters.local.zygote import early_for
 
     guard = InterruptGuard()  # the command's one guard, handed down: Ctrl-C and SIGTERM clean up
@@ -89,7 +89,7 @@ def _up(scenario, file, set_, backend, stack, json_, secret, bundle=None, guard=
 
 
 def _up_loaded(scenario, file, set_, backend, stack, json_, secret, bundle, scratch, guard) -> None:
-    from clusters.local.interrupts import settle
+    from clusters.interrupts import settle
     from scenarios.engine import run_scenario
     from scenarios.load import load_scenario
     from scenarios.report import endpoints_text, input_assumptions, render_text, values_warnings

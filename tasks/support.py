@@ -89,7 +89,7 @@ def diagnose(
     On a terminal a live line on stderr says which probe runs. Ctrl-C or SIGTERM stops every probe stack
     started so far (exit 130), as `ncpsim up` does.
     """
-    from clusters.local.interrupts import InterruptGuard
+    from clusters.interrupts import InterruptGuard
 
     guard = InterruptGuard()  # the command's one: SIGTERM as Ctrl-C, the probe stacks and the scratch go
     with guard.installed():

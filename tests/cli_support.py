@@ -26,7 +26,8 @@ from typing import BinaryIO
 import psutil
 from timeouts import COMMAND
 
-from clusters.local import interrupts, zygote
+from clusters import interrupts
+from clusters.local import zygote
 from tasks import ns
 from tasks.program import Ncpsim
 

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM in a command that owns components (clusters/local/interrupts.py), without a stack:
+"""Ctrl-C and SIGTERM in a command that owns components (clusters/interrupts.py), without a stack:
 the guard's handlers, and an event loop run so that a signal cancels it instead of landing inside it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from clusters.local import interrupts
-from clusters.local.interrupts import InterruptGuard, run_cancelled_by_signal
+from clusters import interrupts
+from clusters.interrupts import InterruptGuard, run_cancelled_by_signal
 
 
 @pytest.fixture(autouse=True)

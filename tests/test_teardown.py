@@ -26,8 +26,8 @@ import psutil
 import pytest
 from cli_support import ncpsim
 
+from clusters.interrupts import InterruptGuard
 from clusters.local import LocalBackend, LocalStack, zygote
-from clusters.local.interrupts import InterruptGuard
 from clusters.local.process import wait_exited
 from clusters.local.zygote import Zygote
 from scenarios.engine import run_scenario

@@ -26,6 +26,7 @@ import psutil
 
 from certs.store import CertStore
 from clusters.certificates import prepare_certificates
+from clusters.interrupts import InterruptGuard
 from clusters.state import write_file
 from sim.errors import BackendError
 from sim.model.netmap import LOOPBACK, NetMap
@@ -33,7 +34,6 @@ from sim.model.topology import Topology
 from sim.nats.server import pre_stop
 from sim.runtime.supervisor import STOP_TIMEOUT
 
-from .interrupts import InterruptGuard
 from .plan import (
     NATS_SERVER_NAME,
     ProcessSpec,

@@ -6,7 +6,7 @@ import json
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from clusters.local.interrupts import InterruptGuard
+from clusters.interrupts import InterruptGuard
 from clusters.local.launcher import Launcher
 from clusters.local.plan import components, spec_named
 from clusters.stack import COMMAND_TURN, Endpoint, Endpoints, Json, build_status, log_files, nats_endpoint

@@ -14,13 +14,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from clusters.interrupts import InterruptGuard
 from clusters.state import state_dir
 from sim.errors import BackendError, ConfigError
 from sim.runtime import supervisor
 from sim.runtime.fd_messages import Channel
 from sim.runtime.supervisor import STOP_TIMEOUT
 
-from .interrupts import InterruptGuard
 from .process import Forked, wait_exited
 
 # The order a launch forks its components in, by kind (clusters.local.plan.spawn_order), which is also

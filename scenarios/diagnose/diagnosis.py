@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from clusters.local.interrupts import InterruptGuard
+from clusters.interrupts import InterruptGuard
 from scenarios.bundle.archive import read_bundle
 from scenarios.bundle.world import BundleWorld, read_world
 from scenarios.diagnose.causes import BLOCKING

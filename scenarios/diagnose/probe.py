@@ -20,8 +20,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from clusters.interrupts import InterruptGuard
 from clusters.local import LocalBackend, zygote
-from clusters.local.interrupts import InterruptGuard
 from clusters.local.plan import NATS_CALLOUT
 from scenarios.diagnose.judge import Observation
 from scenarios.diagnose.plan import Probe
