@@ -230,7 +230,10 @@ class Launcher:
 
     def running(self) -> dict[str, int]:
         """Recorded processes that are still alive (pid files whose process is ours and running)."""
-        return {name: pid for name, pid in self._recorded().items() if pid and is_ours(pid, self.state_dir)}
+        return self._alive(self._recorded())
+
+    def _alive(self, recorded: dict[str, int]) -> dict[str, int]:
+        return {name: pid for name, pid in recorded.items() if pid and is_ours(pid, self.state_dir)}
 
     def kill(self, name: str, pid: int) -> None:
         """SIGKILL the component's process group (its supervisor does, and reaps it), its pid file dropped."""
@@ -268,11 +271,15 @@ class Launcher:
         for name in names:
             (self.pids_dir / f"{name}.pid").unlink(missing_ok=True)
 
-    def orphans_of_dead(self, names: Collection[str] | None = None) -> dict[str, list[psutil.Process]]:
+    def orphans_of_dead(
+        self, names: Collection[str] | None = None, running: Collection[str] | None = None
+    ) -> dict[str, list[psutil.Process]]:
         """Per component (of `names`) whose recorded process is gone, the stack's processes still in its
-        group: what a nats-server whose pod's supervisor was SIGKILLed alone left running."""
-        left, running = {}, self.running()
-        for name, pid in self._recorded().items():
+        group: what a nats-server whose pod's supervisor was SIGKILLed alone left running. `running`: the
+        components the caller has just found alive, so each pid is not checked twice."""
+        left, recorded = {}, self._recorded()
+        running = self._alive(recorded) if running is None else running
+        for name, pid in recorded.items():
             picked = (names is None or name in names) and pid and name not in running
             if picked and (left_over := orphans(pid, self.state_dir)):
                 left[name] = left_over

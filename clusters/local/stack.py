@@ -105,7 +105,7 @@ class LocalStack:
         status["complete"] = complete
         status["running"] = running
         status["down"] = [name for name in self.expected() if name not in running]
-        orphans = self.launcher.orphans_of_dead()
+        orphans = self.launcher.orphans_of_dead(running=running)
         if orphans:  # a supervisor that died left what it ran: `fault restart NAME` or `down` stops it
             status["orphans"] = {name: [proc.pid for proc in procs] for name, procs in orphans.items()}
         return status
