@@ -209,5 +209,6 @@ def text(extra: Json) -> list[str]:
         lines.append(f"  workers        {count} x worker-utils {version}, trusts {trust}{late}")
     for name, entry in (extra.get("components") or {}).items():
         up = f"up {entry['uptimeSeconds']:.0f} s" if entry.get("uptimeSeconds") is not None else "gone"
-        lines.append(f"  process        {name:<26} pid {entry['pid']:<7} {up:<10} {' '.join(entry['ports'])}")
+        ports = " ".join(entry["ports"])  # none for a component that only dials (the worker hosts)
+        lines.append(f"  process        {name:<26} pid {entry['pid']:<7} {up:<10} {ports}".rstrip())
     return lines

@@ -74,3 +74,16 @@ def test_a_gone_process_keeps_its_pid_and_no_ports() -> None:
     assert state_view.components({"gone": gone}) == {
         "gone": {"pid": gone, "uptimeSeconds": None, "ports": []}
     }
+
+
+def test_a_component_listening_on_nothing_is_printed_without_trailing_blanks() -> None:
+    extra = {
+        "components": {
+            "ncpsim-compute-1": {"pid": 7, "uptimeSeconds": 2.0, "ports": []},
+            "resolver": {"pid": 8, "uptimeSeconds": 2.0, "ports": ["53/udp"]},
+        }
+    }
+    assert state_view.text(extra) == [
+        "  process        ncpsim-compute-1           pid 7       up 2 s",
+        "  process        resolver                   pid 8       up 2 s     53/udp",
+    ]
