@@ -109,11 +109,10 @@ def _descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
 
 
 def _listening(pids: list[int], sockets: dict[str, str] | None) -> set[str]:
+    if sockets is not None:
+        return {sockets[inode] for pid in pids for inode in _socket_inodes(pid) if inode in sockets}
     ports = set()
-    for pid in pids:
-        if sockets is not None:
-            ports |= {sockets[inode] for inode in _socket_inodes(pid) if inode in sockets}
-            continue
+    for pid in pids:  # no /proc/net: psutil, process by process
         try:
             connections = psutil.Process(pid).net_connections(kind="inet")
         except (psutil.Error, OSError):
