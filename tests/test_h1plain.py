@@ -24,7 +24,7 @@ from sim.protocols.h1plain import (
     request_bytes,
     response_bytes,
 )
-from sim.protocols.http1 import MAX_HEAD
+from sim.protocols.reads import MAX_HEAD
 from sim.proxy.http_front import request_head
 from sim.proxy.policy import RequestHead
 

@@ -324,11 +324,11 @@ def test_the_pods_give_up_on_a_dead_bus_after_every_publish_attempt(
 
 
 def test_head_refusal_follows_hyper() -> None:
-    assert head_refusal(HEAD_BUFFER, b"/" * URI_MAX, HEAD_FIELDS) is None
-    assert head_refusal(HEAD_BUFFER, b"/" * (URI_MAX + 1), HEAD_FIELDS) == 414
-    assert head_refusal(100, b"/", HEAD_FIELDS + 1) == 431
-    assert head_refusal(HEAD_BUFFER + 1, b"/", 1) == 431
-    assert head_size(b"GET", b"/", [(b"host", b"x")]) == len(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert head_refusal(HEAD_BUFFER, "/" * URI_MAX, HEAD_FIELDS) is None
+    assert head_refusal(HEAD_BUFFER, "/" * (URI_MAX + 1), HEAD_FIELDS) == 414
+    assert head_refusal(100, "/", HEAD_FIELDS + 1) == 431
+    assert head_refusal(HEAD_BUFFER + 1, "/", 1) == 431
+    assert head_size("GET", "/", [("host", "x")]) == len(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
     assert unreadable_head(431) == 431 and unreadable_head(400) == 400 and unreadable_head(413) == 400
 
 

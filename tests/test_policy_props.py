@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.protocols.http1 import MAX_HEAD
+from sim.protocols.reads import MAX_HEAD
 from sim.proxy.http_front import request_head
 from sim.proxy.policy import (
     MAX_HEADERS_BYTES,

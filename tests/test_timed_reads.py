@@ -1,4 +1,4 @@
-"""Reads under an idle deadline, one timer per connection (sim.protocols.http1.TimedReads).
+"""Reads under an idle deadline, one timer per connection (sim.protocols.reads.TimedReads).
 
 What asyncio.timeout gave each read, kept: silence past the limit is TimeoutError, a read answered in time is
 not, a cancellation from outside stays a cancellation, and the connection can be read again after a timeout.
@@ -13,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from sim.protocols.http1 import TimedReads
+from sim.protocols.reads import TimedReads
 
 LIMIT = 0.05  # seconds: the timeout under test
 SOON = LIMIT / 5  # well inside the limit

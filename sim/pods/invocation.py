@@ -13,6 +13,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import h11
 
@@ -56,6 +57,14 @@ from sim.wire import (
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
 log = component_log("ncpsim.invocation")
+
+
+class Head(NamedTuple):
+    """A request's head as the routes read it: header names lower case, values as h11 gives them."""
+
+    method: str
+    target: str
+    headers: list[tuple[str, str]]
 
 
 @dataclass
@@ -118,18 +127,26 @@ class InvocationPod:
         port = writer.get_extra_info("sockname")[1]
         try:
             while True:
-                try:
-                    event = await stream.next_event()
-                except h11.RemoteProtocolError as exc:
-                    await self.refuse_head(stream, unreadable_head(exc.error_status_hint), str(exc))
+                if (plain := await stream.plain_request()) is not None:
+                    request, body = plain
+                    head = Head(request.method, request.target, list(request.headers))
+                else:
+                    try:
+                        event = await stream.next_event()
+                    except h11.RemoteProtocolError as exc:
+                        await self.refuse_head(stream, unreadable_head(exc.error_status_hint), str(exc))
+                        break
+                    if not isinstance(event, h11.Request):
+                        break
+                    head = Head(
+                        event.method.decode(), event.target.decode("latin-1"), decode_headers(event.headers)
+                    )
+                    body = None  # read once the head is routed, as it arrives
+                size = head_size(head.method, head.target, head.headers)
+                if status := head_refusal(size, head.target, len(head.headers)):
+                    await self.refuse_head(stream, status, f"{size}-byte head, {len(head.headers)} fields")
                     break
-                if not isinstance(event, h11.Request):
-                    break
-                size = head_size(event.method, event.target, event.headers)
-                if status := head_refusal(size, event.target, len(event.headers)):
-                    await self.refuse_head(stream, status, f"{size}-byte head, {len(event.headers)} fields")
-                    break
-                await self.route(stream, event, port)
+                await self.route(stream, head, body, port)
                 if not stream.reusable():
                     break
                 stream.next_cycle()
@@ -142,19 +159,21 @@ class InvocationPod:
         finally:
             writer.close()
 
-    async def route(self, stream: H11Stream, req: h11.Request, port: int) -> None:
-        path = req.target.decode("latin-1").split("?", 1)[0]
-        headers = decode_headers(req.headers)
+    async def route(self, stream: H11Stream, req: Head, body: bytes | None, port: int) -> None:
+        """Answer one request; `body`, when it came whole with a plain head, else read here."""
+        path = req.target.split("?", 1)[0]
+        headers = req.headers
         # Every request is recorded, routed or not: a probe's "no pod was contacted" rests on this.
         self.ctx.events.emit(
             POD_REQUEST,
             requestId=dict(headers).get("x-request-id"),
             pod=self.pod.name,
-            method=req.method.decode(),
+            method=req.method,
             path=path,
         )
-        body = await read_body(stream)
-        method = req.method.decode()
+        if body is None:
+            body = await read_body(stream)
+        method = req.method
         head = method == "HEAD"  # a HEAD answer has the GET's head and no body (RFC 9110 9.3.2)
         if path == ATTACH_PATH and method == "GET":
             await self.attach_get(stream, dict(headers))

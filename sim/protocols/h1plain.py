@@ -22,6 +22,8 @@ RESPONSE = re.compile(r"HTTP/1\.1 ([0-9]{3}) [\t -~]*\r\n" + FIELDS)
 FIELD = re.compile(r"([^:]+):[\t ]*([^\r]*)\r\n")  # within FIELDS: name, value (but its trailing OWS)
 HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head, CRLF or bare LF
 LENGTH = re.compile(r"[0-9]{1,20}")  # h11 refuses a Content-Length of more than 20 digits
+NAME = re.compile(TOKEN)
+VALUE = re.compile(r"(?:[!-~](?:[\t -~]*[!-~])?)?")  # what h11 writes as given: no obs-text, no outer blanks
 # Fields that change framing or the connection's course: h11's handling of them stays the judge.
 FRAMING = frozenset({"transfer-encoding", "expect", "upgrade"})
 SPECIAL = FRAMING | {"host", "content-length", "connection"}
@@ -126,6 +128,13 @@ def plain_response(head: bytes) -> PlainResponse | None:
     if framing is None or status < 200 or status in NO_BODY_STATUS or "content-length" not in special:
         return None  # an interim or bodiless response, or one read to the close: h11's to frame
     return PlainResponse(status, fields, framing[0], framing[1], len(head))
+
+
+def plain_fields(fields: list[tuple[str, str]]) -> bool:
+    """Fields a writer may put on the wire as they are, in the bytes h11 would write (response_bytes): valid
+    names and visible-ASCII values, none that decides framing or the connection's course (nor Host, which h11
+    would move first). Anything else is h11's to validate and write."""
+    return all(NAME.fullmatch(k) and VALUE.fullmatch(v) and k.lower() not in SPECIAL for k, v in fields)
 
 
 def _field_lines(fields: list[tuple[str, str]] | Fields) -> str:

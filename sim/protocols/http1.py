@@ -1,23 +1,32 @@
-"""Thin asyncio glue around h11: every HTTP/1.1 party in ncpsim (pods, proxy, worker, client) uses it."""
+"""Thin asyncio glue around h11: every HTTP/1.1 party in ncpsim (pods, proxy, worker, client) uses it.
+
+The common message skips h11: a client's `exchange` reads a plain response (sim.protocols.h1plain) itself, and
+a server reads a plain request (H11Stream.plain_request) and writes a plain answer (`respond`) itself, each
+giving exactly what h11 gives (tests/test_plain_exchange.py); whatever is not plain is handed to h11 with the
+bytes read so far, and h11 judges it as it always has."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from http import HTTPStatus
-from typing import Any, Protocol, cast
+from typing import cast
 
 import h11
 
-from sim.protocols.h1plain import head_end
-
-READ_SIZE = 65536
-# Envoy's default max_request_headers_kb is 60: h11 must be able to buffer that much before we judge.
-MAX_HEAD = 64 * 1024
+from sim.protocols.h1plain import (
+    NOT_BY_LENGTH,
+    PlainRequest,
+    head_end,
+    plain_fields,
+    plain_request,
+    plain_response,
+    response_bytes,
+)
+from sim.protocols.reads import MAX_HEAD, TimedReads
 
 
 class PeerClosed(ConnectionError):
@@ -30,116 +39,6 @@ class ClosedBeforeResponse(PeerClosed):
 
     def __init__(self) -> None:
         super().__init__("connection closed before a response")
-
-
-class Reader(Protocol):
-    async def read(self, n: int = -1) -> bytes: ...
-
-
-class TimedReads:
-    """Reads from one connection, each under an idle deadline (TimeoutError past it), as asyncio.timeout
-    would give, at a fraction of its cost: one timer per connection, moved on only when it fires.
-
-    A proxy reads each kept-alive connection once or twice a request; asyncio.timeout scheduled and cancelled
-    a timer handle around every read. Here a read notes when it started and its limit; the timer, when it
-    fires, either finds the current read's deadline still ahead (and sleeps until then) or cancels the reading
-    task, which the read turns into TimeoutError (unless the task was also cancelled from outside)."""
-
-    def __init__(self, reader: Reader):
-        self.reader = reader
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[Any] | None = None  # set only while a read waits under a limit
-        self._deadline = 0.0
-        self._expired = False
-
-    async def read(self, timeout: float | None, size: int = READ_SIZE) -> bytes:
-        if timeout is None:
-            return await self.reader.read(size)
-        loop = self._loop or asyncio.get_running_loop()
-        self._loop, self._task = loop, asyncio.current_task()
-        assert self._task is not None
-        self._deadline = loop.time() + timeout
-        if self._timer is None or self._timer.when() > self._deadline:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = loop.call_at(self._deadline, _fire, weakref.ref(self))
-        cancelling = self._task.cancelling()
-        try:
-            return await self.reader.read(size)
-        except asyncio.CancelledError:
-            if self._expired and self._task.uncancel() <= cancelling:
-                raise TimeoutError from None
-            raise
-        finally:
-            self._task, self._expired = None, False
-
-    def _fire(self) -> None:
-        self._timer = None
-        if self._task is None:  # no read waiting: the next one arms the timer again
-            return
-        assert self._loop is not None
-        if self._loop.time() < self._deadline:
-            self._timer = self._loop.call_at(self._deadline, _fire, weakref.ref(self))
-        elif not self._expired:
-            self._expired = True
-            self._task.cancel()
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-
-def _fire(reads: weakref.ref[TimedReads]) -> None:
-    """The timer holds its connection's reads weakly: a connection dropped unclosed is not kept for up to
-    its idle timeout (an hour for a worker's) by a timer that has nothing left to do."""
-    if (alive := reads()) is not None:
-        alive._fire()
-
-
-class HeadReader:
-    """A connection's bytes read and not yet consumed, read on until they start with a whole message head,
-    for a relay that takes plain messages (sim.protocols.h1plain) as they came and hands h11 the rest."""
-
-    def __init__(self, reader: asyncio.StreamReader):
-        self.reader = reader
-        self.reads = TimedReads(reader)
-        self.pending = bytearray()
-        self.eof = False
-
-    async def head(self, first: bytes, idle: float | None, begun: float | None) -> int:
-        """The length of the whole head `pending` starts with; -1 when h11 must judge the bytes as they are
-        (the peer closed, sent a first byte not in `first`, or more than MAX_HEAD without a blank line):
-        everything h11 would refuse early, it then refuses as early. Reads wait up to `idle` while nothing
-        is pending, `begun` once a head has begun (TimeoutError past either)."""
-        searched = 0
-        while True:
-            if self.pending:
-                if self.pending[0] not in first:
-                    return -1
-                if (end := head_end(self.pending, searched)) >= 0:
-                    return end
-                if len(self.pending) > MAX_HEAD:
-                    return -1
-                searched = len(self.pending)
-            if self.eof:
-                return -1
-            data = await self.reads.read(begun if self.pending else idle)
-            self.eof = not data
-            self.pending += data
-
-    def take(self, size: int) -> bytes:
-        data = bytes(self.pending[:size])
-        del self.pending[:size]
-        return data
-
-    def hand_over(self, conn: h11.Connection) -> None:
-        """Everything pending (and the end of the stream, if it came) to `conn`, which reads on from there."""
-        if self.pending:  # (h11 takes b"" for the end of the stream)
-            conn.receive_data(self.take(len(self.pending)))
-        if self.eof:
-            conn.receive_data(b"")
 
 
 async def open_within(
@@ -195,6 +94,10 @@ def _chunk_size_in_range(conn: h11.Connection, event: object) -> None:
         raise h11.RemoteProtocolError("chunk size overflows 64 bits", 400)
 
 
+RESPONSE_STARTS = b"H"  # "HTTP/1.1 ..."
+REQUEST_STARTS = bytes(range(ord("A"), ord("Z") + 1))  # a plain request's method: upper-case letters
+
+
 class H11Stream:
     def __init__(
         self,
@@ -207,6 +110,9 @@ class H11Stream:
         self.conn = h11.Connection(role, max_incomplete_event_size=max_head)
         self.reader, self.writer = reader, writer
         self.reads = reads or TimedReads(reader)  # `reads`: the connection's, when h11 takes it over
+        self.max_head = max_head
+        self._plain_cycle_over = False  # a plain message ended the last cycle (plain_response, answer_plain)
+        self._plain_request: bytes | None = None  # the plain request being answered, as it came
 
     async def next_event(self, timeout: float | None = None) -> h11.Event:
         """The next event (h11.PAUSED, a sentinel class, when the peer's next message waits for ours: callers
@@ -227,17 +133,119 @@ class H11Stream:
         return event
 
     async def send(self, *events: h11.Event) -> None:
+        if self._plain_request is not None:
+            self._h11_takes_the_request()  # an answer only h11 writes: h11 reads the request first
         # One write for all the events: over TLS each write is its own record and its own send().
         payload = b"".join(self.conn.send(event) or b"" for event in events)
         if payload:
             self.writer.write(payload)
         await self.writer.drain()
 
+    async def plain_response(self, method: str, timeout: float | None) -> Response | None:
+        """The response to the request just sent (client role), read without h11 when it is plain
+        (sim.protocols.h1plain), keeps the connection and arrives whole with nothing past it; else None, with
+        every byte read so far handed to h11, which reads on from there as if it had read them itself. Reads
+        wait up to `timeout` each, as next_event's; one that fails (past it, reset, cancelled) raises as
+        next_event's would, and the bytes read go with the exchange, whose connection every caller closes then.
+        After a plain response the stream is ready for the next request, on a new h11 connection in the state
+        start_next_cycle would have left the old one in."""
+        conn = self.conn
+        if method in NOT_BY_LENGTH or (conn.our_state, conn.their_state) != (h11.DONE, h11.SEND_RESPONSE):
+            return None  # a HEAD's or CONNECT's response, or a request that asked to close: h11's
+        if (read := await self._head(RESPONSE_STARTS, timeout)) is None:
+            return None
+        buffer, end = read
+        plain = plain_response(bytes(buffer[:end]))
+        if plain is None or not plain.keep_alive:
+            self._hand_over(buffer, eof=False)
+            return None
+        whole = end + plain.length
+        while len(buffer) < whole:
+            if not (data := await self.reads.read(timeout)):
+                self._hand_over(buffer, eof=True)  # cut short: h11's error, in h11's words
+                return None
+            buffer += data
+        if len(buffer) > whole:
+            self._hand_over(buffer, eof=False)  # bytes past the response: h11 keeps them as it would
+            return None
+        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.max_head)
+        self._plain_cycle_over = True
+        return Response(plain.status, list(plain.headers), bytes(buffer[end:]))
+
+    async def plain_request(self) -> tuple[PlainRequest, bytes] | None:
+        """The next request and its body (server role), read without h11 when it is plain (sim.protocols.
+        h1plain), keeps the connection and comes whole in the reads that complete its head, with nothing past
+        it; else None, with every byte read handed to h11, which reads on from there (its events then come as
+        they always came: the head first, the body as it arrives). Answer it with answer_plain; any other
+        answer is written by h11, which is given the request first (send)."""
+        conn = self.conn
+        if (conn.our_state, conn.their_state) != (h11.IDLE, h11.IDLE) or self._plain_request is not None:
+            return None
+        if (read := await self._head(REQUEST_STARTS, None)) is None:
+            return None
+        buffer, end = read
+        request = plain_request(bytes(buffer[:end]))
+        if request is None or not request.keep_alive or len(buffer) != end + request.length:
+            self._hand_over(buffer, eof=False)
+            return None
+        self._plain_request = bytes(buffer)
+        return request, bytes(buffer[end:])
+
+    async def _head(self, starts: bytes, timeout: float | None) -> tuple[bytearray, int] | None:
+        """The bytes read until they hold a whole head, and where it ends; None once they are h11's (they do
+        not start with one of `starts`, the peer closed, or more than max_head came without a blank line:
+        everything h11 refuses early, it then refuses as early)."""
+        if self.conn.trailing_data != (b"", False):
+            return None  # h11 holds bytes already: it reads on
+        buffer, searched = bytearray(), 0
+        while (end := head_end(buffer, searched)) < 0:
+            if len(buffer) > self.max_head or (buffer and buffer[0] not in starts):
+                self._hand_over(buffer, eof=False)
+                return None
+            searched = len(buffer)
+            if not (data := await self.reads.read(timeout)):
+                self._hand_over(buffer, eof=True)
+                return None
+            buffer += data
+        return buffer, end
+
+    async def answer_plain(self, status: int, fields: list[tuple[str, str]], body: bytes) -> bool:
+        """Answer the plain request being answered (plain_request) with `fields`, Content-Length and `body`,
+        in the bytes h11 would write; False, and nothing written, when h11 must write it (no plain request
+        is being answered, or a field is not plain)."""
+        if self._plain_request is None or not plain_fields(fields):
+            return False
+        self._plain_request, self._plain_cycle_over = None, True
+        fields = [*fields, ("content-length", str(len(body)))]
+        self.writer.write(response_bytes(status, reason_phrase(status), fields) + body)
+        await self.writer.drain()
+        return True
+
+    def _h11_takes_the_request(self) -> None:
+        """h11 reads the plain request being answered (its head, its body, its end), as if it had all along."""
+        raw, self._plain_request = self._plain_request, None
+        assert raw is not None
+        self.conn.receive_data(raw)
+        while isinstance(self.conn.next_event(), (h11.Request, h11.Data)):
+            pass
+
+    def _hand_over(self, buffer: bytearray, eof: bool) -> None:
+        """Every byte read, and the end of the stream if it came, to h11."""
+        if buffer:
+            self.conn.receive_data(bytes(buffer))
+        if eof:
+            self.conn.receive_data(b"")
+
     def reusable(self) -> bool:
+        if self._plain_cycle_over:
+            return True
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
 
     def next_cycle(self) -> None:
-        self.conn.start_next_cycle()
+        if self._plain_cycle_over:
+            self._plain_cycle_over = False  # the new connection is at the start of a cycle already
+        else:
+            self.conn.start_next_cycle()
 
     def close(self) -> None:
         self.reads.close()
@@ -300,6 +308,8 @@ async def exchange(
         *([h11.Data(data=body)] if body else []),
         h11.EndOfMessage(),
     )
+    if (plain := await stream.plain_response(method, timeout)) is not None:
+        return plain
     while True:
         try:
             event = await stream.next_event(timeout)
@@ -324,12 +334,14 @@ async def respond(
     close: bool = False,
     head: bool = False,
 ) -> None:
-    """Send one complete response (server role); `head`: the answer to HEAD, Content-Length and no body."""
-    hdrs = list(headers or [])
-    hdrs.append(("content-length", str(len(body))))
+    """Send one complete response (server role); `head`: the answer to HEAD, Content-Length and no body.
+    To a plain request (H11Stream.plain_request), a plain answer is written without h11."""
+    sent = b"" if head else body
+    if not close and not head and await stream.answer_plain(status, headers or [], sent):
+        return
+    hdrs = [*(headers or []), ("content-length", str(len(body)))]
     if close:
         hdrs.append(("connection", "close"))
-    sent = b"" if head else body
     await stream.send(
         h11.Response(status_code=status, headers=hdrs, reason=reason_phrase(status)),
         *([h11.Data(data=sent)] if sent else []),

@@ -50,14 +50,15 @@ HEAD_FIELDS = 100  # hyper's default header count
 URI_MAX = 65534  # hyper's MAX_URI_LEN (u16::MAX - 1)
 
 
-def head_size(method: bytes, target: bytes, fields: Collection[tuple[bytes, bytes]]) -> int:
-    """The bytes of a head as sent with single spaces (what h11 hands over keeps no more)."""
+def head_size(method: str, target: str, fields: Collection[tuple[str, str]]) -> int:
+    """The bytes of a head as sent with single spaces (what h11 hands over keeps no more), from its text
+    (latin-1: a character a byte)."""
     return (
         len(method) + len(target) + len(b"  HTTP/1.1\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in fields)
     )
 
 
-def head_refusal(size: int, target: bytes, fields: int) -> int | None:
+def head_refusal(size: int, target: str, fields: int) -> int | None:
     """hyper's answer to a head that parsed but is past its limits (431, 414), or None: it goes on. hyper
     never holds more than its buffer, so a head longer than that is 431 however it arrived."""
     if size > HEAD_BUFFER or fields > HEAD_FIELDS:

@@ -11,7 +11,8 @@ import time
 
 import h11
 
-from sim.protocols.http1 import MAX_HEAD, H11Stream, HeadReader, reason_phrase
+from sim.protocols.http1 import H11Stream, reason_phrase
+from sim.protocols.reads import MAX_HEAD, HeadReader
 from sim.proxy.policy import http_date, with_host_from_url
 from sim.runtime.log import component_log
 

@@ -9,7 +9,8 @@ import ssl
 import h11
 
 from sim.model.netmap import Unreachable
-from sim.protocols.http1 import H11Stream, HeadReader
+from sim.protocols.http1 import H11Stream
+from sim.protocols.reads import HeadReader
 from sim.protocols.tls import ReloadingContext
 from sim.proxy.downstream import log
 from sim.proxy.policy import Forward, RequestHead, expects_continue, upstream_reset

@@ -28,6 +28,7 @@ from sim.protocols.go_errors import (
     leg_broken_line,
     leg_status_line,
 )
+from sim.protocols.h1plain import head_end, plain_request, response_bytes
 from sim.protocols.http1 import ClosedBeforeResponse, H11Stream, PeerClosed, Response, exchange
 from sim.protocols.request_attach import H1_TYPE, token_fingerprint
 from sim.protocols.tls_in_tls import TunnelTls
@@ -48,11 +49,29 @@ class CallbackFailed(Exception):
 
 
 def echo_function(raw_request: bytes) -> bytes:
-    """The echo function: answers with the request's body and content type, as an HTTP/1.1 message."""
+    """The echo function: answers with the request's body and content type, as an HTTP/1.1 message. A plain
+    request (sim.protocols.h1plain) is answered without an h11 pass, in the bytes h11 would have written."""
+    end = head_end(raw_request)
+    request = plain_request(raw_request[:end]) if end >= 0 else None
+    if request is None or not request.keep_alive or len(raw_request) < end + request.length:
+        return _echo_h11(raw_request)
+    body = raw_request[end : end + request.length]
+    content_type = next((v for k, v in request.headers if k == "content-type"), ECHO_TYPE)
+    return response_bytes(200, b"", _echo_fields(content_type, body)) + body
+
+
+ECHO_TYPE = "application/octet-stream"  # what the echo answers when the request names no content type
+
+
+def _echo_fields(content_type: str, body: bytes) -> list[tuple[str, str]]:
+    return [("content-type", content_type), ("content-length", str(len(body)))]
+
+
+def _echo_h11(raw_request: bytes) -> bytes:
     conn = h11.Connection(h11.SERVER)
     conn.receive_data(raw_request)
     conn.receive_data(b"")
-    content_type, chunks = "application/octet-stream", []
+    content_type, chunks = ECHO_TYPE, []
     while True:
         event = conn.next_event()
         if isinstance(event, h11.Request):
@@ -62,14 +81,7 @@ def echo_function(raw_request: bytes) -> bytes:
         else:
             break
     body = b"".join(chunks)
-    out = (
-        conn.send(
-            h11.Response(
-                status_code=200, headers=[("content-type", content_type), ("content-length", str(len(body)))]
-            )
-        )
-        or b""
-    )
+    out = conn.send(h11.Response(status_code=200, headers=_echo_fields(content_type, body))) or b""
     return out + (conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b"")
 
 
