@@ -41,8 +41,11 @@ class Wire:
         return None
 
 
-def _run(pieces: list[bytes], eof: bool, method: str) -> list[object]:
-    """Two exchanges on one stream over `pieces` (arriving one read each): what each gave, or its error."""
+def _run(
+    pieces: list[bytes], eof: bool, method: str, fields: list[tuple[str, str]] | None, body: bytes
+) -> list[object]:
+    """Two exchanges on one stream over `pieces` (arriving one read each): what each gave, or its error,
+    and the bytes the stream wrote (the first request with `fields`, default a Host, and `body`)."""
 
     async def go() -> list[object]:
         reader = asyncio.StreamReader()
@@ -52,11 +55,12 @@ def _run(pieces: list[bytes], eof: bool, method: str) -> list[object]:
             reader.feed_eof()
         stream = H11Stream(h11.CLIENT, reader, Wire())  # type: ignore[arg-type]
         seen: list[object] = []
-        for _ in range(2):
+        for first in (True, False):
+            asked = (fields if first and fields is not None else [("host", "pod")], body if first else b"")
             try:
-                got = await exchange(stream, method, "/x", [("host", "pod")], timeout=0.2)
+                got = await exchange(stream, method, "/x", *asked, timeout=0.2)
                 seen.append((got.status, got.headers, got.body, stream.reusable()))
-            except (h11.ProtocolError, http1.PeerClosed, TimeoutError) as exc:
+            except (h11.ProtocolError, http1.PeerClosed, TimeoutError, UnicodeError) as exc:
                 seen.append((type(exc).__name__, str(exc)))
                 break
         seen.append(bytes(stream.writer.sent))  # type: ignore[attr-defined]
@@ -65,17 +69,29 @@ def _run(pieces: list[bytes], eof: bool, method: str) -> list[object]:
     return asyncio.run(go())
 
 
-async def _h11_only(self: H11Stream, method: str, timeout: float | None) -> None:
+async def _h11_reads(self: H11Stream, method: str, timeout: float | None) -> None:
     return None  # the plain path switched off: every byte read by h11, as before it
 
 
+async def _h11_writes(self: H11Stream, *request: object) -> bool:
+    return False  # and every request written by h11
+
+
 def both_ways(
-    pieces: list[bytes], eof: bool = True, method: str = "GET"
+    pieces: list[bytes],
+    eof: bool = True,
+    method: str = "GET",
+    fields: list[tuple[str, str]] | None = None,
+    body: bytes = b"",
 ) -> tuple[list[object], list[object]]:
-    plain = _run(pieces, eof, method)
+    """`_run` as it is, and with h11 reading and writing everything (the old code); and, with h11 writing
+    only, the plain reading still gives the same: each half of the plain path stands on its own."""
+    plain = _run(pieces, eof, method, fields, body)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(H11Stream, "plain_response", _h11_only)
-        old = _run(pieces, eof, method)
+        patch.setattr(H11Stream, "send_plain_request", _h11_writes)
+        assert _run(pieces, eof, method, fields, body) == plain
+        patch.setattr(H11Stream, "plain_response", _h11_reads)
+        old = _run(pieces, eof, method, fields, body)
     return plain, old
 
 
@@ -141,6 +157,45 @@ def test_generated_responses_are_read_as_h11_reads_them(request_head: bytes, bod
     data = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + rest + body
     plain, old = both_ways([data])
     assert plain == old
+
+
+field_name = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=10)
+field_value = st.text(st.characters(min_codepoint=0x09, max_codepoint=0xFF), max_size=12)
+some_fields = st.lists(
+    st.tuples(
+        st.one_of(field_name, st.sampled_from(["host", "Host", "content-length", "connection", "accept"])),
+        st.one_of(field_value, st.sampled_from(["pod", "5", "close"])),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(some_fields, st.sampled_from(["GET", "POST", "get", "HEAD"]), st.sampled_from([b"", b"hello"]))
+def test_a_request_is_written_as_h11_writes_it(
+    fields: list[tuple[str, str]], method: str, body: bytes
+) -> None:
+    plain, old = both_ways([NEXT, NEXT], method=method, fields=fields, body=body)
+    assert plain == old
+
+
+def test_a_difference_in_writing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control: a plain request written differently from h11 (its method in lower case) is seen."""
+    real = http1.request_bytes
+    monkeypatch.setattr(http1, "request_bytes", lambda method, *rest: real(method.lower(), *rest))
+    plain = _run([NEXT, NEXT], True, "GET", None, b"")
+    monkeypatch.setattr(H11Stream, "send_plain_request", _h11_writes)
+    old = _run([NEXT, NEXT], True, "GET", None, b"")
+    assert plain != old and bytes(plain[2]).startswith(b"get /x")  # type: ignore[arg-type]
+
+
+def test_a_written_request_h11_did_not_see_is_told_when_h11_reads_the_response() -> None:
+    """A plain request, then a response only h11 reads (chunked): h11 is given the request first, and reads
+    the response as if it had sent it; the next request goes out plain again."""
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+    plain, old = both_ways([chunked, NEXT], method="POST", body=b"hello")
+    assert plain == old and plain[0] == (200, [("transfer-encoding", "chunked")], b"hi", True)
+    assert bytes(plain[2]).startswith(b"POST /x HTTP/1.1\r\nhost: pod\r\ncontent-length: 5\r\n\r\nhello")  # type: ignore[arg-type]
 
 
 # The echo function ---------------------------------------------------------------------------------

@@ -137,6 +137,29 @@ def plain_fields(fields: list[tuple[str, str]]) -> bool:
     return all(NAME.fullmatch(k) and VALUE.fullmatch(v) and k.lower() not in SPECIAL for k, v in fields)
 
 
+METHOD = re.compile(r"[A-Z]+")
+TARGET = re.compile(r"[!-~]+")  # h11's request-target: visible ASCII
+
+
+def plain_request_out(method: str, target: str, fields: list[tuple[str, str]]) -> bool:
+    """A request a client may write as it is (request_bytes), in the bytes h11 would write: an upper-case
+    method that is not HEAD or CONNECT, a target of visible ASCII, one Host, at most one Content-Length of
+    digits, and plain fields beside them. Anything else is h11's to validate and write."""
+    if method in NOT_BY_LENGTH or not METHOD.fullmatch(method) or not TARGET.fullmatch(target):
+        return False
+    hosts = [(k, v) for k, v in fields if k.lower() == "host"]
+    lengths = [(k, v) for k, v in fields if k.lower() == "content-length"]
+    rest = [(k, v) for k, v in fields if k.lower() not in ("host", "content-length")]
+    return (
+        len(hosts) == 1
+        and hosts[0][0] == "host"  # (request_bytes moves it first as h11 does, by this name)
+        and bool(VALUE.fullmatch(hosts[0][1]))
+        and len(lengths) <= 1
+        and all(NAME.fullmatch(k) and LENGTH.fullmatch(v) for k, v in lengths)
+        and plain_fields(rest)
+    )
+
+
 def _field_lines(fields: list[tuple[str, str]] | Fields) -> str:
     """Field lines as h11 writes them: Host first (RFC 9110 7.2), then the rest in order."""
     names = [k for k, _ in fields]

@@ -23,7 +23,9 @@ from sim.protocols.h1plain import (
     head_end,
     plain_fields,
     plain_request,
+    plain_request_out,
     plain_response,
+    request_bytes,
     response_bytes,
 )
 from sim.protocols.reads import MAX_HEAD, TimedReads
@@ -113,6 +115,8 @@ class H11Stream:
         self.max_head = max_head
         self._plain_cycle_over = False  # a plain message ended the last cycle (plain_response, answer_plain)
         self._plain_request: bytes | None = None  # the plain request being answered, as it came
+        # a request written without h11, whose response is due: (method, target, fields, body)
+        self._plain_sent: tuple[str, str, list[tuple[str, str]], bytes] | None = None
 
     async def next_event(self, timeout: float | None = None) -> h11.Event:
         """The next event (h11.PAUSED, a sentinel class, when the peer's next message waits for ours: callers
@@ -128,6 +132,8 @@ class H11Stream:
     def buffered_event(self) -> h11.Event | type[h11.NEED_DATA | h11.PAUSED]:
         """The next event from what h11 holds already: h11's next_event(), with a chunk size that overflows
         64 bits refused as Envoy refuses it."""
+        if self._plain_sent is not None:
+            self._h11_sends_the_request()  # its response is h11's to read: h11 learns what was asked
         event = self.conn.next_event()
         _chunk_size_in_range(self.conn, event)
         return event
@@ -141,6 +147,31 @@ class H11Stream:
             self.writer.write(payload)
         await self.writer.drain()
 
+    async def send_plain_request(
+        self, method: str, target: str, fields: list[tuple[str, str]], body: bytes
+    ) -> bool:
+        """Write a request without h11 (client role, at the start of a cycle) when it is plain
+        (h1plain.plain_request_out), in the bytes h11 would write; False, and nothing written, when h11
+        must write it. h11 is told of the request only if it comes to read the response."""
+        if (self.conn.our_state, self.conn.their_state) != (h11.IDLE, h11.IDLE):
+            return False
+        if not plain_request_out(method, target, fields):
+            return False
+        self._plain_sent = (method, target, fields, body)
+        self.writer.write(request_bytes(method, target, fields) + body)
+        await self.writer.drain()
+        return True
+
+    def _h11_sends_the_request(self) -> None:
+        """h11 sends the request written without it (its bytes dropped: they are on the wire already)."""
+        assert self._plain_sent is not None
+        method, target, fields, body = self._plain_sent
+        self._plain_sent = None
+        self.conn.send(h11.Request(method=method, target=target, headers=fields))
+        if body:
+            self.conn.send(h11.Data(data=body))
+        self.conn.send(h11.EndOfMessage())
+
     async def plain_response(self, method: str, timeout: float | None) -> Response | None:
         """The response to the request just sent (client role), read without h11 when it is plain
         (sim.protocols.h1plain), keeps the connection and arrives whole with nothing past it; else None, with
@@ -150,7 +181,10 @@ class H11Stream:
         After a plain response the stream is ready for the next request, on a new h11 connection in the state
         start_next_cycle would have left the old one in."""
         conn = self.conn
-        if method in NOT_BY_LENGTH or (conn.our_state, conn.their_state) != (h11.DONE, h11.SEND_RESPONSE):
+        sent_by_h11 = self._plain_sent is None
+        if sent_by_h11 and (
+            method in NOT_BY_LENGTH or (conn.our_state, conn.their_state) != (h11.DONE, h11.SEND_RESPONSE)
+        ):
             return None  # a HEAD's or CONNECT's response, or a request that asked to close: h11's
         if (read := await self._head(RESPONSE_STARTS, timeout)) is None:
             return None
@@ -168,8 +202,9 @@ class H11Stream:
         if len(buffer) > whole:
             self._hand_over(buffer, eof=False)  # bytes past the response: h11 keeps them as it would
             return None
-        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.max_head)
-        self._plain_cycle_over = True
+        if sent_by_h11:
+            self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.max_head)
+        self._plain_sent, self._plain_cycle_over = None, True  # (a connection h11 never used is new)
         return Response(plain.status, list(plain.headers), bytes(buffer[end:]))
 
     async def plain_request(self) -> tuple[PlainRequest, bytes] | None:
@@ -303,11 +338,12 @@ async def exchange(
         stream.next_cycle()
     if body or method in ("POST", "PUT"):
         headers = [*headers, ("content-length", str(len(body)))]
-    await stream.send(
-        h11.Request(method=method, target=target, headers=headers),
-        *([h11.Data(data=body)] if body else []),
-        h11.EndOfMessage(),
-    )
+    if not await stream.send_plain_request(method, target, headers, body):
+        await stream.send(
+            h11.Request(method=method, target=target, headers=headers),
+            *([h11.Data(data=body)] if body else []),
+            h11.EndOfMessage(),
+        )
     if (plain := await stream.plain_response(method, timeout)) is not None:
         return plain
     while True:
