@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from test_h1plain import RESPONSES
 from test_policy_props import head_bytes
 
-from sim.protocols import http1
+from sim.protocols import http1, request_attach
 from sim.protocols.http1 import H11Stream, decode_headers, exchange, read_body, respond
+from sim.protocols.request_attach import parse_inner_response, request_h1
 from sim.worker.http_callback import _echo_h11, echo_function
 
 NEXT = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"
@@ -354,3 +355,27 @@ name = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1
 def test_an_answer_is_written_as_h11_writes_it(fields: list[tuple[str, str]]) -> None:
     plain, old = served_both_ways([GET + GET], [(200, fields, False), OK])
     assert plain == old
+
+
+# The +h1 framing the pod and the worker exchange (sim.protocols.request_attach) ----------------------
+@settings(max_examples=100, deadline=None)
+@given(some_fields, st.sampled_from([b"", b"{}"]))
+def test_the_client_request_is_framed_as_h11_frames_it(fields: list[tuple[str, str]], body: bytes) -> None:
+    def framed() -> object:
+        try:
+            return request_h1("POST", "/", fields, body)
+        except (h11.ProtocolError, UnicodeError) as exc:
+            return type(exc)
+
+    plain = framed()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(request_attach, "plain_request_out", lambda *request: False)
+        assert framed() == plain
+
+
+@pytest.mark.parametrize("data", [d for _, d in CASES], ids=[n for n, _ in CASES])
+def test_the_inner_response_is_read_as_h11_reads_it(data: bytes) -> None:
+    plain = parse_inner_response(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(request_attach, "plain_response", lambda head: None)
+        assert parse_inner_response(data) == plain

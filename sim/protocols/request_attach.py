@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import h11
 
+from sim.protocols.h1plain import head_end, plain_request_out, plain_response, request_bytes
+
 INVALID_TOKEN = "The provided authorization token is invalid or has expired"
 MISSING_TOKEN = "Missing authorization token"
 INCOMPLETE = "Incomplete HTTP response"
@@ -49,11 +51,13 @@ def token_fingerprint(authorization: str | None) -> str | None:
 
 def request_h1(method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
     """The client's request as an HTTP/1.1 message: what a worker gets with Accept +h1."""
-    conn = h11.Connection(h11.CLIENT)
     hdrs = [(k, v) for k, v in headers if k.lower() not in ("content-length", "transfer-encoding")]
     if not any(k.lower() == "host" for k, _ in hdrs):
         hdrs.insert(0, ("host", "function"))
     hdrs.append(("content-length", str(len(body))))
+    if plain_request_out(method, path, hdrs):  # the common request: the bytes h11 writes, without it
+        return request_bytes(method, path, hdrs) + body
+    conn = h11.Connection(h11.CLIENT)
     out = conn.send(h11.Request(method=method, target=path, headers=hdrs)) or b""
     if body:
         out += conn.send(h11.Data(data=body)) or b""
@@ -68,7 +72,12 @@ class InnerResponse:
 
 
 def parse_inner_response(raw: bytes) -> InnerResponse | str:
-    """A worker's POSTed response, or the 400 message the pod answers."""
+    """A worker's POSTed response, or the 400 message the pod answers. A plain one (sim.protocols.h1plain) is
+    read without h11, as h11 reads it."""
+    end = head_end(raw)
+    plain = plain_response(raw[:end]) if end >= 0 else None
+    if plain is not None and len(raw) >= end + plain.length:
+        return InnerResponse(plain.status, plain.headers, raw[end : end + plain.length])
     conn = h11.Connection(h11.CLIENT)
     conn.send(h11.Request(method="GET", target="/", headers=[("host", "function")]))
     conn.send(h11.EndOfMessage())
