@@ -180,6 +180,25 @@ def test_a_request_is_written_as_h11_writes_it(
     assert plain == old
 
 
+def test_a_request_while_one_is_unanswered_is_refused_as_h11_refuses_it() -> None:
+    async def go() -> list[str]:
+        refused = []
+        for plain in (True, False):
+            stream = H11Stream(h11.CLIENT, asyncio.StreamReader(), Wire())  # type: ignore[arg-type]
+            with pytest.MonkeyPatch.context() as patch:
+                if not plain:
+                    patch.setattr(H11Stream, "send_plain_request", _h11_writes)
+                for _ in range(2):
+                    try:
+                        await exchange(stream, "GET", "/x", [("host", "pod")], timeout=0.01)
+                    except (TimeoutError, h11.LocalProtocolError) as exc:
+                        refused.append(f"{type(exc).__name__}: {exc}")
+        return refused
+
+    plain_twice, old_twice = (got := asyncio.run(go()))[:2], got[2:]
+    assert plain_twice == old_twice and plain_twice[1].startswith("LocalProtocolError")
+
+
 def test_a_difference_in_writing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Negative control: a plain request written differently from h11 (its method in lower case) is seen."""
     real = http1.request_bytes

@@ -141,6 +141,8 @@ class H11Stream:
     async def send(self, *events: h11.Event) -> None:
         if self._plain_request is not None:
             self._h11_takes_the_request()  # an answer only h11 writes: h11 reads the request first
+        if self._plain_sent is not None:
+            self._h11_sends_the_request()  # a request while one is unanswered: h11 refuses it, as before
         # One write for all the events: over TLS each write is its own record and its own send().
         payload = b"".join(self.conn.send(event) or b"" for event in events)
         if payload:
@@ -153,7 +155,7 @@ class H11Stream:
         """Write a request without h11 (client role, at the start of a cycle) when it is plain
         (h1plain.plain_request_out), in the bytes h11 would write; False, and nothing written, when h11
         must write it. h11 is told of the request only if it comes to read the response."""
-        if (self.conn.our_state, self.conn.their_state) != (h11.IDLE, h11.IDLE):
+        if (self.conn.our_state, self.conn.their_state) != (h11.IDLE, h11.IDLE) or self._plain_sent:
             return False
         if not plain_request_out(method, target, fields):
             return False
