@@ -209,6 +209,25 @@ def test_a_difference_in_writing_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     assert plain != old and bytes(plain[2]).startswith(b"get /x")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("fields", "body"),
+    [
+        ([("host", "pod"), ("content-length", "5")], b""),  # declared, not sent: h11 refuses it
+        ([("host", "pod"), ("content-length", "05")], b"hello"),
+        ([("host", "pod"), ("Content-Length", "5")], b"hello"),
+        ([("Host", "pod")], b""),
+        ([("host", "pod"), ("host", "pod")], b""),
+        ([], b""),
+    ],
+)
+def test_a_request_h11_would_refuse_or_write_otherwise_is_h11s(
+    fields: list[tuple[str, str]], body: bytes
+) -> None:
+    # GET: exchange adds no Content-Length of its own, so the one given is the only one
+    plain, old = both_ways([NEXT, NEXT], method="GET", fields=fields, body=body)
+    assert plain == old
+
+
 def test_a_written_request_h11_did_not_see_is_told_when_h11_reads_the_response() -> None:
     """A plain request, then a response only h11 reads (chunked): h11 is given the request first, and reads
     the response as if it had sent it; the next request goes out plain again."""

@@ -141,10 +141,11 @@ METHOD = re.compile(r"[A-Z]+")
 TARGET = re.compile(r"[!-~]+")  # h11's request-target: visible ASCII
 
 
-def plain_request_out(method: str, target: str, fields: list[tuple[str, str]]) -> bool:
-    """A request a client may write as it is (request_bytes), in the bytes h11 would write: an upper-case
-    method that is not HEAD or CONNECT, a target of visible ASCII, one Host, at most one Content-Length of
-    digits, and plain fields beside them. Anything else is h11's to validate and write."""
+def plain_request_out(method: str, target: str, fields: list[tuple[str, str]], body: int) -> bool:
+    """A request a client may write as it is (request_bytes) with a `body`-byte body, in the bytes h11 would
+    write: an upper-case method that is not HEAD or CONNECT, a target of visible ASCII, one Host, a
+    Content-Length that says the body's length (none for no body), and plain fields beside them. Anything
+    else is h11's to validate and write (or to refuse: a declared length the body does not have)."""
     if method in NOT_BY_LENGTH or not METHOD.fullmatch(method) or not TARGET.fullmatch(target):
         return False
     hosts = [(k, v) for k, v in fields if k.lower() == "host"]
@@ -154,8 +155,7 @@ def plain_request_out(method: str, target: str, fields: list[tuple[str, str]]) -
         len(hosts) == 1
         and hosts[0][0] == "host"  # (request_bytes moves it first as h11 does, by this name)
         and bool(VALUE.fullmatch(hosts[0][1]))
-        and len(lengths) <= 1
-        and all(NAME.fullmatch(k) and LENGTH.fullmatch(v) for k, v in lengths)
+        and ([v for k, v in lengths if NAME.fullmatch(k)] == [str(body)] if lengths else body == 0)
         and plain_fields(rest)
     )
 

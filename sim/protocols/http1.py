@@ -157,7 +157,7 @@ class H11Stream:
         must write it. h11 is told of the request only if it comes to read the response."""
         if (self.conn.our_state, self.conn.their_state) != (h11.IDLE, h11.IDLE) or self._plain_sent:
             return False
-        if not plain_request_out(method, target, fields):
+        if not plain_request_out(method, target, fields, len(body)):
             return False
         self._plain_sent = (method, target, fields, body)
         self.writer.write(request_bytes(method, target, fields) + body)
