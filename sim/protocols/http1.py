@@ -20,7 +20,6 @@ import h11
 from sim.protocols.h1plain import (
     NOT_BY_LENGTH,
     PlainRequest,
-    head_end,
     plain_fields,
     plain_request,
     plain_request_out,
@@ -28,7 +27,7 @@ from sim.protocols.h1plain import (
     request_bytes,
     response_bytes,
 )
-from sim.protocols.reads import MAX_HEAD, TimedReads
+from sim.protocols.reads import MAX_HEAD, HeadReader, TimedReads
 
 
 class PeerClosed(ConnectionError):
@@ -190,24 +189,21 @@ class H11Stream:
             return None  # a HEAD's or CONNECT's response, or a request that asked to close: h11's
         if (read := await self._head(RESPONSE_STARTS, timeout)) is None:
             return None
-        buffer, end = read
-        plain = plain_response(bytes(buffer[:end]))
-        if plain is None or not plain.keep_alive:
-            self._hand_over(buffer, eof=False)
-            return None
-        whole = end + plain.length
-        while len(buffer) < whole:
-            if not (data := await self.reads.read(timeout)):
-                self._hand_over(buffer, eof=True)  # cut short: h11's error, in h11's words
-                return None
-            buffer += data
-        if len(buffer) > whole:
-            self._hand_over(buffer, eof=False)  # bytes past the response: h11 keeps them as it would
+        got, end = read
+        plain = plain_response(bytes(got.pending[:end]))
+        # to h11, as it would have read them, unless plain, kept alive, whole and alone (bytes past it: h11's)
+        if (
+            plain is None
+            or not plain.keep_alive
+            or not await got.read_to(whole := end + plain.length, timeout)
+            or len(got.pending) > whole
+        ):
+            got.hand_over(self.conn)
             return None
         if sent_by_h11:
             self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=self.max_head)
         self._plain_sent, self._plain_cycle_over = None, True  # (a connection h11 never used is new)
-        return Response(plain.status, list(plain.headers), bytes(buffer[end:]))
+        return Response(plain.status, list(plain.headers), bytes(got.pending[end:]))
 
     async def plain_request(self) -> tuple[PlainRequest, bytes] | None:
         """The next request and its body (server role), read without h11 when it is plain (sim.protocols.
@@ -220,31 +216,24 @@ class H11Stream:
             return None
         if (read := await self._head(REQUEST_STARTS, None)) is None:
             return None
-        buffer, end = read
-        request = plain_request(bytes(buffer[:end]))
-        if request is None or not request.keep_alive or len(buffer) != end + request.length:
-            self._hand_over(buffer, eof=False)
+        got, end = read
+        request = plain_request(bytes(got.pending[:end]))
+        if request is None or not request.keep_alive or len(got.pending) != end + request.length:
+            got.hand_over(self.conn)
             return None
-        self._plain_request = bytes(buffer)
-        return request, bytes(buffer[end:])
+        self._plain_request = bytes(got.pending)
+        return request, self._plain_request[end:]
 
-    async def _head(self, starts: bytes, timeout: float | None) -> tuple[bytearray, int] | None:
-        """The bytes read until they hold a whole head, and where it ends; None once they are h11's (they do
-        not start with one of `starts`, the peer closed, or more than max_head came without a blank line:
-        everything h11 refuses early, it then refuses as early)."""
+    async def _head(self, starts: bytes, timeout: float | None) -> tuple[HeadReader, int] | None:
+        """The bytes read until they hold a whole head (sim.protocols.reads.HeadReader), and where it ends;
+        None once they are h11's (see HeadReader.head)."""
         if self.conn.trailing_data != (b"", False):
             return None  # h11 holds bytes already: it reads on
-        buffer, searched = bytearray(), 0
-        while (end := head_end(buffer, searched)) < 0:
-            if len(buffer) > self.max_head or (buffer and buffer[0] not in starts):
-                self._hand_over(buffer, eof=False)
-                return None
-            searched = len(buffer)
-            if not (data := await self.reads.read(timeout)):
-                self._hand_over(buffer, eof=True)
-                return None
-            buffer += data
-        return buffer, end
+        got = HeadReader(self.reader, self.reads, self.max_head)
+        if (end := await got.head(starts, timeout, timeout)) < 0:
+            got.hand_over(self.conn)
+            return None
+        return got, end
 
     async def answer_plain(self, status: int, fields: list[tuple[str, str]], body: bytes) -> bool:
         """Answer the plain request being answered (plain_request) with `fields`, Content-Length and `body`,
@@ -265,13 +254,6 @@ class H11Stream:
         self.conn.receive_data(raw)
         while isinstance(self.conn.next_event(), (h11.Request, h11.Data)):
             pass
-
-    def _hand_over(self, buffer: bytearray, eof: bool) -> None:
-        """Every byte read, and the end of the stream if it came, to h11."""
-        if buffer:
-            self.conn.receive_data(bytes(buffer))
-        if eof:
-            self.conn.receive_data(b"")
 
     def reusable(self) -> bool:
         if self._plain_cycle_over:

@@ -86,15 +86,18 @@ class HeadReader:
     """A connection's bytes read and not yet consumed, read on until they start with a whole message head,
     for a relay that takes plain messages (sim.protocols.h1plain) as they came and hands h11 the rest."""
 
-    def __init__(self, reader: asyncio.StreamReader):
+    def __init__(
+        self, reader: asyncio.StreamReader, reads: TimedReads | None = None, max_head: int = MAX_HEAD
+    ):
         self.reader = reader
-        self.reads = TimedReads(reader)
+        self.reads = reads or TimedReads(reader)  # `reads`: the connection's own, when it has them already
+        self.max_head = max_head
         self.pending = bytearray()
         self.eof = False
 
     async def head(self, first: bytes, idle: float | None, begun: float | None) -> int:
         """The length of the whole head `pending` starts with; -1 when h11 must judge the bytes as they are
-        (the peer closed, sent a first byte not in `first`, or more than MAX_HEAD without a blank line):
+        (the peer closed, sent a first byte not in `first`, or more than max_head without a blank line):
         everything h11 would refuse early, it then refuses as early. Reads wait up to `idle` while nothing
         is pending, `begun` once a head has begun (TimeoutError past either)."""
         searched = 0
@@ -104,7 +107,7 @@ class HeadReader:
                     return -1
                 if (end := head_end(self.pending, searched)) >= 0:
                     return end
-                if len(self.pending) > MAX_HEAD:
+                if len(self.pending) > self.max_head:
                     return -1
                 searched = len(self.pending)
             if self.eof:
@@ -112,6 +115,14 @@ class HeadReader:
             data = await self.reads.read(begun if self.pending else idle)
             self.eof = not data
             self.pending += data
+
+    async def read_to(self, size: int, timeout: float | None) -> bool:
+        """Read on until `size` bytes are pending; False if the stream ended first."""
+        while len(self.pending) < size and not self.eof:
+            data = await self.reads.read(timeout)
+            self.eof = not data
+            self.pending += data
+        return len(self.pending) >= size
 
     def take(self, size: int) -> bytes:
         data = bytes(self.pending[:size])

@@ -48,6 +48,9 @@ class CallbackFailed(Exception):
         self.stage, self.error, self.status, self.cause = stage, error, status, cause
 
 
+ECHO_TYPE = "application/octet-stream"  # what the echo answers when the request names no content type
+
+
 def echo_function(raw_request: bytes) -> bytes:
     """The echo function: answers with the request's body and content type, as an HTTP/1.1 message. A plain
     request (sim.protocols.h1plain) is answered without an h11 pass, in the bytes h11 would have written."""
@@ -58,9 +61,6 @@ def echo_function(raw_request: bytes) -> bytes:
     body = raw_request[end : end + request.length]
     content_type = next((v for k, v in request.headers if k == "content-type"), ECHO_TYPE)
     return response_bytes(200, b"", _echo_fields(content_type, body)) + body
-
-
-ECHO_TYPE = "application/octet-stream"  # what the echo answers when the request names no content type
 
 
 def _echo_fields(content_type: str, body: bytes) -> list[tuple[str, str]]:
