@@ -17,12 +17,13 @@ import os
 import select
 import shutil
 import socket
+import statistics
 import struct
 import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -196,42 +197,90 @@ def _command(binary: str, port: int, target_ip: str) -> list[str]:
     return cmd
 
 
-def measure(bench: BenchStack, folder: Path, count: int, time_limit: float) -> dict[str, Any]:
-    """The stack's resolver (compute-cluster view) against dnsmasq, same mix, same generator."""
+ROUNDS = 5  # the servers take turns, the order flipping each round, as bench.relay's routes do
+
+
+def measure(
+    bench: BenchStack, folder: Path, count: int, time_limit: float, rounds: int = ROUNDS
+) -> dict[str, Any]:
+    """The stack's resolver (compute-cluster view) against dnsmasq, same mix, same generator: `count`
+    queries each, in `rounds` turns, so a change in the machine's speed during the section hits both alike
+    (one turn each, a second apart, once read 0.97 on a machine where five turns read 1.06-1.20)."""
     cluster = bench.topology.compute_clusters[0]
-    resolver = bench.real(cluster.dns_ip, DNS_PORT, "udp")
     resolver_pid = bench.component_pid("resolver")
-    load(resolver, min(count, 500), time_limit)  # warm-up
-    with CpuMeter(lambda: [resolver_pid]) as cpu:
-        ours = load(resolver, count, time_limit)
-    ours["server_cpu_us_per_query"] = round(cpu.seconds * 1e6 / max(ours["answered"], 1), 1)
     with dnsmasq(folder, bench.topology.proxy_lb_ip) as (port, proc):
-        load(("127.0.0.1", port), min(count, 500), time_limit)
-        with CpuMeter(lambda: group_members(proc.pid)) as cpu:
-            theirs = load(("127.0.0.1", port), count, time_limit)
-        theirs["server_cpu_us_per_query"] = round(cpu.seconds * 1e6 / max(theirs["answered"], 1), 1)
-    ratio = round(ours["per_second"] / theirs["per_second"], 3) if theirs["per_second"] else None
-    return {"resolver": ours, "dnsmasq": theirs, "ratio": ratio, "window": WINDOW, "mix": MIX}
+        servers: dict[str, tuple[tuple[str, int], Callable[[], list[int]]]] = {
+            "resolver": (bench.real(cluster.dns_ip, DNS_PORT, "udp"), lambda: [resolver_pid]),
+            "dnsmasq": (("127.0.0.1", port), lambda: group_members(proc.pid)),
+        }
+        for addr, _ in servers.values():
+            load(addr, min(count, 500), time_limit)  # warm-up
+        turns: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+        for n in range(rounds):
+            for name in list(servers) if n % 2 == 0 else reversed(servers):
+                addr, pids = servers[name]
+                with CpuMeter(pids) as cpu:
+                    result = load(addr, max(count // rounds, 1), time_limit / rounds)
+                turns[name].append(result | {"server_cpu_seconds": cpu.seconds})
+    ours, theirs = _summed(turns["resolver"]), _summed(turns["dnsmasq"])
+    ratios = [
+        a["per_second"] / b["per_second"]
+        for a, b in zip(turns["resolver"], turns["dnsmasq"], strict=True)
+        if b["per_second"]
+    ]
+    out: dict[str, Any] = {
+        "resolver": ours,
+        "dnsmasq": theirs,
+        "window": WINDOW,
+        "mix": MIX,
+        "rounds": rounds,
+    }
+    out["ratio"] = round(ours["per_second"] / theirs["per_second"], 3) if theirs["per_second"] else None
+    if ratios:
+        out["round_ratio_median"] = round(statistics.median(ratios), 3)
+        out["round_ratio_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+    return out
+
+
+def _summed(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """One server's turns as one measurement: counts summed, the rate over the summed time."""
+    answered, seconds = sum(t["answered"] for t in turns), sum(t["seconds"] for t in turns)
+    client_us = sum(t["client_cpu_us_per_query"] * t["answered"] for t in turns)
+    return {
+        "sent": sum(t["sent"] for t in turns),
+        "answered": answered,
+        "lost": sum(t["lost"] for t in turns),
+        "seconds": round(seconds, 3),
+        "per_second": round(answered / seconds, 1) if seconds else 0.0,
+        "rcodes": dict(sum((Counter(t["rcodes"]) for t in turns), Counter())),
+        "client_cpu_us_per_query": round(client_us / max(answered, 1), 1),
+        "server_cpu_us_per_query": round(
+            sum(t["server_cpu_seconds"] for t in turns) * 1e6 / max(answered, 1), 1
+        ),
+        "round_rates": [t["per_second"] for t in turns],
+    }
 
 
 MIX = "60% A <dashed-pod-ip>.<workerDomain>, 20% A invocation.<workerDomain>, 10% AAAA (NODATA), 10% NXDOMAIN"
 
 
 def main() -> None:
-    """This section of `ncpsim bench` alone, on a stack of its own, `--rounds` times on that stack: an A/B
+    """This section of `ncpsim bench` alone, on a stack of its own, `--repeat` times on that stack: an A/B
     of two trees runs it with each tree first on PYTHONPATH (the stack's resolver runs the `sim` found there)."""
     parser = argparse.ArgumentParser(prog="python -m bench.dnsload", description=__doc__)
-    parser.add_argument("--queries", type=int, default=100_000, help="queries per server and round")
-    parser.add_argument("--seconds", type=float, default=10.0, help="time limit per server and round")
-    parser.add_argument("--rounds", type=int, default=1, help="measurements on the same stack")
+    parser.add_argument("--queries", type=int, default=100_000, help="queries per server and measurement")
+    parser.add_argument("--seconds", type=float, default=10.0, help="time limit per server and measurement")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="turns each server takes in a measurement")
+    parser.add_argument("--repeat", type=int, default=1, help="measurements on the same stack")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ncpsim-dns-") as folder:
         root = Path(folder)
         with running(root / "dns", topology(unique_name("dns"), invocation=1, clusters=1)) as bench:
-            rounds = [
-                measure(bench, root / "dnsmasq", args.queries, args.seconds) for _ in range(args.rounds)
+            measured = [
+                measure(bench, root / "dnsmasq", args.queries, args.seconds, args.rounds)
+                for _ in range(args.repeat)
             ]
-    print(json.dumps(rounds, indent=2))
+    print(json.dumps(measured, indent=2))
 
 
 if __name__ == "__main__":

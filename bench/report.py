@@ -74,7 +74,8 @@ unique name and is stopped at the end, as are nginx and dnsmasq. CPU times and m
   worker hosts are `ncpsim-compute`).
 - **DNS**: a UDP load generator (window of {window} queries in flight, bounded count and time) against
   the stack's resolver (compute-cluster view) and dnsmasq on the same machine with the same rewrite
-  (`--address=/<workerDomain>/<proxy LB>`, `--local`, no upstream). Mix: {mix}.
+  (`--address=/<workerDomain>/<proxy LB>`, `--local`, no upstream), taking turns in five rounds (the
+  order flips each round); judged on the median of the per-round ratios. Mix: {mix}.
 """
 
 
@@ -206,7 +207,11 @@ def _dns_lines(results: dict[str, Any]) -> list[str]:
         f"{r.get('client_cpu_us_per_query', '?')}), rcodes {r['rcodes']}"
         for name in ("resolver", "dnsmasq")
         if (r := dns.get(name))
-    ]
+    ] + (
+        [f"- DNS per round: median {dns['round_ratio_median']}, range {dns['round_ratio_range']}"]
+        if "round_ratio_median" in dns
+        else []
+    )
 
 
 def _quic_lines(results: dict[str, Any]) -> list[str]:

@@ -188,7 +188,10 @@ def _redelivery_row(results: dict[str, Any]) -> Row:
 
 def _dns_row(results: dict[str, Any]) -> Row:
     return _ratio_row(
-        "DNS queries/s, resolver / dnsmasq", _get(results, "dns") or {}, ("resolver", "dnsmasq"), 1.0
+        "DNS queries/s, resolver / dnsmasq (median of 5 alternating rounds)",
+        _get(results, "dns") or {},
+        ("resolver", "dnsmasq"),
+        1.0,
     )
 
 

@@ -257,6 +257,20 @@ def test_dns_load_generator_counts_answers_and_rcodes() -> None:
     assert result["rcodes"] == {"NOERROR": 270, "NXDOMAIN": 30}  # the mix's 10% misses
 
 
+def test_dns_turns_sum_into_one_measurement() -> None:
+    turn = {"sent": 100, "lost": 0, "rcodes": {"NOERROR": 90, "NXDOMAIN": 10}}
+    turns = [
+        turn | {"answered": 100, "seconds": 0.5, "per_second": 200.0, "client_cpu_us_per_query": 10.0},
+        turn | {"answered": 100, "seconds": 1.5, "per_second": 66.7, "client_cpu_us_per_query": 20.0},
+    ]
+    summed = dnsload._summed([t | {"server_cpu_seconds": 0.001} for t in turns])
+    assert summed["answered"] == 200 and summed["sent"] == 200 and summed["seconds"] == 2.0
+    assert summed["per_second"] == 100.0  # over the summed time, not the mean of the rates (133.3)
+    assert summed["rcodes"] == {"NOERROR": 180, "NXDOMAIN": 20}
+    assert summed["client_cpu_us_per_query"] == 15.0 and summed["server_cpu_us_per_query"] == 10.0
+    assert summed["round_rates"] == [200.0, 66.7]
+
+
 def test_spawned_group_is_stopped_and_measured(tmp_path: Path) -> None:
     proc = procs.spawn([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log")
     assert procs.group_members(proc.pid) == [proc.pid]
