@@ -3,9 +3,14 @@ restarted component appends to its events file, and mints from another seed for 
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 from pathlib import Path
 
+import pytest
+
+from sim.model import events
 from sim.model.events import EventLog, read_events
 from sim.model.parts import CONTROL_CLUSTER
 from sim.model.topology import build
@@ -26,6 +31,47 @@ def test_events_past_the_cap_are_counted_not_written(tmp_path: Path) -> None:
     assert len(dropped) == 1
     assert dropped[0]["count"] == 1000 - kinds.count("proxy.refused")
     assert dropped[0]["count"] > 900
+
+
+class Stage(enum.Enum):
+    TLS = "tls"
+
+
+class Status(enum.IntEnum):
+    OK = 200
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"requestId": "4f1c2a9e", "status": 200, "ms": 12.5, "ok": True, "error": None},
+        {"z": 1, "a": {"y": [1, 2, {"b": 3, "a": 4}], "x": ()}},  # nested keys sorted too
+        {"name": "nœud-é", "path": Path("/tmp/x"), "stage": Stage.TLS, "status": Status.OK},  # default=str
+        {"nan": math.nan, "inf": -math.inf, "big": 10**30, "keys": {2: "a", 1: "b"}},
+    ],
+)
+def test_an_event_line_is_what_json_dumps_writes(tmp_path: Path, fields: dict) -> None:
+    log = EventLog(tmp_path, "pod")
+    event = log.emit("pod.request", **fields)
+    log.close()
+    line = (tmp_path / "events" / "pod.jsonl").read_text()
+    assert line == json.dumps(event, sort_keys=True, default=str) + "\n"
+
+
+def test_without_the_c_encoder_a_line_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    event = {"z": 1, "a": {"y": Path("/x"), "x": "é"}, "kind": "pod.request"}
+    fast = events._line_encoder()(event)
+    monkeypatch.setattr(json.encoder, "c_make_encoder", None)  # an interpreter without _json
+    assert events._line_encoder()(event) == fast == json.dumps(event, sort_keys=True, default=str)
+
+
+def test_a_closed_log_refuses_an_event(tmp_path: Path) -> None:
+    log = EventLog(tmp_path, "pod")
+    log.close()
+    log.close()  # twice is harmless
+    with pytest.raises(ValueError, match="closed"):
+        log.emit("pod.request")
 
 
 def test_a_reopened_log_keeps_counting_from_its_size(tmp_path: Path) -> None:
