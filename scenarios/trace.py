@@ -155,7 +155,7 @@ def proxy_lines(rid: str, events: list[Event], access: list[dict[str, str]]) -> 
 
 def _unreached(events: list[Event], access: list[dict[str, str]]) -> dict[int, str]:
     """Access-log lines that reached no pod, each given to the proxied HTTP callback it belongs to: same pod
-    host, started within the callback's time, the earliest callback first. A callback has at most one
+    host, started within the callback's time, the callback that ends first. A callback has at most one
     such line: the leg the proxy refused (which ends the callback), or a legacy worker's CONNECT."""
     attach, starts = _attach_legs(events), _starts(events)
     reached = {leg.x_request_id for leg in attach} | {
@@ -176,16 +176,24 @@ def _unreached(events: list[Event], access: list[dict[str, str]]) -> dict[int, s
             continue  # every leg it sent reached a pod, or it never got a request to the proxy (DNS, TLS)
         end = result.ts if result else float("inf")
         waiting.append((rid, urlsplit(start.target or "").hostname, start.ts, end))
+    lines = sorted(
+        (_epoch(rec.get("start", "")), i, rec.get("authority", "").rsplit(":", 1)[0])
+        for i, rec in enumerate(access)
+        if rec.get("request_id") not in reached and rec.get("protocol") == "HTTP/1.1"
+    )
     out: dict[int, str] = {}
-    for i, rec in enumerate(access):  # each line to the earliest callback still waiting for one
-        if rec.get("request_id") in reached or rec.get("protocol") != "HTTP/1.1":
-            continue
-        at, host = _epoch(rec.get("start", "")), rec.get("authority", "").rsplit(":", 1)[0]
-        for n, (rid, target_host, begin, end) in enumerate(waiting):
-            if host == target_host and begin - WINDOW_SLACK <= at <= end + WINDOW_SLACK:
-                out[i] = rid
-                del waiting[n]
-                break
+    # By start time, each line to the callback containing it that ends first: as many callbacks get their
+    # line as can. Lines are written as tunnels close, not as they open; taken in the log's order, a line to
+    # the earliest callback containing it could take the line of a longer callback started earlier, whose
+    # own line then fell in no other's time (two legacy workers' CONNECTs to one pod, under load).
+    for at, i, host in lines:
+        fits = [
+            (end, begin, n)
+            for n, (_, target_host, begin, end) in enumerate(waiting)
+            if host == target_host and begin - WINDOW_SLACK <= at <= end + WINDOW_SLACK
+        ]
+        if fits:
+            out[i] = waiting.pop(min(fits)[2])[0]
     return out
 
 

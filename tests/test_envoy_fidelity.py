@@ -601,6 +601,33 @@ def test_lines_are_joined_without_a_request_id(rid: str, ids: list[str]) -> None
     assert [rec["request_id"] for rec in proxy_lines(rid, EVENTS, ACCESS)] == ids
 
 
+def tunnel(rid: str, at: float, end: float) -> list[dict]:
+    """A legacy worker's callback whose TLS to the pod failed inside the proxy's CONNECT tunnel."""
+    events = callback(rid, at, end, "tls", [200], (f"t{rid}1", f"t{rid}2"))
+    return [{**e, "connect": True} if e["kind"] == "worker.callback.start" else e for e in events]
+
+
+@pytest.mark.parametrize("log_order", ["as the tunnels closed", "as they opened"])
+def test_crossing_tunnels_to_one_pod_each_get_their_line(log_order: str) -> None:
+    """Two CONNECTs to one pod, the shorter callback inside the longer: its tunnel closes first, so its line
+    is first in the log though the longer one's CONNECT came earlier (seen under load, legacy-worker-connect-on).
+    Each gets a line, whichever order the log has them in."""
+    events = [*tunnel("long", T0, T0 + 10.0), *tunnel("short", T0 + 1.0, T0 + 3.0)]
+    access = [line("p-short", T0 + 1.5, method="CONNECT"), line("p-long", T0 + 0.5, method="CONNECT")]
+    if log_order == "as they opened":
+        access.reverse()
+    assert [rec["request_id"] for rec in proxy_lines("long", events, access)] == ["p-long"]
+    assert [rec["request_id"] for rec in proxy_lines("short", events, access)] == ["p-short"]
+
+
+def test_a_line_goes_to_the_callback_that_ends_first() -> None:
+    """Both callbacks' times hold the first line; only the longer one's holds the second."""
+    events = [*tunnel("long", T0, T0 + 10.0), *tunnel("short", T0 + 1.0, T0 + 1.3)]
+    access = [line("p-1", T0 + 1.2, method="CONNECT"), line("p-2", T0 + 5.0, method="CONNECT")]
+    assert [rec["request_id"] for rec in proxy_lines("short", events, access)] == ["p-1"]
+    assert [rec["request_id"] for rec in proxy_lines("long", events, access)] == ["p-2"]
+
+
 def test_a_leg_refused_by_another_pod_is_traced_to_its_worker() -> None:
     trace = join(
         CallTrace(step=1, index=4, function="http-echo", pod="invocation-service-1", request_id="d"),
