@@ -172,7 +172,7 @@ def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, 
 
 
 def catalogue(root: Path, logs: Path, timeout: float) -> dict[str, Any]:
-    """`ncpsim replay --all -j auto` as a user runs it (stacks in parallel, one per core, each isolated);
+    """`ncpsim replay --all -j auto` as a user runs it (stacks in parallel, one more than cores, each isolated);
     if it replays nothing, the library's replay_many too."""
     result = _replay(
         [INVOKE, "replay", "--all", "-j", "auto", "--junit", str(logs / "replay-all.xml")],

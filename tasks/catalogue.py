@@ -45,7 +45,7 @@ def scenarios(c):
         "json": "print one JSON document: {ok, passed, total, seconds, scenarios: [report, ...]}",
         "jsonl": "print one JSON report a line, as each scenario ends",
         "quiet": "print only failing reports and the summary",
-        "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one per core)",
+        "jobs": "replays at a time, each on its own isolated stack (a number, or auto: one more than cores)",
         "secret": "NAME=DIR: Secret NAME holds that folder's tls.crt, tls.key[, ca.crt] (repeatable)",
         "bundle": "a support bundle (folder or .tar.gz): replay the customer's world it shows",
     },
