@@ -197,7 +197,7 @@ def _line_encoder() -> Any:
     if make is None:
         return encoder.encode
     c_encode = make(
-        None,  # no circular check: an event is a flat record of its fields
+        None,  # no circular check: an event is made of its fields, never of itself
         encoder.default,
         json.encoder.encode_basestring_ascii,
         None,  # no indent
