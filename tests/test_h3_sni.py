@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.proxy.h3_front import PodRoute, Refusal, decide_sni, frontend_secret
+from sim.model.values import proxy_settings
+from sim.proxy.h3_policy import PodRoute, Refusal, decide_sni
 
 DOMAIN = "grpc-worker.example.com"
 
@@ -53,4 +54,4 @@ def test_upstream_name_is_covered_by_the_pod_certificate() -> None:
 )
 def test_frontend_secret(frontend: dict, secret: str) -> None:
     values = {"workerCallbackProxy": {"enabled": True, "workerDomain": DOMAIN, "tls": {"frontend": frontend}}}
-    assert frontend_secret(values) == secret
+    assert proxy_settings(values).frontend_secret == secret

@@ -18,12 +18,11 @@ token it minted.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from aioquic.h3.connection import H3Connection
 from aioquic.quic.connection import QuicConnection
 
-from dns.rule import dashed_ip, normalize_name, undash
+from sim.model.values import proxy_settings
 from sim.protocols.h3 import (
     AlertUnrecognizedName,
     H3Endpoint,
@@ -36,50 +35,13 @@ from sim.protocols.h3 import (
 from sim.protocols.tasks import Tasks
 from sim.proxy.access_log import AccessLog, AccessRecord
 from sim.proxy.h3_codec import StreamScopedH3
-from sim.proxy.h3_policy import H3Request, Reset, decide
+from sim.proxy.h3_policy import H3Request, Refusal, Reset, decide, decide_sni
 from sim.proxy.h3_pool import DialFailed, UpstreamPool
 from sim.proxy.policy import Forward, Reject, http_date
 from sim.runtime.component import Context
-from sim.wire import GRPC_SUFFIX, UC_BODY, UpstreamFailure
+from sim.wire import UC_BODY, UpstreamFailure
 
 
-# -- the decision (pure) -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PodRoute:
-    pod_ip: str
-
-    @property
-    def upstream_name(self) -> str:
-        return f"{dashed_ip(self.pod_ip)}.{GRPC_SUFFIX}"
-
-
-@dataclass(frozen=True)
-class Refusal:
-    status: int  # 0: refuse the handshake itself
-    flag: str
-    reason: str
-
-
-def decide_sni(sni: str | None, worker_domain: str) -> PodRoute | Refusal:
-    """What the SNI names. Only a refused handshake (status 0) is acted on: once it succeeds, every request
-    is routed on its own `:authority` (sim.proxy.h3_policy), whatever pod the SNI named."""
-    name, domain = normalize_name(sni or ""), normalize_name(worker_domain) or ""
-    if name is None or not name.endswith("." + domain):
-        return Refusal(0, "NR", f"no filter chain matches server name {sni!r}")
-    ip = undash(name[: -len(domain) - 1])
-    if ip is None:
-        return Refusal(404, "NR", "route_not_found")
-    return PodRoute(ip)
-
-
-def frontend_secret(values: dict) -> str:
-    """The Secret the front serves: the stack's own, the issuerRef one, or the `existingSecret` named."""
-    from sim.model.values import proxy_settings
-
-    return proxy_settings(values).frontend_secret
-
-
-# -- I/O -----------------------------------------------------------------------------------------
 class _Connection:
     """One worker's QUIC connection: its SNI (for the logs) and the streams the codec reset."""
 
@@ -135,7 +97,9 @@ class H3Front:
         self.pool = UpstreamPool(ctx, self.tasks)  # every pod's sessions, shared by all worker connections
 
     async def start(self) -> int:
-        config = ReloadingServerConfig(self.ctx.secret(frontend_secret(self.ctx.values)), self._tls_error)
+        config = ReloadingServerConfig(
+            self.ctx.secret(proxy_settings(self.ctx.values).frontend_secret), self._tls_error
+        )
         self.server = H3Server(config, self._endpoint)
         return await self.server.start()
 

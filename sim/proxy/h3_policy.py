@@ -1,8 +1,9 @@
 """The HTTP/3 front's routing decision, as the rendered Envoy config (clusters.render.envoy_quic) makes it.
 
 Pure: the decoded header list of one request stream and the workerDomain in, a decision out; the asyncio
-front only moves bytes. The SNI plays no part here: it chose the certificate at the handshake, and a
-worker may ask for any pod on any connection. Envoy's order of checks:
+front only moves bytes. The SNI counts only at the handshake (decide_sni): a name no filter chain covers
+is refused there; after it, a worker may ask for any pod on any connection. Envoy's order of checks on a
+stream:
 
 1. The HTTP/3 codec (quiche, EnvoyQuicServerStream). A header list over ``max_request_headers_kb``
    (60 KiB, each field counted as name + value + 32, as QPACK counts it) or over ``max_headers_count``
@@ -30,7 +31,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dns.rule import undash
+from dns.rule import dashed_ip, normalize_name, undash
 from sim.proxy.policy import MAX_HEADERS_BYTES, MAX_HEADERS_COUNT, Forward, Reject
 from sim.wire import GRPC_CALLBACK_PORT, GRPC_SUFFIX, PROXY_H3_PORT
 
@@ -43,6 +44,35 @@ TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 section 5.6.2
 FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")  # a token, lower case (RFC 9114 section 4.2)
 AUTHORITY = re.compile(r"[A-Za-z0-9\-._~%!$&'()*+,;=:@\[\]]+")  # what Envoy's authorityIsValid accepts
 FORBIDDEN_VALUE = re.compile(r"[\x00\r\n]|^[ \t]|[ \t]$")
+
+
+# -- the handshake -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PodRoute:
+    pod_ip: str
+
+    @property
+    def upstream_name(self) -> str:
+        return f"{dashed_ip(self.pod_ip)}.{GRPC_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int  # 0: refuse the handshake itself
+    flag: str
+    reason: str
+
+
+def decide_sni(sni: str | None, worker_domain: str) -> PodRoute | Refusal:
+    """What the SNI names. Only a refused handshake (status 0) is acted on: once it succeeds, every request
+    is routed on its own `:authority` (decide, below), whatever pod the SNI named."""
+    name, domain = normalize_name(sni or ""), normalize_name(worker_domain) or ""
+    if name is None or not name.endswith("." + domain):
+        return Refusal(0, "NR", f"no filter chain matches server name {sni!r}")
+    ip = undash(name[: -len(domain) - 1])
+    if ip is None:
+        return Refusal(404, "NR", "route_not_found")
+    return PodRoute(ip)
 
 
 @dataclass(frozen=True)
