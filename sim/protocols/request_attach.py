@@ -55,9 +55,7 @@ def request_h1(method: str, path: str, headers: list[tuple[str, str]], body: byt
     if not any(k.lower() == "host" for k, _ in hdrs):
         hdrs.insert(0, ("host", "function"))
     hdrs.append(("content-length", str(len(body))))
-    if plain_request_out(
-        method, path, hdrs, len(body)
-    ):  # the common request: the bytes h11 writes, without it
+    if plain_request_out(method, path, hdrs, len(body)):  # the common request: h11's bytes, without h11
         return request_bytes(method, path, hdrs) + body
     conn = h11.Connection(h11.CLIENT)
     out = conn.send(h11.Request(method=method, target=path, headers=hdrs)) or b""
