@@ -28,7 +28,7 @@ from clusters.local import LocalStack
 from sim.model.events import CALLBACK_RESULT, CALLBACK_START
 
 REPO = Path(__file__).resolve().parents[1]
-INVOKE = str(Path(sys.executable).with_name("invoke"))
+NCPSIM = str(Path(sys.executable).with_name("ncpsim"))  # the console script, as a user runs it
 UP_TIMEOUT = 60.0
 
 
@@ -78,7 +78,7 @@ def _env(root: Path) -> dict[str, str]:
 
 def up_once(scenario: str, stack: str, root: Path, logs: Path) -> dict[str, Any]:
     """One `ncpsim up`; seconds from spawn to the first successful callback (None if there was none)."""
-    cmd = [INVOKE, "up", f"scenario={scenario}", "--stack", stack]
+    cmd = [NCPSIM, "up", f"scenario={scenario}", "--stack", stack]
     before = _children_cpu()
     spawned = time.time()
     proc = spawn(cmd, logs / f"up-{stack}.log", env=_env(root), cwd=REPO)
@@ -175,7 +175,7 @@ def catalogue(root: Path, logs: Path, timeout: float) -> dict[str, Any]:
     """`ncpsim replay --all -j auto` as a user runs it (stacks in parallel, one more than cores, each isolated);
     if it replays nothing, the library's replay_many too."""
     result = _replay(
-        [INVOKE, "replay", "--all", "-j", "auto", "--junit", str(logs / "replay-all.xml")],
+        [NCPSIM, "replay", "--all", "-j", "auto", "--junit", str(logs / "replay-all.xml")],
         root / "replay",
         logs / "replay-all.log",
         timeout,

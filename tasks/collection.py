@@ -1,0 +1,34 @@
+"""The tasks as one collection, for both programs: `ncpsim` (tasks/program.py, from any folder) and `invoke`
+run in the repository (as the `tasks` package's `ns`). Each module holds thin tasks of one kind."""
+
+from __future__ import annotations
+
+from invoke import Collection
+
+from tasks import catalogue, dev, devenv, stack, support
+
+ns = Collection(
+    stack.up,
+    stack.down,
+    stack.status,
+    stack.logs,
+    stack.events,
+    stack.certs,
+    stack.ls,
+    stack.values,
+    devenv.call,
+    devenv.fault,
+    devenv.rotate,
+    devenv.set_,
+    devenv.step,
+    devenv.watch,
+    catalogue.scenarios,
+    catalogue.replay,
+    catalogue.render,
+    support.diagnose,
+    support.collect_script,
+    support.doctor,
+    support.dns_rewrite,
+    dev.bench,
+    dev.test,
+)
