@@ -134,6 +134,8 @@ class HttpFront:
         except TimeoutError:  # a head begun, then silence: h11 holds the part that came, as it would have
             await self._local_reply(down.judge(), record, Reject(408, "SI", "stream timeout", close=True))
             return False
+        if end < 0 and down.eof and not down.pending:
+            return False  # closed between requests: h11 would read ConnectionClosed, and nothing is answered
         plain = plain_request(bytes(down.pending[:end])) if end >= 0 else None
         if plain is not None:
             head = RequestHead(plain.method, plain.target, "1.1", plain.headers, plain.content_lengths)
