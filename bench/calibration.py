@@ -130,6 +130,7 @@ def absolute_times(results: dict[str, Any]) -> list[tuple[str, float]]:
         for phase, at in (_get(results, "startup", kind, "phases") or {}).items():
             found.append((f"`ncpsim up` {label}: {phase.replace('_', ' ')}", at))
     found.append(("catalogue replay", _get(results, "catalogue", "seconds")))
+    found.append(("catalogue as filed (60 scenarios)", _get(results, "catalogue", "as_filed", "seconds")))
     for kind, label in (("keepalive", "keep-alive"), ("new_connection", "new-TLS-connection")):
         for route, r in (_get(results, "relay", kind) or {}).items():
             if isinstance(r, dict) and "per_second" in r:

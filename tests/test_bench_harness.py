@@ -32,6 +32,7 @@ from bench.callbacks import Minter, open_stream
 from bench.nginx import NginxSite, nginx, render
 from bench.relay import keepalive, nginx_site
 from bench.stacks import running, topology, unique_name
+from bench.startup import AS_FILED, REPO
 from bench.targets import judge
 from dns.rule import View, wildcard
 from dns.server import handle_packet
@@ -61,7 +62,13 @@ SAMPLE = {
         },
         "grpc": {"median": 0.9, "min": 0.8, "max": 1.0, "cold_seconds": 1.9, "failed_runs": 0},
     },
-    "catalogue": {"seconds": 30.0, "exit": 0, "passed": 16, "total": 16},
+    "catalogue": {
+        "seconds": 30.0,
+        "exit": 0,
+        "passed": 16,
+        "total": 16,
+        "as_filed": {"seconds": 27.0, "exit": 0, "passed": 60, "total": 60},  # 54 loops of 0.5 s
+    },
     "calibration": {
         "start": {"loop_runs": [0.6, 0.5, 0.55], "start_runs": [0.03, 0.025, 0.04, 0.03, 0.03]},
         "end": {"loop_runs": [0.52, 0.7, 0.6], "start_runs": [0.02, 0.03, 0.03, 0.03, 0.03]},
@@ -118,6 +125,7 @@ def test_judge_marks_each_target() -> None:
     assert verdicts["keep-alive callbacks/s, proxy / nginx"] is True  # the rounds' median, 1.05
     assert verdicts["keep-alive callbacks/s, proxy / direct to pod"] is None  # shown, judged against nothing
     assert verdicts["catalogue replay"] is False  # 30 s against 15 s
+    assert verdicts["catalogue as filed"] is True  # 27 s at the best loop of 0.5 s: 54 loops
     assert verdicts["scale: lost, wall time"] is True
     assert verdicts["redelivery: invocations while 10 workers are SIGKILLed mid-callback"] is False  # twice
     assert verdicts["DNS queries/s, resolver / dnsmasq"] is None  # the section failed: not measured
@@ -510,3 +518,16 @@ def test_bench_writes_into_the_stack_home_and_fails_only_with_check(
     assert runner.run(quick=True, check=check) == code  # SAMPLE misses four targets
     assert (tmp_path / "home" / "bench" / "benchmarks.json").is_file()
     assert {p: p.read_bytes() for p in runner.DOCS.glob("benchmarks.*")} == docs
+
+
+def test_the_catalogue_as_filed_is_judged_in_loops_and_still_in_the_catalogue() -> None:
+    """The 60 scenarios issue 32 was filed with, each still a catalogue scenario; judged in the run's loops."""
+    assert len(AS_FILED) == len(set(AS_FILED)) == 60
+    assert set(AS_FILED) <= {path.stem for path in (REPO / "scenarios" / "catalogue").glob("*.yaml")}
+
+    def met(seconds: float, code: int = 0) -> bool | None:
+        as_filed = {"seconds": seconds, "exit": code}
+        results = {**SAMPLE, "catalogue": {**SAMPLE["catalogue"], "as_filed": as_filed}}
+        return next(row.met for row in judge(results) if row.figure.startswith("catalogue as filed"))
+
+    assert met(27.0) is True and met(27.6) is False and met(20.0, code=1) is False
