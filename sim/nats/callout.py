@@ -271,7 +271,9 @@ class CalloutService:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._nc is not None:
-            await self._nc.close()
+            from .client import close_client
+
+            await close_client(self._nc)
             self._nc = None
 
     async def _on_request(self, msg: Any) -> None:

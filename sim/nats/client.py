@@ -14,6 +14,7 @@ nats-py would, so clients spread over the servers and a replay repeats which cli
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import zlib
@@ -80,7 +81,7 @@ async def connect_once(url: str | Sequence[str], *, reconnect: bool = True, **op
             )
     except BaseException:
         with contextlib.suppress(Exception):
-            await nc.close()
+            await close_client(nc)
         raise
     # The server's INFO, as kept: only what nats-py reads once connected (a reconnect reads a new INFO
     # whole). The rest, about 2 KiB a client, was a tenth of a worker's NATS memory.
@@ -89,3 +90,26 @@ async def connect_once(url: str | Sequence[str], *, reconnect: bool = True, **op
         nc.options["allow_reconnect"] = True
         nc.options["max_reconnect_attempts"] = -1
     return nc
+
+
+async def close_client(nc: Client) -> None:
+    """``nc.close()`` carried to its end even when the caller is cancelled meanwhile, however often; the
+    caller's cancellation is raised once the client is closed. ncpsim closes its clients through here.
+
+    nats-py's close marks the client closed, cancels its tasks and yields once (``asyncio.sleep(0)``)
+    before it closes the socket. A cancellation landing on that yield left the socket open for good (every
+    later close returns at once on a client marked closed): an "unclosed transport" and "loop is closed"
+    ResourceWarning when the garbage collector found it, in whatever test was running. Seen under load in
+    tests/test_h3_pool.py: sim.worker.nats_links.cancel_all cancels a link's task again every 0.2 s, and
+    one such cancellation reached the task's ``finally`` as it closed the link's client
+    (tests/test_nats_close.py)."""
+    closing = asyncio.ensure_future(nc.close())
+    try:
+        await asyncio.shield(closing)
+    except asyncio.CancelledError:
+        while not closing.done():  # shielded from this and any further cancellation
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({closing})
+        if not closing.cancelled():
+            closing.exception()  # retrieved: the caller gets its cancellation, not the close's error
+        raise

@@ -124,6 +124,8 @@ class WorkPublisher:
             self._warm.cancel()
             await asyncio.gather(self._warm, return_exceptions=True)
         if self._nc is not None:
+            from .client import close_client
+
             with contextlib.suppress(Exception):
-                await self._nc.close()
+                await close_client(self._nc)
             self._nc = None

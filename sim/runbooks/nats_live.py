@@ -28,7 +28,7 @@ import nkeys  # type: ignore[import-untyped]
 
 from sim.nats import jwt
 from sim.nats.callout import CalloutService, CalloutSettings
-from sim.nats.client import connect_once
+from sim.nats.client import close_client, connect_once
 from sim.nats.config import APP_ACCOUNT, CalloutBlock, ServerConfig
 from sim.nats.server import NatsServer
 from sim.nats.webhook import WebhookAnswer, WebhookRequest, answer_body
@@ -235,7 +235,7 @@ class LiveNats:
         client = self.clients.pop(name, None)
         if client is not None:
             with contextlib.suppress(Exception):
-                await client.close()
+                await close_client(client)
 
     async def restart_server(self) -> None:
         """A rolling restart of NATS: every client is dropped and must sign in again (the callout too,

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 
 from sim.model.events import WORKER_NATS_CONNECTED, WORKER_NATS_REFUSED
 from sim.model.values import NatsValues
+from sim.nats.client import close_client
 from sim.nats.stack import StackKeys, worker_credentials
 from sim.nats.work import InFlight, connect, pull_loop
 from sim.runtime.component import Context
@@ -146,8 +147,8 @@ class WorkerLinks:
                 await self._session(link, nc, first, connection, in_flight)
             finally:
                 self.clients.remove(nc)
-                with contextlib.suppress(Exception):
-                    await nc.close()
+                with contextlib.suppress(Exception):  # cancel_all may cancel this task again meanwhile:
+                    await close_client(nc)  # the close goes on to its end (sim.nats.client.close_client)
             self.ctx.events.emit("worker.nats.closed", worker=link.worker, functions=list(link.functions))
 
     async def _login(self, link: Link, first: asyncio.Future[None], connection: Connection) -> Client:
@@ -264,7 +265,7 @@ class WorkerLinks:
             await flight.cancel_all()
         for nc in self.clients:
             with contextlib.suppress(Exception):
-                await nc.close()
+                await close_client(nc)
 
 
 async def cancel_all(tasks: list[asyncio.Task[Any]]) -> None:

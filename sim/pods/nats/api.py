@@ -17,7 +17,7 @@ import h11
 from nats import errors as nats_errors
 
 from sim.model.values import NatsValues
-from sim.nats.client import connect_once
+from sim.nats.client import close_client, connect_once
 from sim.nats.stack import REGION, StackKeys, check_worker_token
 from sim.nats.webhook import WebhookRequest, token_checker
 from sim.nats.workqueue import QueueSettings, ensure_stream
@@ -104,4 +104,4 @@ async def create_streams(servers: list[str], keys: StackKeys, ctx: Context, valu
                     delay = min(delay * 2, 0.1)
         ctx.events.emit("nats.streams.ready", functions=list(ctx.topology.functions))
     finally:
-        await nc.close()
+        await close_client(nc)
