@@ -1,16 +1,16 @@
-"""Ctrl-C and SIGTERM as cleanup for a process that owns components (ncpsim up), light enough for its first line
-(tasks/main.py: the standard library's signal and threading only; an event loop run so that a signal cancels it
-is clusters.signal_run)."""
+"""Ctrl-C and SIGTERM as cleanup for a process that owns components (ncpsim up), light enough for its first line."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
-INTERRUPTED = "interrupted; the processes started so far were stopped"  # what the command says on exit 130
+T = TypeVar("T")
+
 _settled = False  # the process's signal dispositions are process state: see settle()
 
 
@@ -45,13 +45,6 @@ class InterruptGuard:
         self._depth = 0
         self._pending = False
         self._installs = 0  # one command's guard is handed down: installed again below, it is already in
-
-    @classmethod
-    def for_command(cls) -> InterruptGuard:
-        """The guard this process already has installed, or a new one: one guard a command, though the
-        `ncpsim` binary installs it in its first lines (tasks.main), before the task that hands it down."""
-        owner = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
-        return owner if isinstance(owner, cls) else cls()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self._depth:
@@ -93,3 +86,62 @@ class InterruptGuard:
             if not self._depth and self._pending:
                 self._pending = False
                 raise KeyboardInterrupt("deferred until the child was recorded")
+
+
+def run_cancelled_by_signal(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run(main) for a command that owns components: the first Ctrl-C or SIGTERM cancels `main`,
+    and KeyboardInterrupt is raised once the loop has closed, for the caller's cleanup.
+
+    Raised where the signal lands, as the guard does outside a loop, KeyboardInterrupt can fall between
+    the loop taking a task's next step off its queue and running it: that task never runs again, and
+    asyncio.run's cleanup waits for it forever (an `ncpsim up` signalled in its replay on a loaded
+    machine hung until SIGKILL, leaving its whole stack up). asyncio.Runner cancels its main task for
+    the same reason, but only for SIGINT and only where no handler of ours is installed. A second signal
+    gets what it would have got without this function (the guard's KeyboardInterrupt, SIGTERM's exit);
+    an ignored signal stays ignored. Off the main thread, which cannot receive signals, it is asyncio.run."""
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(main)
+    cancels = _SignalCancels()
+    try:
+        result = asyncio.run(cancels.running(main))
+    except asyncio.CancelledError:
+        if not cancels.received:
+            raise
+    finally:
+        cancels.restore()
+    if cancels.received:
+        raise KeyboardInterrupt(cancels.received[0].name)
+    return result
+
+
+class _SignalCancels:
+    """While installed (from construction to restore()), the first signal cancels the task running()."""
+
+    def __init__(self) -> None:
+        self.received: list[signal.Signals] = []
+        self._task: asyncio.Task[Any] | None = None
+        self._previous = {
+            sig: h for sig in InterruptGuard.SIGNALS if (h := signal.getsignal(sig)) is not signal.SIG_IGN
+        }
+        for sig in self._previous:
+            signal.signal(sig, self._on_signal)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    async def running(self, main: Coroutine[Any, Any, T]) -> T:
+        self._task = asyncio.current_task()
+        if self.received:  # signalled while the loop was being made
+            main.close()
+            raise asyncio.CancelledError
+        return await main
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.received.append(signal.Signals(signum))
+        if len(self.received) > 1:
+            self.restore()
+            signal.raise_signal(signum)
+        elif self._task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: raised after it instead
+                self._task.get_loop().call_soon_threadsafe(self._task.cancel)

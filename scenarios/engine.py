@@ -12,7 +12,7 @@ import random
 import time
 from pathlib import Path
 
-from clusters.signal_run import run_cancelled_by_signal
+from clusters.interrupts import run_cancelled_by_signal
 from clusters.stack import Backend, Stack
 from clusters.state import create_stack_dir, refuse_link, write_file
 from scenarios import calls, origins

@@ -1,23 +1,37 @@
 """ncpsim's command line: `ncpsim up scenario=grpc-callback`, `ncpsim down`, `ncpsim status --json`, ...
 
-`ncpsim` is tasks/main.py; `invoke` run in the repository finds this package's `ns` (tasks/collection.py).
-The collection is loaded on first use (PEP 562), so the `ncpsim` binary's first lines (tasks.main) come
-before invoke's import and every task's, as clusters.local's do for its backend.
+One collection for both programs: `ncpsim` (tasks/program.py, from any folder) and `invoke` run in the
+repository, which finds this package as its `tasks` collection. Each module holds thin tasks of one kind.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from invoke import Collection
 
-if TYPE_CHECKING:
-    from invoke import Collection
+from tasks import catalogue, dev, devenv, stack, support
 
-    ns: Collection
-
-
-def __getattr__(name: str) -> Any:
-    if name == "ns":
-        from tasks.collection import ns
-
-        return ns
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+ns = Collection(
+    stack.up,
+    stack.down,
+    stack.status,
+    stack.logs,
+    stack.events,
+    stack.certs,
+    stack.ls,
+    stack.values,
+    devenv.call,
+    devenv.fault,
+    devenv.rotate,
+    devenv.set_,
+    devenv.step,
+    devenv.watch,
+    catalogue.scenarios,
+    catalogue.replay,
+    catalogue.render,
+    support.diagnose,
+    support.collect_script,
+    support.doctor,
+    support.dns_rewrite,
+    dev.bench,
+    dev.test,
+)

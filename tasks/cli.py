@@ -17,8 +17,6 @@ from typing import Any
 
 from invoke import Exit, Task, task
 
-from clusters.interrupts import INTERRUPTED
-
 ROOT = Path(__file__).resolve().parents[1]  # the repository (ncpsim test runs there)
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
@@ -81,7 +79,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             _quiet_stdout()
             raise Exit(code=0) from None
         except KeyboardInterrupt:
-            raise Exit(f"ncpsim: {INTERRUPTED}", code=130) from None
+            raise Exit("ncpsim: interrupted; the processes started so far were stopped", code=130) from None
 
     return wrapper
 

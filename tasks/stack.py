@@ -67,7 +67,7 @@ def up(
     from clusters.interrupts import InterruptGuard
     from clusters.local.zygote import early_for
 
-    guard = InterruptGuard.for_command()  # the command's one, handed down: Ctrl-C and SIGTERM clean up
+    guard = InterruptGuard()  # the command's one guard, handed down: Ctrl-C and SIGTERM clean up
     with guard.installed(), early_for(stack, guard):  # the launch's zygote imports while _up does
         _up(scenario, file, set_, backend, stack, json_, secret, bundle, guard)
 

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM in a command that owns components (clusters/interrupts.py, clusters/signal_run.py), without a stack:
+"""Ctrl-C and SIGTERM in a command that owns components (clusters/interrupts.py), without a stack:
 the guard's handlers, and an event loop run so that a signal cancels it instead of landing inside it."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from clusters import interrupts
-from clusters.interrupts import InterruptGuard
-from clusters.signal_run import run_cancelled_by_signal
+from clusters.interrupts import InterruptGuard, run_cancelled_by_signal
 
 
 @pytest.fixture(autouse=True)
@@ -134,13 +133,3 @@ def test_off_the_main_thread_it_is_asyncio_run() -> None:
     thread.start()
     thread.join(10)
     assert got == [7]
-
-
-def test_a_command_takes_up_the_guard_already_installed() -> None:
-    """`ncpsim up` installs its guard in the binary's first lines (tasks.main) and the task takes that one up:
-    one guard a command. Where none is installed, a new one."""
-    assert InterruptGuard.for_command() is not InterruptGuard.for_command()
-    guard = InterruptGuard()
-    with guard.installed():
-        assert InterruptGuard.for_command() is guard
-    assert InterruptGuard.for_command() is not guard

@@ -6,7 +6,6 @@ and a task from a folder outside the repository run the installed console script
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from importlib import metadata
@@ -17,7 +16,6 @@ from cli_support import ncpsim, ncpsim_process
 
 from tasks import ns
 from tasks.cli import SHORT_FLAGS, parsing
-from tasks.main import local_up_stack
 
 TASKS = sorted(ns.task_names)
 
@@ -162,46 +160,3 @@ def test_ls_lists_replay_stacks_and_down_all_purge_removes_them(tmp_path: Path) 
         not (home / "replay-http-callback").exists()
         and ncpsim("ls", "--json", home=home).stdout.strip() == "[]"
     )
-
-
-UP_LINES = [
-    ["up"],
-    ["up", "http-callback"],
-    ["up", "--stack", "a"],
-    ["up", "-s", "b", "scenario=grpc-callback"],
-    ["up", "--stack=c"],
-    ["up", "-f", "values.yaml", "--stack", "d", "--json"],
-    ["up", "--set", "stack=x", "--scenario", "http-callback"],  # a value is not a flag
-    ["up", "-b", "local", "-s", "e"],
-    ["up", "--backend=local", "--stack=f"],
-    ["up", "--backend", "k3d", "--stack", "g"],
-    ["up", "-b", "k3d"],
-    ["up", "--bundle", "b.tar.gz", "-s", "h"],
-    ["up", "--secret", "frontend=/tmp/x", "--stack", "i", "http-callback"],
-]
-
-
-@pytest.mark.parametrize("line", UP_LINES, ids=" ".join)
-def test_the_binarys_first_lines_read_the_stack_invoke_will_launch(
-    line: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`ncpsim up` starts its stack's zygote before invoke parses the line (tasks.main.local_up_stack): the
-    stack it reads there is the one the parsed `up` launches, and none for another backend."""
-    from clusters.local import zygote
-    from tasks import stack
-
-    launched: list[str | None] = []
-
-    def recorded(scenario, file, set_, backend, stack, *rest):  # type: ignore[no-untyped-def]
-        launched.append(stack if backend == "local" else None)
-
-    monkeypatch.setattr(stack, "_up", recorded)
-    monkeypatch.setattr(zygote, "early_for", lambda *_: contextlib.nullcontext())
-    done = ncpsim(*line)
-    assert done.returncode == 0 and len(launched) == 1, done.stderr
-    assert local_up_stack(line) == launched[0]
-
-
-@pytest.mark.parametrize("line", [["down", "--stack", "a"], ["up", "--help"], ["up", "-h"], ["--help"], []])
-def test_no_head_start_for_another_command_or_help(line: list[str]) -> None:
-    assert local_up_stack(line) is None

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from timeouts import COMMAND
@@ -28,41 +27,29 @@ NOT_BEFORE_FIRST_FORK = ("aioquic", "grpc", "rich", "tarfile", "scenarios.bundle
 BY_FIRST_FORK = ("scenarios.engine", "scenarios.load", "clusters.local.launcher", "sim.client.http_client")
 
 # The command line with Zygote.fork replaced: at the first fork, print the modules and end the process (the
-# zygote ends as its socket closes). Also printed: whether invoke was loaded when the launch's zygote was
-# started. argv: the entry point (module:function) to run, then modules to import before it runs (the
-# negative control).
+# zygote ends as its socket closes). `first` is imported before the command runs (the negative control).
 PROBE = """
 import json, os, sys
-entry, first = sys.argv[1], sys.argv[2:]
-for name in first:
+for name in sys.argv[1:]:
     __import__(name)
 from clusters.local import zygote
 
-invoke_at_spawn = []
-spawn = zygote._spawn
-
-def spawn_noting(state_dir):
-    invoke_at_spawn.append("invoke" in sys.modules)
-    return spawn(state_dir)
-
 def fork(self, argv, ready_fd, log_fd):
-    print(json.dumps({"modules": sorted(sys.modules), "invoke_at_spawn": invoke_at_spawn}), flush=True)
+    print(json.dumps(sorted(sys.modules)), flush=True)
     os._exit(0)
 
-zygote._spawn = spawn_noting
 zygote.Zygote.fork = fork
-module, function = entry.split(":")
+from tasks.program import main
 sys.argv = ["ncpsim", "up", "http-callback", "--stack", "imports"]
-getattr(__import__(module, fromlist=[function]), function)()
+main()
 """
-ENTRY = "tasks.main:main"  # pyproject.toml's [project.scripts] ncpsim
 
 
-def at_first_fork(home: Path, entry: str = ENTRY, *first: str) -> dict[str, Any]:
+def modules_at_first_fork(home: Path, *first: str) -> set[str]:
     env = {**os.environ, "NCPSIM_HOME": str(home)}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", PROBE, entry, *first],
+            [sys.executable, "-c", PROBE, *first],
             cwd=REPO,
             env=env,
             capture_output=True,
@@ -73,7 +60,7 @@ def at_first_fork(home: Path, entry: str = ENTRY, *first: str) -> dict[str, Any]
     finally:
         LocalStack("imports", root=home).down()  # the launch's zygote, by its title
     assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout.splitlines()[-1]))
+    return set(json.loads(done.stdout.splitlines()[-1]))
 
 
 def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
@@ -91,22 +78,6 @@ def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
 def test_up_imports_no_quic_bundle_or_report_before_its_first_component(
     tmp_path: Path, first: tuple[str, ...], expected: list[str]
 ) -> None:
-    modules = set(at_first_fork(tmp_path / "home", ENTRY, *first)["modules"])
+    modules = modules_at_first_fork(tmp_path / "home", *first)
     assert loaded(modules, BY_FIRST_FORK) == list(BY_FIRST_FORK)
     assert loaded(modules, NOT_BEFORE_FIRST_FORK) == expected
-
-
-@pytest.mark.parametrize(
-    ("entry", "expected"),
-    [
-        (ENTRY, [False]),
-        ("tasks.program:main", [True]),  # control: invoke's Program called directly starts it after invoke
-    ],
-)
-def test_up_starts_its_zygote_before_invoke_is_imported(
-    tmp_path: Path, entry: str, expected: list[bool]
-) -> None:
-    """The zygote's imports are the longer path to the first component: `ncpsim up` starts it in its first
-    lines (tasks.main), not after invoke's and the tasks' imports; the launch adopts that one zygote."""
-    (tmp_path / "home").mkdir()  # a state root that exists, as a user's has after the first up
-    assert at_first_fork(tmp_path / "home", entry)["invoke_at_spawn"] == expected

@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from typing import Any
 
 import psutil
 import pytest
-from cli_support import NCPSIM, ncpsim
+from cli_support import ncpsim
 
 from clusters.interrupts import InterruptGuard
 from clusters.local import LocalBackend, LocalStack, zygote
@@ -132,12 +133,11 @@ def cli_env(root: Path) -> dict[str, str]:
     return {**os.environ, "NCPSIM_HOME": str(root), "TMPDIR": str(root / "tmp")}
 
 
-def ncpsim_up(root: Path, name: str) -> subprocess.Popen:
-    # The binary, as a user runs it: its first lines start the zygote and own it from there (tasks.main). Its
-    # own session, like a shell job: the signal below reaches only `ncpsim`, as Ctrl-C on a terminal
+def invoke_up(root: Path, name: str) -> subprocess.Popen:
+    # Its own session, like a shell job: the signal below reaches only `invoke`, as Ctrl-C on a terminal
     # reaches only the foreground job (the components already run in sessions of their own).
     return subprocess.Popen(
-        [NCPSIM, "up", "scenario=http-callback", "--stack", name],
+        [sys.executable, "-m", "invoke", "up", "scenario=http-callback", "--stack", name],
         cwd=REPO,
         env=cli_env(root),
         stdin=subprocess.DEVNULL,
@@ -213,12 +213,12 @@ EXEC_TIMEOUT = 10.0  # fork to exec of `ncpsim up` (slow only on a loaded machin
 
 
 def executing(proc: subprocess.Popen) -> float:
-    """When the child has become `ncpsim` (exec done): the moments measure the program, not how long a
+    """When the child has become `invoke` (exec done): the moments measure the program, not how long a
     loaded machine takes to fork and exec it."""
     deadline = time.monotonic() + EXEC_TIMEOUT
     while time.monotonic() < deadline:
         try:
-            if NCPSIM in psutil.Process(proc.pid).cmdline():
+            if "invoke" in psutil.Process(proc.pid).cmdline():
                 return time.monotonic()
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return time.monotonic()  # already gone: the caller sees it ended
@@ -232,7 +232,7 @@ def window(root: Path) -> float:
     quarters, because in an interrupted wave the runs signalled early free the machine for the rest,
     which then end sooner than the uninterrupted wave did."""
     names = [f"plain{i}" for i in range(WAVE)]
-    procs = {name: ncpsim_up(root, name) for name in names}
+    procs = {name: invoke_up(root, name) for name in names}
     started = {name: executing(proc) for name, proc in procs.items()}
     took = {}
     for name, proc in procs.items():
@@ -246,7 +246,7 @@ def window(root: Path) -> float:
 
 def interrupt(root: Path, wave: list[Moment], length: float) -> dict[str, Interrupted]:
     """Start one `ncpsim up` per moment and signal each at its moment of `length` after it began executing."""
-    procs = {m.stack: (m, ncpsim_up(root, m.stack)) for m in wave}
+    procs = {m.stack: (m, invoke_up(root, m.stack)) for m in wave}
     started = {name: (m, proc, executing(proc)) for name, (m, proc) in procs.items()}
     phases: dict[str, str | None] = {}
     for m, proc, t0 in sorted(started.values(), key=lambda item: item[0].at):
@@ -408,7 +408,7 @@ def test_down_stops_a_nats_server_no_record_names(root: Path) -> None:
 
 # Two stacks side by side ------------------------------------------------------------------------------
 def test_two_stacks_side_by_side_do_not_collide(root: Path) -> None:
-    ups = {name: ncpsim_up(root, name) for name in ("side-a", "side-b")}  # started at the same moment
+    ups = {name: invoke_up(root, name) for name in ("side-a", "side-b")}  # started at the same moment
     try:
         for name, proc in ups.items():
             out, _ = proc.communicate(timeout=60)
@@ -439,12 +439,12 @@ def test_two_stacks_side_by_side_do_not_collide(root: Path) -> None:
 
 # Interrupts during the replay, after every component is up ------------------------------------------
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_ncpsim_up_interrupted_during_the_replay_leaves_nothing_behind(
+def test_invoke_up_interrupted_during_the_replay_leaves_nothing_behind(
     root: Path, sig: signal.Signals
 ) -> None:
     """`ncpsim up` wraps its start and replay in the backend's interruptible(): a signal after every component
     is ready, mid-replay, still stops them all, and the command says it was interrupted (130)."""
-    proc = ncpsim_up(root, "replay-cli")
+    proc = invoke_up(root, "replay-cli")
     try:
         deadline = time.monotonic() + 30
         # status.json is written the moment launch ends and the replay begins; poll for that condition.
