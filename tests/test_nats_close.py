@@ -69,7 +69,7 @@ def test_nats_pys_own_close_cancelled_midway_leaves_the_socket_open(
     start_server: Callable[..., NatsServer], keys: Keys
 ) -> None:
     """The negative control, and a canary: should nats-py close its socket before it yields, this fails and
-    sim.nats.client.close may go."""
+    sim.nats.client.close_client may go."""
     server = start_server(worker_nkey=keys.pub(keys.worker))
     got = run(close_cancelled(server.endpoints.url, keys.seed(keys.worker), Client.close, 1))
     assert got == (True, False, False)
