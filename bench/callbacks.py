@@ -13,7 +13,6 @@ keep-alive connection to the pod's client port; that cost is the same whichever 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import ssl
 import time
@@ -33,6 +32,7 @@ from sim.nats.work import PULL_RETRY_FIRST, RECONNECT_WAIT
 from sim.nats.workqueue import WorkPuller
 from sim.protocols.http1 import H11Stream, exchange, open_within
 from sim.protocols.request_attach import H1_TYPE
+from sim.protocols.tasks import cancelled
 from sim.protocols.tls import client_context
 from sim.wire import NATS_PORT
 from sim.worker.http_callback import ATTACH_PATH, echo_function
@@ -104,9 +104,7 @@ class Minter:
     async def __aexit__(self, *exc: object) -> None:
         try:
             if self._drain:
-                self._drain.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-                    await self._drain
+                await cancelled(self._drain, ConnectionError)
         finally:  # a pump that failed still leaves no connection open
             if self._client:
                 await self._client.aclose()
@@ -188,10 +186,7 @@ async def callback(
         )
         answer = await poll
     finally:
-        if not poll.done():
-            poll.cancel()
-            with contextlib.suppress(BaseException):
-                await poll
+        await cancelled(poll, Exception)  # the poll's own end is not the callback's
     return posted.status == 200 and answer.status == 200 and answer.body == body
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from typing import Any
@@ -13,6 +12,7 @@ from scenarios.tail import StackTail
 from scenarios.trace import CallTrace
 from sim.client.grpc_client import CallOutcome, EchoClient
 from sim.model.parts import Pod
+from sim.protocols.tasks import cancelled
 from sim.runtime.component import Context
 from sim.wire import GRPC_CLIENT_PORT
 
@@ -71,9 +71,7 @@ async def grpc_call(
     done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
     for task in (call, watch):
         if task not in done:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancelled(task)
     trace = CallTrace(
         step=step.index,
         index=index,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import h11
 from sim.model.parts import Pod
 from sim.protocols.go_errors import Dial, tcp_dial_error, url_error
 from sim.protocols.http1 import H11Stream, Response, exchange
+from sim.protocols.tasks import cancelled
 from sim.runtime.component import Context
 from sim.wire import INVOCATION_HTTP_PORT
 
@@ -140,9 +140,7 @@ async def _race(
     done, _ = await asyncio.wait({poll_task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     if poll_task in done:
         return poll_task.result(), None
-    poll_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, ConnectionError, h11.ProtocolError, TimeoutError):
-        await poll_task
+    await cancelled(poll_task, ConnectionError, h11.ProtocolError, TimeoutError)
     return Response(202, [], b""), watcher.result() or "gave up"
 
 

@@ -1,5 +1,6 @@
 """Named tasks a component owns: spawned, tracked, and cancelled together on close; a task that fails is
-logged with its name (an exception nobody awaited would otherwise vanish with the task)."""
+logged with its name (an exception nobody awaited would otherwise vanish with the task). And one task
+cancelled and waited for without losing a cancellation of the waiter (`cancelled`)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,17 @@ class Tasks:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def cancelled(task: asyncio.Task[Any], *expected: type[BaseException]) -> None:
+    """Cancel `task` and wait until it has ended: its cancellation, or an error of an `expected` kind, ends
+    it quietly; any other error is raised here.
+
+    `task.cancel(); with suppress(CancelledError): await task` also swallows a cancellation of the waiter
+    that lands while the task winds down, and the waiter runs on: a replay's status poll given up for the
+    worker's answer could so lose the cancellation a Ctrl-C sends (run_cancelled_by_signal's, which ends the
+    replay). asyncio.wait raises only the waiter's own cancellation."""
+    task.cancel()
+    await asyncio.wait({task})
+    if not task.cancelled() and (error := task.exception()) is not None and not isinstance(error, expected):
+        raise error
