@@ -59,8 +59,9 @@ unique name and is stopped at the end, as are nginx and dnsmasq. CPU times and m
   per callback, through ncpsim's proxy and through the same nginx; also through nginx without the
   upstream pool.
 - **QUIC path**: `bench.grpc_path` on a proxied stack and on the same stack with the proxy disabled
-  (workers in the control-plane cluster): gRPC unary calls/s through the whole path, and callback
-  exchanges (new QUIC session + `POST /v1/proxy`) via the proxy vs straight to the pod.
+  (workers in the control-plane cluster), both up at once and taking five turns each, the order flipping
+  each round: gRPC unary calls/s through the whole path (judged on the median of the rounds' ratios), and
+  callback exchanges (new QUIC session + `POST /v1/proxy`) via the proxy vs straight to the pod.
 - **Scale**: `sim.model.topology.build` with the compute clusters and workers shown; the benchmark drives
   invocations (`NVCF-POLL-SECONDS: 60`) over bounded concurrent keep-alive lanes to the two pods; a
   callback is lost when its invocation does not return 200 with its own body. Peak memory is judged on

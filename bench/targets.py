@@ -147,14 +147,19 @@ def _relay_rows(results: dict[str, Any]) -> list[Row]:
 def _quic_row(results: dict[str, Any]) -> Row:
     r = _get(results, "quic") or {}
     via, direct = _get(r, "via_proxy", "unary"), _get(r, "direct_stack", "unary")
-    figure = "QUIC path: gRPC unary calls/s, proxy / direct"
+    figure = "QUIC path: gRPC unary calls/s, proxy / direct (median of 5 alternating rounds)"
     if not via or not direct:
         return Row(figure, ">= 0.8", "not measured", None)
-    measured = (
-        f"{r['unary_ratio']:.2f} ({via['per_second']:.0f}/s vs {direct['per_second']:.0f}/s); "
-        f"callback exchanges {r.get('callback_ratio')}"
-    )
-    return Row(figure, ">= 0.8", measured, r["unary_ratio"] >= 0.8)
+    overall = f"{via['per_second']:.0f}/s vs {direct['per_second']:.0f}/s"
+    median = r.get("round_ratio_median")
+    if median is None:  # a run from before the turns: one measurement each
+        judged, measured = r["unary_ratio"], f"{r['unary_ratio']:.2f} ({overall})"
+    else:
+        low, high = r["round_ratio_range"]
+        judged = median
+        measured = f"{median:.2f} (rounds {low:.2f}-{high:.2f}; overall {r['unary_ratio']:.2f}: {overall})"
+    measured += f"; callback exchanges {r.get('callback_ratio')}"
+    return Row(figure, ">= 0.8", measured, judged >= 0.8)
 
 
 SCALE_TARGET = "0 lost, <= 300 s, <= 2 GiB"

@@ -531,3 +531,22 @@ def test_the_catalogue_as_filed_is_judged_in_loops_and_still_in_the_catalogue() 
         return next(row.met for row in judge(results) if row.figure.startswith("catalogue as filed"))
 
     assert met(27.0) is True and met(27.6) is False and met(20.0, code=1) is False
+
+
+def test_the_quic_ratio_is_judged_on_the_median_of_its_rounds() -> None:
+    """Both stacks take turns (bench.quic): one slow round spoils that round, not the figure; a result from
+    before the turns (no rounds) is judged on its one ratio."""
+    quic = {
+        "via_proxy": {"unary": {"per_second": 75.0}},
+        "direct_stack": {"unary": {"per_second": 100.0}},
+        "unary_ratio": 0.75,
+        "callback_ratio": 0.95,
+    }
+
+    def met(**extra: object) -> bool | None:
+        results = {**SAMPLE, "quic": {**quic, **extra}}
+        return next(row.met for row in judge(results) if row.figure.startswith("QUIC path"))
+
+    assert met(round_ratio_median=0.82, round_ratio_range=[0.5, 0.9]) is True
+    assert met(round_ratio_median=0.78, round_ratio_range=[0.7, 0.9]) is False
+    assert met() is False  # 0.75, one measurement
