@@ -271,7 +271,7 @@ class CalloutService:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._nc is not None:
-            from .client import close_client
+            from .client import close_client  # nats-py only here, as in start()
 
             await close_client(self._nc)
             self._nc = None

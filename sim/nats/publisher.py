@@ -124,7 +124,7 @@ class WorkPublisher:
             self._warm.cancel()
             await asyncio.gather(self._warm, return_exceptions=True)
         if self._nc is not None:
-            from .client import close_client
+            from .client import close_client  # nats-py late, as everywhere in this module
 
             with contextlib.suppress(Exception):
                 await close_client(self._nc)
