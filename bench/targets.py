@@ -4,7 +4,7 @@ results in, rows out)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.calibration import yardstick
@@ -146,20 +146,15 @@ def _relay_rows(results: dict[str, Any]) -> list[Row]:
 
 def _quic_row(results: dict[str, Any]) -> Row:
     r = _get(results, "quic") or {}
-    via, direct = _get(r, "via_proxy", "unary"), _get(r, "direct_stack", "unary")
     figure = "QUIC path: gRPC unary calls/s, proxy / direct (median of 5 alternating rounds)"
+    via, direct = _get(r, "via_proxy", "unary"), _get(r, "direct_stack", "unary")
     if not via or not direct:
         return Row(figure, ">= 0.8", "not measured", None)
-    overall = f"{via['per_second']:.0f}/s vs {direct['per_second']:.0f}/s"
-    median = r.get("round_ratio_median")
-    if median is None:  # a run from before the turns: one measurement each
-        judged, measured = r["unary_ratio"], f"{r['unary_ratio']:.2f} ({overall})"
-    else:
-        low, high = r["round_ratio_range"]
-        judged = median
-        measured = f"{median:.2f} (rounds {low:.2f}-{high:.2f}; overall {r['unary_ratio']:.2f}: {overall})"
-    measured += f"; callback exchanges {r.get('callback_ratio')}"
-    return Row(figure, ">= 0.8", measured, judged >= 0.8)
+    turns = {k: r[k] for k in ("round_ratio_median", "round_ratio_range") if k in r}
+    row = _ratio_row(
+        figure, {"proxy": via, "direct": direct, "ratio": r["unary_ratio"], **turns}, ("proxy", "direct"), 0.8
+    )
+    return replace(row, measured=f"{row.measured}; callback exchanges {r.get('callback_ratio')}")
 
 
 SCALE_TARGET = "0 lost, <= 300 s, <= 2 GiB"
