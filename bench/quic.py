@@ -24,7 +24,7 @@ ROUNDS = 5  # turns each stack takes, the order flipping each round (as the rela
 PATHS = ("unary", "callbacks_direct", "callbacks_via_proxy")
 
 
-def _stack(root: Path, proxy: bool) -> Any:
+def _stack(root: Path, proxy: bool) -> contextlib.AbstractContextManager[BenchStack]:
     topo = topology(unique_name("quic"), invocation=0, grpc=1, clusters=1, workers_per_cluster=2, proxy=proxy)
     return running(root, topo)
 
