@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.as_filed import COMMIT
 from bench.calibration import (
     LOOP,
     LOOP_RUNS,
@@ -37,7 +38,14 @@ unique name and is stopped at the end, as are nginx and dnsmasq. CPU times and m
   event with `ok: true` in `<state>/events/*.jsonl`. One cold run (fresh state folder: CAs and
   certificates are minted) and then {runs} warm runs on the same stack name (certificates kept, as a
   user's default stack keeps them); median and min-max of the warm runs.
-- **Catalogue**: wall time of `ncpsim replay --all` (each scenario on a fresh stack).
+- **Catalogue**: wall time of `ncpsim replay --all` (each scenario on a fresh stack), and of `ncpsim replay`
+  of the 60 scenarios the catalogue had when issue 32 was filed.
+- **Against the tree as filed**: issue 32's tree ({as_filed}) exported with `git archive`, byte-compiled and
+  run with `python -m invoke` on the same interpreter and packages. `up` to the first callback, that tree's
+  and this checkout's in turns ({runs} rounds, the order flipping, after a cold run each), judged on the
+  median of the rounds' ratios; and its own `invoke replay --all -j auto` against this checkout's replay of
+  the same 60 scenarios. Calibration units do not carry start-up between machines (round five's tree took
+  0.44 s on its machine and 0.77 s on a later one whose loop was only a tenth slower); a ratio does.
 - **Calibration**: `{loop}` in a fresh interpreter (timed inside it, best of {loop_runs}) and
   `python -c pass` (spawn to exit, best of {start_runs}), with the Python that runs the benchmark, at the
   start and at the end of the run; the best of each is the unit ("loops", "starts"), and every absolute
@@ -241,6 +249,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
                 _table(judge(results)),
                 _calibration(results),
                 METHOD.format(
+                    as_filed=COMMIT,
                     runs=params.get("startup_runs"),
                     lanes=params.get("newconn_lanes"),
                     window=params.get("dns_window"),

@@ -23,7 +23,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import calibration, dnsload, machine, peers, quic, redelivery, relay, report, scale, startup
+from bench import (
+    as_filed,
+    calibration,
+    dnsload,
+    machine,
+    peers,
+    quic,
+    redelivery,
+    relay,
+    report,
+    scale,
+    startup,
+)
 from bench.stacks import running, topology, unique_name
 from bench.targets import judge
 from clusters.local import LocalStack
@@ -57,7 +69,16 @@ FULL = Plan(5, True, 150.0, 1000, 600, 200, 10, 10_000, 100_000, 256, 300.0, 100
 QUICK = Plan(2, False, 0.0, 300, 200, 50, 5, 500, 1000, 64, 30.0, 20_000, 5.0, 200)
 
 
-SECTIONS = ("startup", "catalogue", "relay", "dns", "quic", "scale", "redelivery")  # in the order they run
+SECTIONS = (
+    "startup",
+    "catalogue",
+    "as_filed",
+    "relay",
+    "dns",
+    "quic",
+    "scale",
+    "redelivery",
+)  # in the order they run
 
 
 def _section(name: str, logs: Path, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -79,6 +100,25 @@ def _startup(plan: Plan, root: Path, logs: Path) -> dict[str, Any]:
         kind: startup.time_to_first_callback(f"{kind}-callback", plan.startup_runs, root / "up", logs)
         for kind in ("http", "grpc")
     }
+
+
+def _as_filed(plan: Plan, root: Path, logs: Path) -> dict[str, Any]:
+    """The tree as issue 32 found it (bench.as_filed), timed in the same run: its start-up in turns with this
+    checkout's, and in a full run its own catalogue. A clone without that commit skips it, and says so."""
+    try:
+        with as_filed.exported(REPO, root / "as-filed-tree") as tree:
+            out: dict[str, Any] = {"commit": as_filed.COMMIT}
+            out["startup"] = {
+                kind: startup.against(tree, f"{kind}-callback", plan.startup_runs, root / "as-filed-up", logs)
+                for kind in ("http", "grpc")
+            }
+            if plan.catalogue:
+                out["catalogue"] = startup.replay_tree(
+                    tree, root / "as-filed-replay", logs, plan.catalogue_timeout
+                )
+            return out
+    except as_filed.ExportFailed as exc:
+        return {"skipped": f"the tree as filed ({as_filed.COMMIT}) was not timed: {exc}"}
 
 
 def _relay_and_dns(
@@ -156,6 +196,7 @@ def measure_all(plan: Plan, root: Path, absent: frozenset[str] = frozenset()) ->
         if plan.catalogue
         else {"skipped": True}
     )
+    results["as_filed"] = _section("as_filed", logs, lambda: _as_filed(plan, root, logs))
     results["relay"], results["dns"] = _relay_and_dns(plan, root, logs, absent)
     results["quic"] = _section("quic", logs, lambda: quic.measure(root / "quic", plan.quic_calls))
     results["scale"] = _section(

@@ -12,16 +12,17 @@ as a user's default stack does; the median and spread are of the warm runs.
 from __future__ import annotations
 
 import json
-import os
 import re
 import resource
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.as_filed import SCENARIOS, Tree
 from bench.procs import spawn, stop
 from bench.stacks import unique_name
 from clusters.local import LocalStack
@@ -29,6 +30,7 @@ from sim.model.events import CALLBACK_RESULT, CALLBACK_START
 
 REPO = Path(__file__).resolve().parents[1]
 NCPSIM = str(Path(sys.executable).with_name("ncpsim"))  # the console script, as a user runs it
+CURRENT = Tree("current", (NCPSIM,), REPO)  # this checkout
 UP_TIMEOUT = 60.0
 
 
@@ -72,16 +74,12 @@ def phases(state_dir: Path, spawned: float) -> dict[str, float | None]:
     }
 
 
-def _env(root: Path) -> dict[str, str]:
-    return {**os.environ, "NCPSIM_HOME": str(root)}
-
-
-def up_once(scenario: str, stack: str, root: Path, logs: Path) -> dict[str, Any]:
-    """One `ncpsim up`; seconds from spawn to the first successful callback (None if there was none)."""
-    cmd = [NCPSIM, "up", f"scenario={scenario}", "--stack", stack]
+def up_once(scenario: str, stack: str, root: Path, logs: Path, tree: Tree = CURRENT) -> dict[str, Any]:
+    """One `ncpsim up` (or `tree`'s); seconds from spawn to the first successful callback (None if none)."""
+    cmd = [*tree.argv, "up", f"scenario={scenario}", "--stack", stack]
     before = _children_cpu()
     spawned = time.time()
-    proc = spawn(cmd, logs / f"up-{stack}.log", env=_env(root), cwd=REPO)
+    proc = spawn(cmd, logs / f"up-{stack}.log", env=tree.env(root), cwd=tree.cwd)
     try:
         rc = proc.wait(UP_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -136,6 +134,42 @@ def _median_phases(runs: list[dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
+def against(tree: Tree, scenario: str, rounds: int, root: Path, logs: Path) -> dict[str, Any]:
+    """`up` to the first callback, this checkout's and `tree`'s in turns (the order flipping each round, after
+    one cold run each), judged on the median of the rounds' ratios (this checkout / `tree`): a burst of other
+    work then spoils one round, not the figure. Under 1.0, this checkout is the faster."""
+    trees = (CURRENT, tree)
+    stacks = {t.key: unique_name(f"{t.key[:2]}-{scenario.split('-')[0]}") for t in trees}
+    for t in trees:
+        up_once(scenario, stacks[t.key], root, logs, t)  # cold: each stack mints its certificates
+    times: dict[str, list[float | None]] = {t.key: [] for t in trees}
+    for turn in range(rounds):
+        for t in trees if turn % 2 == 0 else trees[::-1]:
+            times[t.key].append(up_once(scenario, stacks[t.key], root, logs, t)["seconds"])
+    for stack in stacks.values():
+        LocalStack(stack, root=root).down(purge=True)
+    mine, theirs = times[CURRENT.key], times[tree.key]
+    ratios = sorted(a / b for a, b in zip(mine, theirs, strict=True) if a is not None and b)
+    return {
+        "scenario": scenario,
+        "seconds": times,
+        "median": {k: _median(v) for k, v in times.items()},
+        "failed_runs": {k: sum(t is None for t in v) for k, v in times.items()},
+        "round_ratio_median": round(statistics.median(ratios), 3) if ratios else None,
+        "round_ratio_range": [round(ratios[0], 3), round(ratios[-1], 3)] if ratios else None,
+    }
+
+
+def _median(times: list[float | None]) -> float | None:
+    done = [t for t in times if t is not None]
+    return round(statistics.median(done), 3) if done else None
+
+
+def replay_tree(tree: Tree, root: Path, logs: Path, timeout: float) -> dict[str, Any]:
+    """`tree`'s whole catalogue, `replay --all -j auto` as its command line ran it."""
+    return _replay(["replay", "--all", "-j", "auto"], root, logs / f"replay-{tree.key}.log", timeout, tree)
+
+
 SUMMARY = re.compile(r"(\d+)/(\d+) scenarios passed in ([\d.]+)s")
 # The same replay through the library, for when the command line fails before replaying anything.
 LIBRARY_REPLAY = (
@@ -143,10 +177,11 @@ LIBRARY_REPLAY = (
 )
 
 
-def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, Any]:
-    """Run one whole-catalogue replay; its wall time, exit code and the passed/total line."""
+def _replay(args: list[str], root: Path, log: Path, timeout: float, tree: Tree = CURRENT) -> dict[str, Any]:
+    """Run one replay of many scenarios (`tree`'s command line, then `args`); its wall time, exit code and
+    the passed/total line."""
     started = time.perf_counter()
-    proc = spawn(cmd, log, env=_env(root), cwd=REPO)
+    proc = spawn([*tree.argv, *args], log, env=tree.env(root), cwd=tree.cwd)
     try:
         rc: int | None = proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -171,93 +206,28 @@ def _replay(cmd: list[str], root: Path, log: Path, timeout: float) -> dict[str, 
     }
 
 
-# The catalogue as it was when issue 32 was filed (round five's tree, 3bc23ba: these 60 scenarios replayed in
-# 14.6 s at a loop of about 0.27 s). Scenarios added since bring their own modelled waits (a NATS rolling
-# restart takes 14.6 s by itself): replaying the same 60 again says whether replaying got slower.
-AS_FILED = (
-    "admin-issuer-edge-cert-right",
-    "admin-issuer-edge-cert-wrong",
-    "admin-issuer-edge-host-header-right",
-    "admin-issuer-edge-host-header-wrong",
-    "admin-issuer-edge-right",
-    "admin-issuer-edge-wrong",
-    "admin-issuer-removal-right",
-    "admin-issuer-removal-wrong",
-    "bad-invocation-proxy-url",
-    "callback-wrong-pod",
-    "cert-rotation",
-    "clusterip-service",
-    "deployment-restart-right",
-    "deployment-restart-wrong",
-    "disallowed-target",
-    "dns-missing",
-    "dns-outage",
-    "dns-rewrite-wrong-address",
-    "dns-rewrite-wrong-domain",
-    "ess-mek-grace-right",
-    "ess-mek-grace-wrong",
-    "ess-mek-rotation-right",
-    "ess-mek-rotation-wrong",
-    "expired-frontend-cert",
-    "grpc-callback",
-    "http-callback",
-    "legacy-worker-connect-off",
-    "legacy-worker-connect-on",
-    "link-faults",
-    "missing-worker-ca",
-    "multi-compute",
-    "nats-log-sampling-right",
-    "nats-log-sampling-wrong",
-    "nats-token-switch-right",
-    "nats-token-switch-wrong",
-    "nats-values-right",
-    "nats-values-wrong",
-    "nats-webhook-url-right",
-    "nats-webhook-url-wrong",
-    "nats-worker-utils-right",
-    "nats-worker-utils-wrong",
-    "nvcf-cli-no-proxy-right",
-    "nvcf-cli-no-proxy-wrong",
-    "openbao-restart-right",
-    "openbao-restart-wrong",
-    "openbao-seal-check-right",
-    "openbao-seal-check-wrong",
-    "pod-killed-and-restarted",
-    "private-ca-frontend",
-    "public-frontend-cert",
-    "service-annotations-right",
-    "service-annotations-wrong",
-    "single-cluster-direct",
-    "single-cluster-names-published",
-    "single-cluster-proxy-enabled-no-dns",
-    "split-plane-url-set",
-    "stale-ca-pem-after-rotation",
-    "upstream-plaintext",
-    "wrong-name-pod-cert",
-    "wrong-path",
-)
-
-
 def catalogue(root: Path, logs: Path, timeout: float) -> dict[str, Any]:
     """`ncpsim replay --all -j auto` as a user runs it (stacks in parallel, one more than cores, each isolated);
-    if it replays nothing, the library's replay_many too. Then the catalogue as filed (AS_FILED), the same way."""
+    if it replays nothing, the library's replay_many too. Then the catalogue as filed (its SCENARIOS), the
+    same way."""
     result = _replay(
-        [NCPSIM, "replay", "--all", "-j", "auto", "--junit", str(logs / "replay-all.xml")],
+        ["replay", "--all", "-j", "auto", "--junit", str(logs / "replay-all.xml")],
         root / "replay",
         logs / "replay-all.log",
         timeout,
     )
     result["as_filed"] = _replay(
-        [NCPSIM, "replay", *AS_FILED, "-j", "auto", "--junit", str(logs / "replay-as-filed.xml")],
+        ["replay", *SCENARIOS, "-j", "auto", "--junit", str(logs / "replay-as-filed.xml")],
         root / "replay-as-filed",
         logs / "replay-as-filed.log",
         timeout,
     )
     if result["total"] is None:
         result["library"] = _replay(
-            [sys.executable, "-c", LIBRARY_REPLAY],
+            ["-c", LIBRARY_REPLAY],
             root / "replay-library",
             logs / "replay-library.log",
             timeout,
+            replace(CURRENT, argv=(sys.executable,)),
         )
     return result

@@ -32,7 +32,8 @@ from bench.callbacks import Minter, open_stream
 from bench.nginx import NginxSite, nginx, render
 from bench.relay import keepalive, nginx_site
 from bench.stacks import running, topology, unique_name
-from bench.startup import AS_FILED, REPO
+from bench.as_filed import SCENARIOS as AS_FILED
+from bench.startup import REPO
 from bench.targets import judge
 from dns.rule import View, wildcard
 from dns.server import handle_packet
