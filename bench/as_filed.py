@@ -93,7 +93,8 @@ SCENARIOS = (
 
 
 class ExportFailed(Exception):
-    """The tree could not be exported (no git, or a clone without that commit): its comparisons are not made."""
+    """The tree could not be exported (no git, no repository, or a shallow clone without that commit): its
+    comparisons are not made, and the report says why."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,8 @@ def exported(repo: Path, into: Path, commit: str = COMMIT) -> Iterator[Tree]:
         raise ExportFailed("git is not installed") from None
     if archive.returncode != 0:
         why = archive.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise ExportFailed(f"git archive {commit} failed: {why[0]} (a shallow clone lacks it)")
+        # git's own words: no such commit (a shallow clone), not a repository (an unpacked archive)
+        raise ExportFailed(f"git archive {commit} failed: {why[0]}")
     into.mkdir(parents=True)
     try:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
