@@ -23,6 +23,7 @@ log = logging.getLogger("ncpsim.listener")
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 STREAM_LIMIT = 2**16  # asyncio's own StreamReader limit, as start_server uses
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 
 
 def listener_backlog() -> int:
@@ -38,10 +39,21 @@ def listener_backlog() -> int:
 class TcpListener:
     """``await start()`` binds 127.0.0.1 on a free port and returns it; ``handler(reader, writer)`` runs for
     each connection once its TLS handshake (if `tls`) is done; ``close()`` stops accepting and ends the
-    handshakes still under way (established connections stay with their handlers)."""
+    handshakes still under way (established connections stay with their handlers).
 
-    def __init__(self, handler: Handler, tls: ssl.SSLContext | None, handshake_timeout: float = 10.0):
+    `protocol`, when given, makes each connection's protocol instead of the handler's streams: for a server
+    that takes its common case in the protocol's callbacks, with no task per connection."""
+
+    def __init__(
+        self,
+        handler: Handler | None,
+        tls: ssl.SSLContext | None,
+        handshake_timeout: float = 10.0,
+        protocol: ProtocolFactory | None = None,
+    ):
+        assert handler is not None or protocol is not None
         self.handler, self.tls, self.handshake_timeout = handler, tls, handshake_timeout
+        self.protocol = protocol
         self.sock: socket.socket | None = None
         self.handshakes: set[asyncio.Task[None]] = set()
 
@@ -74,8 +86,7 @@ class TcpListener:
             task.add_done_callback(self.handshakes.discard)
 
     async def _open(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
-        reader = asyncio.StreamReader(limit=STREAM_LIMIT)
-        protocol = asyncio.StreamReaderProtocol(reader, self.handler)  # runs the handler on connection_made
+        protocol = self.protocol() if self.protocol is not None else self._streams()
         try:
             await loop.connect_accepted_socket(
                 lambda: protocol,
@@ -88,6 +99,10 @@ class TcpListener:
             if not isinstance(exc, (OSError, TimeoutError)):  # ssl.SSLError is an OSError
                 raise
             log.debug("connection ended in its TLS handshake: %s: %s", type(exc).__name__, exc)
+
+    def _streams(self) -> asyncio.BaseProtocol:
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+        return asyncio.StreamReaderProtocol(reader, self.handler)  # runs the handler on connection_made
 
     def close(self) -> None:
         if self.sock is not None:
