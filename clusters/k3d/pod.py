@@ -42,7 +42,7 @@ from clusters.render.layout import (
 from sim.model.netmap import LiveNetMap
 from sim.model.parts import Pod
 from sim.model.topology import Topology
-from sim.protocols.http1 import open_within
+from sim.protocols.http1 import StreamProtocol, open_within
 from sim.runtime.component import CONNECT_TIMEOUT, Context
 from sim.runtime.run import load_runner
 from sim.wire import DNS_PORT
@@ -104,8 +104,9 @@ class KubeContext(Context):
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         timeout: float = CONNECT_TIMEOUT,
+        protocol: StreamProtocol | None = None,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await open_within(ip, port, timeout, tls, server_hostname)
+        return await open_within(ip, port, timeout, tls, server_hostname, protocol)
 
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return ip, port

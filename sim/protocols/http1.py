@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from http import HTTPStatus
@@ -42,21 +42,41 @@ class ClosedBeforeResponse(PeerClosed):
         super().__init__("connection closed before a response")
 
 
+StreamProtocol = Callable[[asyncio.StreamReader], asyncio.StreamReaderProtocol]
+STREAM_LIMIT = 2**16  # asyncio.open_connection's StreamReader limit
+
+
 async def open_within(
     host: str,
     port: int,
     timeout: float | None,
     tls: ssl.SSLContext | None = None,
     server_hostname: str | None = None,
+    protocol: StreamProtocol | None = None,
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A TCP (or TLS) connection under a deadline, dialed in the caller's task. asyncio.wait_for dials in a
     task of its own, and on Python 3.11 a caller cancelled just as that task connects gets the connection
     and loses the cancellation (a Ctrl-C or a deadline that never lands); here the cancellation is raised
-    at the caller's next suspension, with the connection in hand for its cleanup (tests/test_dial.py)."""
+    at the caller's next suspension, with the connection in hand for its cleanup (tests/test_dial.py).
+    `protocol`: the connection's protocol, made from its reader, instead of asyncio's StreamReaderProtocol
+    (one that takes some of its bytes itself)."""
+    hostname = server_hostname if tls else None
     async with asyncio.timeout(timeout):
-        return await asyncio.open_connection(
-            host, port, ssl=tls, server_hostname=server_hostname if tls else None
-        )
+        if protocol is None:
+            return await asyncio.open_connection(host, port, ssl=tls, server_hostname=hostname)
+        return await _open_connection(host, port, tls, hostname, protocol)
+
+
+async def _open_connection(
+    host: str, port: int, tls: ssl.SSLContext | None, server_hostname: str | None, protocol: StreamProtocol
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """asyncio.open_connection, with the protocol `protocol` makes."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
+    transport, made = await loop.create_connection(
+        lambda: protocol(reader), host, port, ssl=tls, server_hostname=server_hostname
+    )
+    return reader, asyncio.StreamWriter(transport, made, reader, loop)
 
 
 CLOSE_TIMEOUT = 1.0  # for the peer's close_notify; a local peer answers in well under a millisecond

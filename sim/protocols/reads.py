@@ -82,6 +82,12 @@ def _fire(reads: weakref.ref[TimedReads]) -> None:
         alive._fire()
 
 
+def buffered(reader: asyncio.StreamReader) -> int:
+    """The bytes `reader` holds unread. StreamReader has no public way to ask without reading: a connection
+    that leaves its stream for protocol callbacks must know that no byte stays behind in it."""
+    return len(reader._buffer)  # type: ignore[attr-defined]
+
+
 class HeadReader:
     """A connection's bytes read and not yet consumed, read on until they start with a whole message head,
     for a relay that takes plain messages (sim.protocols.h1plain) as they came and hands h11 the rest."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import Protocol
 
 import h11
 
 from sim.model.netmap import Unreachable
 from sim.protocols.http1 import H11Stream
-from sim.protocols.reads import HeadReader
+from sim.protocols.reads import HeadReader, buffered
 from sim.protocols.tls import ReloadingContext
 from sim.proxy.downstream import log
 from sim.proxy.policy import Forward, RequestHead, expects_continue, upstream_reset
@@ -37,16 +38,78 @@ HOP_BY_HOP_AND_EXPECT = HOP_BY_HOP | {"expect"}  # with Expect: 100-continue, wh
 MAX_IDLE_PER_AUTHORITY = 1024
 
 
+class PodSink(Protocol):
+    """Who takes a pod connection's bytes while it relays an exchange in callbacks (sim.proxy.worker_connection)."""
+
+    def pod_data(self, data: bytes) -> None: ...
+
+    def pod_ended(self) -> None: ...
+
+
+class PodProtocol(asyncio.StreamReaderProtocol):
+    """A pod connection's protocol: its bytes go to its StreamReader, as asyncio's own protocol sends them, but
+    to `sink` while a worker connection relays an exchange in callbacks. The end of the stream (and a reset)
+    reaches the StreamReader either way, so code that reads on after the callbacks hand the exchange over
+    finds it there, after the bytes the sink kept."""
+
+    def __init__(self, reader: asyncio.StreamReader):
+        super().__init__(reader)
+        self.sink: PodSink | None = None
+        self.write_paused = False  # the write buffer is over its high-water mark: writer.drain() would wait
+
+    def data_received(self, data: bytes) -> None:
+        if self.sink is not None:
+            self.sink.pod_data(data)
+        else:
+            super().data_received(data)
+
+    def eof_received(self) -> bool | None:
+        keep_open = super().eof_received()
+        if self.sink is not None:
+            self.sink.pod_ended()
+        return keep_open
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.sink is not None:
+            self.sink.pod_ended()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.write_paused = False
+
+
 class Upstream(HeadReader):
     """One connection to a pod: its streams, the bytes read past the last response, where it was dialed and
     with which trust generation its certificate was verified."""
 
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, addr: str, generation: int
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        addr: str,
+        generation: int,
+        protocol: PodProtocol | None = None,
     ):
         super().__init__(reader)
         self.writer, self.addr, self.generation = writer, addr, generation
+        self.protocol = protocol  # a PodProtocol, for an exchange relayed in callbacks
         self.reusable = False  # the last exchange ended cleanly, nothing read past it
+
+    def idle(self) -> bool:
+        """Nothing read or received past the last response, the stream open: an exchange can start in callbacks."""
+        return (
+            self.protocol is not None
+            and not self.pending
+            and not self.eof
+            and not buffered(self.reader)
+            and not self.reader.at_eof()
+            and self.reader.exception() is None
+        )
 
     async def response_head(self, idle: float) -> int:
         return await self.head(b"H", idle, idle)  # "HTTP/1.1 ..."
@@ -125,7 +188,7 @@ async def dial(ctx: Context, trust: ReloadingContext, host: str, ip: str, port: 
     """A new connection to the pod `host` at ip:port, TLS verified against the pod name when `tls`."""
     try:
         reader, writer = await ctx.open_tcp(
-            ip, port, tls=trust.current() if tls else None, server_hostname=host
+            ip, port, tls=trust.current() if tls else None, server_hostname=host, protocol=PodProtocol
         )
     except (OSError, TimeoutError, ssl.SSLError) as exc:
         log.debug("dial %s:%s (%s) failed: %s: %s", ip, port, host, type(exc).__name__, exc)
@@ -137,7 +200,9 @@ async def dial(ctx: Context, trust: ReloadingContext, host: str, ip: str, port: 
         writer.transport.abort()
         body = upstream_reset("tls", INVOCATION_UPSTREAM.refusal)
         raise UpstreamFailure("UF", body, f"CERTIFICATE_VERIFY_FAILED: {host} is not in [{', '.join(sans)}]")
-    return Upstream(reader, writer, f"{ip}:{port}", trust.generation)
+    protocol = writer.transport.get_protocol()
+    pod = protocol if isinstance(protocol, PodProtocol) else None  # (a Context that dials its own way)
+    return Upstream(reader, writer, f"{ip}:{port}", trust.generation, pod)
 
 
 def upstream_fields(head: RequestHead, fwd: Forward, request_id: str) -> list[tuple[str, str]]:

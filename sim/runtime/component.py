@@ -14,7 +14,7 @@ from dns.client import NameNotResolved, resolve_a
 from sim.model.events import EventLog
 from sim.model.netmap import LiveNetMap, Refused
 from sim.model.topology import Topology
-from sim.protocols.http1 import open_within
+from sim.protocols.http1 import StreamProtocol, open_within
 from sim.runtime.links import TCP, UDP, LinkFault, datagram_delay, link_delay, load_links
 from sim.wire import DNS_PORT, NATS_PORT
 
@@ -97,10 +97,11 @@ class Context:
         tls: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         timeout: float = CONNECT_TIMEOUT,
+        protocol: StreamProtocol | None = None,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         host, real = self.netmap.lookup(self.cluster, ip, port, "tcp")
         await self.cross_link(ip)
-        return await open_within(host, real, timeout, tls, server_hostname)
+        return await open_within(host, real, timeout, tls, server_hostname, protocol)
 
     def udp_address(self, ip: str, port: int) -> tuple[str, int]:
         return self.netmap.lookup(self.cluster, ip, port, "udp")
