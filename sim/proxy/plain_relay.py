@@ -14,7 +14,7 @@ import time
 
 import h11
 
-from sim.protocols.h1plain import PlainRequest, plain_response, response_bytes
+from sim.protocols.h1plain import PlainRequest, PlainResponse, plain_response, response_bytes
 from sim.proxy import relay
 from sim.proxy.access_log import AccessRecord
 from sim.proxy.downstream import Downstream, DownstreamClosed, reason
@@ -33,29 +33,55 @@ async def exchange(
     body = down.take(request.length)
     record.bytes_received += len(body)
     await _to_pod(up, head + body)
-    response = _response(down, up, request, record, started, idle)
+    answer = response(down, up, request, record, started, idle)
     if len(body) == request.length:  # a worker's GET or POST, usually: nothing more can arrive
-        return await response
-    return await relay.alongside(_pump_body(down, up, request.length - len(body), record, idle), response)
+        return await answer
+    return await relay.alongside(_pump_body(down, up, request.length - len(body), record, idle), answer)
+
+
+TO_POD = (UpstreamClosed, "upstream connection closed mid-request")
+# A broken connection to the worker is the worker's leaving (DC), not the pod's.
+TO_WORKER = (DownstreamClosed, "worker connection closed mid-response")
+Broken = tuple[type[ConnectionError], str]
 
 
 async def _to_pod(up: Upstream, data: bytes) -> None:
-    await _write(up.writer, data, UpstreamClosed, "upstream connection closed mid-request")
+    put(up.writer, data, TO_POD)
+    await _drain(up.writer, TO_POD)
 
 
 async def _to_worker(down: Downstream, data: bytes) -> None:
-    """Write to the worker; a broken connection there is the worker's leaving (DC), not the pod's."""
-    await _write(down.writer, data, DownstreamClosed, "worker connection closed mid-response")
+    put(down.writer, data, TO_WORKER)
+    await _drain(down.writer, TO_WORKER)
 
 
-async def _write(
-    writer: asyncio.StreamWriter, data: bytes, broken: type[ConnectionError], words: str
-) -> None:
+def put(writer: asyncio.StreamWriter, data: bytes, broken: Broken) -> None:
+    """A write's first half (the second, drain, may wait): `broken`, the error a ConnectionError becomes."""
     try:
         writer.write(data)
+    except ConnectionError as exc:
+        raise broken[0](broken[1]) from exc
+
+
+async def _drain(writer: asyncio.StreamWriter, broken: Broken) -> None:
+    try:
         await writer.drain()
     except ConnectionError as exc:
-        raise broken(words) from exc
+        raise broken[0](broken[1]) from exc
+
+
+async def sent(
+    down: Downstream, up: Upstream, request: PlainRequest, record: AccessRecord, started: float, idle: float
+) -> bool:
+    """The rest of an exchange whose request (whole) was put to the pod in one write, not yet drained."""
+    await _drain(up.writer, TO_POD)
+    return await response(down, up, request, record, started, idle)
+
+
+async def answered(down: Downstream) -> bool:
+    """The rest of an exchange whose response (whole) was put to the worker in one write, not yet drained."""
+    await _drain(down.writer, TO_WORKER)
+    return True
 
 
 async def _pump_body(down: Downstream, up: Upstream, left: int, record: AccessRecord, idle: float) -> None:
@@ -76,20 +102,19 @@ async def _pump_body(down: Downstream, up: Upstream, left: int, record: AccessRe
         await _to_pod(up, data)
 
 
-async def _response(
+async def response(
     down: Downstream, up: Upstream, request: PlainRequest, record: AccessRecord, started: float, idle: float
 ) -> bool:
+    """The pod's response to `request` (sent), read from what `up` has pending on, relayed to the worker."""
     end = await up.response_head(idle)
     plain = plain_response(bytes(up.pending[:end])) if end >= 0 else None
     if plain is None:  # h11 reads it from its first byte
         return await _judged(down, up, request, record, started, idle)
     del up.pending[:end]
-    fields = response_fields(plain.headers, plain.status, record, started)
-    if not request.keep_alive:
-        fields.append(("Connection", "close"))  # as h11 adds it when the request asked to close
+    head = response_head(plain, request, record, started)
     body = up.take(plain.length)
     record.bytes_sent += len(body)
-    await _to_worker(down, response_bytes(plain.status, reason(plain.status), fields) + body)
+    await _to_worker(down, head + body)
     left = plain.length - len(body)
     while left:
         data = await up.reads.read(idle)
@@ -104,6 +129,14 @@ async def _response(
         await _to_worker(down, data)
     up.reusable = plain.keep_alive and not up.pending
     return True
+
+
+def response_head(plain: PlainResponse, request: PlainRequest, record: AccessRecord, started: float) -> bytes:
+    """The head the worker gets for the pod's plain response to `request`; its status goes on record."""
+    fields = response_fields(plain.headers, plain.status, record, started)
+    if not request.keep_alive:
+        fields.append(("Connection", "close"))  # as h11 adds it when the request asked to close
+    return response_bytes(plain.status, reason(plain.status), fields)
 
 
 async def _judged(
