@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import replace
+from typing import Any
 from urllib.parse import urlsplit
 
 import h11
@@ -25,7 +27,6 @@ from sim.proxy.downstream import (
     Downstream,
     DownstreamClosed,
     connection_idle_timeout,
-    end_reason,
     local_reply,
     log,
     read_head,
@@ -47,7 +48,8 @@ from sim.proxy.policy import (
 )
 from sim.proxy.tunnel import splice
 from sim.proxy.upstream import Upstream, UpstreamPool, dial, dial_failure, upstream_fields
-from sim.runtime.component import Context, connection_handler
+from sim.proxy.worker_connection import WorkerConnection
+from sim.runtime.component import Context
 from sim.wire import DF_BODY, UC_BODY, UpstreamFailure
 
 UPSTREAM_CLOSED = "upstream connection closed mid-response"
@@ -99,36 +101,43 @@ class HttpFront:
         self.listener: TcpListener | None = None
         self._dns_cache: dict[str, tuple[float, str]] = {}
         self.pool = UpstreamPool(upstream_trust)
+        self.connections: set[WorkerConnection] = set()  # open, each in its callbacks or its task
 
     async def start(self) -> int:
-        self.listener = TcpListener(connection_handler(self._serve), self.frontend.sni_switcher())
+        self.listener = TcpListener(
+            None, self.frontend.sni_switcher(), protocol=lambda: WorkerConnection(self)
+        )
         return await self.listener.start()
 
     async def close(self) -> None:
         if self.listener:
             self.listener.close()
+        for conn in list(self.connections):
+            conn.shut()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        down = Downstream(reader, writer)
+    async def serve(self, conn: WorkerConnection, first: Coroutine[Any, Any, bool]) -> None:
+        """A worker's connection on the coroutine path: `first` (the callbacks' request, from the point they
+        reached), then request by request until the connection ends or goes back to its callbacks."""
         ended: BaseException | None = None
-        peer = writer.get_extra_info("peername") or ("?", 0)
         try:
-            while await self._one_request(down):
-                pass
-        except asyncio.CancelledError:
-            raise
+            more = await first
+            while more:
+                if conn.take_back():
+                    return
+                more = await self._one_request(conn.down)
+        except asyncio.CancelledError:  # the front shutting down: the connection ends quietly
+            first.close()  # (never started, if cancelled before its first step)
+            conn.down.close()
+            return
         except Exception as exc:  # noqa: BLE001 - one line in the log per connection, never a traceback
             ended = exc
-        finally:
-            down.close()
-        (log.debug if ended is None else log.info)(
-            "connection from %s:%s ended: %s", peer[0], peer[1], end_reason(ended)
-        )
+        conn.ended(ended)
 
-    async def _one_request(self, down: Downstream) -> bool:
+    async def _one_request(self, down: Downstream, record: AccessRecord | None = None) -> bool:
         """Serve one request; True when the connection can take another. A plain request the policy forwards
-        is relayed as its bytes came (plain_relay); h11 reads and answers every other."""
-        record = AccessRecord(start=time.time(), forwarded_for="-")
+        is relayed as its bytes came (plain_relay); h11 reads and answers every other. `record`: the one the
+        connection's callbacks began, when they hand the request over."""
+        record = record or AccessRecord(start=time.time(), forwarded_for="-")
         try:
             end = await down.request_head(self.stream_idle_timeout, self.connection_idle_timeout)
         except TimeoutError:  # a head begun, then silence: h11 holds the part that came, as it would have
@@ -301,11 +310,18 @@ class HttpFront:
         return ok and down.reusable()
 
     async def _forward_plain(
-        self, down: Downstream, plain: PlainRequest, head: RequestHead, fwd: Forward, record: AccessRecord
+        self,
+        down: Downstream,
+        plain: PlainRequest,
+        head: RequestHead,
+        fwd: Forward,
+        record: AccessRecord,
+        parked: Upstream | None = None,
     ) -> bool:
-        """Relay a plain request; the access-log fields other than its id are filled once the pod has it."""
+        """Relay a plain request; the access-log fields other than its id are filled once the pod has it.
+        `parked`: the pod connection the callbacks took from the pool, when they hand the request over."""
         try:
-            up = await self._upstream(fwd, record)
+            up = parked or await self._upstream(fwd, record)
         except UpstreamFailure as failure:  # answered as h11 answers it, from the same bytes
             self._describe(record, head)
             stream = down.judge()
@@ -313,18 +329,29 @@ class HttpFront:
             if more := await self._unreachable(stream, head, fwd, record, failure):
                 down.resume(stream)
             return more
+        record.upstream_host = up.addr  # (as _upstream sets it, for a parked connection the callbacks took)
         del down.pending[: plain.size]
         fields = upstream_fields(head, fwd, record.request_id)
+        exchange = plain_relay.exchange(
+            down, up, plain, request_bytes(plain.method, fwd.path, fields), record, self.stream_idle_timeout
+        )
+        return await self.plain_exchanged(down, up, plain, head, fwd, record, exchange)
+
+    async def plain_exchanged(
+        self,
+        down: Downstream,
+        up: Upstream,
+        plain: PlainRequest,
+        head: RequestHead,
+        fwd: Forward,
+        record: AccessRecord,
+        exchange: Coroutine[Any, Any, bool],
+    ) -> bool:
+        """A plain request's `exchange` (begun here or in the connection's callbacks) to its end: logged, and
+        the pod connection parked again or closed."""
         failed: BaseException | None = None
         try:
-            ok = await plain_relay.exchange(
-                down,
-                up,
-                plain,
-                request_bytes(plain.method, fwd.path, fields),
-                record,
-                self.stream_idle_timeout,
-            )
+            ok = await exchange
         except (ConnectionError, h11.ProtocolError, TimeoutError, relay.BodyError) as exc:
             failed = exc
         self._describe(record, head)
@@ -332,9 +359,13 @@ class HttpFront:
             up.close()
             await self._failed(down.answering(plain.method, plain.keep_alive), record, failed, False)
             return False
+        self.plain_logged(record, fwd, up)
+        return ok and plain.keep_alive
+
+    def plain_logged(self, record: AccessRecord, fwd: Forward, up: Upstream) -> None:
+        """A plain request's exchange that went out whole: its access-log line, its pod connection parked."""
         self._log(record)
         self.pool.park(fwd.authority, up)
-        return ok and plain.keep_alive
 
     async def _failed(
         self, down: H11Stream, record: AccessRecord, exc: BaseException, head_request: bool
