@@ -11,14 +11,25 @@ requests.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import socket
+import ssl
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
-from proxy_wire import ATTACH, POD, connect, marked, pod_events, request
+import pytest
+from proxy_wire import ATTACH, POD, connect, marked, pod_events, rebind, request
 from stack_records import Records
 
-from clusters.local import LocalStack
+from clusters.local import LocalBackend, LocalStack
+from scenarios.engine import run_scenario
+from scenarios.load import load_scenario
 from scenarios.result import ScenarioResult
 from sim.protocols.h1plain import head_end, plain_request
 
@@ -118,3 +129,158 @@ def test_a_connection_handed_between_the_paths_answers_as_one_path_would(
     assert mixed_answers == h11_answers
     assert mixed_lines == h11_lines
     assert mixed_pod == h11_pod and all(mixed_pod), "the pod saw none: the comparison would prove nothing"
+
+
+# A pod that misbehaves on a parked connection: the callbacks hand the exchange over, and the worker, the access
+# log and the events read as when the coroutine path met the same pod ---------------------------------------
+IDLE = 0.6  # NCPSIM_PROXY_STREAM_IDLE for this module's second stack (Envoy's 300 s, scaled down)
+POD2 = "10-42-0-12.invocation.nvcf.svc.cluster.local"
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+# What the stand-in does with a request that asks for it (X-Behave), on a connection the proxy had parked.
+BEHAVIOURS = {
+    "silent": [],  # no answer: the stream idle timeout (408 SI)
+    "cut": [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part", None],  # then the close (UC)
+    "close": [None],  # closed before any byte of a response
+    "split-head": [OK[:12], OK[12:]],  # a head in two pieces: the coroutine path reads the rest
+    "split-body": [OK[:-1], OK[-1:]],
+    "past-the-end": [OK + b"HTTP/1.1 200 OK\r\n"],  # bytes past the response: the connection is not reused
+    "chunked": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"],
+}
+
+
+class ScriptedPod:
+    """Stands in for pod 10.42.0.12's TLS listener (the stack's own pod certificate): answers OK to every
+    request but one carrying X-Behave, which gets BEHAVIOURS[its value] (each piece a write 0.1 s apart; None:
+    the close)."""
+
+    def __init__(self, secret: Path):
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.seen: list[str] = []
+        self.thread = threading.Thread(target=self._serve, name="scripted-pod", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with (
+            contextlib.suppress(OSError, ssl.SSLError),
+            conn,
+            self.tls.wrap_socket(conn, server_side=True) as tls,
+        ):
+            data = b""
+            while chunk := tls.recv(65536):
+                data += chunk
+                while (end := head_end(data)) >= 0:  # the proxy's requests here have no body
+                    head, data = data[:end], data[end:]
+                    found = re.search(rb"(?im)^x-behave: *([-a-z]+)", head)
+                    self.seen.append(found[1].decode() if found else "ok")
+                    for piece in BEHAVIOURS[found[1].decode()] if found else [OK]:
+                        if piece is None:
+                            return
+                        tls.sendall(piece)
+                        time.sleep(0.1)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        self.thread.join(5.0)
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, ScriptedPod]]:
+    """A stack whose proxy has a short stream idle timeout, pod .12 replaced by a ScriptedPod."""
+    stack = LocalStack("wc-scripted", root=tmp_path_factory.mktemp("ncpsim-wc"))
+    saved = os.environ.get("NCPSIM_PROXY_STREAM_IDLE")
+    os.environ["NCPSIM_PROXY_STREAM_IDLE"] = str(IDLE)
+    pod = None
+    try:
+        try:
+            result = run_scenario(
+                load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True
+            )
+        finally:
+            if saved is None:
+                os.environ.pop("NCPSIM_PROXY_STREAM_IDLE", None)
+            else:
+                os.environ["NCPSIM_PROXY_STREAM_IDLE"] = saved
+        assert result.ok, result.failures
+        stack.components.kill("invocation-service-1")
+        pod = ScriptedPod(stack.state_dir / "certs" / "secrets" / "invocation-service-worker-tls")
+        rebind(stack.state_dir, "10.42.0.12:8443/tcp", pod.port)
+        yield stack, pod
+    finally:
+        if pod is not None:
+            pod.close()
+        stack.down()
+        assert not stack.launcher.running(), "components still running after down"
+
+
+def misbehaved(stack: LocalStack, behaviour: str, spelling: str, rid: str) -> bytes:
+    """On one connection: an OK request (so a connection to the stand-in is parked), then one asking for
+    `behaviour` and to close; everything the worker gets. Parked connections to the killed pod are spent
+    first (503): the first request is sent until the stand-in answers it."""
+    target = f"GET http://{POD2}:8443{ATTACH} HTTP/1.1"
+    first = request(target, marked(f"{rid}-warm"), host=f"{POD2}:8443")
+    second = request(
+        target, marked(rid), ("X-Behave", behaviour), ("Connection", "close"), host=f"{POD2}:8443"
+    )
+    if spelling == "h11":
+        second = h11_only(second)
+    for _ in range(10):
+        with connect(stack) as tls:
+            tls.settimeout(5.0)
+            tls.sendall(first)
+            buffer = b""
+            while (end := head_end(buffer)) < 0 or len(buffer) < end + length(buffer[:end]):
+                chunk = tls.recv(65536)
+                assert chunk, f"the proxy closed mid-response: {buffer!r}"
+                buffer += chunk
+            if not buffer.startswith(b"HTTP/1.1 200"):
+                continue
+            tls.sendall(second)
+            out = buffer[end + length(buffer[:end]) :]
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                while chunk := tls.recv(65536):
+                    out += chunk
+            return VOLATILE.sub(b"", out)
+    raise AssertionError("the proxy never reached the stand-in pod")
+
+
+@pytest.mark.parametrize("behaviour", list(BEHAVIOURS))
+def test_a_pod_misbehaving_on_a_parked_connection_reads_as_on_the_coroutine_path(
+    scripted: tuple[LocalStack, ScriptedPod], behaviour: str
+) -> None:
+    stack, pod = scripted
+    seen = []
+    for spelling in ("plain", "h11"):
+        rid = f"wc-{behaviour}-{spelling}-{uuid.uuid4().hex[:6]}"
+        records = Records(stack.state_dir)
+        answer = misbehaved(stack, behaviour, spelling, rid).replace(rid.encode(), b"ID")
+        line = records.access_line(request_id=f"ef-{rid}")
+        failed = [
+            {k: v for k, v in e.items() if k not in ("ts", "requestId")}
+            for e in events(stack)
+            if e.get("requestId") == f"ef-{rid}"
+        ]
+        seen.append(
+            (
+                answer,
+                {k: v for k, v in line.items() if k not in ("start", "duration", "ust", "request_id")},
+                failed,
+            )
+        )
+    assert seen[0] == seen[1]
+    assert behaviour in pod.seen, "the stand-in never saw the request: the comparison would prove nothing"
+
+
+def events(stack: LocalStack) -> list[dict]:
+    path = stack.state_dir / "events" / "worker-callback-proxy.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
