@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import socket
 import ssl
 import threading
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proxy_wire import ATTACH, POD, connect, marked, pod_events, rebind, request
+from proxy_wire import ATTACH, POD, SNI, connect, marked, pod_events, rebind, request, tls_context
 from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
@@ -135,6 +136,7 @@ def test_a_connection_handed_between_the_paths_answers_as_one_path_would(
 # log and the events read as when the coroutine path met the same pod ---------------------------------------
 IDLE = 0.6  # NCPSIM_PROXY_STREAM_IDLE for this module's second stack (Envoy's 300 s, scaled down)
 POD2 = "10-42-0-12.invocation.nvcf.svc.cluster.local"
+BODY_8K = bytes(range(256)) * 32
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 # What the stand-in does with a request that asks for it (X-Behave), on a connection the proxy had parked.
 BEHAVIOURS = {
@@ -145,6 +147,7 @@ BEHAVIOURS = {
     "split-body": [OK[:-1], OK[-1:]],
     "past-the-end": [OK + b"HTTP/1.1 200 OK\r\n"],  # bytes past the response: the connection is not reused
     "chunked": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"],
+    "8k": [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY_8K), BODY_8K)],  # one TLS record
 }
 
 
@@ -179,13 +182,13 @@ class ScriptedPod:
                 data += chunk
                 while (end := head_end(data)) >= 0:  # the proxy's requests here have no body
                     head, data = data[:end], data[end:]
-                    found = re.search(rb"(?im)^x-behave: *([-a-z]+)", head)
+                    found = re.search(rb"(?im)^x-behave: *([-a-z0-9]+)", head)
                     self.seen.append(found[1].decode() if found else "ok")
-                    for piece in BEHAVIOURS[found[1].decode()] if found else [OK]:
+                    for i, piece in enumerate(BEHAVIOURS[found[1].decode()] if found else [OK]):
+                        time.sleep(0.1 if i else 0)
                         if piece is None:
                             return
                         tls.sendall(piece)
-                        time.sleep(0.1)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -284,3 +287,60 @@ def test_a_pod_misbehaving_on_a_parked_connection_reads_as_on_the_coroutine_path
 def events(stack: LocalStack) -> list[dict]:
     path = stack.state_dir / "events" / "worker-callback-proxy.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_pipelining_worker_that_reads_late_gets_every_response_in_order(
+    scripted: tuple[LocalStack, ScriptedPod],
+) -> None:
+    """Requests pipelined faster than the proxy answers them, to a worker that reads late through a small
+    receive buffer: the proxy stops reading the worker past a StreamReader's limit, and its writes back wait
+    for the worker (the callbacks hand the exchange over to drain). Every request is answered once, in
+    order, and logged."""
+    stack, _ = scripted
+    tag = uuid.uuid4().hex[:6]
+    target = f"GET http://{POD2}:8443{ATTACH} HTTP/1.1"
+    count = 1500
+    batch = b"".join(
+        request(target, marked(f"wc-pipe-{tag}-{i}"), ("X-Behave", "8k"), host=f"{POD2}:8443")
+        for i in range(count)
+    )
+    assert len(batch) > 2 * 65536  # past the limit at which the proxy stops reading the worker
+    records = Records(stack.state_dir)
+    misbehaved(stack, "split-body", "plain", f"wc-pipe-{tag}-warm")  # a connection to the stand-in parked
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", stack.status()["proxy"]["http"]["port"]))
+    with tls_context(stack).wrap_socket(sock, server_hostname=SNI) as tls:
+        out = pipelined(tls, batch, late=1.0, responses=count)
+    assert out == [(200, BODY_8K)] * count
+    lines = [records.access_line(request_id=f"ef-wc-pipe-{tag}-{i}") for i in range(count)]
+    assert [line["status"] for line in lines] == ["200"] * count
+
+
+def pipelined(tls: ssl.SSLSocket, batch: bytes, late: float, responses: int) -> list[tuple[int, bytes]]:
+    """`batch` written as fast as the proxy takes it, its responses read only after `late` seconds, on one
+    thread (an SSLSocket is not to be used from two at once); each response's status and body."""
+    tls.setblocking(False)
+    sent, buffer, out = 0, b"", []
+    reading_from = time.monotonic() + late
+    deadline = time.monotonic() + 60.0
+    while len(out) < responses:
+        assert time.monotonic() < deadline, (
+            f"{len(out)} of {responses} responses, {sent} of {len(batch)} sent"
+        )
+        reading = time.monotonic() >= reading_from
+        readable, writable, _ = select.select(
+            [tls] if reading else [], [tls] if sent < len(batch) else [], [], 0.1
+        )
+        if writable:
+            with contextlib.suppress(ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                sent += tls.send(batch[sent : sent + 16384])
+        if readable or (reading and tls.pending()):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                while chunk := tls.recv(65536):
+                    buffer += chunk
+        while (end := head_end(buffer)) >= 0 and len(buffer) >= end + length(buffer[:end]):
+            size = end + length(buffer[:end])
+            out.append((int(buffer[9:12]), buffer[end:size]))
+            buffer = buffer[size:]
+    return out
