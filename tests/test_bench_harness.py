@@ -27,12 +27,12 @@ from nats.js.errors import ServiceUnavailableError
 
 from bench import calibration, dnsload, peers, procs, report, startup
 from bench import nginx as bench_nginx
+from bench.as_filed import SCENARIOS as AS_FILED
 from bench.calibration import Yardstick, absolute_times, describe, yardstick
 from bench.callbacks import Minter, open_stream
 from bench.nginx import NginxSite, nginx, render
 from bench.relay import keepalive, nginx_site
 from bench.stacks import running, topology, unique_name
-from bench.as_filed import SCENARIOS as AS_FILED
 from bench.startup import REPO
 from bench.targets import judge
 from dns.rule import View, wildcard
