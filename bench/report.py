@@ -41,10 +41,10 @@ unique name and is stopped at the end, as are nginx and dnsmasq. CPU times and m
 - **Catalogue**: wall time of `ncpsim replay --all` (each scenario on a fresh stack), and of `ncpsim replay`
   of the 60 scenarios the catalogue had when issue 32 was filed.
 - **Against the tree as filed**: issue 32's tree ({as_filed}) exported with `git archive`, byte-compiled and
-  run with `python -m invoke` on the same interpreter and packages. `up` to the first callback, that tree's
-  and this checkout's in turns ({runs} rounds, the order flipping, after a cold run each), judged on the
-  median of the rounds' ratios; and its own `invoke replay --all -j auto` against this checkout's replay of
-  the same 60 scenarios. Calibration units do not carry start-up between machines (round five's tree took
+  run with `python -m invoke` on the same interpreter and packages. `up` to the first callback, that
+  tree's and this checkout's in turns ({as_filed_rounds} rounds, the order flipping, after a cold run each),
+  judged on the median of the rounds' ratios; and its own `invoke replay --all -j auto` against this
+  checkout's replay of the same 60 scenarios. Calibration units do not carry start-up between machines (round five's tree took
   0.44 s on its machine and 0.77 s on a later one whose loop was only a tenth slower); a ratio does.
 - **Calibration**: `{loop}` in a fresh interpreter (timed inside it, best of {loop_runs}) and
   `python -c pass` (spawn to exit, best of {start_runs}), with the Python that runs the benchmark, at the
@@ -250,6 +250,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
                 _calibration(results),
                 METHOD.format(
                     as_filed=COMMIT,
+                    as_filed_rounds=params.get("as_filed_rounds"),
                     runs=params.get("startup_runs"),
                     lanes=params.get("newconn_lanes"),
                     window=params.get("dns_window"),
