@@ -27,7 +27,7 @@ from sim.protocols.h1plain import (
     request_bytes,
     response_bytes,
 )
-from sim.protocols.reads import MAX_HEAD, HeadReader, TimedReads
+from sim.protocols.reads import MAX_HEAD, STREAM_LIMIT, HeadReader, TimedReads
 
 
 class PeerClosed(ConnectionError):
@@ -43,7 +43,6 @@ class ClosedBeforeResponse(PeerClosed):
 
 
 StreamProtocol = Callable[[asyncio.StreamReader], asyncio.StreamReaderProtocol]
-STREAM_LIMIT = 2**16  # asyncio.open_connection's StreamReader limit
 
 
 async def open_within(

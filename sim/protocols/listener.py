@@ -19,9 +19,10 @@ import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from sim.protocols.reads import STREAM_LIMIT
+
 log = logging.getLogger("ncpsim.listener")
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
-STREAM_LIMIT = 2**16  # asyncio's own StreamReader limit, as start_server uses
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 ProtocolFactory = Callable[[], asyncio.BaseProtocol]
 

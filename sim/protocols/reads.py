@@ -12,6 +12,7 @@ import h11
 from sim.protocols.h1plain import head_end
 
 READ_SIZE = 65536
+STREAM_LIMIT = 2**16  # asyncio's own StreamReader limit, as start_server and open_connection use
 # Envoy's default max_request_headers_kb is 60: h11 must be able to buffer that much before we judge.
 MAX_HEAD = 64 * 1024
 

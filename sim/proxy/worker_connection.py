@@ -25,8 +25,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from sim.protocols.h1plain import PlainRequest, head_end, plain_request, plain_response, request_bytes
-from sim.protocols.listener import STREAM_LIMIT
-from sim.protocols.reads import MAX_HEAD, buffered
+from sim.protocols.reads import MAX_HEAD, STREAM_LIMIT, buffered
 from sim.proxy import plain_relay
 from sim.proxy.access_log import AccessRecord
 from sim.proxy.downstream import REQUEST_START, ConnectionIdle, Downstream, end_reason, log
