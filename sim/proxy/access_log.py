@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from sim.proxy.policy import RequestHead
 
 ACCESS_LOG = "worker-callback-proxy.access.log"  # under <state>/logs
 
@@ -40,6 +43,23 @@ class AccessRecord:
     request_id: str = "-"
     authority: str = "-"
     upstream_host: str = "-"
+
+    def describe(self, head: RequestHead) -> None:
+        """The fields taken from the request, but its id: the path and authority as Envoy logs them (from the
+        absolute-form target a forward proxy gets, else from Host; CONNECT's authority is its target)."""
+        self.method, self.protocol = head.method, f"HTTP/{head.http_version}"
+        if head.method == "CONNECT":
+            self.path, self.authority = "-", head.target
+        elif "://" in head.target:
+            try:
+                parts = urlsplit(head.target)
+                self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                self.authority = parts.netloc
+            except ValueError:  # "http://[": logged as sent; decide() answers it 400
+                self.path, self.authority = head.target, "-"
+        else:
+            self.path, self.authority = head.target, head.header("host") or "-"
+        self.user_agent = head.header("user-agent") or "-"
 
     def finish(self, now: float | None = None) -> None:
         self.duration_ms = int(((now or time.time()) - self.start) * 1000)

@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Coroutine
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import h11
 
@@ -174,7 +173,8 @@ class HttpFront:
             return False
         assert isinstance(event, h11.Request)
         head = request_head(event, raw)
-        self._fill_record(record, head)
+        record.describe(head)
+        record.request_id = head.header("x-request-id") or str(uuid.uuid4())
         decision = decide(head, self.policy)
         if expects_continue(head) and not (isinstance(decision, Reject) and decision.close):
             await send_continue(down)  # before routing, as Envoy's connection manager does
@@ -202,26 +202,6 @@ class HttpFront:
             await self._tunnel(down, decision, record)
             return False
         return await self._forward(down, head, decision, record)
-
-    def _fill_record(self, record: AccessRecord, head: RequestHead) -> None:
-        self._describe(record, head)
-        record.request_id = head.header("x-request-id") or str(uuid.uuid4())
-
-    def _describe(self, record: AccessRecord, head: RequestHead) -> None:
-        """The access-log fields taken from the request, but its id."""
-        record.method, record.protocol = head.method, f"HTTP/{head.http_version}"
-        if head.method == "CONNECT":
-            record.path, record.authority = "-", head.target
-        elif "://" in head.target:
-            try:
-                parts = urlsplit(head.target)
-                record.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                record.authority = parts.netloc
-            except ValueError:  # "http://[": logged as sent; decide() answers it 400
-                record.path, record.authority = head.target, "-"
-        else:
-            record.path, record.authority = head.target, head.header("host") or "-"
-        record.user_agent = head.header("user-agent") or "-"
 
     async def _local_reply(
         self, down: H11Stream, record: AccessRecord, reject: Reject, head_request: bool = False
@@ -323,7 +303,7 @@ class HttpFront:
         try:
             up = parked or await self._upstream(fwd, record)
         except UpstreamFailure as failure:  # answered as h11 answers it, from the same bytes
-            self._describe(record, head)
+            record.describe(head)
             stream = down.judge()
             stream.conn.next_event()  # the request, read again: h11 is now where it would have been
             if more := await self._unreachable(stream, head, fwd, record, failure):
@@ -354,7 +334,7 @@ class HttpFront:
             ok = await exchange
         except (ConnectionError, h11.ProtocolError, TimeoutError, relay.BodyError) as exc:
             failed = exc
-        self._describe(record, head)
+        record.describe(head)
         if failed is not None:
             up.close()
             await self._failed(down.answering(plain.method, plain.keep_alive), record, failed, False)
