@@ -45,6 +45,21 @@ class ClosedBeforeResponse(PeerClosed):
 StreamProtocol = Callable[[asyncio.StreamReader], asyncio.StreamReaderProtocol]
 
 
+class DrainAware(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, saying whether StreamWriter.drain() would wait now (the transport's buffer
+    is over its high-water mark): for code that writes in callbacks and leaves any wait to a coroutine."""
+
+    write_paused = False
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.write_paused = False
+
+
 async def open_within(
     host: str,
     port: int,

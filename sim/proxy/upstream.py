@@ -10,7 +10,7 @@ from typing import Protocol
 import h11
 
 from sim.model.netmap import Unreachable
-from sim.protocols.http1 import H11Stream
+from sim.protocols.http1 import DrainAware, H11Stream
 from sim.protocols.reads import HeadReader, buffered
 from sim.protocols.tls import ReloadingContext
 from sim.proxy.downstream import log
@@ -46,7 +46,7 @@ class PodSink(Protocol):
     def pod_ended(self) -> None: ...
 
 
-class PodProtocol(asyncio.StreamReaderProtocol):
+class PodProtocol(DrainAware):
     """A pod connection's protocol: its bytes go to its StreamReader, as asyncio's own protocol sends them, but
     to `sink` while a worker connection relays an exchange in callbacks. The end of the stream (and a reset)
     reaches the StreamReader either way, so code that reads on after the callbacks hand the exchange over
@@ -55,7 +55,6 @@ class PodProtocol(asyncio.StreamReaderProtocol):
     def __init__(self, reader: asyncio.StreamReader):
         super().__init__(reader)
         self.sink: PodSink | None = None
-        self.write_paused = False  # the write buffer is over its high-water mark: writer.drain() would wait
 
     def data_received(self, data: bytes) -> None:
         if self.sink is not None:
@@ -73,14 +72,6 @@ class PodProtocol(asyncio.StreamReaderProtocol):
         super().connection_lost(exc)
         if self.sink is not None:
             self.sink.pod_ended()
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self.write_paused = False
 
 
 class Upstream(HeadReader):

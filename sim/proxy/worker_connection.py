@@ -25,6 +25,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from sim.protocols.h1plain import PlainRequest, head_end, plain_request, plain_response, request_bytes
+from sim.protocols.http1 import DrainAware
 from sim.protocols.reads import MAX_HEAD, STREAM_LIMIT, buffered
 from sim.proxy import plain_relay
 from sim.proxy.access_log import AccessRecord
@@ -52,7 +53,7 @@ class InFlight(NamedTuple):
     started: float  # monotonic, as plain_relay.exchange notes it
 
 
-class WorkerConnection(asyncio.StreamReaderProtocol):
+class WorkerConnection(DrainAware):
     """One worker's connection: in its callbacks (`waiting` says for what), or in its task (`task`), one at a
     time. The StreamReader and StreamWriter the coroutine path uses are the connection's own throughout."""
 
@@ -72,7 +73,6 @@ class WorkerConnection(asyncio.StreamReaderProtocol):
         self.timer: asyncio.TimerHandle | None = None
         self.deadline = 0.0
         self.reading_paused = False
-        self.write_paused = False  # the write buffer is over its high-water mark: writer.drain() would wait
         self.lost = False  # connection_lost came: writer.drain() would raise
 
     # The worker's side -----------------------------------------------------------------------
@@ -104,14 +104,6 @@ class WorkerConnection(asyncio.StreamReaderProtocol):
             if self.waiting is REQUEST:  # (nothing is pending then: any byte was served or handed over)
                 self.ended(None)
         return keep_open
-
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self.write_paused = False
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -223,7 +215,7 @@ class WorkerConnection(asyncio.StreamReaderProtocol):
         if self.write_paused or self.transport.is_closing():  # drain() would wait, or fail
             self._hand_exchange(plain_relay.answered(self.down))
             return
-        self.front._describe(record, flight.head)
+        record.describe(flight.head)
         self.front.plain_logged(record, flight.fwd, up)
         self.flight = None
         if flight.plain.keep_alive:
