@@ -30,7 +30,8 @@ from sim.nats.client import connect_once
 from sim.nats.stack import REGION, StackKeys
 from sim.nats.work import PULL_RETRY_FIRST, RECONNECT_WAIT
 from sim.nats.workqueue import WorkPuller
-from sim.protocols.http1 import H11Stream, exchange, open_within
+from sim.protocols.dial import open_within
+from sim.protocols.http1 import H11Stream, exchange
 from sim.protocols.request_attach import H1_TYPE
 from sim.protocols.tasks import cancelled
 from sim.protocols.tls import client_context

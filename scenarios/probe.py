@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 from scenarios.spec import PLACEHOLDER, ProbeTarget, Step
 from scenarios.trace import CallTrace
 from sim.model.topology import Topology
+from sim.protocols.dial import close_within
 from sim.protocols.go_errors import Dial, tcp_dial_error, tls_error
-from sim.protocols.http1 import close_within
 from sim.protocols.tls import client_context
 from sim.runtime.component import Context
 from sim.wire import PROXY_HTTP_PORT

@@ -1,4 +1,4 @@
-"""Dialing and closing under a deadline (sim.protocols.http1).
+"""Dialing and closing under a deadline (sim.protocols.dial).
 
 open_within, cancelled at the moment it connects: the caller is cancelled, with the connection in hand,
 and its cleanup closes it. asyncio.wait_for, which every dialer used before, dials in a task of its own;
@@ -23,7 +23,7 @@ from unittest import mock
 
 import trustme
 
-from sim.protocols.http1 import close_within, open_within
+from sim.protocols.dial import close_within, open_within
 
 Dial = Callable[[str, int, float], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 

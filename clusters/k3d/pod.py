@@ -42,7 +42,7 @@ from clusters.render.layout import (
 from sim.model.netmap import LiveNetMap
 from sim.model.parts import Pod
 from sim.model.topology import Topology
-from sim.protocols.http1 import StreamProtocol, open_within
+from sim.protocols.dial import StreamProtocol, open_within
 from sim.runtime.component import CONNECT_TIMEOUT, Context
 from sim.runtime.run import load_runner
 from sim.wire import DNS_PORT

@@ -10,7 +10,8 @@ from typing import Protocol
 import h11
 
 from sim.model.netmap import Unreachable
-from sim.protocols.http1 import DrainAware, H11Stream
+from sim.protocols.dial import DrainAware
+from sim.protocols.http1 import H11Stream
 from sim.protocols.reads import HeadReader, buffered
 from sim.protocols.tls import ReloadingContext
 from sim.proxy.downstream import log

@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from sim.protocols.dial import DrainAware
 from sim.protocols.h1plain import PlainRequest, head_end, plain_request, plain_response, request_bytes
-from sim.protocols.http1 import DrainAware
 from sim.protocols.reads import MAX_HEAD, STREAM_LIMIT, buffered
 from sim.proxy import plain_relay
 from sim.proxy.access_log import AccessRecord

@@ -14,7 +14,7 @@ from dns.client import NameNotResolved, resolve_a
 from sim.model.events import EventLog
 from sim.model.netmap import LiveNetMap, Refused
 from sim.model.topology import Topology
-from sim.protocols.http1 import StreamProtocol, open_within
+from sim.protocols.dial import StreamProtocol, open_within
 from sim.runtime.links import TCP, UDP, LinkFault, datagram_delay, link_delay, load_links
 from sim.wire import DNS_PORT, NATS_PORT
 
