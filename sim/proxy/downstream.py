@@ -13,7 +13,7 @@ import h11
 
 from sim.protocols.http1 import H11Stream, reason_phrase
 from sim.protocols.reads import MAX_HEAD, HeadReader
-from sim.proxy.policy import http_date, with_host_from_url
+from sim.proxy.policy import Reject, http_date, with_host_from_url
 from sim.runtime.log import component_log
 
 # One line per connection that ended badly (INFO), the library's own detail only with NCPSIM_DEBUG set.
@@ -128,6 +128,16 @@ async def read_head(down: H11Stream, stream_idle: float, connection_idle: float)
             raise ConnectionIdle(f"no request for {connection_idle:g} s") from None
         raw += data
         down.conn.receive_data(data)  # b"" is EOF: ConnectionClosed, or RemoteProtocolError mid-head
+
+
+def reply_body(reject: Reject) -> bytes:
+    """Envoy's local-reply body: none for NR, the status text for codec errors (its HTTP/1 codec sends
+    CodeUtility::toString), the reset or failure text otherwise."""
+    if reject.flag == "NR":
+        return b""
+    if reject.close and reject.flag in ("DPE", "-"):
+        return reason(reject.status)
+    return reject.reason.encode()
 
 
 async def local_reply(down: H11Stream, status: int, body: bytes, close: bool, head_request: bool) -> int:

@@ -30,6 +30,7 @@ from sim.proxy.downstream import (
     log,
     read_head,
     reason,
+    reply_body,
     send_continue,
 )
 from sim.proxy.policy import (
@@ -65,16 +66,6 @@ def request_head(event: h11.Request, raw_head: bytes | None = None) -> RequestHe
         headers=tuple(decode_headers(event.headers)),
         content_lengths=None if raw_head is None else raw_field_values(raw_head, "content-length"),
     )
-
-
-def reply_body(reject: Reject) -> bytes:
-    """Envoy's local-reply body: none for NR, the status text for codec errors (its HTTP/1 codec sends
-    CodeUtility::toString), the reset or failure text otherwise."""
-    if reject.flag == "NR":
-        return b""
-    if reject.close and reject.flag in ("DPE", "-"):
-        return reason(reject.status)
-    return reject.reason.encode()
 
 
 def _closing(reject: Reject, head: RequestHead) -> Reject:
