@@ -1,16 +1,20 @@
 """A worker's side of the proxy's HTTP/1.1 front, byte by byte: raw TLS connections, requests as sent, responses
-as framed, and a stand-in pod that dies mid-response. Shared by the Envoy-fidelity tests."""
+as framed; stand-in pods that answer as the real ones never do; a stack whose proxy has a short stream idle
+timeout. Shared by the Envoy-fidelity tests."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import ssl
 import threading
 from pathlib import Path
 
-from clusters.local import LocalStack
+from clusters.local import LocalBackend, LocalStack
+from scenarios.engine import run_scenario
+from scenarios.load import load_scenario
 
 WD = "grpc-worker.example.com"
 SNI = f"invocation.{WD}"
@@ -94,6 +98,58 @@ def pod_events(stack: LocalStack) -> list[dict]:
 
 def reached_pod(stack: LocalStack, request_id: str) -> bool:
     return any(e.get("requestId") == request_id for e in pod_events(stack) if e["kind"] == "pod.request")
+
+
+def up_with_stream_idle(stack: LocalStack, idle: float) -> None:
+    """`stack` up on http-callback, its proxy's stream idle timeout `idle` seconds (the proxy reads
+    NCPSIM_PROXY_STREAM_IDLE from the environment it inherits from this process at spawn)."""
+    saved = os.environ.get("NCPSIM_PROXY_STREAM_IDLE")
+    os.environ["NCPSIM_PROXY_STREAM_IDLE"] = str(idle)
+    try:
+        result = run_scenario(load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True)
+    finally:
+        if saved is None:
+            os.environ.pop("NCPSIM_PROXY_STREAM_IDLE", None)
+        else:
+            os.environ["NCPSIM_PROXY_STREAM_IDLE"] = saved
+    assert result.ok, result.failures
+
+
+class PodStandIn:
+    """Stands in for a pod's TLS listener with the stack's own pod certificate, a thread a connection; a
+    subclass answers each in `answer`. `stop()` ends the listener (connections end with their peers)."""
+
+    def __init__(self, secret: Path, name: str):
+        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with (
+            contextlib.suppress(OSError, ssl.SSLError),
+            conn,
+            self.tls.wrap_socket(conn, server_side=True) as tls,
+        ):
+            self.answer(tls)
+
+    def answer(self, tls: ssl.SSLSocket) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        # close() alone leaves the thread blocked in accept() on Linux: shutdown() wakes it.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+        self.thread.join(SHORT)
 
 
 class DyingPod:

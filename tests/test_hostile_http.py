@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import ssl
 import time
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from proxy_wire import up_with_stream_idle
 from stack_records import Records
 
 from clusters.local import LocalBackend, LocalStack
@@ -584,19 +584,8 @@ def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]
     """A stack whose proxy has a short stream idle timeout (the proxy reads it from its environment,
     which it inherits from this process at spawn)."""
     stack = LocalStack("hostile-slow", root=tmp_path_factory.mktemp("ncpsim-slow"))
-    saved = os.environ.get("NCPSIM_PROXY_STREAM_IDLE")
-    os.environ["NCPSIM_PROXY_STREAM_IDLE"] = str(IDLE)
     try:
-        try:
-            result = run_scenario(
-                load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True
-            )
-        finally:
-            if saved is None:
-                os.environ.pop("NCPSIM_PROXY_STREAM_IDLE", None)
-            else:
-                os.environ["NCPSIM_PROXY_STREAM_IDLE"] = saved
-        assert result.ok, result.failures
+        up_with_stream_idle(stack, IDLE)
         yield stack
     finally:
         stack.down()

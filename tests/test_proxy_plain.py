@@ -11,17 +11,15 @@ pipelined in one write, a body cut short.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
 import ssl
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from proxy_wire import ATTACH, POD, connect, marked, pod_events, rebind, request
+from proxy_wire import ATTACH, POD, PodStandIn, connect, marked, pod_events, rebind, request
 from stack_records import Records
 
 from clusters.local import LocalStack
@@ -147,41 +145,23 @@ def test_a_field_with_obs_text_is_passed_on_as_it_came(http_stack: tuple[LocalSt
     assert pod_saw(stack, f"ef-{rid}")
 
 
-class StandInPod:
-    """Stands in for pod 10.42.0.12's TLS listener (the stack's own pod certificate) and answers every request
-    with `self.response`, closing the connection after it when `self.close`: responses the pods never send."""
+class StandInPod(PodStandIn):
+    """Stands in for pod 10.42.0.12 and answers every request with `self.response`, closing the connection
+    after it when `self.close`: responses the pods never send."""
 
     def __init__(self, secret: Path):
-        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.response, self.close = b"", False
-        threading.Thread(target=self._serve, name="stand-in-pod", daemon=True).start()
+        super().__init__(secret, "stand-in-pod")
 
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = self.listener.accept()
-                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with (
-            contextlib.suppress(OSError, ssl.SSLError),
-            conn,
-            self.tls.wrap_socket(conn, server_side=True) as tls,
-        ):
-            data = b""
-            while chunk := tls.recv(65536):
-                data += chunk
-                while (end := head_end(data)) >= 0:  # the proxy's requests here have no body
-                    data = data[end:]
-                    tls.sendall(self.response)
-                    if self.close:
-                        return
-
-    def stop(self) -> None:
-        self.listener.close()
+    def answer(self, tls: ssl.SSLSocket) -> None:
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+            while (end := head_end(data)) >= 0:  # the proxy's requests here have no body
+                data = data[end:]
+                tls.sendall(self.response)
+                if self.close:
+                    return
 
 
 NOT_PLAIN_RESPONSES = {

@@ -13,24 +13,32 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import select
 import socket
 import ssl
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proxy_wire import ATTACH, POD, SNI, connect, marked, pod_events, rebind, request, tls_context
+from proxy_wire import (
+    ATTACH,
+    POD,
+    SNI,
+    PodStandIn,
+    connect,
+    marked,
+    pod_events,
+    rebind,
+    request,
+    tls_context,
+    up_with_stream_idle,
+)
 from stack_records import Records
 
-from clusters.local import LocalBackend, LocalStack
-from scenarios.engine import run_scenario
-from scenarios.load import load_scenario
+from clusters.local import LocalStack
 from scenarios.result import ScenarioResult
 from sim.protocols.h1plain import head_end, plain_request
 
@@ -151,77 +159,43 @@ BEHAVIOURS = {
 }
 
 
-class ScriptedPod:
-    """Stands in for pod 10.42.0.12's TLS listener (the stack's own pod certificate): answers OK to every
-    request but one carrying X-Behave, which gets BEHAVIOURS[its value] (each piece a write 0.1 s apart; None:
-    the close)."""
+class ScriptedPod(PodStandIn):
+    """Stands in for pod 10.42.0.12: answers OK to every request but one carrying X-Behave, which gets
+    BEHAVIOURS[its value] (each piece a write 0.1 s apart; None: the close)."""
 
     def __init__(self, secret: Path):
-        self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.tls.load_cert_chain(secret / "tls.crt", secret / "tls.key")
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.seen: list[str] = []
-        self.thread = threading.Thread(target=self._serve, name="scripted-pod", daemon=True)
-        self.thread.start()
+        super().__init__(secret, "scripted-pod")
 
-    def _serve(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = self.listener.accept()
-                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with (
-            contextlib.suppress(OSError, ssl.SSLError),
-            conn,
-            self.tls.wrap_socket(conn, server_side=True) as tls,
-        ):
-            data = b""
-            while chunk := tls.recv(65536):
-                data += chunk
-                while (end := head_end(data)) >= 0:  # the proxy's requests here have no body
-                    head, data = data[:end], data[end:]
-                    found = re.search(rb"(?im)^x-behave: *([-a-z0-9]+)", head)
-                    self.seen.append(found[1].decode() if found else "ok")
-                    for i, piece in enumerate(BEHAVIOURS[found[1].decode()] if found else [OK]):
-                        time.sleep(0.1 if i else 0)
-                        if piece is None:
-                            return
-                        tls.sendall(piece)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)
-        self.listener.close()
-        self.thread.join(5.0)
+    def answer(self, tls: ssl.SSLSocket) -> None:
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+            while (end := head_end(data)) >= 0:  # the proxy's requests here have no body
+                head, data = data[:end], data[end:]
+                found = re.search(rb"(?im)^x-behave: *([-a-z0-9]+)", head)
+                self.seen.append(found[1].decode() if found else "ok")
+                for i, piece in enumerate(BEHAVIOURS[found[1].decode()] if found else [OK]):
+                    time.sleep(0.1 if i else 0)
+                    if piece is None:
+                        return
+                    tls.sendall(piece)
 
 
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalStack, ScriptedPod]]:
     """A stack whose proxy has a short stream idle timeout, pod .12 replaced by a ScriptedPod."""
     stack = LocalStack("wc-scripted", root=tmp_path_factory.mktemp("ncpsim-wc"))
-    saved = os.environ.get("NCPSIM_PROXY_STREAM_IDLE")
-    os.environ["NCPSIM_PROXY_STREAM_IDLE"] = str(IDLE)
     pod = None
     try:
-        try:
-            result = run_scenario(
-                load_scenario("http-callback"), LocalBackend(stack.root), stack.name, keep=True
-            )
-        finally:
-            if saved is None:
-                os.environ.pop("NCPSIM_PROXY_STREAM_IDLE", None)
-            else:
-                os.environ["NCPSIM_PROXY_STREAM_IDLE"] = saved
-        assert result.ok, result.failures
+        up_with_stream_idle(stack, IDLE)
         stack.components.kill("invocation-service-1")
         pod = ScriptedPod(stack.state_dir / "certs" / "secrets" / "invocation-service-worker-tls")
         rebind(stack.state_dir, "10.42.0.12:8443/tcp", pod.port)
         yield stack, pod
     finally:
         if pod is not None:
-            pod.close()
+            pod.stop()
         stack.down()
         assert not stack.launcher.running(), "components still running after down"
 
